@@ -1,0 +1,109 @@
+// `tessera`: the user-facing command. Each subcommand is its own executable beside this one
+// (`tessera bench coding` runs build/bin/tessera-bench-coding), in the manner of git, so each
+// tool parses only its own flags and a bad flag is reported by the tool that owns it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/subprocess.h"
+
+namespace {
+
+struct Subcommand {
+  const char* words;  // "bench coding"
+  const char* help;
+};
+
+// Every subcommand Tessera knows, in the order `tessera help` lists them. Only those whose
+// executable is built are listed.
+const Subcommand kSubcommands[] = {
+    {"demo", "encode pages, lose r splits, rebuild them, and print the figures"},
+    {"run", "run an unmodified program with its heap paged to remote memory"},
+    {"memserver", "run a memory server daemon that lends memory in slabs"},
+    {"status", "list the servers of a cluster with their slabs, load and health"},
+    {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
+    {"nbd", "serve the resilient page store as a Network Block Device export"},
+    {"sim placement", "simulate placement policies under correlated failures"},
+    {"bench coding", "erasure-coding throughput: ISA-L RS vs Jerasure vs replication"},
+    {"bench fabric", "one-sided read/write latency and throughput vs memcached"},
+    {"bench pagestore", "page store latency/throughput: EC vs replication vs local SSD"},
+    {"bench pager", "paging of unmodified workloads vs kernel swap"},
+    {"bench nbd", "NBD export vs a file-backed NBD server"},
+};
+
+bool IsExecutable(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string ToolPath(const std::string& dir, const char* words) {
+  std::string name = "tessera-";
+  for (const char* p = words; *p; ++p) name += (*p == ' ') ? '-' : *p;
+  return dir + "/" + name;
+}
+
+void PrintHelp(FILE* out, const std::string& dir) {
+  std::fprintf(out,
+               "usage: tessera SUBCOMMAND [FLAGS] [ARGS]\n\n"
+               "Tessera: erasure-coded, failure-resilient remote memory.\n\n"
+               "subcommands:\n");
+  for (const auto& s : kSubcommands) {
+    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-18s %s\n", s.words, s.help);
+  }
+  std::fprintf(out, "\n`tessera SUBCOMMAND --help` shows the flags of one subcommand.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = tessera::SelfExeDir();
+  if (argc < 2) {
+    PrintHelp(stderr, dir);
+    return 2;
+  }
+  std::string first = argv[1];
+  if (first == "help" || first == "--help" || first == "-h") {
+    PrintHelp(stdout, dir);
+    return 0;
+  }
+  if (first == "--version" || first == "version") {
+    std::printf("tessera 0.1.0\n");
+    return 0;
+  }
+  // Longest match first: `tessera bench coding` before `tessera bench`.
+  for (int words = 2; words >= 1; --words) {
+    if (argc < 1 + words) continue;
+    std::string joined;
+    bool flaglike = false;
+    for (int i = 1; i <= words; ++i) {
+      if (argv[i][0] == '-') flaglike = true;
+      if (i > 1) joined += ' ';
+      joined += argv[i];
+    }
+    if (flaglike) continue;
+    bool known = false;
+    for (const auto& s : kSubcommands) known = known || joined == s.words;
+    if (!known) continue;
+    std::string tool = ToolPath(dir, joined.c_str());
+    if (!IsExecutable(tool)) {
+      std::fprintf(stderr, "tessera: '%s' is not built (missing %s)\n", joined.c_str(),
+                   tool.c_str());
+      return 2;
+    }
+    std::vector<char*> args;
+    std::string shown = "tessera " + joined;
+    args.push_back(shown.data());
+    for (int i = 1 + words; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    ::execv(tool.c_str(), args.data());
+    std::fprintf(stderr, "tessera: cannot run %s: %s\n", tool.c_str(), std::strerror(errno));
+    return 127;
+  }
+  std::fprintf(stderr, "tessera: unknown subcommand '%s'\n\n", first.c_str());
+  PrintHelp(stderr, dir);
+  return 2;
+}

@@ -1,0 +1,54 @@
+# Finds Tessera's dependencies. Each one comes from a Debian package; a missing one stops
+# configure with the package name to install (scripts/setup.sh installs them all).
+find_package(PkgConfig REQUIRED)
+
+function(tessera_require_pkg target pcname debpkg)
+  pkg_check_modules(${target} IMPORTED_TARGET ${pcname})
+  if(NOT ${target}_FOUND)
+    message(FATAL_ERROR "Tessera needs ${pcname}: install the Debian package '${debpkg}' "
+                        "(or run scripts/setup.sh)")
+  endif()
+endfunction()
+
+function(tessera_require_lib target libname header debpkg)
+  find_library(${target}_LIB NAMES ${libname})
+  find_path(${target}_INC NAMES ${header})
+  if(NOT ${target}_LIB OR NOT ${target}_INC)
+    message(FATAL_ERROR "Tessera needs lib${libname}: install the Debian package '${debpkg}' "
+                        "(or run scripts/setup.sh)")
+  endif()
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  target_link_libraries(${target} INTERFACE ${${target}_LIB})
+  target_include_directories(${target} INTERFACE ${${target}_INC})
+endfunction()
+
+tessera_require_pkg(ISAL libisal libisal-dev)
+tessera_require_pkg(URING liburing liburing-dev)
+tessera_require_pkg(IBVERBS libibverbs libibverbs-dev)
+tessera_require_pkg(RDMACM librdmacm librdmacm-dev)
+
+find_package(Threads REQUIRED)
+
+find_package(Boost 1.74 QUIET)
+if(NOT Boost_FOUND OR NOT EXISTS "${Boost_INCLUDE_DIRS}/boost/lockfree/spsc_queue.hpp")
+  message(FATAL_ERROR "Tessera needs Boost.Lockfree: install the Debian package 'libboost-dev'")
+endif()
+
+find_package(gflags QUIET)
+if(NOT gflags_FOUND)
+  message(FATAL_ERROR "Tessera needs gflags: install the Debian package 'libgflags-dev'")
+endif()
+
+find_package(GTest QUIET)
+if(NOT GTest_FOUND)
+  message(FATAL_ERROR "Tessera needs GoogleTest: install 'libgtest-dev' and 'libgmock-dev'")
+endif()
+
+find_package(benchmark QUIET)
+if(NOT benchmark_FOUND)
+  message(FATAL_ERROR "Tessera needs Google Benchmark: install the Debian package 'libbenchmark-dev'")
+endif()
+
+# Jerasure is only the peer in `tessera bench coding`.
+tessera_require_lib(JERASURE Jerasure jerasure.h libjerasure-dev)
+tessera_require_lib(GF_COMPLETE gf_complete gf_complete.h libgf-complete-dev)

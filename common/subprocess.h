@@ -1,0 +1,72 @@
+// Subprocess: a child process started with fork+exec, owned by this object.
+//
+// Used to run real memservers, memcached and programs under test from benchmarks,
+// integration tests and the embedded local cluster. The child's stdout can be captured as a
+// pipe and read line by line with a deadline (e.g. to learn the port a memserver bound).
+// The destructor kills (SIGKILL) and reaps a child that is still running, so a failing test
+// never leaks processes, and the child gets SIGKILL if the thread that started it dies
+// (PR_SET_PDEATHSIG), so start children from a long-lived thread. Not thread-safe per object.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace tessera {
+
+class Subprocess {
+ public:
+  struct Options {
+    bool capture_stdout = false;  // Else inherited.
+    bool quiet_stderr = false;    // Send the child's stderr to /dev/null.
+    std::vector<std::string> extra_env;  // "NAME=value" entries added to the environment.
+  };
+
+  Subprocess() = default;
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+  Subprocess(Subprocess&& o) noexcept;
+  Subprocess& operator=(Subprocess&& o) noexcept;
+
+  // argv[0] is the program path (searched in PATH when it has no slash).
+  static Result<Subprocess> Start(const std::vector<std::string>& argv, Options options);
+  static Result<Subprocess> Start(const std::vector<std::string>& argv) {
+    return Start(argv, Options{});
+  }
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !exit_status_.has_value(); }
+
+  // Reads one line (without '\n') from the captured stdout; Timeout when the deadline
+  // passes, Unavailable at end of file.
+  Result<std::string> ReadLine(Deadline deadline);
+  // Reads lines until one starts with `prefix`; returns that line.
+  Result<std::string> WaitForLine(const std::string& prefix, Deadline deadline);
+
+  Status Signal(int sig);
+  // Waits for the child to exit; returns its wait status (see WIFEXITED etc.).
+  Result<int> Wait(Deadline deadline);
+  // SIGTERM, wait up to `grace_ms`, then SIGKILL; returns the wait status.
+  Result<int> Stop(int grace_ms = 2000);
+  // Non-blocking check; true if it has exited (status then in exit_status()).
+  bool Poll();
+  std::optional<int> exit_status() const { return exit_status_; }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd stdout_;
+  std::string buffer_;
+  std::optional<int> exit_status_;
+};
+
+// The directory holding the running executable (from /proc/self/exe), e.g. build/bin.
+std::string SelfExeDir();
+
+}  // namespace tessera
