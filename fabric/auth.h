@@ -1,0 +1,79 @@
+// Authentication primitives of the fabric: SHA-256 (FIPS 180-4), HMAC-SHA256 (RFC 2104), the
+// handshake MACs, and loading the shared secret.
+//
+// Handshake (no secret on the wire, both sides authenticated):
+//   client -> HELLO {client_nonce, client_id}
+//   server -> CHALLENGE {server_nonce, server_id}
+//   client -> AUTH {ClientMac(secret, transcript)}
+//   server -> AUTH_OK {ServerMac(secret, transcript), ...}   (or PermissionDenied, then close)
+// The two MACs use different labels, so one cannot be replayed as the other, and both cover
+// both fresh nonces, so a recorded exchange cannot be replayed.
+//
+// Thread safety: everything here is pure or reads only its arguments; any thread may call it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "fabric/wire.h"
+
+namespace tessera::fabric {
+
+using Sha256Digest = std::array<uint8_t, 32>;
+
+// Incremental SHA-256. A value type; not thread-safe per object.
+class Sha256 {
+ public:
+  Sha256() { Reset(); }
+  void Reset();
+  void Update(std::span<const uint8_t> data);
+  void Update(std::string_view s) {
+    Update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  }
+  Sha256Digest Finish();  // The object must be Reset() before reuse.
+  static Sha256Digest Hash(std::span<const uint8_t> data);
+
+ private:
+  void Block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t buf_len_ = 0;
+  uint64_t total_len_ = 0;
+};
+
+Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> message);
+inline Sha256Digest HmacSha256(std::string_view key, std::string_view message) {
+  return HmacSha256(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size()),
+                    std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(message.data()),
+                                             message.size()));
+}
+
+// Everything both MACs cover.
+struct HandshakeTranscript {
+  Nonce client_nonce{};
+  Nonce server_nonce{};
+  uint64_t client_id = 0;
+  uint64_t server_id = 0;
+};
+Mac ClientMac(std::string_view secret, const HandshakeTranscript& t);
+Mac ServerMac(std::string_view secret, const HandshakeTranscript& t);
+// Constant-time comparison.
+bool MacEqual(const Mac& a, const Mac& b);
+
+// Fills `out` from the kernel's CSPRNG (getrandom). IoError if that fails.
+Status RandomBytes(std::span<uint8_t> out);
+
+// The built-in development secret used when no --auth_token_file is given. Never use it on a
+// network you do not control.
+inline constexpr std::string_view kDevelopmentSecret = "tessera-development-secret-do-not-deploy";
+
+// Reads the shared secret from `path` (trailing newlines stripped; must be 16..4096 bytes after
+// that). An empty `path` returns kDevelopmentSecret and logs a warning saying so; `tool` names
+// the caller in that warning.
+Result<std::string> LoadAuthSecret(const std::string& path, std::string_view tool);
+
+}  // namespace tessera::fabric

@@ -1,0 +1,159 @@
+// fabric::Transport: the client side of the memory fabric. One-sided READ/WRITE of remote slabs,
+// posted in batches and completed by polling, plus blocking control calls.
+//
+// Two implementations share this interface and one conformance test suite:
+//   - TCP on io_uring: frames (fabric/wire.h) over one TCP connection per server, many requests
+//     in flight per connection, one io_uring_submit per Post() batch, completions reaped by
+//     Poll() of the owning thread.
+//   - RDMA verbs (libibverbs + librdmacm): one RC QP per server, connected with rdma_cm to the
+//     server's verbs listener, RDMA READ/WRITE straight into registered slabs (the server CPU
+//     is not involved); control calls go over the TCP connection, which also authenticates.
+// Create({kind = kAuto}) picks verbs when a usable RDMA device exists and TCP otherwise.
+//
+// Threads: a Transport belongs to ONE thread; none of its methods may be called concurrently.
+// Create one Transport per thread. Post() and Poll() never block. The control calls (AllocSlab,
+// Stats, ...) block until their reply or deadline, and meanwhile keep reaping data completions
+// and notices, which the next Poll() returns.
+//
+// Ownership: local buffers named in WorkRequests belong to the caller and must stay valid (and
+// unmodified for a WRITE) until the op's completion is returned by Poll(). For the verbs
+// transport they must lie inside memory passed to RegisterMemory(); the TCP transport accepts
+// any buffer. Destroying a Transport closes its connections; ops still in flight are abandoned
+// (their buffers are no longer touched once the destructor returns).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "fabric/wire.h"
+
+namespace tessera::fabric {
+
+enum class TransportKind : uint8_t { kAuto, kTcp, kRdma };
+std::string_view TransportKindName(TransportKind kind);  // "auto", "tcp", "rdma"
+Result<TransportKind> ParseTransportKind(std::string_view name);
+
+// Why RDMA is or is not usable on this machine, e.g. "no RDMA device: ibv_get_device_list
+// returned 0 devices". OK when a device is present and opens.
+Status ProbeRdma();
+
+struct TransportOptions {
+  TransportKind kind = TransportKind::kAuto;
+  // Most data ops in flight at once over all connections of this Transport; Post() returns
+  // ResourceExhausted beyond it. 1..65536.
+  uint32_t max_inflight = 1024;
+  uint32_t ring_entries = 256;  // io_uring SQ entries (TCP).
+  // Verbs: signal every Nth send WR (selective signalling); 1..64.
+  uint32_t signal_interval = 16;
+};
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;  // "host:port" ("[v6]:port")
+};
+// Parses "host:port" or "[v6addr]:port"; port 1..65535.
+Result<Endpoint> ParseEndpoint(std::string_view text);
+
+struct ConnectOptions {
+  std::string secret;      // Shared secret; must match the server's.
+  uint64_t client_id = 0;  // Non-zero; identifies the owner of slabs across connections.
+  Deadline deadline = Deadline::AfterMs(5000);  // Bounds TCP connect + handshake (+ QP setup).
+};
+
+// Handle of one connection inside one Transport (index; not meaningful across Transports).
+using ConnectionId = uint32_t;
+
+// What the server told us at AUTH_OK.
+struct ServerInfo {
+  uint64_t server_id = 0;
+  uint64_t slab_size = 0;
+  uint64_t capacity_bytes = 0;
+  bool rdma = false;  // This connection moves data with RDMA.
+  Endpoint endpoint;
+};
+
+enum class OpKind : uint8_t { kRead, kWrite };
+
+// One one-sided op. READ copies `length` bytes at slab `slab_id` + `remote_offset` into
+// `local`; WRITE copies `local` there.
+struct WorkRequest {
+  ConnectionId connection = 0;
+  OpKind op = OpKind::kRead;
+  uint64_t slab_id = 0;
+  uint64_t remote_offset = 0;
+  uint32_t length = 0;  // 1 .. kMaxDataLength.
+  void* local = nullptr;
+  uint64_t cookie = 0;  // Returned in the completion.
+};
+
+enum class CompletionKind : uint8_t {
+  kData,    // A WorkRequest finished: cookie and status are set.
+  kNotice,  // A server NOTICE: connection and notice are set.
+};
+
+struct Completion {
+  CompletionKind kind = CompletionKind::kData;
+  uint64_t cookie = 0;
+  Status status;  // Of the op: OK, the server's error, Unavailable (connection lost), ...
+  ConnectionId connection = 0;
+  Notice notice;
+};
+
+class Transport {
+ public:
+  // kAuto: verbs when ProbeRdma() is OK, else TCP. kRdma without a device: Unsupported with the
+  // probe's reason.
+  static Result<std::unique_ptr<Transport>> Create(const TransportOptions& options);
+  virtual ~Transport() = default;
+
+  virtual TransportKind kind() const = 0;
+
+  // Connects and authenticates (both ways) with a deadline. PermissionDenied when the server
+  // rejects our MAC or its MAC is wrong; Timeout / Unavailable for network failures.
+  virtual Result<ConnectionId> Connect(const Endpoint& endpoint, const ConnectOptions& options) = 0;
+  // Sends GOODBYE and closes; in-flight ops of that connection complete with Cancelled.
+  virtual Status Disconnect(ConnectionId connection) = 0;
+  virtual Result<ServerInfo> Info(ConnectionId connection) const = 0;
+  // False once the connection failed or was closed.
+  virtual bool Connected(ConnectionId connection) const = 0;
+
+  // Registers local memory for data ops (required by verbs, recorded by TCP).
+  virtual Status RegisterMemory(void* addr, size_t length) = 0;
+
+  // Posts a batch, all or nothing: InvalidArgument for a malformed request (nothing posted),
+  // ResourceExhausted when the batch does not fit in the free in-flight slots, Unavailable when
+  // a named connection is down. Never blocks.
+  virtual Status Post(std::span<const WorkRequest> batch) = 0;
+  // Reaps finished ops and notices into `out`; returns how many. Never blocks.
+  virtual size_t Poll(std::span<Completion> out) = 0;
+  // Like Poll() but waits (without spinning) until at least one completion or the deadline;
+  // returns 0 at the deadline.
+  virtual size_t Wait(std::span<Completion> out, Deadline deadline) = 0;
+  // Data ops posted and not yet returned by Poll()/Wait().
+  virtual uint32_t inflight() const = 0;
+
+  // Control calls: block until the reply or the deadline (Timeout).
+  virtual Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
+                                              Deadline deadline) = 0;
+  virtual Status FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) = 0;
+  virtual Result<std::string> Stats(ConnectionId c, Deadline deadline) = 0;
+  virtual Result<HeartbeatResponse> Heartbeat(ConnectionId c, Deadline deadline) = 0;
+  virtual Result<std::vector<uint8_t>> Invoke(ConnectionId c, uint32_t function_id,
+                                              std::span<const uint8_t> args,
+                                              Deadline deadline) = 0;
+  virtual Status Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) = 0;
+};
+
+// The TCP transport, also used for the verbs transport's control connections. Exposed for
+// tests and for callers that want TCP explicitly.
+Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& options);
+// The verbs transport; Unsupported (with the reason) when no usable device exists.
+Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options);
+
+}  // namespace tessera::fabric

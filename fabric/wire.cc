@@ -1,0 +1,519 @@
+#include "fabric/wire.h"
+
+#include <cstring>
+
+namespace tessera::fabric {
+namespace {
+
+Status Short(const char* what, size_t want, size_t got) {
+  return ProtocolError(what, " payload must be ", want, " bytes, got ", got);
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+Status CheckPad(const char* what, const uint8_t* p, size_t n) {
+  if (!AllZero(p, n)) return ProtocolError(what, ": padding bytes must be zero");
+  return Status::Ok();
+}
+
+Status CheckDataLength(const char* what, uint32_t length) {
+  if (length == 0 || length > kMaxDataLength) {
+    return ProtocolError(what, ": length ", length, " outside 1..", kMaxDataLength);
+  }
+  return Status::Ok();
+}
+
+// The payload sizes a frame of (op, direction) may have, before looking inside.
+struct SizeRule {
+  uint32_t min;
+  uint32_t max;
+};
+
+SizeRule RequestRule(Op op) {
+  switch (op) {
+    case Op::kHello: return {HelloRequest::kWireSize, HelloRequest::kWireSize};
+    case Op::kAuth: return {AuthRequest::kWireSize, AuthRequest::kWireSize};
+    case Op::kAllocSlab: return {AllocSlabRequest::kWireSize, AllocSlabRequest::kWireSize};
+    case Op::kFreeSlab: return {FreeSlabRequest::kWireSize, FreeSlabRequest::kWireSize};
+    case Op::kRead: return {ReadRequest::kWireSize, ReadRequest::kWireSize};
+    case Op::kWrite:
+      return {WriteRequest::kWireSize + 1, WriteRequest::kWireSize + kMaxDataLength};
+    case Op::kStats: return {0, 0};
+    case Op::kHeartbeat: return {0, 0};
+    case Op::kInvoke: return {InvokeRequest::kWireSize, InvokeRequest::kWireSize + kMaxDataLength};
+    case Op::kFault: return {FaultRequest::kWireSize, FaultRequest::kWireSize};
+    case Op::kNotice: return {1, 0};  // Never a request: min > max rejects every size.
+    case Op::kGoodbye: return {0, 0};
+  }
+  return {1, 0};
+}
+
+SizeRule ResponseRule(Op op) {
+  switch (op) {
+    case Op::kHello: return {ChallengeResponse::kWireSize, ChallengeResponse::kWireSize};
+    case Op::kAuth: return {AuthOkResponse::kWireSize, AuthOkResponse::kWireSize};
+    case Op::kAllocSlab: return {AllocSlabResponse::kWireSize, AllocSlabResponse::kWireSize};
+    case Op::kFreeSlab: return {0, 0};
+    case Op::kRead: return {1, kMaxDataLength};
+    case Op::kWrite: return {0, 0};
+    case Op::kStats: return {0, kMaxDataLength};
+    case Op::kHeartbeat: return {HeartbeatResponse::kWireSize, HeartbeatResponse::kWireSize};
+    case Op::kInvoke: return {0, kMaxDataLength};
+    case Op::kFault: return {0, 0};
+    case Op::kNotice: return {Notice::kWireSize, Notice::kWireSize};
+    case Op::kGoodbye: return {0, 0};
+  }
+  return {1, 0};
+}
+
+bool IsKnownStatus(uint32_t v) { return v <= static_cast<uint32_t>(StatusCode::kIoError); }
+
+}  // namespace
+
+std::string OpName(Op op) {
+  switch (op) {
+    case Op::kHello: return "HELLO";
+    case Op::kAuth: return "AUTH";
+    case Op::kAllocSlab: return "ALLOC_SLAB";
+    case Op::kFreeSlab: return "FREE_SLAB";
+    case Op::kRead: return "READ";
+    case Op::kWrite: return "WRITE";
+    case Op::kStats: return "STATS";
+    case Op::kHeartbeat: return "HEARTBEAT";
+    case Op::kInvoke: return "INVOKE";
+    case Op::kFault: return "FAULT";
+    case Op::kNotice: return "NOTICE";
+    case Op::kGoodbye: return "GOODBYE";
+  }
+  return "UNKNOWN(" + std::to_string(static_cast<unsigned>(op)) + ")";
+}
+
+bool IsKnownOp(uint16_t value) { return value >= 1 && value <= kMaxOpValue; }
+
+std::string FaultActionName(FaultAction a) {
+  switch (a) {
+    case FaultAction::kClear: return "clear";
+    case FaultAction::kDelay: return "delay";
+    case FaultAction::kHang: return "hang";
+    case FaultAction::kDropConnection: return "drop";
+    case FaultAction::kCrash: return "crash";
+    case FaultAction::kEvictSlabs: return "evict";
+  }
+  return "unknown(" + std::to_string(static_cast<uint32_t>(a)) + ")";
+}
+
+void EncodeHeader(const FrameHeader& h, uint8_t* out) {
+  PutU32(out, kMagic);
+  PutU16(out + 4, kProtocolVersion);
+  PutU16(out + 6, static_cast<uint16_t>(static_cast<uint16_t>(h.op) | (h.response ? kResponseBit : 0)));
+  PutU64(out + 8, h.request_id);
+  PutU32(out + 16, static_cast<uint32_t>(h.status));
+  PutU32(out + 20, h.payload_len);
+}
+
+Result<FrameHeader> DecodeHeader(std::span<const uint8_t> b, Direction expected) {
+  if (b.size() < kHeaderSize) {
+    return ProtocolError("frame header needs ", kHeaderSize, " bytes, got ", b.size());
+  }
+  const uint8_t* p = b.data();
+  uint32_t magic = GetU32(p);
+  if (magic != kMagic) return ProtocolError("bad magic 0x", std::hex, magic);
+  uint16_t version = GetU16(p + 4);
+  if (version != kProtocolVersion) {
+    return ProtocolError("unsupported protocol version ", version, " (want ", kProtocolVersion, ")");
+  }
+  uint16_t raw_op = GetU16(p + 6);
+  bool response = (raw_op & kResponseBit) != 0;
+  uint16_t op_value = raw_op & static_cast<uint16_t>(~kResponseBit);
+  if (!IsKnownOp(op_value)) return ProtocolError("unknown op ", op_value);
+  FrameHeader h;
+  h.op = static_cast<Op>(op_value);
+  h.response = response;
+  if (response != (expected == Direction::kResponse)) {
+    return ProtocolError(OpName(h.op), response ? " response where a request was expected"
+                                                : " request where a response was expected");
+  }
+  h.request_id = GetU64(p + 8);
+  uint32_t status = GetU32(p + 16);
+  h.payload_len = GetU32(p + 20);
+  if (h.payload_len > kMaxPayloadLength) {
+    return ProtocolError(OpName(h.op), ": payload_len ", h.payload_len, " exceeds ",
+                         kMaxPayloadLength);
+  }
+  if (!response) {
+    if (status != 0) return ProtocolError(OpName(h.op), " request with non-zero status ", status);
+  } else {
+    if (!IsKnownStatus(status)) return ProtocolError(OpName(h.op), ": unknown status ", status);
+  }
+  h.status = static_cast<StatusCode>(status);
+  if (h.op == Op::kNotice && h.request_id != 0) {
+    return ProtocolError("NOTICE with non-zero request_id ", h.request_id);
+  }
+  if (h.op == Op::kNotice && h.status != StatusCode::kOk) {
+    return ProtocolError("NOTICE with non-zero status");
+  }
+  if (response && h.status != StatusCode::kOk) {
+    if (h.payload_len > kMaxErrorMessageLength) {
+      return ProtocolError(OpName(h.op), " error response: message of ", h.payload_len,
+                           " bytes exceeds ", kMaxErrorMessageLength);
+    }
+    return h;
+  }
+  SizeRule rule = response ? ResponseRule(h.op) : RequestRule(h.op);
+  if (rule.min > rule.max) {
+    return ProtocolError(OpName(h.op), " is not valid as a ", response ? "response" : "request");
+  }
+  if (h.payload_len < rule.min || h.payload_len > rule.max) {
+    if (rule.min == rule.max) {
+      return ProtocolError(OpName(h.op), response ? " response" : " request", " payload must be ",
+                           rule.min, " bytes, got ", h.payload_len);
+    }
+    return ProtocolError(OpName(h.op), response ? " response" : " request", " payload_len ",
+                         h.payload_len, " outside ", rule.min, "..", rule.max);
+  }
+  return h;
+}
+
+// ---- payloads ----
+
+void HelloRequest::EncodeTo(uint8_t* out) const {
+  std::memcpy(out, client_nonce.data(), kNonceSize);
+  PutU64(out + 32, client_id);
+  PutU16(out + 40, min_version);
+  PutU16(out + 42, max_version);
+}
+Result<HelloRequest> HelloRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("HELLO", kWireSize, b.size());
+  HelloRequest r;
+  std::memcpy(r.client_nonce.data(), b.data(), kNonceSize);
+  r.client_id = GetU64(b.data() + 32);
+  r.min_version = GetU16(b.data() + 40);
+  r.max_version = GetU16(b.data() + 42);
+  if (r.client_id == 0) return ProtocolError("HELLO: client_id must be non-zero");
+  if (r.min_version == 0 || r.min_version > r.max_version) {
+    return ProtocolError("HELLO: bad version range ", r.min_version, "..", r.max_version);
+  }
+  return r;
+}
+
+void ChallengeResponse::EncodeTo(uint8_t* out) const {
+  std::memcpy(out, server_nonce.data(), kNonceSize);
+  PutU64(out + 32, server_id);
+  PutU16(out + 40, version);
+  PutU16(out + 42, 0);
+}
+Result<ChallengeResponse> ChallengeResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("CHALLENGE", kWireSize, b.size());
+  ChallengeResponse r;
+  std::memcpy(r.server_nonce.data(), b.data(), kNonceSize);
+  r.server_id = GetU64(b.data() + 32);
+  r.version = GetU16(b.data() + 40);
+  TESSERA_RETURN_IF_ERROR(CheckPad("CHALLENGE", b.data() + 42, 2));
+  if (r.server_id == 0) return ProtocolError("CHALLENGE: server_id must be non-zero");
+  if (r.version != kProtocolVersion) {
+    return ProtocolError("CHALLENGE: server chose unsupported version ", r.version);
+  }
+  return r;
+}
+
+void AuthRequest::EncodeTo(uint8_t* out) const { std::memcpy(out, client_mac.data(), kMacSize); }
+Result<AuthRequest> AuthRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("AUTH", kWireSize, b.size());
+  AuthRequest r;
+  std::memcpy(r.client_mac.data(), b.data(), kMacSize);
+  return r;
+}
+
+void AuthOkResponse::EncodeTo(uint8_t* out) const {
+  std::memcpy(out, server_mac.data(), kMacSize);
+  PutU64(out + 32, slab_size);
+  PutU64(out + 40, capacity_bytes);
+  PutU64(out + 48, rdma_token);
+  PutU32(out + 56, flags);
+  PutU16(out + 60, rdma_port);
+  PutU16(out + 62, 0);
+  std::memset(out + 64, 0, kMaxRdmaHostLength);
+  std::memcpy(out + 64, rdma_host.data(), std::min(rdma_host.size(), kMaxRdmaHostLength));
+}
+Result<AuthOkResponse> AuthOkResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("AUTH_OK", kWireSize, b.size());
+  const uint8_t* p = b.data();
+  AuthOkResponse r;
+  std::memcpy(r.server_mac.data(), p, kMacSize);
+  r.slab_size = GetU64(p + 32);
+  r.capacity_bytes = GetU64(p + 40);
+  r.rdma_token = GetU64(p + 48);
+  r.flags = GetU32(p + 56);
+  r.rdma_port = GetU16(p + 60);
+  TESSERA_RETURN_IF_ERROR(CheckPad("AUTH_OK", p + 62, 2));
+  if ((r.flags & ~kRdmaOffered) != 0) return ProtocolError("AUTH_OK: unknown flags ", r.flags);
+  const uint8_t* host = p + 64;
+  size_t n = 0;
+  while (n < kMaxRdmaHostLength && host[n] != 0) ++n;
+  TESSERA_RETURN_IF_ERROR(CheckPad("AUTH_OK rdma_host", host + n, kMaxRdmaHostLength - n));
+  for (size_t i = 0; i < n; ++i) {
+    if (host[i] < 0x21 || host[i] > 0x7e) {
+      return ProtocolError("AUTH_OK: rdma_host has a non-printable byte");
+    }
+  }
+  r.rdma_host.assign(reinterpret_cast<const char*>(host), n);
+  if (r.flags & kRdmaOffered) {
+    if (r.rdma_port == 0 || r.rdma_host.empty()) {
+      return ProtocolError("AUTH_OK: RDMA offered without a host and port");
+    }
+  } else if (r.rdma_port != 0 || !r.rdma_host.empty() || r.rdma_token != 0) {
+    return ProtocolError("AUTH_OK: RDMA fields set but RDMA not offered");
+  }
+  return r;
+}
+
+void AllocSlabRequest::EncodeTo(uint8_t* out) const { PutU64(out, size_hint); }
+Result<AllocSlabRequest> AllocSlabRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("ALLOC_SLAB", kWireSize, b.size());
+  AllocSlabRequest r;
+  r.size_hint = GetU64(b.data());
+  return r;
+}
+
+void AllocSlabResponse::EncodeTo(uint8_t* out) const {
+  PutU64(out, slab_id);
+  PutU64(out + 8, size);
+  PutU64(out + 16, remote_addr);
+  PutU32(out + 24, rkey);
+  PutU32(out + 28, 0);
+}
+Result<AllocSlabResponse> AllocSlabResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("ALLOC_SLAB response", kWireSize, b.size());
+  AllocSlabResponse r;
+  r.slab_id = GetU64(b.data());
+  r.size = GetU64(b.data() + 8);
+  r.remote_addr = GetU64(b.data() + 16);
+  r.rkey = GetU32(b.data() + 24);
+  TESSERA_RETURN_IF_ERROR(CheckPad("ALLOC_SLAB response", b.data() + 28, 4));
+  if (r.slab_id == 0) return ProtocolError("ALLOC_SLAB response: slab_id must be non-zero");
+  if (r.size == 0) return ProtocolError("ALLOC_SLAB response: size must be non-zero");
+  if (r.remote_addr + r.size < r.remote_addr) {
+    return ProtocolError("ALLOC_SLAB response: remote_addr + size overflows");
+  }
+  return r;
+}
+
+void FreeSlabRequest::EncodeTo(uint8_t* out) const { PutU64(out, slab_id); }
+Result<FreeSlabRequest> FreeSlabRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("FREE_SLAB", kWireSize, b.size());
+  FreeSlabRequest r;
+  r.slab_id = GetU64(b.data());
+  if (r.slab_id == 0) return ProtocolError("FREE_SLAB: slab_id must be non-zero");
+  return r;
+}
+
+namespace {
+template <typename T>
+void EncodeRw(const T& r, uint8_t* out) {
+  PutU64(out, r.slab_id);
+  PutU64(out + 8, r.offset);
+  PutU32(out + 16, r.length);
+  PutU32(out + 20, 0);
+}
+template <typename T>
+Result<T> DecodeRw(const char* what, std::span<const uint8_t> b) {
+  if (b.size() != T::kWireSize) return Short(what, T::kWireSize, b.size());
+  T r;
+  r.slab_id = GetU64(b.data());
+  r.offset = GetU64(b.data() + 8);
+  r.length = GetU32(b.data() + 16);
+  TESSERA_RETURN_IF_ERROR(CheckPad(what, b.data() + 20, 4));
+  if (r.slab_id == 0) return ProtocolError(what, ": slab_id must be non-zero");
+  TESSERA_RETURN_IF_ERROR(CheckDataLength(what, r.length));
+  if (r.offset + r.length < r.offset) return ProtocolError(what, ": offset + length overflows");
+  return r;
+}
+}  // namespace
+
+void ReadRequest::EncodeTo(uint8_t* out) const { EncodeRw(*this, out); }
+Result<ReadRequest> ReadRequest::Decode(std::span<const uint8_t> b) {
+  return DecodeRw<ReadRequest>("READ", b);
+}
+void WriteRequest::EncodeTo(uint8_t* out) const { EncodeRw(*this, out); }
+Result<WriteRequest> WriteRequest::Decode(std::span<const uint8_t> b) {
+  return DecodeRw<WriteRequest>("WRITE", b);
+}
+
+void HeartbeatResponse::EncodeTo(uint8_t* out) const {
+  PutU64(out, server_time_ns);
+  PutU64(out + 8, free_bytes);
+  PutU64(out + 16, total_bytes);
+  PutU32(out + 24, slabs_used);
+  PutU32(out + 28, slabs_free);
+  PutU32(out + 32, load_permille);
+  PutU32(out + 36, connections);
+}
+Result<HeartbeatResponse> HeartbeatResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("HEARTBEAT response", kWireSize, b.size());
+  const uint8_t* p = b.data();
+  HeartbeatResponse r;
+  r.server_time_ns = GetU64(p);
+  r.free_bytes = GetU64(p + 8);
+  r.total_bytes = GetU64(p + 16);
+  r.slabs_used = GetU32(p + 24);
+  r.slabs_free = GetU32(p + 28);
+  r.load_permille = GetU32(p + 32);
+  r.connections = GetU32(p + 36);
+  if (r.free_bytes > r.total_bytes) {
+    return ProtocolError("HEARTBEAT: free_bytes ", r.free_bytes, " > total_bytes ", r.total_bytes);
+  }
+  if (r.load_permille > 1000) return ProtocolError("HEARTBEAT: load_permille ", r.load_permille, " > 1000");
+  return r;
+}
+
+void InvokeRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, function_id);
+  PutU32(out + 4, 0);
+}
+Result<InvokeRequest> InvokeRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("INVOKE", kWireSize, b.size());
+  InvokeRequest r;
+  r.function_id = GetU32(b.data());
+  TESSERA_RETURN_IF_ERROR(CheckPad("INVOKE", b.data() + 4, 4));
+  return r;
+}
+
+void FaultRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, static_cast<uint32_t>(action));
+  PutU32(out + 4, op_mask);
+  PutU64(out + 8, delay_us);
+  PutU64(out + 16, duration_ms);
+  PutU64(out + 24, count);
+}
+Result<FaultRequest> FaultRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("FAULT", kWireSize, b.size());
+  const uint8_t* p = b.data();
+  uint32_t action = GetU32(p);
+  if (action > kMaxFaultAction) return ProtocolError("FAULT: unknown action ", action);
+  FaultRequest r;
+  r.action = static_cast<FaultAction>(action);
+  r.op_mask = GetU32(p + 4);
+  r.delay_us = GetU64(p + 8);
+  r.duration_ms = GetU64(p + 16);
+  r.count = GetU64(p + 24);
+  uint32_t valid_mask = ((1u << (kMaxOpValue + 1)) - 1) & ~1u;
+  if ((r.op_mask & ~valid_mask) != 0) return ProtocolError("FAULT: op_mask has unknown op bits");
+  if (r.delay_us > 3600ull * 1000000) return ProtocolError("FAULT: delay_us above one hour");
+  if (r.action == FaultAction::kDelay && r.delay_us == 0) {
+    return ProtocolError("FAULT: delay action needs delay_us > 0");
+  }
+  return r;
+}
+
+void Notice::EncodeTo(uint8_t* out) const {
+  PutU32(out, static_cast<uint32_t>(kind));
+  PutU32(out + 4, 0);
+  PutU64(out + 8, slab_id);
+  PutU64(out + 16, deadline_ms);
+}
+Result<Notice> Notice::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("NOTICE", kWireSize, b.size());
+  const uint8_t* p = b.data();
+  uint32_t kind = GetU32(p);
+  if (kind == 0 || kind > kMaxNoticeKind) return ProtocolError("NOTICE: unknown kind ", kind);
+  Notice n;
+  n.kind = static_cast<NoticeKind>(kind);
+  TESSERA_RETURN_IF_ERROR(CheckPad("NOTICE", p + 4, 4));
+  n.slab_id = GetU64(p + 8);
+  n.deadline_ms = GetU64(p + 16);
+  if (n.kind == NoticeKind::kSlabEvicting && n.slab_id == 0) {
+    return ProtocolError("NOTICE: slab eviction without a slab_id");
+  }
+  if (n.kind == NoticeKind::kShuttingDown && n.slab_id != 0) {
+    return ProtocolError("NOTICE: shutdown notice with a slab_id");
+  }
+  return n;
+}
+
+// ---- whole frames ----
+
+std::vector<uint8_t> BuildRawFrame(FrameHeader h, std::span<const uint8_t> data) {
+  std::vector<uint8_t> out(kHeaderSize + data.size());
+  h.payload_len = static_cast<uint32_t>(data.size());
+  EncodeHeader(h, out.data());
+  if (!data.empty()) std::memcpy(out.data() + kHeaderSize, data.data(), data.size());
+  return out;
+}
+
+namespace {
+template <typename T>
+Status DecodeFixed(ParsedFrame* f, std::span<const uint8_t> payload) {
+  if (payload.size() < T::kWireSize) return Short(OpName(f->header.op).c_str(), T::kWireSize, payload.size());
+  TESSERA_ASSIGN_OR_RETURN(T body, T::Decode(payload.first(T::kWireSize)));
+  f->body = body;
+  f->data = payload.subspan(T::kWireSize);
+  return Status::Ok();
+}
+}  // namespace
+
+Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction direction) {
+  if (bytes.size() < kHeaderSize) return Unavailable("need ", kHeaderSize - bytes.size(), " more header bytes");
+  ParsedFrame f;
+  TESSERA_ASSIGN_OR_RETURN(f.header, DecodeHeader(bytes.first(kHeaderSize), direction));
+  f.frame_size = kHeaderSize + f.header.payload_len;
+  if (bytes.size() < f.frame_size) {
+    return Unavailable("need ", f.frame_size - bytes.size(), " more payload bytes");
+  }
+  std::span<const uint8_t> payload = bytes.subspan(kHeaderSize, f.header.payload_len);
+  const FrameHeader& h = f.header;
+  if (h.response && h.status != StatusCode::kOk) {
+    f.data = payload;  // The error message.
+    return f;
+  }
+  if (!h.response) {
+    switch (h.op) {
+      case Op::kHello: TESSERA_RETURN_IF_ERROR(DecodeFixed<HelloRequest>(&f, payload)); break;
+      case Op::kAuth: TESSERA_RETURN_IF_ERROR(DecodeFixed<AuthRequest>(&f, payload)); break;
+      case Op::kAllocSlab: TESSERA_RETURN_IF_ERROR(DecodeFixed<AllocSlabRequest>(&f, payload)); break;
+      case Op::kFreeSlab: TESSERA_RETURN_IF_ERROR(DecodeFixed<FreeSlabRequest>(&f, payload)); break;
+      case Op::kRead: TESSERA_RETURN_IF_ERROR(DecodeFixed<ReadRequest>(&f, payload)); break;
+      case Op::kWrite: {
+        TESSERA_RETURN_IF_ERROR(DecodeFixed<WriteRequest>(&f, payload));
+        const auto& w = std::get<WriteRequest>(f.body);
+        if (f.data.size() != w.length) {
+          return ProtocolError("WRITE: length field ", w.length, " but ", f.data.size(),
+                               " data bytes follow");
+        }
+        break;
+      }
+      case Op::kInvoke: TESSERA_RETURN_IF_ERROR(DecodeFixed<InvokeRequest>(&f, payload)); break;
+      case Op::kFault: TESSERA_RETURN_IF_ERROR(DecodeFixed<FaultRequest>(&f, payload)); break;
+      case Op::kStats:
+      case Op::kHeartbeat:
+      case Op::kGoodbye:
+      case Op::kNotice:
+        f.data = payload;
+        break;
+    }
+  } else {
+    switch (h.op) {
+      case Op::kHello: TESSERA_RETURN_IF_ERROR(DecodeFixed<ChallengeResponse>(&f, payload)); break;
+      case Op::kAuth: TESSERA_RETURN_IF_ERROR(DecodeFixed<AuthOkResponse>(&f, payload)); break;
+      case Op::kAllocSlab: TESSERA_RETURN_IF_ERROR(DecodeFixed<AllocSlabResponse>(&f, payload)); break;
+      case Op::kHeartbeat: TESSERA_RETURN_IF_ERROR(DecodeFixed<HeartbeatResponse>(&f, payload)); break;
+      case Op::kNotice: TESSERA_RETURN_IF_ERROR(DecodeFixed<Notice>(&f, payload)); break;
+      case Op::kFreeSlab:
+      case Op::kRead:
+      case Op::kWrite:
+      case Op::kStats:
+      case Op::kInvoke:
+      case Op::kFault:
+      case Op::kGoodbye:
+        f.data = payload;
+        break;
+    }
+  }
+  return f;
+}
+
+}  // namespace tessera::fabric
