@@ -1,0 +1,25 @@
+// Parsing and printing of the human units that memserver flags and fault commands use.
+//
+// Sizes: "4096", "64K", "16M", "1G", "2T" (binary multiples, optional trailing "B" or "iB",
+// case-insensitive: "16MiB", "1gb"). Durations: "250ns", "200us", "5ms", "2s" (a bare number
+// is rejected so the unit is never guessed). Overflow and junk are errors with the input
+// quoted. Pure functions; callable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace tessera::memserver {
+
+Result<uint64_t> ParseSize(std::string_view text);
+Result<uint64_t> ParseDurationNs(std::string_view text);
+
+// "16 MiB", "1.5 GiB", "512 B": for logs, stats and the status table.
+std::string FormatSize(uint64_t bytes);
+// "200us", "1.5ms", "2s".
+std::string FormatDurationNs(uint64_t ns);
+
+}  // namespace tessera::memserver
