@@ -231,8 +231,15 @@ std::string FaultState::Describe(uint64_t now_ns) {
     if (!out.empty()) out += "; ";
     char mask[24];
     std::snprintf(mask, sizeof(mask), "0x%x", r.op_mask);
-    out += name + extra + " ops=" + mask;
-    if (r.until_ns != UINT64_MAX) out += " for=" + FormatDurationNs(r.until_ns - now_ns);
+    out += name + extra;
+    if (r.op_mask != (1u << op_bits::kAllocSlab) || std::string_view(name) != "refuse-alloc") {
+      out += std::string(" ops=") + mask;
+    }
+    if (r.until_ns != UINT64_MAX) {
+      // Whole milliseconds left, rounded up, so "for=1s" rather than "for=999.9ms".
+      uint64_t ms = (r.until_ns - now_ns + 999999) / 1000000;
+      out += " for=" + FormatDurationNs(ms * 1000000);
+    }
   };
   add("delay", delay_, "=" + FormatDurationNs(delay_ns_));
   add("hang", hang_, "");

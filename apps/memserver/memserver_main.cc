@@ -1,0 +1,135 @@
+// `tessera memserver`: a memory server daemon that lends its memory in slabs.
+#include <gflags/gflags.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "apps/cli/cli.h"
+#include "common/logging.h"
+#include "fabric/auth.h"
+#include "fabric/transport.h"
+#include "memserver/daemon.h"
+#include "memserver/units.h"
+
+DEFINE_string(listen, "127.0.0.1", "Address to listen on (0.0.0.0 or :: for every interface)");
+DEFINE_int32(port, 7700, "TCP port; 0 picks an ephemeral port (printed on stdout)");
+DEFINE_string(capacity, "1G", "Memory to lend, e.g. 512M, 4G (a multiple of --slab_size)");
+DEFINE_string(slab_size, "16M",
+              "Slab size, e.g. 2M, 16M (a multiple of 4K; of 2M with --huge_pages)");
+DEFINE_string(headroom, "1G",
+              "Host memory to keep free: below it slabs are evicted (owners get a notice first)");
+DEFINE_string(transport, "auto", "auto (RDMA when a device exists, else TCP), tcp or rdma");
+DEFINE_string(auth_token_file, "",
+              "File holding the shared secret (16..4096 bytes); empty: the development default");
+DEFINE_int32(metrics_port, -1, "Prometheus endpoint port (GET /metrics); 0 = ephemeral; -1 = off");
+DEFINE_bool(huge_pages, false, "Back the slabs with 2 MiB huge pages when available");
+DEFINE_int32(io_threads, 1, "Network I/O threads (1..64)");
+DEFINE_bool(fault_injection, true, "Accept `tessera fault` requests (turn off in production)");
+DEFINE_string(eviction_grace, "2s", "Time an owner gets to move an evicted slab's data");
+DEFINE_string(monitor_interval, "200ms", "How often free host memory is sampled");
+DEFINE_string(meminfo_path, "/proc/meminfo",
+              "Where MemAvailable is read (tests point it at a file they write)");
+
+namespace {
+
+using tessera::cli::CliSpec;
+using tessera::cli::UsageError;
+
+const CliSpec kSpec = {
+    "tessera memserver",
+    "[--listen ADDR] [--port N] [--capacity SIZE] [--slab_size SIZE] [--headroom SIZE] ...",
+    "Runs a memory server: lends --capacity bytes of this host's memory, in slabs, to\n"
+    "authenticated Tessera clients; evicts slabs (with notice) when the host runs short of\n"
+    "memory. Prints `listening on HOST:PORT` once it accepts connections. SIGTERM or SIGINT\n"
+    "stops it gracefully (clients are told).",
+    __FILE__, 0, 0};
+
+uint64_t SizeFlag(const char* name, const std::string& value) {
+  auto r = tessera::memserver::ParseSize(value);
+  if (!r.ok()) UsageError(kSpec, std::string("--") + name + ": " + r.status().message());
+  return *r;
+}
+
+uint64_t DurationFlag(const char* name, const std::string& value) {
+  auto r = tessera::memserver::ParseDurationNs(value);
+  if (!r.ok()) UsageError(kSpec, std::string("--") + name + ": " + r.status().message());
+  if (*r == 0) UsageError(kSpec, std::string("--") + name + " must be positive");
+  return *r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessera::cli::InitCli(kSpec, &argc, &argv);
+  namespace ms = tessera::memserver;
+  ms::DaemonOptions o;
+  o.listen_host = FLAGS_listen;
+  if (o.listen_host.empty()) UsageError(kSpec, "--listen must not be empty");
+  if (FLAGS_port < 0 || FLAGS_port > 65535) UsageError(kSpec, "--port must be in [0, 65535]");
+  o.port = static_cast<uint16_t>(FLAGS_port);
+  o.capacity_bytes = SizeFlag("capacity", FLAGS_capacity);
+  o.slab_bytes = SizeFlag("slab_size", FLAGS_slab_size);
+  o.headroom_bytes = SizeFlag("headroom", FLAGS_headroom);
+  if (o.slab_bytes == 0 || o.slab_bytes % 4096 != 0) {
+    UsageError(kSpec, "--slab_size must be a positive multiple of 4K");
+  }
+  if (FLAGS_huge_pages && o.slab_bytes % (2u << 20) != 0) {
+    UsageError(kSpec, "--slab_size must be a multiple of 2M with --huge_pages");
+  }
+  if (o.capacity_bytes < o.slab_bytes || o.capacity_bytes % o.slab_bytes != 0) {
+    UsageError(kSpec, "--capacity must be a positive multiple of --slab_size");
+  }
+  auto kind = tessera::fabric::ParseTransportKind(FLAGS_transport);
+  if (!kind.ok()) UsageError(kSpec, "--transport: " + kind.status().message());
+  o.transport = *kind;
+  if (FLAGS_metrics_port < -1 || FLAGS_metrics_port > 65535) {
+    UsageError(kSpec, "--metrics_port must be -1 (off) or in [0, 65535]");
+  }
+  o.metrics_port = FLAGS_metrics_port;
+  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 64) {
+    UsageError(kSpec, "--io_threads must be in [1, 64]");
+  }
+  o.io_threads = FLAGS_io_threads;
+  o.huge_pages = FLAGS_huge_pages;
+  o.fault_injection = FLAGS_fault_injection;
+  o.eviction_grace_ns = DurationFlag("eviction_grace", FLAGS_eviction_grace);
+  o.monitor_interval_ns = DurationFlag("monitor_interval", FLAGS_monitor_interval);
+  o.meminfo_path = FLAGS_meminfo_path;
+
+  auto secret = tessera::fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera memserver");
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tessera memserver: %s\n", secret.status().ToString().c_str());
+    return 1;
+  }
+  o.secret = *secret;
+
+  // Block the stop signals in every thread (threads inherit the mask); the main thread waits
+  // for them with sigtimedwait while it drives the resource monitor.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto daemon = ms::MemServerDaemon::Start(o);
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "tessera memserver: %s\n", daemon.status().ToString().c_str());
+    return 1;
+  }
+  // IPv6 literals are bracketed so the line parses as an endpoint ("[::1]:7700").
+  std::string host = (*daemon)->host();
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  std::printf("listening on %s:%u\n", host.c_str(), (*daemon)->port());
+  if ((*daemon)->metrics_port() >= 0) {
+    std::printf("metrics on %s:%d\n", host.c_str(), (*daemon)->metrics_port());
+  }
+  std::fflush(stdout);
+  int sig = (*daemon)->RunUntilSignal(stop);
+  TLOG(INFO) << "memserver: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+             << ", shutting down (clients notified)";
+  (*daemon)->Shutdown();
+  daemon->reset();
+  return 0;
+}

@@ -1,0 +1,187 @@
+// `tessera status CLUSTER_FILE|HOST:PORT...`: lists memory servers with their slabs, memory,
+// load and health.
+#include <gflags/gflags.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/cli/cli.h"
+#include "common/clock.h"
+#include "common/report.h"
+#include "fabric/auth.h"
+#include "fabric/cluster_file.h"
+#include "fabric/transport.h"
+#include "memserver/units.h"
+
+DEFINE_string(auth_token_file, "",
+              "File holding the shared secret; empty: the development default (logged)");
+DEFINE_string(timeout, "2s", "Per-server deadline for connecting and answering");
+DEFINE_bool(json, false, "One JSON object per server instead of a table");
+
+namespace {
+
+using tessera::cli::UsageError;
+namespace fabric = tessera::fabric;
+namespace ms = tessera::memserver;
+
+const tessera::cli::CliSpec kSpec = {
+    "tessera status", "CLUSTER_FILE|HOST:PORT... [--json] [--timeout D] [--auth_token_file F]",
+    "Asks every memory server (listed in a cluster file, or given as HOST:PORT) for a\n"
+    "heartbeat and its stats, and prints one row per server: health (reachable, or\n"
+    "unreachable with the reason), slabs used/free, memory lent/capacity, load, connections\n"
+    "and round-trip time. Servers are queried in parallel. Exit status 0 when every server\n"
+    "is reachable, 1 otherwise.",
+    __FILE__, 1, -1};
+
+struct Row {
+  fabric::ClusterMember member;
+  bool reachable = false;
+  std::string reason;
+  fabric::HeartbeatResponse hb;
+  uint64_t rtt_ns = 0;
+  std::string ops_per_sec = "-";
+  std::string evictions = "-";
+  std::string rdma = "-";
+  uint64_t slab_size = 0;
+};
+
+bool IsFile(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string StatValue(const std::string& stats, const std::string& key) {
+  std::istringstream in(stats);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + " ", 0) == 0) return line.substr(key.size() + 1);
+  }
+  return "-";
+}
+
+void Query(const std::string& secret, uint64_t timeout_ms, Row* row) {
+  fabric::TransportOptions to;
+  to.kind = fabric::TransportKind::kTcp;  // Control calls only.
+  auto transport = fabric::Transport::Create(to);
+  if (!transport.ok()) {
+    row->reason = transport.status().ToString();
+    return;
+  }
+  fabric::ConnectOptions co;
+  co.secret = secret;
+  co.client_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+  co.deadline = tessera::Deadline::AfterMs(timeout_ms);
+  auto conn = (*transport)->Connect(row->member.endpoint, co);
+  if (!conn.ok()) {
+    row->reason = conn.status().ToString();
+    return;
+  }
+  auto info = (*transport)->Info(*conn);
+  if (info.ok()) {
+    row->rdma = info->rdma ? "yes" : "no";
+    row->slab_size = info->slab_size;
+  }
+  uint64_t t0 = tessera::MonotonicNs();
+  auto hb = (*transport)->Heartbeat(*conn, tessera::Deadline::AfterMs(timeout_ms));
+  row->rtt_ns = tessera::MonotonicNs() - t0;
+  if (!hb.ok()) {
+    row->reason = "heartbeat: " + hb.status().ToString();
+    return;
+  }
+  row->hb = *hb;
+  row->reachable = true;
+  auto stats = (*transport)->Stats(*conn, tessera::Deadline::AfterMs(timeout_ms));
+  if (stats.ok()) {
+    row->ops_per_sec = StatValue(*stats, "ops_per_sec");
+    row->evictions = StatValue(*stats, "evictions");
+  }
+  (*transport)->Disconnect(*conn).IgnoreError();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessera::cli::InitCli(kSpec, &argc, &argv);
+  auto timeout = ms::ParseDurationNs(FLAGS_timeout);
+  if (!timeout.ok() || *timeout == 0) UsageError(kSpec, "bad --timeout '" + FLAGS_timeout + "'");
+  const uint64_t timeout_ms = (*timeout + 999999) / 1000000;
+
+  std::vector<Row> rows;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (IsFile(arg)) {
+      auto members = fabric::LoadClusterFile(arg);
+      if (!members.ok()) {
+        std::fprintf(stderr, "tessera status: %s\n", members.status().ToString().c_str());
+        return 2;
+      }
+      for (auto& m : *members) rows.push_back(Row{m});
+      continue;
+    }
+    auto ep = fabric::ParseEndpoint(arg);
+    if (!ep.ok()) {
+      UsageError(kSpec, "'" + arg + "' is neither a cluster file nor HOST:PORT (" +
+                            ep.status().message() + ")");
+    }
+    fabric::ClusterMember m;
+    m.endpoint = *ep;
+    rows.push_back(Row{m});
+  }
+  auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera status");
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tessera status: %s\n", secret.status().ToString().c_str());
+    return 1;
+  }
+
+  // One thread (and one Transport) per server, at most 32 at a time.
+  constexpr size_t kParallel = 32;
+  for (size_t base = 0; base < rows.size(); base += kParallel) {
+    std::vector<std::thread> threads;
+    for (size_t i = base; i < rows.size() && i < base + kParallel; ++i) {
+      threads.emplace_back(Query, std::cref(*secret), timeout_ms, &rows[i]);
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  tessera::Report report(FLAGS_json);
+  bool all_ok = true;
+  for (const Row& r : rows) {
+    tessera::Report::Row out;
+    out.Set("server", r.member.endpoint.ToString());
+    out.Set("rack", r.member.rack.empty() ? "-" : r.member.rack);
+    out.Set("health", r.reachable ? "reachable" : "unreachable");
+    if (r.reachable) {
+      out.Set("slabs_used", static_cast<int64_t>(r.hb.slabs_used));
+      out.Set("slabs_free", static_cast<int64_t>(r.hb.slabs_free));
+      out.Set("used", ms::FormatSize(static_cast<uint64_t>(r.hb.slabs_used) * r.slab_size));
+      out.Set("lendable", ms::FormatSize(r.hb.free_bytes));
+      out.Set("capacity", ms::FormatSize(r.hb.total_bytes));
+      char load[16];
+      std::snprintf(load, sizeof(load), "%.1f%%", r.hb.load_permille / 10.0);
+      out.Set("load", load);
+      out.Set("ops_per_sec", r.ops_per_sec);
+      out.Set("evictions", r.evictions);
+      out.Set("conns", static_cast<int64_t>(r.hb.connections));
+      out.Set("rdma", r.rdma);
+      char rtt[24];
+      std::snprintf(rtt, sizeof(rtt), "%.0f", r.rtt_ns / 1e3);
+      out.Set("rtt_us", rtt);
+      out.Set("reason", "-");
+    } else {
+      all_ok = false;
+      for (const char* k : {"slabs_used", "slabs_free", "used", "lendable", "capacity", "load",
+                            "ops_per_sec", "evictions", "conns", "rdma", "rtt_us"}) {
+        out.Set(k, "-");
+      }
+      out.Set("reason", r.reason);
+    }
+    report.Add(std::move(out));
+  }
+  report.Flush();
+  return all_ok ? 0 : 1;
+}

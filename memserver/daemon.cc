@@ -1,0 +1,116 @@
+#include "memserver/daemon.h"
+
+#include <cerrno>
+#include <ctime>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "memserver/units.h"
+
+namespace tessera::memserver {
+
+Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOptions& options) {
+  if (options.secret.empty()) return InvalidArgument("the daemon needs an auth secret");
+  if (options.monitor_interval_ns == 0) return InvalidArgument("monitor interval must be > 0");
+  bool enable_rdma = false;
+  switch (options.transport) {
+    case fabric::TransportKind::kTcp:
+      break;
+    case fabric::TransportKind::kAuto:
+      enable_rdma = true;  // The engine logs why and stays on TCP when no device exists.
+      break;
+    case fabric::TransportKind::kRdma: {
+      Status probe = fabric::ProbeRdma();
+      if (!probe.ok()) {
+        return Unsupported("--transport=rdma requested but RDMA is not usable here: ",
+                           probe.message());
+      }
+      enable_rdma = true;
+      break;
+    }
+  }
+
+  auto d = std::unique_ptr<MemServerDaemon>(new MemServerDaemon(options));
+  SlabPool::Options po;
+  po.capacity_bytes = options.capacity_bytes;
+  po.slab_bytes = options.slab_bytes;
+  po.huge_pages = options.huge_pages;
+  TESSERA_ASSIGN_OR_RETURN(d->pool_, SlabPool::Create(po));
+
+  MemServerHandler::Options ho;
+  ho.fault_injection = options.fault_injection;
+  ho.headroom_bytes = options.headroom_bytes;
+  d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
+
+  d->source_ = std::make_unique<MeminfoSource>(options.meminfo_path);
+  ResourceMonitor::Options mo;
+  mo.headroom_bytes = options.headroom_bytes;
+  mo.eviction_grace_ns = options.eviction_grace_ns;
+  mo.smoothing = options.smoothing;
+  TESSERA_ASSIGN_OR_RETURN(d->monitor_, ResourceMonitor::Create(mo, d->pool_.get(),
+                                                                d->source_.get(), &d->clock_,
+                                                                d->handler_.get()));
+  d->handler_->AttachMonitor(d->monitor_.get());
+  // First sample before accepting: the allocation limit is right from the first request.
+  d->TickOnce();
+
+  fabric::ServerOptions so;
+  so.host = options.listen_host;
+  so.port = options.port;
+  so.io_threads = options.io_threads;
+  so.secret = options.secret;
+  so.slab_size = d->pool_->slab_bytes();
+  so.capacity_bytes = d->pool_->capacity_bytes();
+  so.enable_rdma = enable_rdma;
+  TESSERA_ASSIGN_OR_RETURN(d->server_, fabric::Server::Create(so, d->handler_.get()));
+  TESSERA_ASSIGN_OR_RETURN(fabric::MemoryRegistration reg,
+                           d->server_->RegisterMemory(d->pool_->base(), d->pool_->region_bytes()));
+  d->handler_->AttachServer(d->server_.get(), reg);
+  TESSERA_RETURN_IF_ERROR(d->server_->Start());
+  if (options.transport == fabric::TransportKind::kRdma && !d->server_->rdma_enabled()) {
+    return Unsupported("--transport=rdma requested but the verbs listener did not start");
+  }
+
+  if (options.metrics_port >= 0) {
+    MemServerHandler* h = d->handler_.get();
+    TESSERA_ASSIGN_OR_RETURN(
+        d->metrics_,
+        MetricsHttpServer::Start(options.listen_host, static_cast<uint16_t>(options.metrics_port),
+                                 [h] { return h->PrometheusText(); }));
+  }
+  TLOG(INFO) << "memserver: " << FormatSize(d->pool_->capacity_bytes()) << " in "
+             << d->pool_->counts().max_slabs << " slabs of " << FormatSize(d->pool_->slab_bytes())
+             << (d->pool_->huge_pages() ? " (huge pages)" : "") << ", headroom "
+             << FormatSize(options.headroom_bytes) << ", transport "
+             << (d->server_->rdma_enabled() ? "tcp+rdma" : "tcp")
+             << (options.fault_injection ? ", fault injection allowed" : "");
+  return d;
+}
+
+MemServerDaemon::~MemServerDaemon() { Shutdown(); }
+
+void MemServerDaemon::TickOnce() {
+  monitor_->Tick();
+  handler_->metrics().UpdateRates(MonotonicNs());
+}
+
+int MemServerDaemon::RunUntilSignal(const sigset_t& signals) {
+  for (;;) {
+    uint64_t ns = options_.monitor_interval_ns;
+    timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+    int sig = ::sigtimedwait(&signals, nullptr, &ts);
+    if (sig > 0) return sig;
+    if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+      TLOG(ERROR) << "sigtimedwait failed: " << std::strerror(errno);
+      return SIGTERM;
+    }
+    TickOnce();
+  }
+}
+
+void MemServerDaemon::Shutdown() {
+  if (server_) server_->Stop(Deadline::AfterMs(1000));
+  if (metrics_) metrics_->Stop();
+}
+
+}  // namespace tessera::memserver

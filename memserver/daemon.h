@@ -1,0 +1,81 @@
+// MemServerDaemon: one memory server process, wired together — slab pool, request handler,
+// resource monitor, the fabric engine and (optionally) the Prometheus endpoint.
+//
+// Start() builds everything and starts accepting; after it returns, port() is the bound port
+// and the caller prints `listening on HOST:PORT`. RunUntilSignal() then drives the resource
+// monitor every `monitor_interval` on the calling thread and returns when one of the given
+// signals arrives (they must be blocked in every thread, i.e. before Start()). Shutdown() is
+// graceful: clients get a shutting-down NOTICE, then connections close.
+//
+// Ownership: owns every part; destruction stops the network first, then frees the memory.
+// Threads: Start/RunUntilSignal/Shutdown from one thread (the main thread).
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "fabric/server.h"
+#include "fabric/transport.h"
+#include "memserver/handler.h"
+#include "memserver/http_metrics.h"
+#include "memserver/resource_monitor.h"
+#include "memserver/slab_pool.h"
+
+namespace tessera::memserver {
+
+struct DaemonOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t port = 0;
+  uint64_t capacity_bytes = 1ull << 30;
+  uint64_t slab_bytes = 16ull << 20;
+  uint64_t headroom_bytes = 1ull << 30;
+  bool huge_pages = false;
+  fabric::TransportKind transport = fabric::TransportKind::kAuto;
+  std::string secret;
+  int io_threads = 1;
+  int metrics_port = -1;  // -1: no metrics endpoint; 0: ephemeral.
+  bool fault_injection = true;
+  std::string meminfo_path = "/proc/meminfo";
+  uint64_t monitor_interval_ns = 200ull * 1000000;
+  uint64_t eviction_grace_ns = 2000ull * 1000000;
+  double smoothing = 0.5;
+};
+
+class MemServerDaemon {
+ public:
+  static Result<std::unique_ptr<MemServerDaemon>> Start(const DaemonOptions& options);
+  ~MemServerDaemon();
+  MemServerDaemon(const MemServerDaemon&) = delete;
+  MemServerDaemon& operator=(const MemServerDaemon&) = delete;
+
+  uint16_t port() const { return server_->port(); }
+  const std::string& host() const { return options_.listen_host; }
+  // -1 when disabled.
+  int metrics_port() const { return metrics_ ? metrics_->port() : -1; }
+  bool rdma_enabled() const { return server_->rdma_enabled(); }
+  MemServerHandler& handler() { return *handler_; }
+
+  // Ticks the monitor until a signal of `signals` arrives; returns its number.
+  int RunUntilSignal(const sigset_t& signals);
+  void Shutdown();
+
+ private:
+  explicit MemServerDaemon(const DaemonOptions& options) : options_(options) {}
+  void TickOnce();
+
+  DaemonOptions options_;
+  // Destroyed bottom-up: endpoint, network, monitor, handler, memory.
+  std::unique_ptr<SlabPool> pool_;
+  std::unique_ptr<MemServerHandler> handler_;
+  std::unique_ptr<MeminfoSource> source_;
+  MonotonicClock clock_;
+  std::unique_ptr<ResourceMonitor> monitor_;
+  std::unique_ptr<fabric::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
+};
+
+}  // namespace tessera::memserver

@@ -1,0 +1,423 @@
+#include "memserver/handler.h"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "memserver/units.h"
+
+namespace tessera::memserver {
+
+using fabric::Op;
+using fabric::PeerInfo;
+
+static_assert(static_cast<uint16_t>(Op::kAllocSlab) == op_bits::kAllocSlab);
+static_assert(static_cast<uint16_t>(Op::kFreeSlab) == op_bits::kFreeSlab);
+static_assert(static_cast<uint16_t>(Op::kRead) == op_bits::kRead);
+static_assert(static_cast<uint16_t>(Op::kWrite) == op_bits::kWrite);
+static_assert(static_cast<uint16_t>(Op::kStats) == op_bits::kStats);
+static_assert(static_cast<uint16_t>(Op::kHeartbeat) == op_bits::kHeartbeat);
+static_assert(static_cast<uint16_t>(Op::kInvoke) == op_bits::kInvoke);
+static_assert(static_cast<uint16_t>(Op::kFault) == op_bits::kFault);
+
+namespace {
+
+// Times one handler call into the service-time histogram and counts it.
+class OpScope {
+ public:
+  OpScope(ServerMetrics* m, OpSlot op) : m_(m), op_(op), start_(MonotonicNs()) {}
+  ~OpScope() {
+    m_->RecordServiceNs(MonotonicNs() - start_);
+    m_->CountOp(op_, ok_);
+  }
+  template <typename T>
+  T Done(T r) {
+    ok_ = r.ok();
+    return r;
+  }
+  Status DoneStatus(Status s) {
+    ok_ = s.ok();
+    return s;
+  }
+
+ private:
+  ServerMetrics* m_;
+  OpSlot op_;
+  uint64_t start_;
+  bool ok_ = true;
+};
+
+}  // namespace
+
+MemServerHandler::MemServerHandler(SlabPool* pool, Options options)
+    : pool_(pool), options_(options), start_ns_(MonotonicNs()) {}
+
+void MemServerHandler::AttachServer(fabric::Server* server,
+                                    fabric::MemoryRegistration registration) {
+  registration_ = registration;
+  server_.store(server, std::memory_order_release);
+}
+
+void MemServerHandler::AttachMonitor(ResourceMonitor* monitor) {
+  monitor_.store(monitor, std::memory_order_release);
+}
+
+Status MemServerHandler::RegisterFunction(uint32_t function_id, std::string name, Function fn) {
+  if (function_id >= kReservedFunctionIdBase) {
+    return InvalidArgument("function ids from ", kReservedFunctionIdBase,
+                           " up are reserved for the memserver");
+  }
+  if (!fn) return InvalidArgument("function ", function_id, " has no body");
+  std::unique_lock lock(functions_mu_);
+  auto [it, inserted] = functions_.emplace(function_id, Registered{std::move(name), std::move(fn)});
+  if (!inserted) {
+    return AlreadyExists("function id ", function_id, " is taken by '", it->second.name, "'");
+  }
+  return Status::Ok();
+}
+
+void MemServerHandler::OnConnect(const PeerInfo& peer) {
+  metrics_.Connected();
+  TLOG(DEBUG) << "client " << peer.client_id << " connected from " << peer.address;
+}
+
+void MemServerHandler::OnDisconnect(const PeerInfo& peer) {
+  metrics_.Disconnected();
+  TLOG(DEBUG) << "client " << peer.client_id << " (" << peer.address << ") disconnected";
+}
+
+Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
+                                                         const fabric::ReadRequest& req) {
+  OpScope scope(&metrics_, OpSlot::kRead);
+  auto r = scope.Done(pool_->Resolve(peer.client_id, req.slab_id, req.offset, req.length));
+  if (r.ok()) metrics_.AddBytesRead(req.length);
+  return r;
+}
+
+Result<std::span<uint8_t>> MemServerHandler::ResolveWrite(const PeerInfo& peer,
+                                                          const fabric::WriteRequest& req) {
+  OpScope scope(&metrics_, OpSlot::kWrite);
+  auto r = scope.Done(pool_->Resolve(peer.client_id, req.slab_id, req.offset, req.length));
+  if (r.ok()) metrics_.AddBytesWritten(req.length);
+  return r;
+}
+
+Result<fabric::AllocSlabResponse> MemServerHandler::AllocSlab(const PeerInfo& peer,
+                                                              const fabric::AllocSlabRequest& req) {
+  OpScope scope(&metrics_, OpSlot::kAlloc);
+  auto run = [&]() -> Result<fabric::AllocSlabResponse> {
+    if (req.size_hint > pool_->slab_bytes()) {
+      return InvalidArgument("this server lends slabs of ", FormatSize(pool_->slab_bytes()),
+                             "; a size hint of ", req.size_hint, " bytes cannot be met");
+    }
+    if (faults_.RefuseAlloc(MonotonicNs())) {
+      return ResourceExhausted("slab allocation refused (injected fault)");
+    }
+    TESSERA_ASSIGN_OR_RETURN(uint64_t id, pool_->Alloc(peer.client_id));
+    TESSERA_ASSIGN_OR_RETURN(uint64_t offset, pool_->OffsetOf(id));
+    fabric::AllocSlabResponse resp;
+    resp.slab_id = id;
+    resp.size = pool_->slab_bytes();
+    resp.remote_addr = registration_.base_addr + offset;
+    resp.rkey = registration_.rkey;
+    return resp;
+  };
+  return scope.Done(run());
+}
+
+Status MemServerHandler::FreeSlab(const PeerInfo& peer, const fabric::FreeSlabRequest& req) {
+  OpScope scope(&metrics_, OpSlot::kFree);
+  return scope.DoneStatus(pool_->Free(peer.client_id, req.slab_id));
+}
+
+Result<std::string> MemServerHandler::Stats(const PeerInfo& peer) {
+  (void)peer;
+  OpScope scope(&metrics_, OpSlot::kStats);
+  return StatsText();
+}
+
+Result<fabric::HeartbeatResponse> MemServerHandler::Heartbeat(const PeerInfo& peer) {
+  (void)peer;
+  OpScope scope(&metrics_, OpSlot::kHeartbeat);
+  SlabPool::Counts c = pool_->counts();
+  fabric::HeartbeatResponse h;
+  h.server_time_ns = MonotonicNs();
+  uint64_t lendable = c.limit_slabs > c.allocated_slabs ? c.limit_slabs - c.allocated_slabs : 0;
+  h.free_bytes = lendable * pool_->slab_bytes();
+  h.total_bytes = pool_->capacity_bytes();
+  h.slabs_used = static_cast<uint32_t>(c.allocated_slabs);
+  h.slabs_free = static_cast<uint32_t>(lendable);
+  h.load_permille = metrics_.load_permille();
+  fabric::Server* server = server_.load(std::memory_order_acquire);
+  h.connections = server ? server->connection_count() : 0;
+  return h;
+}
+
+Result<std::vector<uint8_t>> MemServerHandler::Invoke(const PeerInfo& peer, uint32_t function_id,
+                                                      std::span<const uint8_t> args) {
+  OpScope scope(&metrics_, OpSlot::kInvoke);
+  if (function_id == kFaultFunctionId) {
+    if (!options_.fault_injection) {
+      return scope.Done(Result<std::vector<uint8_t>>(
+          Unsupported("fault injection is disabled on this server (--nofault_injection)")));
+    }
+    auto spec = DecodeFaultSpec(
+        std::string_view(reinterpret_cast<const char*>(args.data()), args.size()));
+    if (!spec.ok()) return scope.Done(Result<std::vector<uint8_t>>(spec.status()));
+    auto text = ApplyFault(peer, *spec);
+    if (!text.ok()) return scope.Done(Result<std::vector<uint8_t>>(text.status()));
+    return std::vector<uint8_t>(text->begin(), text->end());
+  }
+  Function fn;
+  {
+    std::shared_lock lock(functions_mu_);
+    auto it = functions_.find(function_id);
+    if (it == functions_.end()) {
+      return scope.Done(Result<std::vector<uint8_t>>(
+          NotFound("no offload function ", function_id, " on this server")));
+    }
+    fn = it->second.fn;
+  }
+  auto r = fn(peer, args);
+  if (r.ok() && r->size() > fabric::kMaxDataLength) {
+    return scope.Done(Result<std::vector<uint8_t>>(
+        Internal("function ", function_id, " returned ", r->size(), " bytes (max ",
+                 fabric::kMaxDataLength, ")")));
+  }
+  return scope.Done(std::move(r));
+}
+
+Result<FaultSpec> MemServerHandler::FromWire(const fabric::FaultRequest& req) {
+  FaultSpec s;
+  switch (req.action) {
+    case fabric::FaultAction::kClear: s.kind = FaultKind::kClear; break;
+    case fabric::FaultAction::kDelay: s.kind = FaultKind::kDelay; break;
+    case fabric::FaultAction::kHang: s.kind = FaultKind::kHang; break;
+    case fabric::FaultAction::kDropConnection: s.kind = FaultKind::kDrop; break;
+    case fabric::FaultAction::kCrash: s.kind = FaultKind::kCrash; break;
+    case fabric::FaultAction::kEvictSlabs: s.kind = FaultKind::kEvict; break;
+    default:
+      return InvalidArgument("unknown fault action ", static_cast<uint32_t>(req.action));
+  }
+  if (req.delay_us > UINT64_MAX / 1000 || req.duration_ms > UINT64_MAX / 1000000) {
+    return InvalidArgument("fault delay/duration overflows");
+  }
+  s.op_mask = req.op_mask;
+  s.delay_ns = req.delay_us * 1000;
+  s.duration_ns = req.duration_ms * 1000000;
+  s.count = req.count;
+  TESSERA_RETURN_IF_ERROR(ValidateFaultSpec(s));
+  return s;
+}
+
+Status MemServerHandler::Fault(const PeerInfo& peer, const fabric::FaultRequest& req) {
+  OpScope scope(&metrics_, OpSlot::kFault);
+  if (!options_.fault_injection) {
+    return scope.DoneStatus(
+        Unsupported("fault injection is disabled on this server (--nofault_injection)"));
+  }
+  auto spec = FromWire(req);
+  if (!spec.ok()) return scope.DoneStatus(spec.status());
+  auto r = scope.Done(ApplyFault(peer, *spec));
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+Result<std::string> MemServerHandler::ApplyFault(const PeerInfo& peer, const FaultSpec& spec) {
+  TESSERA_RETURN_IF_ERROR(ValidateFaultSpec(spec));
+  TLOG(WARNING) << "fault injection by client " << peer.client_id << " (" << peer.address
+                << "): " << FaultKindName(spec.kind);
+  switch (spec.kind) {
+    case FaultKind::kCrash: {
+      TLOG(ERROR) << "crashing on request (injected fault)";
+      rlimit no_core{0, 0};
+      ::setrlimit(RLIMIT_CORE, &no_core);  // An injected crash should not litter cores.
+      std::abort();
+    }
+    case FaultKind::kBitFlip:
+      return FlipBits(spec);
+    case FaultKind::kEvict: {
+      ResourceMonitor* m = monitor_.load(std::memory_order_acquire);
+      if (m == nullptr) return Unsupported("no resource monitor on this server");
+      uint64_t n = m->EvictNow(spec.count);
+      return "evicting " + std::to_string(n) + " slab(s); owners notified";
+    }
+    default:
+      TESSERA_RETURN_IF_ERROR(faults_.Apply(spec, MonotonicNs()));
+      return "faults now: " + faults_.Describe(MonotonicNs());
+  }
+}
+
+Result<std::string> MemServerHandler::FlipBits(const FaultSpec& spec) {
+  static std::mutex rng_mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(rng_mu);
+  std::vector<uint64_t> candidates;
+  if (spec.slab_id != 0) {
+    TESSERA_RETURN_IF_ERROR(pool_->RawSlab(spec.slab_id).status());
+    candidates.push_back(spec.slab_id);
+  } else {
+    for (const auto& s : pool_->AllocatedSlabs()) candidates.push_back(s.slab_id);
+    if (candidates.empty()) return NotFound("no allocated slab to flip bits in");
+  }
+  std::ostringstream out;
+  out << "flipped " << spec.count << " bit(s):";
+  const uint64_t bits = pool_->slab_bytes() * 8;
+  for (uint64_t i = 0; i < spec.count; ++i) {
+    uint64_t slab = candidates[rng() % candidates.size()];
+    auto mem = pool_->RawSlab(slab);
+    if (!mem.ok()) continue;  // Freed meanwhile.
+    uint64_t bit = rng() % bits;
+    std::atomic_ref<uint8_t> byte((*mem)[bit / 8]);
+    byte.fetch_xor(static_cast<uint8_t>(1u << (bit % 8)), std::memory_order_relaxed);
+    if (i < 64) out << " slab=" << slab << ",byte=" << bit / 8 << ",bit=" << bit % 8;
+  }
+  if (spec.count > 64) out << " ...";
+  TLOG(WARNING) << out.str();
+  return out.str();
+}
+
+fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
+  (void)peer;
+  FaultState::Decision d = faults_.Decide(static_cast<uint16_t>(op), MonotonicNs());
+  if (d.drop) {
+    metrics_.CountFaulted();
+    return fabric::OpPolicy::Drop();
+  }
+  if (d.hang) {
+    metrics_.CountFaulted();
+    return fabric::OpPolicy::Hang();
+  }
+  if (d.delay_ns > 0) {
+    metrics_.CountFaulted();
+    return fabric::OpPolicy::Delay(d.delay_ns);
+  }
+  return fabric::OpPolicy::Proceed();
+}
+
+void MemServerHandler::SlabEvicting(OwnerId owner, uint64_t slab_id, uint64_t deadline_ms) {
+  fabric::Server* server = server_.load(std::memory_order_acquire);
+  TLOG(INFO) << "evicting slab " << slab_id << " of client " << owner << " in " << deadline_ms
+             << " ms";
+  if (server == nullptr) return;
+  fabric::Notice n;
+  n.kind = fabric::NoticeKind::kSlabEvicting;
+  n.slab_id = slab_id;
+  n.deadline_ms = deadline_ms;
+  Status s = server->Notify(owner, n);
+  if (!s.ok()) TLOG(WARNING) << "eviction notice for slab " << slab_id << ": " << s;
+}
+
+void MemServerHandler::SlabEvicted(OwnerId owner, uint64_t slab_id) {
+  TLOG(INFO) << "evicted slab " << slab_id << " of client " << owner;
+}
+
+std::string MemServerHandler::StatsText() {
+  SlabPool::Counts c = pool_->counts();
+  ResourceMonitor* m = monitor_.load(std::memory_order_acquire);
+  ResourceMonitor::Stats ms = m ? m->stats() : ResourceMonitor::Stats{};
+  fabric::Server* server = server_.load(std::memory_order_acquire);
+  const uint64_t now = MonotonicNs();
+  std::ostringstream o;
+  o << "server_id " << (server ? server->server_id() : 0) << "\n";
+  o << "uptime_s " << (now - start_ns_) / 1000000000ull << "\n";
+  o << "slab_size " << pool_->slab_bytes() << "\n";
+  o << "capacity_bytes " << pool_->capacity_bytes() << "\n";
+  o << "slabs_max " << c.max_slabs << "\n";
+  o << "slabs_limit " << c.limit_slabs << "\n";
+  o << "slabs_allocated " << c.allocated_slabs << "\n";
+  o << "slabs_evicting " << c.evicting_slabs << "\n";
+  o << "bytes_allocated " << c.allocated_slabs * pool_->slab_bytes() << "\n";
+  o << "huge_pages " << (pool_->huge_pages() ? 1 : 0) << "\n";
+  o << "host_available_bytes " << ms.smoothed_available_bytes << "\n";
+  o << "headroom_bytes " << options_.headroom_bytes << "\n";
+  o << "evictions " << ms.evictions << "\n";
+  o << "eviction_notices " << ms.notices_sent << "\n";
+  o << "evictions_released_early " << ms.released_early << "\n";
+  o << "connections " << (server ? server->connection_count() : 0) << "\n";
+  o << "ops_total " << metrics_.total_ops() << "\n";
+  for (int i = 0; i < ServerMetrics::kOps; ++i) {
+    o << "ops_" << OpSlotName(static_cast<OpSlot>(i)) << " " << metrics_.ops(static_cast<OpSlot>(i))
+      << "\n";
+  }
+  o << "errors_total " << metrics_.total_errors() << "\n";
+  char rate[32];
+  std::snprintf(rate, sizeof(rate), "%.1f", metrics_.ops_per_sec());
+  o << "ops_per_sec " << rate << "\n";
+  o << "bytes_read " << metrics_.bytes_read() << "\n";
+  o << "bytes_written " << metrics_.bytes_written() << "\n";
+  o << "service_p50_ns " << metrics_.service().Percentile(0.5) << "\n";
+  o << "service_p99_ns " << metrics_.service().Percentile(0.99) << "\n";
+  o << "load_permille " << metrics_.load_permille() << "\n";
+  o << "faulted_ops " << metrics_.faulted_ops() << "\n";
+  o << "faults " << faults_.Describe(now) << "\n";
+  return o.str();
+}
+
+std::string MemServerHandler::PrometheusText() {
+  SlabPool::Counts c = pool_->counts();
+  ResourceMonitor* m = monitor_.load(std::memory_order_acquire);
+  ResourceMonitor::Stats ms = m ? m->stats() : ResourceMonitor::Stats{};
+  fabric::Server* server = server_.load(std::memory_order_acquire);
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    o << "# HELP tessera_memserver_" << name << " " << help << "\n";
+    o << "# TYPE tessera_memserver_" << name << " " << type << "\n";
+  };
+  metric("ops_total", "counter", "Requests handled, by op.");
+  for (int i = 0; i < ServerMetrics::kOps; ++i) {
+    o << "tessera_memserver_ops_total{op=\"" << OpSlotName(static_cast<OpSlot>(i)) << "\"} "
+      << metrics_.ops(static_cast<OpSlot>(i)) << "\n";
+  }
+  metric("errors_total", "counter", "Requests answered with an error, by op.");
+  for (int i = 0; i < ServerMetrics::kOps; ++i) {
+    o << "tessera_memserver_errors_total{op=\"" << OpSlotName(static_cast<OpSlot>(i)) << "\"} "
+      << metrics_.errors(static_cast<OpSlot>(i)) << "\n";
+  }
+  metric("bytes_read_total", "counter", "Bytes served to READ requests.");
+  o << "tessera_memserver_bytes_read_total " << metrics_.bytes_read() << "\n";
+  metric("bytes_written_total", "counter", "Bytes accepted from WRITE requests.");
+  o << "tessera_memserver_bytes_written_total " << metrics_.bytes_written() << "\n";
+  metric("slabs", "gauge", "Slabs by state; limit is what may be allocated now.");
+  o << "tessera_memserver_slabs{state=\"allocated\"} " << c.allocated_slabs << "\n";
+  o << "tessera_memserver_slabs{state=\"evicting\"} " << c.evicting_slabs << "\n";
+  o << "tessera_memserver_slabs{state=\"limit\"} " << c.limit_slabs << "\n";
+  o << "tessera_memserver_slabs{state=\"max\"} " << c.max_slabs << "\n";
+  metric("slab_size_bytes", "gauge", "Size of one slab.");
+  o << "tessera_memserver_slab_size_bytes " << pool_->slab_bytes() << "\n";
+  metric("capacity_bytes", "gauge", "Configured capacity.");
+  o << "tessera_memserver_capacity_bytes " << pool_->capacity_bytes() << "\n";
+  metric("host_available_bytes", "gauge", "Smoothed MemAvailable of the host.");
+  o << "tessera_memserver_host_available_bytes " << ms.smoothed_available_bytes << "\n";
+  metric("evictions_total", "counter", "Slabs freed by the resource monitor at their deadline.");
+  o << "tessera_memserver_evictions_total " << ms.evictions << "\n";
+  metric("eviction_notices_total", "counter", "Eviction notices sent to slab owners.");
+  o << "tessera_memserver_eviction_notices_total " << ms.notices_sent << "\n";
+  metric("connections", "gauge", "Open client connections.");
+  o << "tessera_memserver_connections " << (server ? server->connection_count() : 0) << "\n";
+  metric("load_permille", "gauge", "CPU load of the daemon, permille of the machine.");
+  o << "tessera_memserver_load_permille " << metrics_.load_permille() << "\n";
+  metric("faulted_ops_total", "counter", "Requests delayed, hung or dropped by injected faults.");
+  o << "tessera_memserver_faulted_ops_total " << metrics_.faulted_ops() << "\n";
+  metric("service_seconds", "summary", "Time the handler spent per request.");
+  const auto& h = metrics_.service();
+  for (double q : {0.5, 0.99, 0.999}) {
+    char line[96];
+    std::snprintf(line, sizeof(line), "tessera_memserver_service_seconds{quantile=\"%g\"} %.9f\n",
+                  q, static_cast<double>(h.Percentile(q)) / 1e9);
+    o << line;
+  }
+  char sum[64];
+  std::snprintf(sum, sizeof(sum), "%.9f", static_cast<double>(h.sum()) / 1e9);
+  o << "tessera_memserver_service_seconds_sum " << sum << "\n";
+  o << "tessera_memserver_service_seconds_count " << h.count() << "\n";
+  return o.str();
+}
+
+}  // namespace tessera::memserver

@@ -1,0 +1,111 @@
+// MemServerHandler: the memory server's answer to every request the fabric engine dispatches.
+//
+// It implements fabric::RequestHandler over a SlabPool: ALLOC/FREE slabs for the authenticated
+// client (PeerInfo::client_id is the owner), resolve READ/WRITE to bounds- and owner-checked
+// slab memory (the engine copies the bytes), STATS text, HEARTBEAT, an INVOKE registry where
+// offload applications register functions by id, and fault injection (FAULT, plus a built-in
+// INVOKE function for the fault kinds the wire op cannot carry yet). It is also the monitor's
+// EvictionSink: eviction decisions become NOTICEs to the owning client through the Server.
+//
+// Slabs outlive connections: a client that reconnects with the same client_id keeps its slabs
+// (the resilience layer above relies on that after a network blip). Memory held by clients
+// that never return is reclaimed by the resource monitor under memory pressure.
+//
+// Ownership: borrows the pool (must outlive the handler); the Server and the monitor are
+// attached after construction (AttachServer/AttachMonitor, before Server::Start) and must
+// outlive their use. Owns the fault state, the metrics and the INVOKE registry.
+// Threads: the RequestHandler methods run on the Server's I/O threads, concurrently; the data
+// path (ResolveRead/ResolveWrite/BeforeOp) takes no lock. RegisterFunction, StatsText,
+// PrometheusText may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "fabric/server.h"
+#include "memserver/fault_state.h"
+#include "memserver/metrics.h"
+#include "memserver/resource_monitor.h"
+#include "memserver/slab_pool.h"
+
+namespace tessera::memserver {
+
+class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
+ public:
+  struct Options {
+    bool fault_injection = true;  // Accept FAULT requests (and the fault INVOKE function).
+    uint64_t headroom_bytes = 0;  // Reported in STATS.
+  };
+  // An offload function: gets the caller and the argument bytes, returns the result bytes
+  // (<= fabric::kMaxDataLength). Runs on an I/O thread: keep it short.
+  using Function =
+      std::function<Result<std::vector<uint8_t>>(const fabric::PeerInfo&, std::span<const uint8_t>)>;
+
+  MemServerHandler(SlabPool* pool, Options options);
+  MemServerHandler(const MemServerHandler&) = delete;
+  MemServerHandler& operator=(const MemServerHandler&) = delete;
+
+  void AttachServer(fabric::Server* server, fabric::MemoryRegistration registration);
+  void AttachMonitor(ResourceMonitor* monitor);
+
+  // Registers an INVOKE function. AlreadyExists for a taken id; InvalidArgument for ids at or
+  // above kReservedFunctionIdBase.
+  Status RegisterFunction(uint32_t function_id, std::string name, Function fn);
+
+  // fabric::RequestHandler
+  void OnConnect(const fabric::PeerInfo& peer) override;
+  void OnDisconnect(const fabric::PeerInfo& peer) override;
+  Result<std::span<uint8_t>> ResolveRead(const fabric::PeerInfo& peer,
+                                         const fabric::ReadRequest& req) override;
+  Result<std::span<uint8_t>> ResolveWrite(const fabric::PeerInfo& peer,
+                                          const fabric::WriteRequest& req) override;
+  Result<fabric::AllocSlabResponse> AllocSlab(const fabric::PeerInfo& peer,
+                                              const fabric::AllocSlabRequest& req) override;
+  Status FreeSlab(const fabric::PeerInfo& peer, const fabric::FreeSlabRequest& req) override;
+  Result<std::string> Stats(const fabric::PeerInfo& peer) override;
+  Result<fabric::HeartbeatResponse> Heartbeat(const fabric::PeerInfo& peer) override;
+  Result<std::vector<uint8_t>> Invoke(const fabric::PeerInfo& peer, uint32_t function_id,
+                                      std::span<const uint8_t> args) override;
+  Status Fault(const fabric::PeerInfo& peer, const fabric::FaultRequest& req) override;
+  fabric::OpPolicy BeforeOp(const fabric::PeerInfo& peer, fabric::Op op) override;
+
+  // EvictionSink (called by the monitor).
+  void SlabEvicting(OwnerId owner, uint64_t slab_id, uint64_t deadline_ms) override;
+  void SlabEvicted(OwnerId owner, uint64_t slab_id) override;
+
+  // Carries out one fault command; returns a line saying what was done.
+  Result<std::string> ApplyFault(const fabric::PeerInfo& peer, const FaultSpec& spec);
+  // The wire FAULT request as a FaultSpec.
+  static Result<FaultSpec> FromWire(const fabric::FaultRequest& req);
+
+  std::string StatsText();
+  std::string PrometheusText();
+  ServerMetrics& metrics() { return metrics_; }
+  FaultState& faults() { return faults_; }
+
+ private:
+  Result<std::string> FlipBits(const FaultSpec& spec);
+
+  SlabPool* const pool_;
+  const Options options_;
+  const uint64_t start_ns_;
+  std::atomic<fabric::Server*> server_{nullptr};
+  std::atomic<ResourceMonitor*> monitor_{nullptr};
+  fabric::MemoryRegistration registration_;  // Set before Start().
+  FaultState faults_;
+  ServerMetrics metrics_;
+
+  struct Registered {
+    std::string name;
+    Function fn;
+  };
+  std::shared_mutex functions_mu_;
+  std::map<uint32_t, Registered> functions_;  // Under functions_mu_.
+};
+
+}  // namespace tessera::memserver
