@@ -85,6 +85,7 @@ Result<GroupLayout> CodingSets::BuildLayout(const CodingSetsOptions& o,
     return racks;
   };
 
+  std::vector<ServerId> final_spares;
   while (true) {
     // 1. Refill groups that lost members, smallest first.
     std::vector<size_t> order(groups.size());
@@ -111,12 +112,16 @@ Result<GroupLayout> CodingSets::BuildLayout(const CodingSetsOptions& o,
       }
       groups.push_back(std::move(group));
     }
-    // 3. Fewer than g servers left: extra slack for the smallest groups lacking their rack.
-    while (pool.size() > 0 && !groups.empty()) {
+    // 3. Fewer than g servers left: each group takes at most one of them as extra slack
+    //    (smallest groups lacking the server's rack first); the rest wait as spares until
+    //    enough accumulate for a new group, or a group needs refilling.
+    std::vector<ServerId> spares;
+    while (pool.size() > 0) {
       auto [rack, id] = pool.Take({});
       size_t best = groups.size();
       bool best_has_rack = true;
       for (size_t gi = 0; gi < groups.size(); ++gi) {
+        if (groups[gi].size() > g) continue;
         bool has_rack = racks_in(groups[gi]).count(rack) > 0;
         if (best == groups.size() || (best_has_rack && !has_rack) ||
             (best_has_rack == has_rack && groups[gi].size() < groups[best].size())) {
@@ -124,7 +129,11 @@ Result<GroupLayout> CodingSets::BuildLayout(const CodingSetsOptions& o,
           best_has_rack = has_rack;
         }
       }
-      groups[best].push_back(id);
+      if (best == groups.size()) {
+        spares.push_back(id);
+      } else {
+        groups[best].push_back(id);
+      }
     }
     // 4. A group too small for a slab is dissolved and its members reassigned.
     size_t smallest = groups.size();
@@ -134,7 +143,11 @@ Result<GroupLayout> CodingSets::BuildLayout(const CodingSetsOptions& o,
         smallest = gi;
       }
     }
-    if (smallest == groups.size()) break;
+    if (smallest == groups.size()) {
+      final_spares = std::move(spares);
+      break;
+    }
+    for (ServerId id : spares) pool.Add(rack_of(id), id);
     for (ServerId id : groups[smallest]) pool.Add(rack_of(id), id);
     groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(smallest));
   }
@@ -178,6 +191,8 @@ Result<GroupLayout> CodingSets::BuildLayout(const CodingSetsOptions& o,
         " splits of a slab");
   }
   layout.groups = std::move(groups);
+  layout.spares = std::move(final_spares);
+  std::sort(layout.spares.begin(), layout.spares.end());
   return layout;
 }
 

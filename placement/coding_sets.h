@@ -14,8 +14,8 @@
 // groups), the layout says so in layout_note() and GroupLayout::rack_safe is false.
 //
 // Membership changes: Reconfigure() keeps every surviving group; departed servers leave their
-// group, new servers first refill groups below k+r+l, then form new groups, then join the
-// smallest groups as extra slack. A group that falls below k+r members is dissolved and its
+// group, new servers (and spares) first refill groups below k+r+l, then form new groups of
+// k+r+l, then join groups as one extra member of slack each; any rest wait as spares. A group that falls below k+r members is dissolved and its
 // members reassigned. So a join moves no slab and a leave moves only the slabs that had a
 // split on the departed server (unless its group had to be dissolved).
 //
@@ -40,6 +40,10 @@ struct CodingSetsOptions {
 
 struct GroupLayout {
   std::vector<std::vector<ServerId>> groups;  // disjoint; each has >= k+r members
+  // Alive servers in no group yet (hold no slabs): fewer than k+r+l joined since the last
+  // group was formed and every group already has one extra member. They refill groups that
+  // lose members and form a new group once there are k+r+l of them.
+  std::vector<ServerId> spares;
   bool racks_labelled = false;
   // True when every group has at least k+r distinct racks, so that a slab never puts two
   // splits in one rack. Always true without rack labels (nothing to check).
@@ -58,10 +62,10 @@ class CodingSets final : public Placement {
   int width() const override { return options_.k + options_.r; }
   int tolerance() const override { return options_.r; }
   Result<std::vector<ServerId>> Place(const MembershipSnapshot& snap, SlabId slab,
-                                      LoadView load) const override;
+                                      LoadView load = {}) const override;
   Result<ServerId> ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                      std::span<const ServerId> current, size_t failed_index,
-                                     LoadView load) const override;
+                                     LoadView load = {}) const override;
   bool IsValid(const MembershipSnapshot& snap, std::span<const ServerId> servers) const override;
   Result<PlacementPtr> Reconfigure(const SnapshotPtr& next) const override;
   std::string layout_note() const override { return layout_.note; }

@@ -64,6 +64,11 @@ class Placement {
   virtual Result<std::shared_ptr<const Placement>> Reconfigure(
       const SnapshotPtr& next) const = 0;
 
+  // True when each slab's servers are (close to) an independent uniformly random set, so
+  // the simulator's analytic mode may treat slabs as i.i.d. (random placement, random
+  // replication; power-of-choices only approximately, as load skews its samples).
+  virtual bool iid_random_sets() const { return false; }
+
   // A sentence about a constraint the layout could not meet (e.g. racks), or "".
   virtual std::string layout_note() const { return ""; }
 };

@@ -24,11 +24,12 @@ class RandomPlacement final : public Placement {
   int width() const override { return width_; }
   int tolerance() const override { return tolerance_; }
   Result<std::vector<ServerId>> Place(const MembershipSnapshot& snap, SlabId slab,
-                                      LoadView load) const override;
+                                      LoadView load = {}) const override;
   Result<ServerId> ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                      std::span<const ServerId> current, size_t failed_index,
-                                     LoadView load) const override;
+                                     LoadView load = {}) const override;
   Result<PlacementPtr> Reconfigure(const SnapshotPtr& next) const override;
+  bool iid_random_sets() const override { return true; }
 
  private:
   int width_;
@@ -47,11 +48,12 @@ class PowerOfChoices final : public Placement {
   int width() const override { return k_ + r_; }
   int tolerance() const override { return r_; }
   Result<std::vector<ServerId>> Place(const MembershipSnapshot& snap, SlabId slab,
-                                      LoadView load) const override;
+                                      LoadView load = {}) const override;
   Result<ServerId> ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                      std::span<const ServerId> current, size_t failed_index,
-                                     LoadView load) const override;
+                                     LoadView load = {}) const override;
   Result<PlacementPtr> Reconfigure(const SnapshotPtr& next) const override;
+  bool iid_random_sets() const override { return true; }
 
  private:
   // One split: the least loaded of `choices` samples outside `taken`.
@@ -76,13 +78,13 @@ class CopySets final : public Placement {
   int width() const override { return replicas_; }
   int tolerance() const override { return replicas_ - 1; }
   Result<std::vector<ServerId>> Place(const MembershipSnapshot& snap, SlabId slab,
-                                      LoadView load) const override;
+                                      LoadView load = {}) const override;
   // Prefers a server that, with the survivors, forms a copyset; if no copyset holds all
   // survivors, the least loaded alive server (the slab then sits outside the copysets and
   // IsValid() says so, so a rebalancer can move it).
   Result<ServerId> ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                      std::span<const ServerId> current, size_t failed_index,
-                                     LoadView load) const override;
+                                     LoadView load = {}) const override;
   bool IsValid(const MembershipSnapshot& snap, std::span<const ServerId> servers) const override;
   Result<PlacementPtr> Reconfigure(const SnapshotPtr& next) const override;
 

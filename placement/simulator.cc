@@ -64,6 +64,7 @@ Result<PlacedSlabs> PlaceAll(const Placement& policy, const MembershipSnapshot& 
   placed.width = policy.width();
   placed.tolerance = policy.tolerance();
   placed.num_slabs = num_slabs;
+  placed.iid_random = policy.iid_random_sets();
   placed.servers.reserve(num_slabs * static_cast<uint64_t>(placed.width));
   placed.load.assign(snap.size(), 0);
   for (uint64_t s = 0; s < num_slabs; ++s) {
@@ -283,6 +284,13 @@ AnalyticResult ComputeAnalytic(const PlacedSlabs& placed, const MembershipSnapsh
     }
     out.loss_prob = std::clamp(1.0L - poly[F] / Choose(N, F), 0.0L, 1.0L);
     out.method = "exact";
+    return out;
+  }
+  if (placed.iid_random) {
+    out.loss_prob =
+        p >= 1 ? 1.0L
+               : -expm1l(static_cast<long double>(placed.num_slabs) * log1pl(-p));
+    out.method = "iid-random";
     return out;
   }
   // Independent sets: distinct server sets, each lost with probability p.

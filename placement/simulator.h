@@ -23,6 +23,7 @@ struct PlacedSlabs {
   int width = 0;
   int tolerance = 0;
   uint64_t num_slabs = 0;
+  bool iid_random = false;  // the policy's iid_random_sets()
   std::vector<ServerId> servers;
   std::vector<uint64_t> load;  // splits per server index of the snapshot, after placement
 };
@@ -77,9 +78,11 @@ struct AnalyticResult {
   long double loss_prob = 0;      // P(at least one slab loses data)
   long double lost_fraction = 0;  // expected fraction of slabs lost (exact: hypergeometric)
   // "exact": every group of servers that share slabs is small enough to enumerate, so the
-  // probability is exact for this placement. "independent-sets": 1 - prod(1 - p) over the
-  // distinct server sets, exact in expectation over random placements and an approximation
-  // for structured ones. Else why it is not available.
+  // probability is exact for this placement. "iid-random": 1 - (1 - p)^slabs, exact in
+  // expectation over random placements (random, random replication; approximate for
+  // power-of-choices). "independent-sets": 1 - (1 - p)^(distinct server sets), an
+  // approximation for structured placements (CopySets with several permutations). Else why
+  // it is not available.
   std::string method;
 };
 
