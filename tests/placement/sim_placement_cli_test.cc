@@ -70,7 +70,8 @@ TEST(SimPlacementCliTest, CsvHasAHeaderAndOneRowPerPolicy) {
   ASSERT_EQ(lines.size(), 3u) << o.stdout_text;
   EXPECT_EQ(lines[0].rfind("policy,overhead,failed,loss_prob,loss_ci_lo,loss_ci_hi", 0), 0u)
       << lines[0];
-  EXPECT_EQ(lines[1].rfind("codingsets(4,2,2),1.5,6,", 0), 0u) << lines[1];
+  // Names holding commas are quoted (RFC 4180).
+  EXPECT_EQ(lines[1].rfind("\"codingsets(4,2,2)\",1.5,6,", 0), 0u) << lines[1];
   EXPECT_EQ(lines[2].rfind("copysets2(sw=4),2,6,", 0), 0u) << lines[2];
 }
 
