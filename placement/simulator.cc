@@ -39,8 +39,6 @@ long double LogChoose(uint64_t n, uint64_t k) {
          lgammal(static_cast<long double>(n - k) + 1);
 }
 
-long double Choose(uint64_t n, uint64_t k) { return k > n ? 0.0L : expl(LogChoose(n, k)); }
-
 // Index of each slab's servers in the snapshot.
 Result<std::vector<uint32_t>> SlabServerIndices(const PlacedSlabs& placed,
                                                 const MembershipSnapshot& snap) {
@@ -254,8 +252,12 @@ AnalyticResult ComputeAnalytic(const PlacedSlabs& placed, const MembershipSnapsh
       for (size_t j = 0; j < w; ++j) mask |= 1u << local[idx[s * w + j]];
       masks[find(idx[s * w])].insert(mask);
     }
+    // poly: F-subsets losing nothing; all: every F-subset, built the same way so that the
+    // ratio is exactly 1 when nothing can be lost (no lgamma rounding in the denominator).
     std::vector<long double> poly(F + 1, 0.0L);
+    std::vector<long double> all(F + 1, 0.0L);
     poly[0] = 1;
+    all[0] = 1;
     for (size_t root = 0; root < members.size(); ++root) {
       size_t c = members[root].size();
       if (c == 0) continue;
@@ -275,14 +277,22 @@ AnalyticResult ComputeAnalytic(const PlacedSlabs& placed, const MembershipSnapsh
         }
         if (!lost) good[static_cast<size_t>(pc)] += 1;
       }
+      std::vector<long double> choose(c + 1, 1.0L);
+      for (size_t m = 1; m <= c; ++m) {
+        choose[m] = choose[m - 1] * static_cast<long double>(c - m + 1) / static_cast<long double>(m);
+      }
       std::vector<long double> next(F + 1, 0.0L);
+      std::vector<long double> next_all(F + 1, 0.0L);
       for (size_t a = 0; a <= F; ++a) {
-        if (poly[a] == 0) continue;
-        for (size_t m = 0; m <= c && a + m <= F; ++m) next[a + m] += poly[a] * good[m];
+        for (size_t m = 0; m <= c && a + m <= F; ++m) {
+          next[a + m] += poly[a] * good[m];
+          next_all[a + m] += all[a] * choose[m];
+        }
       }
       poly.swap(next);
+      all.swap(next_all);
     }
-    out.loss_prob = std::clamp(1.0L - poly[F] / Choose(N, F), 0.0L, 1.0L);
+    out.loss_prob = std::clamp((all[F] - poly[F]) / all[F], 0.0L, 1.0L);
     out.method = "exact";
     return out;
   }

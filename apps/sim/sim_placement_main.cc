@@ -145,8 +145,9 @@ tessera::Status Plot(const std::string& png, const std::vector<PolicyRun>& runs,
                                                           FLAGS_plot_trials, FLAGS_seed + 7));
       pl::AnalyticResult an = pl::ComputeAnalytic(runs[p].placed, snap, model);
       double analytic = an.available ? static_cast<double>(an.loss_prob) : NAN;
-      // gnuplot's log axis cannot show 0: a point with no losses is drawn at its CI bound.
-      double shown = mc.loss_events > 0 ? mc.loss_prob : mc.loss_ci.hi;
+      // A log axis cannot show 0: a Monte Carlo point with no losses is left out (NaN);
+      // the table below the plot gives its CI bound.
+      std::string shown = mc.loss_events > 0 ? std::to_string(mc.loss_prob) : "NaN";
       data << f << " " << shown << " " << mc.loss_ci.lo << " " << mc.loss_ci.hi << " "
            << (std::isnan(analytic) || analytic <= 0 ? std::string("NaN")
                                                       : std::to_string(analytic))
@@ -156,7 +157,7 @@ tessera::Status Plot(const std::string& png, const std::vector<PolicyRun>& runs,
       if (mc.loss_events > 0) {
         row.Set("mc_loss_prob", mc.loss_prob);
       } else {
-        row.Set("mc_loss_prob", "<" + Num(mc.loss_ci.hi));
+        row.Set("mc_loss_prob", "<" + Num(mc.loss_ci.hi) + " (95% CI)");
       }
       row.Set("analytic_loss_prob", analytic);
       sweep_rows->push_back(std::move(row));
@@ -168,9 +169,10 @@ tessera::Status Plot(const std::string& png, const std::vector<PolicyRun>& runs,
   if (!gp) return tessera::ErrnoError("open ", script_path);
   gp << "set terminal png size 1000,650\n"
      << "set output '" << png << "'\n"
-     << "set title 'P(data loss) vs fraction of " << (mode == pl::FailureMode::kRacks ? "racks" : "machines")
-     << " failed (N=" << snap.alive().size() << ", " << FLAGS_slabs_per_machine
-     << " slabs/machine; lines: analytic, points: Monte Carlo with 95% CI)'\n"
+     << "set title \"P(data loss) vs fraction of "
+     << (mode == pl::FailureMode::kRacks ? "racks" : "machines") << " failed (N="
+     << snap.alive().size() << ", " << FLAGS_slabs_per_machine << " slabs/machine)\\n"
+     << "lines: analytic; points: Monte Carlo with 95% CI (runs with no loss omitted)\"\n"
      << "set xlabel 'failure fraction f'\nset ylabel 'probability of data loss'\n"
      << "set logscale xy\nset yrange [1e-7:1.5]\nset key outside right\nset grid\n"
      << "plot ";
@@ -248,6 +250,9 @@ int main(int argc, char** argv) {
   std::vector<double> fractions;
   if (!FLAGS_plot.empty()) {
     fractions = ParseFractions(FLAGS_plot_fractions);
+    if (FLAGS_plot.find_first_of("'\"\n") != std::string::npos) {
+      UsageError(kSpec, "--plot path must not contain quotes or newlines");
+    }
     if (!OnPath("gnuplot")) {
       std::fprintf(stderr,
                    "tessera sim placement: --plot needs gnuplot, which is not installed "

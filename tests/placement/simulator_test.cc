@@ -110,6 +110,10 @@ TEST(SimulatorTest, ExactAnalyticMatchesClosedFormAtSmallProbabilities) {
   EXPECT_NEAR(static_cast<double>(an.loss_prob / closed), 1.0, 1e-9)
       << static_cast<double>(an.loss_prob) << " vs " << static_cast<double>(closed);
   EXPECT_LT(an.loss_prob, 2e-4L);
+  // With only r = 2 failures nothing can be lost: exactly 0, not rounding noise.
+  AnalyticResult none = ComputeAnalytic(s.placed, *s.snap, {FailureMode::kMachines, 0.002});
+  EXPECT_EQ(none.loss_prob, 0.0L);
+  EXPECT_EQ(none.lost_fraction, 0.0L);
 }
 
 // Monte Carlo and analytic agree within the Monte Carlo 95% CI, on loss probability and lost
