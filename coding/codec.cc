@@ -144,8 +144,8 @@ void Codec::BuildDecodeMatrix(const int* missing, const int* parity_rows, int m,
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < m; ++j) b[i * m + j] = a(parity_rows[i], missing[j]);
   }
-  TCHECK(gf_invert_matrix(b, binv, m) == 0) << "Cauchy submatrix not invertible (k=" << k_
-                                            << ", r=" << r_ << ", m=" << m << ")";
+  TCHECK(gf_invert_matrix(b, binv, m) == 0)
+      << "Cauchy submatrix not invertible (k=" << k_ << ", r=" << r_ << ", m=" << m << ")";
   int rest[kMaxDataSplits];
   int nrest = 0;
   for (int j = 0, mi = 0; j < k; ++j) {
@@ -211,8 +211,8 @@ Status Codec::CheckArgs(const uint8_t* const* splits, uint64_t present_mask,
   if (page_out == nullptr) return InvalidArgument("Reconstruct: page_out is null");
   if (present_mask & ~all_mask_) {
     return InvalidArgument("Reconstruct: present_mask 0x", std::hex, present_mask,
-                           " has bits beyond the ", std::dec, k_ + r_, " splits of RS(", k_,
-                           ",", r_, ")");
+                           " has bits beyond the ", std::dec, k_ + r_, " splits of RS(", k_, ",",
+                           r_, ")");
   }
   if (present_mask != 0 && splits == nullptr) {
     return InvalidArgument("Reconstruct: splits is null");
@@ -237,7 +237,7 @@ Status Codec::CheckArgs(const uint8_t* const* splits, uint64_t present_mask,
 }
 
 Result<ReconstructInfo> Codec::Reconstruct(const uint8_t* const* splits, const uint32_t* crcs,
-                                            uint64_t present_mask, uint8_t* page_out) const {
+                                           uint64_t present_mask, uint8_t* page_out) const {
   TESSERA_RETURN_IF_ERROR(CheckArgs(splits, present_mask, page_out));
   if (present_mask != 0 && crcs == nullptr) {
     return InvalidArgument("Reconstruct: crcs is null");
@@ -249,8 +249,7 @@ Result<ReconstructInfo> Codec::Reconstruct(const uint8_t* const* splits, const u
 }
 
 Result<ReconstructInfo> Codec::ReconstructTrusted(const uint8_t* const* splits,
-                                                  uint64_t present_mask,
-                                                  uint8_t* page_out) const {
+                                                  uint64_t present_mask, uint8_t* page_out) const {
   TESSERA_RETURN_IF_ERROR(CheckArgs(splits, present_mask, page_out));
   ReconstructInfo info;
   info.good_mask = present_mask;

@@ -158,8 +158,7 @@ int Main(int argc, char** argv) {
         ++rebuilt;
       }
       if (damage[p] == Damage::kBeyond) ++silent;  // r + 1 bad splits cannot come back OK.
-    } else if (damage[p] == Damage::kBeyond &&
-               res.status().code() == StatusCode::kCorruption) {
+    } else if (damage[p] == Damage::kBeyond && res.status().code() == StatusCode::kCorruption) {
       ++detected;
       ++unrepairable_reported;
     } else {
@@ -220,8 +219,7 @@ int Main(int argc, char** argv) {
                  "%llu unrepairable pages returned OK, %llu of %llu corruptions detected\n",
                  static_cast<unsigned long long>(mismatches),
                  static_cast<unsigned long long>(not_rebuilt),
-                 static_cast<unsigned long long>(silent),
-                 static_cast<unsigned long long>(detected),
+                 static_cast<unsigned long long>(silent), static_cast<unsigned long long>(detected),
                  static_cast<unsigned long long>(corruptions));
     return 1;
   }

@@ -15,10 +15,10 @@
 #include <jerasure/cauchy.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
@@ -159,8 +159,7 @@ class Bench {
     // Untimed: scribble the lost splits, run the op once over all pages, verify. The op is
     // then timed with the others.
     std::vector<Op> ops;
-    auto run = [&](const char* scheme, const char* op, int lost,
-                   std::function<void(size_t)> fn) {
+    auto run = [&](const char* scheme, const char* op, int lost, std::function<void(size_t)> fn) {
       for (size_t i = 0; i < pages_; ++i) {
         if (lost > 0) scribble(i, lost);
         fn(i);
@@ -284,8 +283,8 @@ class Bench {
         int erasures[coding::kMaxParitySplits + 1];
         for (int e = 0; e < lost; ++e) erasures[e] = static_cast<int>((i + e) % k);
         erasures[lost] = -1;
-        if (jerasure_schedule_decode_lazy(k, r, w, bitmatrix, erasures, d, c,
-                                          static_cast<int>(ss), packetsize, 1) != 0) {
+        if (jerasure_schedule_decode_lazy(k, r, w, bitmatrix, erasures, d, c, static_cast<int>(ss),
+                                          packetsize, 1) != 0) {
           Die("Jerasure decode failed");
         }
       };
@@ -392,7 +391,7 @@ int Main(int argc, char** argv) {
         "reps, p50/p99 over 64-page batches\n",
         pages, pages * 4096.0 / (1 << 20), cache.c_str(),
         (l3 > 0 && static_cast<long>(pages) * 4096 > l3) ? "not cache-resident"
-                                                          : "may be cache-resident",
+                                                         : "may be cache-resident",
         reps);
   }
   Bench bench(static_cast<size_t>(pages), reps, &report);
@@ -416,12 +415,10 @@ int Main(int argc, char** argv) {
     bool at_most;
   };
   const Check checks[] = {
-      {"tessera encode / isal encode", bench.Get("tessera", c82, "encode") /
-                                           bench.Get("isal", c82, "encode"),
-       1.2, true},
+      {"tessera encode / isal encode",
+       bench.Get("tessera", c82, "encode") / bench.Get("isal", c82, "encode"), 1.2, true},
       {"tessera reconstruct_2 / tessera encode",
-       bench.Get("tessera", c82, "reconstruct_r") / bench.Get("tessera", c82, "encode"), 2.0,
-       true},
+       bench.Get("tessera", c82, "reconstruct_r") / bench.Get("tessera", c82, "encode"), 2.0, true},
       {"jerasure encode / tessera encode",
        bench.Get("jerasure", c82, "encode") / bench.Get("tessera", c82, "encode"), 2.0, false},
       {"jerasure reconstruct_2 / tessera reconstruct_2",
@@ -434,8 +431,7 @@ int Main(int argc, char** argv) {
                    .Set("suite", "coding")
                    .Set("check", c.name)
                    .Set("ratio", c.ratio)
-                   .Set("target", std::string(c.at_most ? "<= " : ">= ") +
-                                      Report::Format(c.target))
+                   .Set("target", std::string(c.at_most ? "<= " : ">= ") + Report::Format(c.target))
                    .Set("result", pass ? "PASS" : "MISS"));
   }
   report.Flush();

@@ -78,15 +78,13 @@ TEST(CodecCreateTest, RejectsBadParameters) {
     auto c = Codec::Create(k, 2);
     ASSERT_FALSE(c.ok()) << "k=" << k;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(c.status().message().find("k must divide 4096"), std::string::npos)
-        << c.status();
+    EXPECT_NE(c.status().message().find("k must divide 4096"), std::string::npos) << c.status();
   }
   for (int r : {-1, 5, 8, 100}) {
     auto c = Codec::Create(8, r);
     ASSERT_FALSE(c.ok()) << "r=" << r;
     EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(c.status().message().find("r must be in [0, 4]"), std::string::npos)
-        << c.status();
+    EXPECT_NE(c.status().message().find("r must be in [0, 4]"), std::string::npos) << c.status();
   }
 }
 
@@ -113,8 +111,8 @@ TEST(CodecCreateTest, AcceptsEverySupportedCode) {
 // Parity equals sum_j A[k + p][j] * d_j over GF(2^8) with A from gf_gen_cauchy1_matrix,
 // computed byte by byte with gf_mul: an independent statement of the code.
 TEST(CodecEncodeTest, ParityMatchesGfReference) {
-  for (auto [k, r] : std::vector<std::pair<int, int>>{{8, 2}, {4, 2}, {8, 3}, {16, 4}, {2, 1},
-                                                       {32, 4}, {1, 3}}) {
+  for (auto [k, r] :
+       std::vector<std::pair<int, int>>{{8, 2}, {4, 2}, {8, 3}, {16, 4}, {2, 1}, {32, 4}, {1, 3}}) {
     Codec c = MakeCodec(k, r);
     std::vector<uint8_t> a((k + r) * k);
     gf_gen_cauchy1_matrix(a.data(), k + r, k);
@@ -123,8 +121,8 @@ TEST(CodecEncodeTest, ParityMatchesGfReference) {
       for (size_t b = 0; b < c.split_size(); ++b) {
         uint8_t acc = 0;
         for (int j = 0; j < k; ++j) acc ^= gf_mul(a[(k + p) * k + j], s.splits[j][b]);
-        ASSERT_EQ(s.splits[k + p][b], acc) << "RS(" << k << "," << r << ") parity " << p
-                                           << " byte " << b;
+        ASSERT_EQ(s.splits[k + p][b], acc)
+            << "RS(" << k << "," << r << ") parity " << p << " byte " << b;
       }
     }
   }
@@ -350,8 +348,7 @@ TEST(CodecTest, RejectsBadReconstructArguments) {
   expect_invalid(c.Reconstruct(nullptr, s.crcs.data(), 0x3FF, out.data()), "null splits");
   auto with_null = ptrs;
   with_null[3] = nullptr;
-  expect_invalid(c.Reconstruct(with_null.data(), s.crcs.data(), 0x3FF, out.data()),
-                 "null split");
+  expect_invalid(c.Reconstruct(with_null.data(), s.crcs.data(), 0x3FF, out.data()), "null split");
   // A split buffer inside page_out but not at its own place.
   std::memcpy(out.data() + 2 * c.split_size(), s.splits[1].data(), c.split_size());
   auto misplaced = ptrs;

@@ -144,8 +144,8 @@ TEST(BenchCodingTest, QuickJsonHasEverySchemeAndOp) {
   }
   EXPECT_EQ(checks, 4);
   for (std::string code : {"RS(8,2)", "RS(4,2)", "RS(8,3)"}) {
-    for (std::string op : {"encode", "encode+crc", "reconstruct_1", "reconstruct_r",
-                           "reconstruct_r+crc"}) {
+    for (std::string op :
+         {"encode", "encode+crc", "reconstruct_1", "reconstruct_r", "reconstruct_r+crc"}) {
       EXPECT_TRUE(seen.count({"tessera", code, op})) << "tessera " << code << " " << op;
     }
     for (std::string scheme : {"isal", "jerasure"}) {
