@@ -1,0 +1,739 @@
+// The TCP transport on io_uring (see fabric/transport.h).
+//
+// Per connection: one recv always armed into an input buffer, at most one send in flight (frames
+// posted meanwhile collect in a second buffer and leave together). Data ops occupy a slot in a
+// fixed table; the request_id is (generation << 32 | slot), so a reply is matched in O(1) and a
+// stale or forged id is detected. Control calls use ids with the top bit set. The fast path
+// (Post/Poll) allocates nothing once buffers have grown to the working-set size.
+#include <fcntl.h>
+#include <liburing.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <unordered_map>
+
+#include "common/fd.h"
+#include "common/logging.h"
+#include "fabric/auth.h"
+#include "fabric/tcp_transport.h"
+
+namespace tessera::fabric {
+namespace {
+
+constexpr uint64_t kControlBit = 1ull << 63;
+constexpr uint64_t kTagRecv = 1;
+constexpr uint64_t kTagSend = 2;
+constexpr uint64_t kTagIgnore = 3;
+constexpr size_t kInitialRecvBuffer = 256 * 1024;
+
+uint64_t MakeData(uint64_t conn, uint64_t tag) { return (conn << 2) | tag; }
+
+// Blocking helpers for the handshake, bounded by a deadline (poll + non-blocking socket).
+Status WaitFd(int fd, short events, Deadline deadline, const char* what) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    int ms = deadline.RemainingMs();
+    if (ms == 0) return Timeout(what, ": deadline passed");
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return Status::Ok();
+    if (rc == 0) return Timeout(what, ": deadline passed");
+    if (errno != EINTR) return ErrnoError("poll");
+  }
+}
+
+Status SendAll(int fd, std::span<const uint8_t> data, Deadline deadline) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      TESSERA_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "handshake send"));
+      continue;
+    }
+    return Unavailable("handshake send failed: ", n < 0 ? strerror(errno) : "closed");
+  }
+  return Status::Ok();
+}
+
+Status RecvAll(int fd, uint8_t* out, size_t len, Deadline deadline) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = ::recv(fd, out + off, len - off, 0);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Unavailable("server closed the connection during the handshake");
+    if (errno == EAGAIN || errno == EINTR) {
+      TESSERA_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "handshake receive"));
+      continue;
+    }
+    return Unavailable("handshake receive failed: ", strerror(errno));
+  }
+  return Status::Ok();
+}
+
+// Receives one whole response frame; returns its bytes.
+Result<std::vector<uint8_t>> RecvFrame(int fd, Deadline deadline) {
+  std::vector<uint8_t> buf(kHeaderSize);
+  TESSERA_RETURN_IF_ERROR(RecvAll(fd, buf.data(), kHeaderSize, deadline));
+  TESSERA_ASSIGN_OR_RETURN(FrameHeader h, DecodeHeader(buf, Direction::kResponse));
+  buf.resize(kHeaderSize + h.payload_len);
+  TESSERA_RETURN_IF_ERROR(RecvAll(fd, buf.data() + kHeaderSize, h.payload_len, deadline));
+  return buf;
+}
+
+Status ErrorFromFrame(const ParsedFrame& f) {
+  return Status(f.header.status,
+                std::string(reinterpret_cast<const char*>(f.data.data()), f.data.size()));
+}
+
+Result<UniqueFd> ConnectTcp(const Endpoint& ep, Deadline deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(ep.port);
+  int rc = getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) return Unavailable("cannot resolve '", ep.host, "': ", gai_strerror(rc));
+  Status last = Unavailable("no address for ", ep.ToString());
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                         ai->ai_protocol));
+    if (!fd) {
+      last = ErrnoError("socket");
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = Unavailable("connect to ", ep.ToString(), ": ", strerror(errno));
+        continue;
+      }
+      Status st = WaitFd(fd.get(), POLLOUT, deadline, "connect");
+      if (!st.ok()) {
+        freeaddrinfo(res);
+        return Timeout("connect to ", ep.ToString(), " timed out");
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = Unavailable("connect to ", ep.ToString(), ": ", strerror(err));
+        continue;
+      }
+    }
+    freeaddrinfo(res);
+    return fd;
+  }
+  freeaddrinfo(res);
+  return last;
+}
+
+}  // namespace
+
+// ---- TcpTransport ----
+
+TcpTransport::TcpTransport(const TransportOptions& options) : options_(options) {}
+
+TcpTransport::~TcpTransport() {
+  if (!ring_ready_) return;
+  for (auto& c : conns_) {
+    if (c->fd) ::shutdown(c->fd.get(), SHUT_RDWR);
+  }
+  // Wait until the kernel holds none of our buffers, then tear the ring down.
+  Deadline limit = Deadline::AfterMs(5000);
+  while (!limit.Expired()) {
+    bool busy = false;
+    for (auto& c : conns_) busy |= c->ops_in_kernel > 0;
+    if (!busy) break;
+    __kernel_timespec ts{0, 10 * 1000 * 1000};
+    io_uring_cqe* cqe = nullptr;
+    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    io_uring_cqe* cqes[64];
+    unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+    for (unsigned i = 0; i < n; ++i) {
+      uint64_t data = io_uring_cqe_get_data64(cqes[i]);
+      uint64_t tag = data & 3;
+      uint64_t id = data >> 2;
+      if ((tag == kTagRecv || tag == kTagSend) && id < conns_.size()) conns_[id]->ops_in_kernel--;
+    }
+    io_uring_cq_advance(&ring_, n);
+  }
+  io_uring_queue_exit(&ring_);
+}
+
+Status TcpTransport::Init() {
+  if (options_.max_inflight < 1 || options_.max_inflight > 65536) {
+    return InvalidArgument("max_inflight must be in 1..65536, got ", options_.max_inflight);
+  }
+  if (options_.ring_entries < 8 || options_.ring_entries > 32768) {
+    return InvalidArgument("ring_entries must be in 8..32768, got ", options_.ring_entries);
+  }
+  io_uring_params params{};
+  params.flags = IORING_SETUP_SINGLE_ISSUER;
+  int rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
+  if (rc < 0) {
+    params = io_uring_params{};
+    rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
+  }
+  if (rc < 0) {
+    errno = -rc;
+    return ErrnoError("io_uring_queue_init(", options_.ring_entries, ")");
+  }
+  ring_ready_ = true;
+  slots_.resize(options_.max_inflight);
+  free_slots_.reserve(options_.max_inflight);
+  for (uint32_t i = options_.max_inflight; i > 0; --i) free_slots_.push_back(i - 1);
+  ready_.resize(options_.max_inflight + 64);
+  touched_.reserve(64);
+  return Status::Ok();
+}
+
+io_uring_sqe* TcpTransport::Sqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  return sqe;
+}
+
+Result<ConnectionId> TcpTransport::Connect(const Endpoint& endpoint, const ConnectOptions& options) {
+  AuthOkResponse ok;
+  TESSERA_ASSIGN_OR_RETURN(ConnectionId id, ConnectWithAuth(endpoint, options, &ok));
+  return id;
+}
+
+Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
+                                                   const ConnectOptions& options,
+                                                   AuthOkResponse* auth_ok) {
+  if (options.client_id == 0) return InvalidArgument("client_id must be non-zero");
+  if (options.secret.empty()) return InvalidArgument("secret must be non-empty");
+  if (conns_.size() >= (1u << 30)) return ResourceExhausted("too many connections");
+  Deadline deadline = options.deadline;
+  TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(endpoint, deadline));
+
+  HandshakeTranscript t;
+  t.client_id = options.client_id;
+  TESSERA_RETURN_IF_ERROR(RandomBytes(t.client_nonce));
+  HelloRequest hello;
+  hello.client_nonce = t.client_nonce;
+  hello.client_id = options.client_id;
+  TESSERA_RETURN_IF_ERROR(SendAll(fd.get(), BuildFrame(FrameHeader{Op::kHello, false, 1}, hello),
+                                  deadline));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, RecvFrame(fd.get(), deadline));
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, ParseFrame(bytes, Direction::kResponse));
+  if (f.header.op != Op::kHello || f.header.request_id != 1) {
+    return ProtocolError("expected CHALLENGE, got ", OpName(f.header.op));
+  }
+  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f).WithContext("HELLO refused");
+  const auto& ch = std::get<ChallengeResponse>(f.body);
+  t.server_nonce = ch.server_nonce;
+  t.server_id = ch.server_id;
+  AuthRequest auth;
+  auth.client_mac = ClientMac(options.secret, t);
+  TESSERA_RETURN_IF_ERROR(SendAll(fd.get(), BuildFrame(FrameHeader{Op::kAuth, false, 2}, auth),
+                                  deadline));
+  TESSERA_ASSIGN_OR_RETURN(bytes, RecvFrame(fd.get(), deadline));
+  TESSERA_ASSIGN_OR_RETURN(f, ParseFrame(bytes, Direction::kResponse));
+  if (f.header.op != Op::kAuth || f.header.request_id != 2) {
+    return ProtocolError("expected AUTH_OK, got ", OpName(f.header.op));
+  }
+  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f);
+  *auth_ok = std::get<AuthOkResponse>(f.body);
+  if (!MacEqual(auth_ok->server_mac, ServerMac(options.secret, t))) {
+    return PermissionDenied("server ", endpoint.ToString(),
+                            " failed to authenticate: its MAC does not match our secret");
+  }
+  // The ring does the I/O from now on; io_uring polls blocking sockets itself.
+  int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0) return ErrnoError("fcntl");
+
+  auto c = std::make_unique<Conn>();
+  c->fd = std::move(fd);
+  c->up = true;
+  c->info.server_id = t.server_id;
+  c->info.slab_size = auth_ok->slab_size;
+  c->info.capacity_bytes = auth_ok->capacity_bytes;
+  c->info.endpoint = endpoint;
+  c->in.resize(kInitialRecvBuffer);
+  c->pending.reserve(64 * 1024);
+  c->sending.reserve(64 * 1024);
+  ConnectionId id = static_cast<ConnectionId>(conns_.size());
+  conns_.push_back(std::move(c));
+  ArmRecv(id);
+  io_uring_submit(&ring_);
+  return id;
+}
+
+Status TcpTransport::CheckConn(ConnectionId id) const {
+  if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
+  if (!conns_[id]->up) {
+    return Unavailable("connection ", id, " to ", conns_[id]->info.endpoint.ToString(),
+                       " is down: ", conns_[id]->down_reason.message());
+  }
+  return Status::Ok();
+}
+
+Status TcpTransport::Disconnect(ConnectionId id) {
+  TESSERA_RETURN_IF_ERROR(CheckConn(id));
+  auto r = Control(id, Op::kGoodbye, {}, Deadline::AfterMs(1000));
+  MarkDown(id, Cancelled("connection closed by Disconnect()"));
+  if (!r.ok() && r.status().code() != StatusCode::kUnavailable) return r.status();
+  return Status::Ok();
+}
+
+Result<ServerInfo> TcpTransport::Info(ConnectionId id) const {
+  if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
+  return conns_[id]->info;
+}
+
+bool TcpTransport::Connected(ConnectionId id) const {
+  return id < conns_.size() && conns_[id]->up;
+}
+
+Status TcpTransport::RegisterMemory(void* addr, size_t length) {
+  if (addr == nullptr || length == 0) return InvalidArgument("RegisterMemory: empty region");
+  return Status::Ok();  // TCP copies through its own buffers; nothing to pin.
+}
+
+void TcpTransport::ArmRecv(ConnectionId id) {
+  Conn* c = conns_[id].get();
+  if (!c->up || c->recv_armed) return;
+  if (c->in_start > 0 && (c->in_start == c->in_end || c->in_end == c->in.size())) {
+    std::memmove(c->in.data(), c->in.data() + c->in_start, c->in_end - c->in_start);
+    c->in_end -= c->in_start;
+    c->in_start = 0;
+  }
+  TCHECK(c->in_end < c->in.size()) << "receive buffer full without a complete frame";
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_recv(sqe, c->fd.get(), c->in.data() + c->in_end, c->in.size() - c->in_end, 0);
+  io_uring_sqe_set_data64(sqe, MakeData(id, kTagRecv));
+  c->recv_armed = true;
+  c->ops_in_kernel++;
+}
+
+void TcpTransport::Flush(ConnectionId id) {
+  Conn* c = conns_[id].get();
+  if (!c->up || c->send_armed) return;
+  if (c->send_off == c->sending.size()) {
+    c->sending.clear();
+    c->send_off = 0;
+    if (c->pending.empty()) return;
+    std::swap(c->sending, c->pending);
+  }
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_send(sqe, c->fd.get(), c->sending.data() + c->send_off,
+                     c->sending.size() - c->send_off, MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(sqe, MakeData(id, kTagSend));
+  c->send_armed = true;
+  c->ops_in_kernel++;
+}
+
+Status TcpTransport::Post(std::span<const WorkRequest> batch) {
+  if (batch.empty()) return Status::Ok();
+  for (const WorkRequest& wr : batch) {
+    TESSERA_RETURN_IF_ERROR(CheckConn(wr.connection));
+    if (wr.length == 0 || wr.length > kMaxDataLength) {
+      return InvalidArgument("work request length ", wr.length, " outside 1..", kMaxDataLength);
+    }
+    if (wr.local == nullptr) return InvalidArgument("work request without a local buffer");
+    if (wr.slab_id == 0) return InvalidArgument("work request with slab_id 0");
+    if (wr.remote_offset + wr.length < wr.remote_offset) {
+      return InvalidArgument("work request offset + length overflows");
+    }
+  }
+  if (batch.size() > free_slots_.size()) {
+    return ResourceExhausted("batch of ", batch.size(), " ops does not fit: ", free_slots_.size(),
+                             " of ", options_.max_inflight, " in-flight slots free");
+  }
+  touched_.clear();
+  for (const WorkRequest& wr : batch) {
+    uint32_t slot_index = free_slots_.back();
+    free_slots_.pop_back();
+    Slot& s = slots_[slot_index];
+    s.used = true;
+    s.gen = (s.gen + 1) & 0x7fffffffu;  // Keeps kControlBit clear in the request id.
+    if (s.gen == 0) s.gen = 1;
+    s.cookie = wr.cookie;
+    s.local = wr.local;
+    s.length = wr.length;
+    s.op = wr.op;
+    s.conn = wr.connection;
+    uint64_t request_id = (uint64_t{s.gen} << 32) | slot_index;
+    Conn* c = conns_[wr.connection].get();
+    size_t at = c->pending.size();
+    if (wr.op == OpKind::kRead) {
+      c->pending.resize(at + kHeaderSize + ReadRequest::kWireSize);
+      uint8_t* p = c->pending.data() + at;
+      EncodeHeader(FrameHeader{Op::kRead, false, request_id, StatusCode::kOk,
+                               static_cast<uint32_t>(ReadRequest::kWireSize)},
+                   p);
+      ReadRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
+    } else {
+      c->pending.resize(at + kHeaderSize + WriteRequest::kWireSize + wr.length);
+      uint8_t* p = c->pending.data() + at;
+      EncodeHeader(FrameHeader{Op::kWrite, false, request_id, StatusCode::kOk,
+                               static_cast<uint32_t>(WriteRequest::kWireSize + wr.length)},
+                   p);
+      WriteRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
+      std::memcpy(p + kHeaderSize + WriteRequest::kWireSize, wr.local, wr.length);
+    }
+    c->inflight++;
+    if (!c->touched) {
+      c->touched = true;
+      touched_.push_back(wr.connection);
+    }
+  }
+  inflight_ += static_cast<uint32_t>(batch.size());
+  for (ConnectionId id : touched_) {
+    conns_[id]->touched = false;
+    Flush(id);
+  }
+  io_uring_submit(&ring_);
+  return Status::Ok();
+}
+
+void TcpTransport::PushCompletion(Completion c) {
+  if (ready_count_ == ready_.size()) {
+    std::vector<Completion> bigger(ready_.size() * 2);
+    for (size_t i = 0; i < ready_count_; ++i) {
+      bigger[i] = std::move(ready_[(ready_head_ + i) % ready_.size()]);
+    }
+    ready_ = std::move(bigger);
+    ready_head_ = 0;
+  }
+  ready_[(ready_head_ + ready_count_) % ready_.size()] = std::move(c);
+  ready_count_++;
+}
+
+size_t TcpTransport::Drain(std::span<Completion> out) {
+  size_t n = 0;
+  while (n < out.size() && ready_count_ > 0) {
+    out[n++] = std::move(ready_[ready_head_]);
+    ready_head_ = (ready_head_ + 1) % ready_.size();
+    ready_count_--;
+  }
+  return n;
+}
+
+void TcpTransport::CompleteSlot(uint32_t slot_index, Status status) {
+  Slot& s = slots_[slot_index];
+  Completion c;
+  c.kind = CompletionKind::kData;
+  c.cookie = s.cookie;
+  c.status = std::move(status);
+  c.connection = s.conn;
+  s.used = false;
+  conns_[s.conn]->inflight--;
+  free_slots_.push_back(slot_index);
+  inflight_--;
+  PushCompletion(std::move(c));
+}
+
+bool TcpTransport::Reap() {
+  io_uring_cqe* cqes[128];
+  unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 128);
+  if (n == 0) return false;
+  for (unsigned i = 0; i < n; ++i) {
+    uint64_t data = io_uring_cqe_get_data64(cqes[i]);
+    int res = cqes[i]->res;
+    uint64_t tag = data & 3;
+    ConnectionId id = static_cast<ConnectionId>(data >> 2);
+    if (tag == kTagRecv) {
+      Conn* c = conns_[id].get();
+      c->ops_in_kernel--;
+      c->recv_armed = false;
+      OnRecv(id, res);
+    } else if (tag == kTagSend) {
+      Conn* c = conns_[id].get();
+      c->ops_in_kernel--;
+      c->send_armed = false;
+      if (c->up) {
+        if (res < 0 && res != -EAGAIN && res != -EINTR) {
+          MarkDown(id, Unavailable("send to ", c->info.endpoint.ToString(), ": ", strerror(-res)));
+        } else {
+          if (res > 0) c->send_off += static_cast<size_t>(res);
+          Flush(id);
+        }
+      }
+    }
+    if (conns_[id]->ops_in_kernel == 0 && !conns_[id]->up) ReleaseConn(id);
+  }
+  io_uring_cq_advance(&ring_, n);
+  if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+  return true;
+}
+
+void TcpTransport::OnRecv(ConnectionId id, int res) {
+  Conn* c = conns_[id].get();
+  if (!c->up) return;
+  if (res == 0) {
+    MarkDown(id, Unavailable("server ", c->info.endpoint.ToString(), " closed the connection"));
+    return;
+  }
+  if (res < 0) {
+    if (res == -EAGAIN || res == -EINTR) {
+      ArmRecv(id);
+      return;
+    }
+    MarkDown(id, Unavailable("recv from ", c->info.endpoint.ToString(), ": ", strerror(-res)));
+    return;
+  }
+  c->in_end += static_cast<size_t>(res);
+  while (c->up) {
+    size_t avail = c->in_end - c->in_start;
+    if (avail < kHeaderSize) break;
+    std::span<const uint8_t> bytes(c->in.data() + c->in_start, avail);
+    auto h = DecodeHeader(bytes.first(kHeaderSize), Direction::kResponse);
+    if (!h.ok()) {
+      MarkDown(id, h.status().WithContext("malformed frame from " + c->info.endpoint.ToString()));
+      return;
+    }
+    size_t need = kHeaderSize + h->payload_len;
+    if (avail < need) {
+      if (c->in_start + need > c->in.size()) {
+        std::memmove(c->in.data(), c->in.data() + c->in_start, avail);
+        c->in_start = 0;
+        c->in_end = avail;
+        if (need > c->in.size()) c->in.resize(need);
+      }
+      break;
+    }
+    Status st = HandleFrame(id, *h, bytes.subspan(kHeaderSize, h->payload_len));
+    if (!st.ok()) {
+      MarkDown(id, st.WithContext("bad frame from " + c->info.endpoint.ToString()));
+      return;
+    }
+    c->in_start += need;
+  }
+  if (c->in_start == c->in_end) c->in_start = c->in_end = 0;
+  ArmRecv(id);
+}
+
+Status TcpTransport::HandleFrame(ConnectionId id, const FrameHeader& h,
+                                 std::span<const uint8_t> payload) {
+  if (h.op == Op::kNotice) {
+    TESSERA_ASSIGN_OR_RETURN(Notice n, Notice::Decode(payload));
+    Completion c;
+    c.kind = CompletionKind::kNotice;
+    c.connection = id;
+    c.notice = n;
+    PushCompletion(std::move(c));
+    return Status::Ok();
+  }
+  if (h.request_id & kControlBit) {
+    auto it = controls_.find(h.request_id);
+    if (it == controls_.end()) return Status::Ok();  // Its caller gave up (deadline).
+    if (it->second.conn != id || it->second.op != h.op) {
+      return ProtocolError("control reply ", OpName(h.op), " does not match its request");
+    }
+    std::vector<uint8_t> frame(kHeaderSize + payload.size());
+    EncodeHeader(h, frame.data());
+    std::memcpy(frame.data() + kHeaderSize, payload.data(), payload.size());
+    TESSERA_RETURN_IF_ERROR(ParseFrame(frame, Direction::kResponse).status());
+    it->second.done = true;
+    it->second.frame = std::move(frame);
+    return Status::Ok();
+  }
+  uint32_t slot_index = static_cast<uint32_t>(h.request_id & 0xffffffffu);
+  uint32_t gen = static_cast<uint32_t>(h.request_id >> 32);
+  if (slot_index >= slots_.size() || !slots_[slot_index].used || slots_[slot_index].gen != gen ||
+      slots_[slot_index].conn != id) {
+    return ProtocolError("reply to unknown request id ", h.request_id);
+  }
+  Slot& s = slots_[slot_index];
+  Op want = s.op == OpKind::kRead ? Op::kRead : Op::kWrite;
+  if (h.op != want) {
+    return ProtocolError(OpName(h.op), " reply to a ", OpName(want), " request");
+  }
+  if (h.status != StatusCode::kOk) {
+    CompleteSlot(slot_index,
+                 Status(h.status, std::string(reinterpret_cast<const char*>(payload.data()),
+                                              payload.size())));
+    return Status::Ok();
+  }
+  if (want == Op::kRead) {
+    if (payload.size() != s.length) {
+      return ProtocolError("READ reply of ", payload.size(), " bytes for ", s.length, " requested");
+    }
+    std::memcpy(s.local, payload.data(), s.length);
+  }
+  CompleteSlot(slot_index, Status::Ok());
+  return Status::Ok();
+}
+
+void TcpTransport::MarkDown(ConnectionId id, Status reason) {
+  Conn* c = conns_[id].get();
+  if (!c->up) return;
+  c->up = false;
+  c->down_reason = reason;
+  if (reason.code() != StatusCode::kCancelled) {
+    TLOG(INFO) << "fabric: connection " << id << " down: " << reason.ToString();
+  }
+  ::shutdown(c->fd.get(), SHUT_RDWR);
+  if (c->inflight > 0) {
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].used && slots_[i].conn == id) CompleteSlot(i, reason);
+    }
+  }
+  for (auto& [rid, w] : controls_) {
+    if (w.conn == id && !w.done) {
+      w.done = true;
+      w.failure = reason;
+    }
+  }
+  if (c->ops_in_kernel == 0) ReleaseConn(id);
+}
+
+void TcpTransport::ReleaseConn(ConnectionId id) {
+  Conn* c = conns_[id].get();
+  c->fd.Reset();
+  std::vector<uint8_t>().swap(c->in);
+  std::vector<uint8_t>().swap(c->pending);
+  std::vector<uint8_t>().swap(c->sending);
+}
+
+size_t TcpTransport::Poll(std::span<Completion> out) {
+  if (ready_count_ >= out.size()) return Drain(out);
+  while (Reap()) {
+    if (ready_count_ >= out.size()) break;
+  }
+  return Drain(out);
+}
+
+size_t TcpTransport::Wait(std::span<Completion> out, Deadline deadline) {
+  while (true) {
+    size_t n = Poll(out);
+    if (n > 0 || out.empty()) return n;
+    if (deadline.Expired()) return 0;
+    WaitKernel(deadline);
+  }
+}
+
+void TcpTransport::WaitKernel(Deadline deadline) {
+  uint64_t now = MonotonicNs();
+  uint64_t left = deadline.at_ns() > now ? deadline.at_ns() - now : 0;
+  if (left > 100'000'000) left = 100'000'000;  // Re-check at least every 100 ms.
+  __kernel_timespec ts{static_cast<int64_t>(left / 1000000000ull),
+                       static_cast<int64_t>(left % 1000000000ull)};
+  io_uring_cqe* cqe = nullptr;
+  io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+}
+
+Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
+                                                   std::span<const uint8_t> payload,
+                                                   Deadline deadline) {
+  TESSERA_RETURN_IF_ERROR(CheckConn(id));
+  uint64_t rid = kControlBit | next_control_++;
+  ControlWait& w = controls_[rid];
+  w.conn = id;
+  w.op = op;
+  Conn* c = conns_[id].get();
+  size_t at = c->pending.size();
+  c->pending.resize(at + kHeaderSize + payload.size());
+  EncodeHeader(FrameHeader{op, false, rid, StatusCode::kOk, static_cast<uint32_t>(payload.size())},
+               c->pending.data() + at);
+  if (!payload.empty()) {
+    std::memcpy(c->pending.data() + at + kHeaderSize, payload.data(), payload.size());
+  }
+  Flush(id);
+  io_uring_submit(&ring_);
+  while (true) {
+    while (Reap()) {
+    }
+    ControlWait& cw = controls_[rid];
+    if (cw.done) {
+      ControlWait done = std::move(cw);
+      controls_.erase(rid);
+      if (!done.failure.ok()) return done.failure;
+      return std::move(done.frame);
+    }
+    if (deadline.Expired()) {
+      controls_.erase(rid);
+      return Timeout(OpName(op), " to ", c->info.endpoint.ToString(), ": no reply before the deadline");
+    }
+    WaitKernel(deadline);
+  }
+}
+
+namespace {
+template <typename T>
+std::vector<uint8_t> Encoded(const T& body) {
+  std::vector<uint8_t> out(T::kWireSize);
+  body.EncodeTo(out.data());
+  return out;
+}
+// Checks the reply's status; returns the parsed frame (views into `frame`).
+Result<ParsedFrame> Checked(const std::vector<uint8_t>& frame) {
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, ParseFrame(frame, Direction::kResponse));
+  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f);
+  return f;
+}
+}  // namespace
+
+Result<AllocSlabResponse> TcpTransport::AllocSlab(ConnectionId c, const AllocSlabRequest& req,
+                                                  Deadline deadline) {
+  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kAllocSlab, Encoded(req), deadline));
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
+  return std::get<AllocSlabResponse>(f.body);
+}
+
+Status TcpTransport::FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) {
+  if (slab_id == 0) return InvalidArgument("slab_id must be non-zero");
+  TESSERA_ASSIGN_OR_RETURN(auto frame,
+                           Control(c, Op::kFreeSlab, Encoded(FreeSlabRequest{slab_id}), deadline));
+  return Checked(frame).status();
+}
+
+Result<std::string> TcpTransport::Stats(ConnectionId c, Deadline deadline) {
+  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kStats, {}, deadline));
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
+  return std::string(reinterpret_cast<const char*>(f.data.data()), f.data.size());
+}
+
+Result<HeartbeatResponse> TcpTransport::Heartbeat(ConnectionId c, Deadline deadline) {
+  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kHeartbeat, {}, deadline));
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
+  return std::get<HeartbeatResponse>(f.body);
+}
+
+Result<std::vector<uint8_t>> TcpTransport::Invoke(ConnectionId c, uint32_t function_id,
+                                                  std::span<const uint8_t> args,
+                                                  Deadline deadline) {
+  if (args.size() > kMaxDataLength) {
+    return InvalidArgument("INVOKE args of ", args.size(), " bytes exceed ", kMaxDataLength);
+  }
+  std::vector<uint8_t> payload(InvokeRequest::kWireSize + args.size());
+  InvokeRequest{function_id}.EncodeTo(payload.data());
+  if (!args.empty()) std::memcpy(payload.data() + InvokeRequest::kWireSize, args.data(), args.size());
+  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kInvoke, payload, deadline));
+  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
+  return std::vector<uint8_t>(f.data.begin(), f.data.end());
+}
+
+Status TcpTransport::Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) {
+  std::vector<uint8_t> payload = Encoded(req);
+  TESSERA_RETURN_IF_ERROR(FaultRequest::Decode(payload).status());
+  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kFault, payload, deadline));
+  return Checked(frame).status();
+}
+
+Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& options) {
+  auto t = std::make_unique<TcpTransport>(options);
+  TESSERA_RETURN_IF_ERROR(t->Init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace tessera::fabric

@@ -1,0 +1,111 @@
+// Internal to fabric/: the TCP-on-io_uring Transport (see fabric/transport.h for the contract).
+// Declared here so the verbs transport can reuse it for its control connections.
+#pragma once
+
+#include <liburing.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/fd.h"
+#include "fabric/transport.h"
+
+namespace tessera::fabric {
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TransportOptions& options);
+  ~TcpTransport() override;
+  Status Init();
+
+  TransportKind kind() const override { return TransportKind::kTcp; }
+  Result<ConnectionId> Connect(const Endpoint& endpoint, const ConnectOptions& options) override;
+  // Connect, also returning the server's AUTH_OK (the verbs transport needs its RDMA fields).
+  Result<ConnectionId> ConnectWithAuth(const Endpoint& endpoint, const ConnectOptions& options,
+                                       AuthOkResponse* auth_ok);
+  Status Disconnect(ConnectionId connection) override;
+  Result<ServerInfo> Info(ConnectionId connection) const override;
+  bool Connected(ConnectionId connection) const override;
+  Status RegisterMemory(void* addr, size_t length) override;
+  Status Post(std::span<const WorkRequest> batch) override;
+  size_t Poll(std::span<Completion> out) override;
+  size_t Wait(std::span<Completion> out, Deadline deadline) override;
+  uint32_t inflight() const override { return inflight_; }
+
+  Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
+                                      Deadline deadline) override;
+  Status FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) override;
+  Result<std::string> Stats(ConnectionId c, Deadline deadline) override;
+  Result<HeartbeatResponse> Heartbeat(ConnectionId c, Deadline deadline) override;
+  Result<std::vector<uint8_t>> Invoke(ConnectionId c, uint32_t function_id,
+                                      std::span<const uint8_t> args, Deadline deadline) override;
+  Status Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) override;
+
+ private:
+  struct Conn {
+    UniqueFd fd;
+    ServerInfo info;
+    bool up = false;
+    Status down_reason;
+    int ops_in_kernel = 0;
+    bool recv_armed = false;
+    bool send_armed = false;
+    bool touched = false;
+    uint32_t inflight = 0;
+    std::vector<uint8_t> in;
+    size_t in_start = 0;
+    size_t in_end = 0;
+    std::vector<uint8_t> pending;
+    std::vector<uint8_t> sending;
+    size_t send_off = 0;
+  };
+  struct Slot {
+    bool used = false;
+    uint32_t gen = 0;
+    OpKind op = OpKind::kRead;
+    ConnectionId conn = 0;
+    uint32_t length = 0;
+    void* local = nullptr;
+    uint64_t cookie = 0;
+  };
+  struct ControlWait {
+    ConnectionId conn = 0;
+    Op op = Op::kStats;
+    bool done = false;
+    Status failure;
+    std::vector<uint8_t> frame;
+  };
+
+  io_uring_sqe* Sqe();
+  Status CheckConn(ConnectionId id) const;
+  void ArmRecv(ConnectionId id);
+  void Flush(ConnectionId id);
+  bool Reap();
+  void OnRecv(ConnectionId id, int res);
+  Status HandleFrame(ConnectionId id, const FrameHeader& h, std::span<const uint8_t> payload);
+  void CompleteSlot(uint32_t slot_index, Status status);
+  void PushCompletion(Completion c);
+  size_t Drain(std::span<Completion> out);
+  void MarkDown(ConnectionId id, Status reason);
+  void ReleaseConn(ConnectionId id);
+  void WaitKernel(Deadline deadline);
+  Result<std::vector<uint8_t>> Control(ConnectionId id, Op op, std::span<const uint8_t> payload,
+                                       Deadline deadline);
+
+  TransportOptions options_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  uint32_t inflight_ = 0;
+  std::vector<Completion> ready_;  // Ring buffer of completions not yet returned.
+  size_t ready_head_ = 0;
+  size_t ready_count_ = 0;
+  std::vector<ConnectionId> touched_;
+  std::unordered_map<uint64_t, ControlWait> controls_;
+  uint64_t next_control_ = 1;
+};
+
+}  // namespace tessera::fabric

@@ -1,0 +1,616 @@
+// The transport conformance suite: every Transport kind against an in-process fabric::Server
+// with an in-memory handler. The rdma instance skips with the reason when no device exists.
+// Also the engine's robustness against raw, misbehaving peers (plain sockets).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/fd.h"
+#include "fabric/auth.h"
+#include "fabric/server.h"
+#include "fabric/transport.h"
+#include "tests/fabric/test_handler.h"
+
+namespace tessera::fabric {
+namespace {
+
+using testing::TestHandler;
+
+constexpr char kSecret[] = "conformance-test-secret-0123456789";
+constexpr uint64_t kClientA = 1001;
+constexpr uint64_t kClientB = 2002;
+
+// Waits (bounded) until `n` data completions arrived; fails the test with a message otherwise.
+std::vector<Completion> WaitData(Transport& t, size_t n, int timeout_ms = 10000) {
+  std::vector<Completion> got;
+  Deadline d = Deadline::AfterMs(timeout_ms);
+  Completion buf[64];
+  while (got.size() < n) {
+    size_t k = t.Wait(buf, d);
+    if (k == 0) {
+      ADD_FAILURE() << "only " << got.size() << " of " << n << " completions within "
+                    << timeout_ms << " ms";
+      break;
+    }
+    for (size_t i = 0; i < k; ++i) {
+      if (buf[i].kind == CompletionKind::kData) got.push_back(buf[i]);
+    }
+  }
+  return got;
+}
+
+// Waits (bounded) for the next notice; data completions seen meanwhile go to `data` if given.
+Completion WaitNotice(Transport& t, std::vector<Completion>* data = nullptr,
+                      int timeout_ms = 10000) {
+  Deadline d = Deadline::AfterMs(timeout_ms);
+  Completion buf[1];
+  while (true) {
+    size_t k = t.Wait(buf, d);
+    if (k == 0) {
+      ADD_FAILURE() << "no notice within " << timeout_ms << " ms";
+      return Completion{};
+    }
+    if (buf[0].kind == CompletionKind::kNotice) return buf[0];
+    if (data) data->push_back(buf[0]);
+  }
+}
+
+class ServerFixture {
+ public:
+  explicit ServerFixture(bool rdma = false) {
+    ServerOptions o;
+    o.secret = kSecret;
+    o.slab_size = handler_.slab_size();
+    o.capacity_bytes = handler_.pool_size();
+    o.enable_rdma = rdma;
+    auto s = Server::Create(o, &handler_);
+    TCHECK(s.ok()) << s.status();
+    server_ = std::move(*s);
+    auto reg = server_->RegisterMemory(handler_.pool(), handler_.pool_size());
+    TCHECK(reg.ok()) << reg.status();
+    handler_.SetRegistration(*reg);
+    TCHECK_OK(server_->Start());
+  }
+  Endpoint endpoint() const { return Endpoint{"127.0.0.1", server_->port()}; }
+  TestHandler handler_;
+  std::unique_ptr<Server> server_;
+};
+
+class ConformanceTest : public ::testing::TestWithParam<TransportKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == TransportKind::kRdma) {
+      Status probe = ProbeRdma();
+      if (!probe.ok()) GTEST_SKIP() << probe.message();
+    }
+    fx_ = std::make_unique<ServerFixture>(GetParam() == TransportKind::kRdma);
+    a_ = MakeTransport();
+    conn_a_ = ConnectOrDie(*a_, kClientA);
+    buf_.resize(1 << 20);
+    ASSERT_TRUE(a_->RegisterMemory(buf_.data(), buf_.size()).ok());
+  }
+
+  std::unique_ptr<Transport> MakeTransport(uint32_t max_inflight = 1024) {
+    TransportOptions o;
+    o.kind = GetParam();
+    o.max_inflight = max_inflight;
+    auto t = Transport::Create(o);
+    TCHECK(t.ok()) << t.status();
+    TCHECK((*t)->kind() == GetParam());
+    return std::move(*t);
+  }
+
+  ConnectionId ConnectOrDie(Transport& t, uint64_t client, const std::string& secret = kSecret) {
+    ConnectOptions co;
+    co.secret = secret;
+    co.client_id = client;
+    auto c = t.Connect(fx_->endpoint(), co);
+    TCHECK(c.ok()) << c.status();
+    return *c;
+  }
+
+  uint64_t Alloc(Transport& t, ConnectionId c) {
+    auto r = t.AllocSlab(c, AllocSlabRequest{}, Deadline::AfterMs(5000));
+    TCHECK(r.ok()) << r.status();
+    return r->slab_id;
+  }
+
+  std::unique_ptr<ServerFixture> fx_;
+  std::unique_ptr<Transport> a_;
+  ConnectionId conn_a_ = 0;
+  std::vector<uint8_t> buf_;
+};
+
+TEST_P(ConformanceTest, WriteThenRead512And4096) {
+  uint64_t slab = Alloc(*a_, conn_a_);
+  auto info = a_->Info(conn_a_);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->slab_size, fx_->handler_.slab_size());
+  for (uint32_t size : {512u, 4096u}) {
+    uint8_t* src = buf_.data();
+    uint8_t* dst = buf_.data() + 65536;
+    for (uint32_t i = 0; i < size; ++i) src[i] = static_cast<uint8_t>(i * 7 + size);
+    std::memset(dst, 0, size);
+    WorkRequest w{conn_a_, OpKind::kWrite, slab, 1024, size, src, 1};
+    ASSERT_TRUE(a_->Post({&w, 1}).ok());
+    auto c = WaitData(*a_, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].cookie, 1u);
+    EXPECT_TRUE(c[0].status.ok()) << c[0].status;
+    WorkRequest r{conn_a_, OpKind::kRead, slab, 1024, size, dst, 2};
+    ASSERT_TRUE(a_->Post({&r, 1}).ok());
+    c = WaitData(*a_, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_TRUE(c[0].status.ok()) << c[0].status;
+    EXPECT_EQ(std::memcmp(src, dst, size), 0) << "size " << size;
+  }
+  EXPECT_EQ(a_->inflight(), 0u);
+}
+
+TEST_P(ConformanceTest, ManyInFlightInBatches) {
+  uint64_t slab = Alloc(*a_, conn_a_);
+  // 128 writes of 512 B, each to its own block with its own pattern, posted in batches of 32.
+  constexpr int kOps = 128;
+  constexpr uint32_t kSize = 512;
+  std::vector<WorkRequest> batch;
+  for (int i = 0; i < kOps; ++i) {
+    uint8_t* src = buf_.data() + i * kSize;
+    std::memset(src, i & 0xff, kSize);
+    batch.push_back({conn_a_, OpKind::kWrite, slab, uint64_t(i) * kSize, kSize, src, uint64_t(i)});
+  }
+  for (size_t off = 0; off < batch.size(); off += 32) {
+    ASSERT_TRUE(a_->Post({batch.data() + off, 32}).ok());
+  }
+  EXPECT_EQ(a_->inflight(), 128u);
+  auto done = WaitData(*a_, 128);
+  ASSERT_EQ(done.size(), 128u);
+  std::vector<bool> seen(128, false);
+  for (auto& c : done) {
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    ASSERT_LT(c.cookie, 128u);
+    EXPECT_FALSE(seen[c.cookie]);
+    seen[c.cookie] = true;
+  }
+  // Read everything back in one batch of 128.
+  std::vector<WorkRequest> reads;
+  uint8_t* dst = buf_.data() + 512 * 1024;
+  for (int i = 0; i < 128; ++i) {
+    reads.push_back({conn_a_, OpKind::kRead, slab, uint64_t(i) * kSize, kSize, dst + i * kSize,
+                     uint64_t(1000 + i)});
+  }
+  ASSERT_TRUE(a_->Post(reads).ok());
+  done = WaitData(*a_, 128);
+  ASSERT_EQ(done.size(), 128u);
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(dst[i * kSize], i & 0xff) << i;
+    EXPECT_EQ(dst[i * kSize + kSize - 1], i & 0xff) << i;
+  }
+}
+
+TEST_P(ConformanceTest, FullQueueIsResourceExhaustedAndNothingIsPosted) {
+  auto t = MakeTransport(8);
+  ConnectionId c = ConnectOrDie(*t, kClientA);
+  ASSERT_TRUE(t->RegisterMemory(buf_.data(), buf_.size()).ok());
+  uint64_t slab = Alloc(*t, c);
+  std::vector<WorkRequest> batch(9, WorkRequest{c, OpKind::kRead, slab, 0, 512, buf_.data(), 0});
+  Status st = t->Post(batch);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(t->inflight(), 0u);
+  ASSERT_TRUE(t->Post({batch.data(), 8}).ok());
+  EXPECT_EQ(t->Post({batch.data(), 1}).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(WaitData(*t, 8).size(), 8u);
+  EXPECT_TRUE(t->Post({batch.data(), 1}).ok());
+  EXPECT_EQ(WaitData(*t, 1).size(), 1u);
+}
+
+TEST_P(ConformanceTest, MalformedWorkRequestsAreRefusedUpFront) {
+  uint64_t slab = Alloc(*a_, conn_a_);
+  WorkRequest ok{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 0};
+  WorkRequest bad = ok;
+  bad.length = 0;
+  WorkRequest batch[2] = {ok, bad};
+  EXPECT_EQ(a_->Post(batch).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(a_->inflight(), 0u);
+  bad = ok;
+  bad.local = nullptr;
+  EXPECT_EQ(a_->Post({&bad, 1}).code(), StatusCode::kInvalidArgument);
+  bad = ok;
+  bad.connection = 77;
+  EXPECT_EQ(a_->Post({&bad, 1}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(ConformanceTest, OutOfRangeIsRefused) {
+  uint64_t slab = Alloc(*a_, conn_a_);
+  uint64_t size = fx_->handler_.slab_size();
+  WorkRequest r{conn_a_, OpKind::kRead, slab, size - 100, 512, buf_.data(), 5};
+  Status st = a_->Post({&r, 1});
+  if (GetParam() == TransportKind::kRdma) {
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st;  // Checked locally against the slab size.
+    return;
+  }
+  ASSERT_TRUE(st.ok()) << st;
+  auto c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kOutOfRange) << c[0].status;
+  // The connection stays usable.
+  r.remote_offset = 0;
+  ASSERT_TRUE(a_->Post({&r, 1}).ok());
+  c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(c[0].status.ok()) << c[0].status;
+}
+
+TEST_P(ConformanceTest, OtherClientsSlabIsRefused) {
+  if (GetParam() == TransportKind::kRdma) {
+    GTEST_SKIP() << "RDMA access control is the rkey; ownership is enforced at ALLOC_SLAB";
+  }
+  uint64_t slab = Alloc(*a_, conn_a_);
+  auto b = MakeTransport();
+  ConnectionId cb = ConnectOrDie(*b, kClientB);
+  WorkRequest w{cb, OpKind::kWrite, slab, 0, 512, buf_.data(), 9};
+  ASSERT_TRUE(b->Post({&w, 1}).ok());
+  auto c = WaitData(*b, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kPermissionDenied) << c[0].status;
+  EXPECT_EQ(b->FreeSlab(cb, slab, Deadline::AfterMs(5000)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).ok());
+}
+
+TEST_P(ConformanceTest, WrongSecretIsRefused) {
+  auto b = MakeTransport();
+  ConnectOptions co;
+  co.secret = "not-the-right-secret-at-all";
+  co.client_id = kClientB;
+  auto c = b->Connect(fx_->endpoint(), co);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied) << c.status();
+  // The server goes on serving the good client.
+  EXPECT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+}
+
+TEST_P(ConformanceTest, ControlCalls) {
+  uint64_t slab = Alloc(*a_, conn_a_);
+  auto stats = a_->Stats(conn_a_, Deadline::AfterMs(5000));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_NE(stats->find("slabs_used 1"), std::string::npos) << *stats;
+  auto hb = a_->Heartbeat(conn_a_, Deadline::AfterMs(5000));
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->slabs_used, 1u);
+  EXPECT_EQ(hb->server_time_ns, 42u);
+  std::vector<uint8_t> args = {1, 2, 3, 4};
+  auto inv = a_->Invoke(conn_a_, 7, args, Deadline::AfterMs(5000));
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(*inv, (std::vector<uint8_t>{4, 3, 2, 1}));
+  EXPECT_EQ(a_->Invoke(conn_a_, 8, args, Deadline::AfterMs(5000)).status().code(),
+            StatusCode::kNotFound);
+  FaultRequest fr;
+  fr.action = FaultAction::kClear;
+  EXPECT_TRUE(a_->Fault(conn_a_, fr, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(fx_->handler_.faults.load(), 1);
+  EXPECT_TRUE(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).code(), StatusCode::kNotFound);
+}
+
+TEST_P(ConformanceTest, DelayedReplyDoesNotHoldUpOthers) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  constexpr uint64_t kDelayMs = 300;
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Delay(kDelayMs * 1000000));
+  uint64_t start = MonotonicNs();
+  WorkRequest ops[2] = {{conn_a_, OpKind::kRead, slab, 0, 4096, buf_.data(), 1},
+                        {conn_a_, OpKind::kWrite, slab, 8192, 4096, buf_.data() + 8192, 2}};
+  ASSERT_TRUE(a_->Post(ops).ok());
+  // A control call is answered while the READ waits.
+  ASSERT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+  auto c = WaitData(*a_, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].cookie, 2u) << "the undelayed WRITE must complete first";
+  EXPECT_EQ(c[1].cookie, 1u);
+  EXPECT_TRUE(c[1].status.ok());
+  EXPECT_GE(MonotonicNs() - start, kDelayMs * 1000000);
+}
+
+TEST_P(ConformanceTest, HangThenDisconnectCancels) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Hang());
+  WorkRequest r{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 3};
+  ASSERT_TRUE(a_->Post({&r, 1}).ok());
+  Completion buf[4];
+  EXPECT_EQ(a_->Wait(buf, Deadline::AfterMs(100)), 0u);
+  EXPECT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(a_->Disconnect(conn_a_).ok());
+  auto c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kCancelled) << c[0].status;
+  EXPECT_FALSE(a_->Connected(conn_a_));
+}
+
+TEST_P(ConformanceTest, DropClosesTheConnection) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kWrite, OpPolicy::Drop());
+  WorkRequest w{conn_a_, OpKind::kWrite, slab, 0, 512, buf_.data(), 4};
+  ASSERT_TRUE(a_->Post({&w, 1}).ok());
+  auto c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kUnavailable) << c[0].status;
+  EXPECT_FALSE(a_->Connected(conn_a_));
+  EXPECT_EQ(a_->Post({&w, 1}).code(), StatusCode::kUnavailable);
+  fx_->handler_.ClearPolicies();
+  ConnectionId again = ConnectOrDie(*a_, kClientA);
+  EXPECT_TRUE(a_->Heartbeat(again, Deadline::AfterMs(5000)).ok());
+}
+
+TEST_P(ConformanceTest, NoticesAreDelivered) {
+  ASSERT_TRUE(fx_->server_->Notify(kClientA, Notice{NoticeKind::kSlabEvicting, 17, 500}).ok());
+  Completion n = WaitNotice(*a_);
+  EXPECT_EQ(n.kind, CompletionKind::kNotice);
+  EXPECT_EQ(n.connection, conn_a_);
+  EXPECT_EQ(n.notice.kind, NoticeKind::kSlabEvicting);
+  EXPECT_EQ(n.notice.slab_id, 17u);
+  EXPECT_EQ(n.notice.deadline_ms, 500u);
+  // A notice for another client does not reach A; one for everybody does.
+  ASSERT_TRUE(fx_->server_->Notify(kClientB, Notice{NoticeKind::kSlabEvicting, 18, 1}).ok());
+  ASSERT_TRUE(fx_->server_->Notify(std::nullopt, Notice{NoticeKind::kSlabEvicting, 19, 1}).ok());
+  n = WaitNotice(*a_);
+  EXPECT_EQ(n.notice.slab_id, 19u);
+  // An invalid notice is refused at the API.
+  EXPECT_FALSE(fx_->server_->Notify(kClientA, Notice{NoticeKind::kSlabEvicting, 0, 1}).ok());
+}
+
+TEST_P(ConformanceTest, StopSendsShutdownNoticeAndClosesConnections) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "covered by the TCP control connection";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Hang());
+  WorkRequest r{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 6};
+  ASSERT_TRUE(a_->Post({&r, 1}).ok());
+  std::thread stopper([&] { fx_->server_->Stop(Deadline::AfterMs(1000)); });
+  std::vector<Completion> c;
+  Completion n = WaitNotice(*a_, &c);
+  if (c.empty()) c = WaitData(*a_, 1);
+  stopper.join();
+  EXPECT_EQ(n.notice.kind, NoticeKind::kShuttingDown);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kUnavailable) << c[0].status;
+  EXPECT_EQ(fx_->server_->connection_count(), 0u);
+  EXPECT_EQ(fx_->handler_.connects.load(), fx_->handler_.disconnects.load());
+  EXPECT_FALSE(fx_->server_->Notify(std::nullopt, Notice{}).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest,
+                         ::testing::Values(TransportKind::kTcp, TransportKind::kRdma),
+                         [](const auto& info) { return std::string(TransportKindName(info.param)); });
+
+TEST(TransportCreateTest, AutoPicksWhatTheMachineHas) {
+  auto t = Transport::Create(TransportOptions{});
+  ASSERT_TRUE(t.ok()) << t.status();
+  if (ProbeRdma().ok()) {
+    EXPECT_EQ((*t)->kind(), TransportKind::kRdma);
+  } else {
+    EXPECT_EQ((*t)->kind(), TransportKind::kTcp);
+    auto r = Transport::Create(TransportOptions{TransportKind::kRdma});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(r.status().message().find("no RDMA device"), std::string::npos) << r.status();
+  }
+}
+
+// ---- raw peers ----
+
+// A blocking socket client that speaks the wire protocol by hand.
+class RawPeer {
+ public:
+  explicit RawPeer(uint16_t port) {
+    fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    TCHECK(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  }
+  void Send(std::span<const uint8_t> b) {
+    TCHECK(::send(fd_.get(), b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size()));
+  }
+  // Reads one frame; nullopt when the server closed the connection. Bounded by 5 s.
+  std::optional<std::vector<uint8_t>> Recv() {
+    std::vector<uint8_t> b(kHeaderSize);
+    if (!RecvAll(b.data(), kHeaderSize)) return std::nullopt;
+    uint32_t len = GetU32(b.data() + 20);
+    b.resize(kHeaderSize + len);
+    if (!RecvAll(b.data() + kHeaderSize, len)) return std::nullopt;
+    return b;
+  }
+  // True when the server closed the connection (EOF) within 5 s.
+  bool ClosedByServer() {
+    uint8_t tmp[256];
+    Deadline d = Deadline::AfterMs(5000);
+    while (true) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      if (::poll(&p, 1, d.RemainingMs()) <= 0) return false;
+      ssize_t n = ::recv(fd_.get(), tmp, sizeof(tmp), 0);
+      if (n <= 0) return true;
+    }
+  }
+  void Handshake(const std::string& secret, uint64_t client_id) {
+    HandshakeTranscript t;
+    t.client_id = client_id;
+    TCHECK_OK(RandomBytes(t.client_nonce));
+    HelloRequest h;
+    h.client_nonce = t.client_nonce;
+    h.client_id = client_id;
+    Send(BuildFrame(FrameHeader{Op::kHello, false, 1}, h));
+    auto ch = Recv();
+    TCHECK(ch.has_value());
+    auto f = ParseFrame(*ch, Direction::kResponse);
+    TCHECK(f.ok()) << f.status();
+    t.server_nonce = std::get<ChallengeResponse>(f->body).server_nonce;
+    t.server_id = std::get<ChallengeResponse>(f->body).server_id;
+    Send(BuildFrame(FrameHeader{Op::kAuth, false, 2}, AuthRequest{ClientMac(secret, t)}));
+    auto ok = Recv();
+    TCHECK(ok.has_value());
+    TCHECK(ParseFrame(*ok, Direction::kResponse).ok());
+  }
+  int fd() const { return fd_.get(); }
+
+ private:
+  bool RecvAll(uint8_t* p, size_t n) {
+    size_t off = 0;
+    Deadline d = Deadline::AfterMs(5000);
+    while (off < n) {
+      pollfd pf{fd_.get(), POLLIN, 0};
+      if (::poll(&pf, 1, d.RemainingMs()) <= 0) return false;
+      ssize_t k = ::recv(fd_.get(), p + off, n - off, 0);
+      if (k <= 0) return false;
+      off += static_cast<size_t>(k);
+    }
+    return true;
+  }
+  UniqueFd fd_;
+};
+
+class RawPeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fx_ = std::make_unique<ServerFixture>();
+    auto t = Transport::Create(TransportOptions{TransportKind::kTcp});
+    ASSERT_TRUE(t.ok());
+    good_ = std::move(*t);
+    ConnectOptions co;
+    co.secret = kSecret;
+    co.client_id = kClientA;
+    auto c = good_->Connect(fx_->endpoint(), co);
+    ASSERT_TRUE(c.ok()) << c.status();
+    conn_ = *c;
+    auto slab = good_->AllocSlab(conn_, {}, Deadline::AfterMs(5000));
+    ASSERT_TRUE(slab.ok());
+    slab_ = slab->slab_id;
+  }
+  // The well-behaved client still reads and writes.
+  void ExpectGoodClientWorks() {
+    uint8_t data[512];
+    std::memset(data, 0x3c, sizeof(data));
+    WorkRequest w{conn_, OpKind::kWrite, slab_, 0, 512, data, 1};
+    ASSERT_TRUE(good_->Post({&w, 1}).ok());
+    auto c = WaitData(*good_, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_TRUE(c[0].status.ok()) << c[0].status;
+  }
+  std::unique_ptr<ServerFixture> fx_;
+  std::unique_ptr<Transport> good_;
+  ConnectionId conn_ = 0;
+  uint64_t slab_ = 0;
+};
+
+TEST_F(RawPeerTest, OpsBeforeAuthenticationCloseTheConnection) {
+  {
+    RawPeer p(fx_->server_->port());
+    p.Send(BuildFrame(FrameHeader{Op::kRead, false, 5}, ReadRequest{slab_, 0, 512}));
+    EXPECT_TRUE(p.ClosedByServer());
+  }
+  {
+    // HELLO, then STATS instead of AUTH.
+    RawPeer p(fx_->server_->port());
+    HelloRequest h;
+    h.client_id = 5;
+    p.Send(BuildFrame(FrameHeader{Op::kHello, false, 1}, h));
+    ASSERT_TRUE(p.Recv().has_value());
+    p.Send(BuildRawFrame(FrameHeader{Op::kStats, false, 2}));
+    EXPECT_TRUE(p.ClosedByServer());
+  }
+  ExpectGoodClientWorks();
+}
+
+TEST_F(RawPeerTest, ClientRejectsAServerWithTheWrongSecret) {
+  // A fake server that answers the handshake with a MAC made from another secret.
+  UniqueFd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(lfd.get(), 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread fake([&] {
+    UniqueFd c(::accept(lfd.get(), nullptr, nullptr));
+    uint8_t buf[256];
+    ssize_t n = ::recv(c.get(), buf, kHeaderSize + HelloRequest::kWireSize, MSG_WAITALL);
+    if (n != static_cast<ssize_t>(kHeaderSize + HelloRequest::kWireSize)) return;
+    auto hello = HelloRequest::Decode({buf + kHeaderSize, HelloRequest::kWireSize});
+    HandshakeTranscript t;
+    t.client_nonce = hello->client_nonce;
+    t.client_id = hello->client_id;
+    t.server_id = 9;
+    ChallengeResponse ch;
+    ch.server_id = 9;
+    auto f = BuildFrame(FrameHeader{Op::kHello, true, 1}, ch);
+    ::send(c.get(), f.data(), f.size(), MSG_NOSIGNAL);
+    n = ::recv(c.get(), buf, kHeaderSize + AuthRequest::kWireSize, MSG_WAITALL);
+    AuthOkResponse ok;
+    ok.server_mac = ServerMac("an-impostor-does-not-know-it", t);
+    f = BuildFrame(FrameHeader{Op::kAuth, true, 2}, ok);
+    ::send(c.get(), f.data(), f.size(), MSG_NOSIGNAL);
+    ::recv(c.get(), buf, 1, 0);  // Until the client hangs up.
+  });
+  auto t = Transport::Create(TransportOptions{TransportKind::kTcp});
+  ASSERT_TRUE(t.ok());
+  ConnectOptions co;
+  co.secret = kSecret;
+  co.client_id = 5;
+  auto c = (*t)->Connect(Endpoint{"127.0.0.1", ntohs(a.sin_port)}, co);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied) << c.status();
+  fake.join();
+}
+
+TEST_F(RawPeerTest, MalformedFrameClosesOnlyThatConnection) {
+  RawPeer p(fx_->server_->port());
+  p.Handshake(kSecret, kClientB);
+  auto f = BuildFrame(FrameHeader{Op::kRead, false, 5}, ReadRequest{1, 0, 512});
+  f[0] = 'X';  // Bad magic.
+  p.Send(f);
+  EXPECT_TRUE(p.ClosedByServer());
+  ExpectGoodClientWorks();
+  // A WRITE whose payload lies about its length.
+  RawPeer q(fx_->server_->port());
+  q.Handshake(kSecret, kClientB);
+  std::vector<uint8_t> data(64, 1);
+  auto w = BuildFrame(FrameHeader{Op::kWrite, false, 6}, WriteRequest{1, 0, 63}, data);
+  q.Send(w);
+  EXPECT_TRUE(q.ClosedByServer());
+  ExpectGoodClientWorks();
+}
+
+TEST_F(RawPeerTest, PeerVanishingMidFrameLeavesTheServerServing) {
+  for (int i = 0; i < 3; ++i) {
+    RawPeer p(fx_->server_->port());
+    p.Handshake(kSecret, kClientB);
+    std::vector<uint8_t> data(4096, 2);
+    auto w = BuildFrame(FrameHeader{Op::kWrite, false, 6}, WriteRequest{1, 0, 4096}, data);
+    p.Send(std::span(w).first(100 + i * 1000));
+  }  // Closed here, mid-frame.
+  ExpectGoodClientWorks();
+  // Wait (bounded) until the server noticed all three closures.
+  Deadline d = Deadline::AfterMs(5000);
+  while (fx_->server_->connection_count() > 1 && !d.Expired()) {
+    ASSERT_TRUE(good_->Heartbeat(conn_, Deadline::AfterMs(5000)).ok());
+  }
+  EXPECT_EQ(fx_->server_->connection_count(), 1u);
+}
+
+TEST_F(RawPeerTest, ServerDisconnectClosesThatClient) {
+  ASSERT_TRUE(fx_->server_->Disconnect(kClientA).ok());
+  Completion buf[4];
+  Deadline d = Deadline::AfterMs(5000);
+  while (good_->Connected(conn_) && !d.Expired()) good_->Wait(buf, Deadline::AfterMs(50));
+  EXPECT_FALSE(good_->Connected(conn_));
+}
+
+}  // namespace
+}  // namespace tessera::fabric
