@@ -68,6 +68,8 @@ fabric::FaultRequest ToWire(const ms::FaultSpec& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A one-shot tool: per-connection INFO lines from the transport would only be noise.
+  gflags::SetCommandLineOptionWithMode("log_level", "warning", gflags::SET_FLAGS_DEFAULT);
   tessera::cli::InitCli(kSpec, &argc, &argv);
   auto endpoint = fabric::ParseEndpoint(argv[1]);
   if (!endpoint.ok()) UsageError(kSpec, "bad server '" + std::string(argv[1]) + "': " +

@@ -106,6 +106,8 @@ void Query(const std::string& secret, uint64_t timeout_ms, Row* row) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A one-shot tool: per-connection INFO lines from the transport would only be noise.
+  gflags::SetCommandLineOptionWithMode("log_level", "warning", gflags::SET_FLAGS_DEFAULT);
   tessera::cli::InitCli(kSpec, &argc, &argv);
   auto timeout = ms::ParseDurationNs(FLAGS_timeout);
   if (!timeout.ok() || *timeout == 0) UsageError(kSpec, "bad --timeout '" + FLAGS_timeout + "'");
