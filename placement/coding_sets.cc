@@ -233,19 +233,19 @@ int CodingSets::GroupOf(ServerId id) const {
   return it == group_of_.end() ? -1 : it->second;
 }
 
-void CodingSets::AliveMembers(const MembershipSnapshot& snap, size_t group,
-                              std::vector<uint32_t>* out) const {
-  out->clear();
-  if (&snap == snap_.get()) {
-    *out = member_index_[group];  // The layout holds only servers alive in snap_.
-    return;
-  }
+const std::vector<uint32_t>& CodingSets::AliveMembers(const MembershipSnapshot& snap,
+                                                      size_t group,
+                                                      std::vector<uint32_t>* scratch) const {
+  // The layout holds only servers alive in snap_, so for it the cached indices are exact.
+  if (&snap == snap_.get()) return member_index_[group];
+  scratch->clear();
   for (ServerId id : layout_.groups[group]) {
     int64_t i = snap.IndexOf(id);
     if (i >= 0 && snap.servers()[static_cast<size_t>(i)].state == ServerState::kAlive) {
-      out->push_back(static_cast<uint32_t>(i));
+      scratch->push_back(static_cast<uint32_t>(i));
     }
   }
+  return *scratch;
 }
 
 void CodingSets::PickLeastLoaded(const MembershipSnapshot& snap, SlabId slab,
@@ -266,8 +266,16 @@ void CodingSets::PickLeastLoaded(const MembershipSnapshot& snap, SlabId slab,
   std::sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
     return a.load != b.load ? a.load < b.load : (a.tie != b.tie ? a.tie < b.tie : a.index < b.index);
   });
-  std::map<uint64_t, int> per_rack;
-  for (uint64_t rack : used_racks) ++per_rack[rack];
+  // (rack, splits) pairs; groups are small, so a linear scan beats a map.
+  std::vector<std::pair<uint64_t, int>> per_rack;
+  auto rack_count = [&](uint64_t rack) -> int& {
+    for (auto& [r, n] : per_rack) {
+      if (r == rack) return n;
+    }
+    per_rack.emplace_back(rack, 0);
+    return per_rack.back().second;
+  };
+  for (uint64_t rack : used_racks) ++rack_count(rack);
   std::vector<bool> taken(cands.size(), false);
   out->clear();
   for (int cap = 1; out->size() < count; ++cap) {
@@ -275,9 +283,10 @@ void CodingSets::PickLeastLoaded(const MembershipSnapshot& snap, SlabId slab,
     for (size_t c = 0; c < cands.size() && out->size() < count; ++c) {
       if (taken[c]) continue;
       uint64_t rack = RackKey(snap, cands[c].index);
-      if (per_rack[rack] >= cap) continue;
+      int& used = rack_count(rack);
+      if (used >= cap) continue;
       taken[c] = true;
-      ++per_rack[rack];
+      ++used;
       out->push_back(cands[c].index);
       progress = true;
     }
@@ -294,9 +303,9 @@ Result<std::vector<ServerId>> CodingSets::Place(const MembershipSnapshot& snap, 
   size_t best = layout_.groups.size();
   double best_score = 0;
   uint64_t best_tie = 0;
-  std::vector<uint32_t> members;
+  std::vector<uint32_t> scratch;
   for (size_t gi = 0; gi < layout_.groups.size(); ++gi) {
-    AliveMembers(snap, gi, &members);
+    const std::vector<uint32_t>& members = AliveMembers(snap, gi, &scratch);
     if (members.size() < need) continue;
     uint64_t sum = 0;
     for (uint32_t i : members) sum += LoadAt(snap, load, i);
@@ -313,7 +322,7 @@ Result<std::vector<ServerId>> CodingSets::Place(const MembershipSnapshot& snap, 
     return Unavailable("codingsets: no coding group has k+r=", need,
                        " alive servers; reconfigure with the current membership");
   }
-  AliveMembers(snap, best, &members);
+  const std::vector<uint32_t>& members = AliveMembers(snap, best, &scratch);
   std::vector<uint32_t> picked;
   PickLeastLoaded(snap, slab, members, need, load, {}, &picked);
   std::vector<ServerId> out;
@@ -344,8 +353,8 @@ Result<ServerId> CodingSets::ChooseReplacement(const MembershipSnapshot& snap, S
   int group = std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
                 return a.second < b.second;
               })->first;
-  std::vector<uint32_t> members;
-  AliveMembers(snap, static_cast<size_t>(group), &members);
+  std::vector<uint32_t> scratch;
+  const std::vector<uint32_t>& members = AliveMembers(snap, static_cast<size_t>(group), &scratch);
   std::vector<uint32_t> candidates;
   for (uint32_t i : members) {
     ServerId id = snap.servers()[i].id;

@@ -79,9 +79,10 @@ class CodingSets final : public Placement {
   static Result<GroupLayout> BuildLayout(const CodingSetsOptions& options,
                                          const std::vector<std::vector<ServerId>>& previous,
                                          const MembershipSnapshot& snap);
-  // Indices into snap.servers() of the group's alive members.
-  void AliveMembers(const MembershipSnapshot& snap, size_t group,
-                    std::vector<uint32_t>* out) const;
+  // Indices into snap.servers() of the group's alive members (in `scratch`, or cached
+  // when `snap` is the snapshot the layout was built for).
+  const std::vector<uint32_t>& AliveMembers(const MembershipSnapshot& snap, size_t group,
+                                            std::vector<uint32_t>* scratch) const;
   // Picks `count` of `members` for `slab`: least loaded first (ties by hash), at most one
   // per rack (counting racks already in `used_racks`), allowing more per rack only when the
   // members' racks leave no other way.

@@ -165,39 +165,33 @@ TEST(SimulatorTest, AnalyticSaysWhyNotForRackFailures) {
   EXPECT_NE(an.method.find("machine failures only"), std::string::npos);
 }
 
-// The targets: N=1000, S=32, k=8, r=2, f=1%.
-class TargetsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    for (const char* w : {"codingsets", "random", "power:2", "random_rep:2"}) {
-      Scenario s = Build(1000, 32000, w, 8, 2, 2, 2);
-      AnalyticResult an = ComputeAnalytic(s.placed, *s.snap, {FailureMode::kMachines, 0.01});
-      TCHECK(an.available) << an.method;
-      loss_[w] = an.loss_prob;
-      imbalance_[w] = ComputeLoadStats(*s.snap, s.placed.load).max_over_mean;
-      method_[w] = an.method;
-    }
+// The targets at N=1000, S=32, k=8, r=2, l=2, f=1%, from one placement per policy
+// (one test, so the placements are built once per test process).
+TEST(TargetsTest, CodingSetsBeatsRandomPowerOfTwoAndTwoWayReplication) {
+#ifdef TESSERA_SANITIZER_BUILD
+  GTEST_SKIP() << "numeric targets are checked in the release pass (~0.5 s there, ~10 s under "
+                  "ASan); the same code paths run under the sanitizers in the smaller tests";
+#endif
+  std::map<std::string, long double> loss;
+  std::map<std::string, double> imbalance;
+  for (const char* w : {"codingsets", "random", "power:2", "random_rep:2"}) {
+    Scenario s = Build(1000, 32000, w, 8, 2, 2, 2);
+    AnalyticResult an = ComputeAnalytic(s.placed, *s.snap, {FailureMode::kMachines, 0.01});
+    ASSERT_TRUE(an.available) << an.method;
+    if (std::string(w) == "codingsets") EXPECT_EQ(an.method, "exact");
+    loss[w] = an.loss_prob;
+    imbalance[w] = ComputeLoadStats(*s.snap, s.placed.load).max_over_mean;
   }
-  static inline std::map<std::string, long double> loss_;
-  static inline std::map<std::string, double> imbalance_;
-  static inline std::map<std::string, std::string> method_;
-};
-
-TEST_F(TargetsTest, CodingSetsLosesDataTenTimesLessOftenThanRandom) {
-  EXPECT_EQ(method_["codingsets"], "exact");
-  EXPECT_LE(loss_["codingsets"] * 10, loss_["random"])
-      << static_cast<double>(loss_["codingsets"]) << " vs " << static_cast<double>(loss_["random"]);
-}
-
-TEST_F(TargetsTest, CodingSetsBalancesLoadAsWellAsPowerOfTwo) {
-  EXPECT_LE(imbalance_["codingsets"], 1.10);
-  EXPECT_LE(imbalance_["codingsets"], imbalance_["power:2"]);
-}
-
-TEST_F(TargetsTest, CodingSetsLosesDataFiftyTimesLessOftenThanTwoWayReplication) {
-  EXPECT_LE(loss_["codingsets"] * 50, loss_["random_rep:2"])
-      << static_cast<double>(loss_["codingsets"]) << " vs "
-      << static_cast<double>(loss_["random_rep:2"]);
+  auto d = [](long double v) { return static_cast<double>(v); };
+  // Loses data at least 10x less often than random placement (same 1.25x overhead).
+  EXPECT_LE(loss["codingsets"] * 10, loss["random"])
+      << d(loss["codingsets"]) << " vs " << d(loss["random"]);
+  // Load imbalance (max/mean) at most 1.10 and no worse than power-of-two-choices.
+  EXPECT_LE(imbalance["codingsets"], 1.10);
+  EXPECT_LE(imbalance["codingsets"], imbalance["power:2"]);
+  // At 1.25x memory, at least 50x less often than 2-way random replication at 2x.
+  EXPECT_LE(loss["codingsets"] * 50, loss["random_rep:2"])
+      << d(loss["codingsets"]) << " vs " << d(loss["random_rep:2"]);
 }
 
 }  // namespace
