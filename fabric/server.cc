@@ -27,6 +27,7 @@
 #include "common/fd.h"
 #include "common/logging.h"
 #include "fabric/auth.h"
+#include "fabric/byte_buffer.h"
 #include "fabric/verbs.h"
 
 namespace tessera::fabric {
@@ -133,8 +134,8 @@ class Server::Impl {
     std::vector<uint8_t> in;
     size_t in_start = 0;
     size_t in_end = 0;
-    std::vector<uint8_t> pending;  // Replies not yet handed to the kernel.
-    std::vector<uint8_t> sending;  // The buffer of the send in flight.
+    ByteBuffer pending;  // Replies not yet handed to the kernel.
+    ByteBuffer sending;  // The buffer of the send in flight.
     size_t send_off = 0;
     HandshakeTranscript transcript;
     uint64_t rdma_token = 0;
@@ -142,7 +143,7 @@ class Server::Impl {
 
   struct Delayed {
     uint64_t conn_id;
-    std::vector<uint8_t> bytes;
+    ByteBuffer bytes;
   };
 
   class IoThread {
@@ -282,7 +283,7 @@ class Server::Impl {
           delayed_.erase(it);
           Conn* c = Find(d->conn_id);
           if (c && !c->closing) {
-            c->pending.insert(c->pending.end(), d->bytes.begin(), d->bytes.end());
+            std::memcpy(c->pending.Append(d->bytes.size()), d->bytes.data(), d->bytes.size());
             Flush(c);
           }
           break;
@@ -421,31 +422,30 @@ class Server::Impl {
 
     // ---- replies ----
 
-    static void AppendHeader(std::vector<uint8_t>& out, Op op, uint64_t request_id,
-                             StatusCode status, uint32_t payload_len) {
-      size_t at = out.size();
-      out.resize(at + kHeaderSize + payload_len);
+    // Appends a response header and reserves its payload; returns the payload's start.
+    static uint8_t* AppendHeader(ByteBuffer& out, Op op, uint64_t request_id, StatusCode status,
+                                 uint32_t payload_len) {
+      uint8_t* p = out.Append(kHeaderSize + payload_len);
       FrameHeader h{op, true, request_id, status, payload_len};
-      EncodeHeader(h, out.data() + at);
+      EncodeHeader(h, p);
+      return p + kHeaderSize;
     }
     template <typename Body>
-    static void AppendBody(std::vector<uint8_t>& out, Op op, uint64_t request_id,
-                           const Body& body) {
-      AppendHeader(out, op, request_id, StatusCode::kOk, Body::kWireSize);
-      body.EncodeTo(out.data() + out.size() - Body::kWireSize);
+    static void AppendBody(ByteBuffer& out, Op op, uint64_t request_id, const Body& body) {
+      body.EncodeTo(AppendHeader(out, op, request_id, StatusCode::kOk, Body::kWireSize));
     }
-    static void AppendBytes(std::vector<uint8_t>& out, Op op, uint64_t request_id,
+    static void AppendBytes(ByteBuffer& out, Op op, uint64_t request_id,
                             std::span<const uint8_t> data) {
-      AppendHeader(out, op, request_id, StatusCode::kOk, static_cast<uint32_t>(data.size()));
-      if (!data.empty()) std::memcpy(out.data() + out.size() - data.size(), data.data(), data.size());
+      uint8_t* p =
+          AppendHeader(out, op, request_id, StatusCode::kOk, static_cast<uint32_t>(data.size()));
+      if (!data.empty()) std::memcpy(p, data.data(), data.size());
     }
-    static void AppendError(std::vector<uint8_t>& out, Op op, uint64_t request_id,
-                            const Status& st) {
+    static void AppendError(ByteBuffer& out, Op op, uint64_t request_id, const Status& st) {
       std::string_view msg = st.message();
       if (msg.size() > kMaxErrorMessageLength) msg = msg.substr(0, kMaxErrorMessageLength);
       StatusCode code = st.ok() ? StatusCode::kInternal : st.code();
-      AppendHeader(out, op, request_id, code, static_cast<uint32_t>(msg.size()));
-      std::memcpy(out.data() + out.size() - msg.size(), msg.data(), msg.size());
+      uint8_t* p = AppendHeader(out, op, request_id, code, static_cast<uint32_t>(msg.size()));
+      if (!msg.empty()) std::memcpy(p, msg.data(), msg.size());
     }
 
     void Dispatch(Conn* c, const ParsedFrame& f) {
@@ -554,7 +554,7 @@ class Server::Impl {
       }
     }
 
-    void Execute(Conn* c, const ParsedFrame& f, std::vector<uint8_t>& out) {
+    void Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
       RequestHandler* handler = server_->handler_;
       const FrameHeader& h = f.header;
       switch (h.op) {
@@ -579,7 +579,8 @@ class Server::Impl {
                                         req.length));
           }
           std::memcpy(mem->data(), f.data.data(), req.length);
-          return AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          return;
         }
         case Op::kAllocSlab: {
           auto r = handler->AllocSlab(c->peer, std::get<AllocSlabRequest>(f.body));
@@ -589,7 +590,8 @@ class Server::Impl {
         case Op::kFreeSlab: {
           Status st = handler->FreeSlab(c->peer, std::get<FreeSlabRequest>(f.body));
           if (!st.ok()) return AppendError(out, h.op, h.request_id, st);
-          return AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          return;
         }
         case Op::kStats: {
           auto r = handler->Stats(c->peer);
@@ -618,7 +620,8 @@ class Server::Impl {
         case Op::kFault: {
           Status st = handler->Fault(c->peer, std::get<FaultRequest>(f.body));
           if (!st.ok()) return AppendError(out, h.op, h.request_id, st);
-          return AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+          return;
         }
         case Op::kHello:
         case Op::kAuth:
@@ -638,7 +641,7 @@ class Server::Impl {
           if (c->close_after_send) Close(c, "closed after the last reply", LogLevel::kDebug);
           return;
         }
-        std::swap(c->sending, c->pending);
+        swap(c->sending, c->pending);
       }
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_send(sqe, c->fd.get(), c->sending.data() + c->send_off,

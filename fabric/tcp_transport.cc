@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -181,11 +182,13 @@ Status TcpTransport::Init() {
     return InvalidArgument("ring_entries must be in 8..32768, got ", options_.ring_entries);
   }
   io_uring_params params{};
-  params.flags = IORING_SETUP_SINGLE_ISSUER;
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
   int rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
-  if (rc < 0) {
+  defer_taskrun_ = rc >= 0;
+  if (rc < 0) {  // Kernels before 6.1: plain ring, completions interrupt the poller.
     params = io_uring_params{};
     rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
+    ring_enabled_ = true;
   }
   if (rc < 0) {
     errno = -rc;
@@ -221,6 +224,14 @@ Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
   if (options.client_id == 0) return InvalidArgument("client_id must be non-zero");
   if (options.secret.empty()) return InvalidArgument("secret must be non-empty");
   if (conns_.size() >= (1u << 30)) return ResourceExhausted("too many connections");
+  if (!ring_enabled_) {
+    // io_uring_enable_rings() is declared but not exported by liburing 2.3: register directly.
+    if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr,
+                  0) < 0) {
+      return ErrnoError("io_uring_register(ENABLE_RINGS)");
+    }
+    ring_enabled_ = true;
+  }
   Deadline deadline = options.deadline;
   TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(endpoint, deadline));
 
@@ -288,6 +299,7 @@ Status TcpTransport::CheckConn(ConnectionId id) const {
 
 Status TcpTransport::Disconnect(ConnectionId id) {
   TESSERA_RETURN_IF_ERROR(CheckConn(id));
+  conns_[id]->goodbye = true;
   auto r = Control(id, Op::kGoodbye, {}, Deadline::AfterMs(1000));
   MarkDown(id, Cancelled("connection closed by Disconnect()"));
   if (!r.ok() && r.status().code() != StatusCode::kUnavailable) return r.status();
@@ -331,7 +343,7 @@ void TcpTransport::Flush(ConnectionId id) {
     c->sending.clear();
     c->send_off = 0;
     if (c->pending.empty()) return;
-    std::swap(c->sending, c->pending);
+    swap(c->sending, c->pending);
   }
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_send(sqe, c->fd.get(), c->sending.data() + c->send_off,
@@ -373,17 +385,14 @@ Status TcpTransport::Post(std::span<const WorkRequest> batch) {
     s.conn = wr.connection;
     uint64_t request_id = (uint64_t{s.gen} << 32) | slot_index;
     Conn* c = conns_[wr.connection].get();
-    size_t at = c->pending.size();
     if (wr.op == OpKind::kRead) {
-      c->pending.resize(at + kHeaderSize + ReadRequest::kWireSize);
-      uint8_t* p = c->pending.data() + at;
+      uint8_t* p = c->pending.Append(kHeaderSize + ReadRequest::kWireSize);
       EncodeHeader(FrameHeader{Op::kRead, false, request_id, StatusCode::kOk,
                                static_cast<uint32_t>(ReadRequest::kWireSize)},
                    p);
       ReadRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
     } else {
-      c->pending.resize(at + kHeaderSize + WriteRequest::kWireSize + wr.length);
-      uint8_t* p = c->pending.data() + at;
+      uint8_t* p = c->pending.Append(kHeaderSize + WriteRequest::kWireSize + wr.length);
       EncodeHeader(FrameHeader{Op::kWrite, false, request_id, StatusCode::kOk,
                                static_cast<uint32_t>(WriteRequest::kWireSize + wr.length)},
                    p);
@@ -443,8 +452,14 @@ void TcpTransport::CompleteSlot(uint32_t slot_index, Status status) {
 }
 
 bool TcpTransport::Reap() {
+  if (!ring_enabled_) return false;  // Nothing was ever connected.
   io_uring_cqe* cqes[128];
   unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 128);
+  if (n == 0 && defer_taskrun_) {
+    // Run the deferred completions (one io_uring_enter, like a non-blocking recv()).
+    io_uring_get_events(&ring_);
+    n = io_uring_peek_batch_cqe(&ring_, cqes, 128);
+  }
   if (n == 0) return false;
   for (unsigned i = 0; i < n; ++i) {
     uint64_t data = io_uring_cqe_get_data64(cqes[i]);
@@ -479,6 +494,10 @@ bool TcpTransport::Reap() {
 void TcpTransport::OnRecv(ConnectionId id, int res) {
   Conn* c = conns_[id].get();
   if (!c->up) return;
+  if (res <= 0 && c->goodbye && res != -EAGAIN && res != -EINTR) {
+    MarkDown(id, Cancelled("connection closed by Disconnect()"));
+    return;
+  }
   if (res == 0) {
     MarkDown(id, Unavailable("server ", c->info.endpoint.ToString(), " closed the connection"));
     return;
@@ -601,8 +620,8 @@ void TcpTransport::ReleaseConn(ConnectionId id) {
   Conn* c = conns_[id].get();
   c->fd.Reset();
   std::vector<uint8_t>().swap(c->in);
-  std::vector<uint8_t>().swap(c->pending);
-  std::vector<uint8_t>().swap(c->sending);
+  c->pending.Release();
+  c->sending.Release();
 }
 
 size_t TcpTransport::Poll(std::span<Completion> out) {
@@ -641,13 +660,10 @@ Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
   w.conn = id;
   w.op = op;
   Conn* c = conns_[id].get();
-  size_t at = c->pending.size();
-  c->pending.resize(at + kHeaderSize + payload.size());
+  uint8_t* p = c->pending.Append(kHeaderSize + payload.size());
   EncodeHeader(FrameHeader{op, false, rid, StatusCode::kOk, static_cast<uint32_t>(payload.size())},
-               c->pending.data() + at);
-  if (!payload.empty()) {
-    std::memcpy(c->pending.data() + at + kHeaderSize, payload.data(), payload.size());
-  }
+               p);
+  if (!payload.empty()) std::memcpy(p + kHeaderSize, payload.data(), payload.size());
   Flush(id);
   io_uring_submit(&ring_);
   while (true) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "fabric/byte_buffer.h"
 #include "fabric/transport.h"
 
 namespace tessera::fabric {
@@ -52,12 +53,13 @@ class TcpTransport final : public Transport {
     bool recv_armed = false;
     bool send_armed = false;
     bool touched = false;
+    bool goodbye = false;  // Disconnect() sent GOODBYE: the server's close is expected.
     uint32_t inflight = 0;
     std::vector<uint8_t> in;
     size_t in_start = 0;
     size_t in_end = 0;
-    std::vector<uint8_t> pending;
-    std::vector<uint8_t> sending;
+    ByteBuffer pending;
+    ByteBuffer sending;
     size_t send_off = 0;
   };
   struct Slot {
@@ -96,6 +98,11 @@ class TcpTransport final : public Transport {
   TransportOptions options_;
   io_uring ring_{};
   bool ring_ready_ = false;
+  // The ring is created disabled and enabled by the first Connect(), so the thread that uses
+  // the transport becomes its single issuer. With deferred task work the kernel never
+  // interrupts the polling thread; Poll() collects completions by entering the kernel itself.
+  bool ring_enabled_ = false;
+  bool defer_taskrun_ = false;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
