@@ -38,7 +38,7 @@ struct DaemonOptions {
   std::string secret;
   int io_threads = 1;
   int metrics_port = -1;  // -1: no metrics endpoint; 0: ephemeral.
-  bool fault_injection = true;
+  bool fault_injection = false;  // Off unless asked for (--fault_injection).
   std::string meminfo_path = "/proc/meminfo";
   uint64_t monitor_interval_ns = 200ull * 1000000;
   uint64_t eviction_grace_ns = 2000ull * 1000000;

@@ -166,7 +166,7 @@ Result<std::vector<uint8_t>> MemServerHandler::Invoke(const PeerInfo& peer, uint
   if (function_id == kFaultFunctionId) {
     if (!options_.fault_injection) {
       return scope.Done(Result<std::vector<uint8_t>>(
-          Unsupported("fault injection is disabled on this server (--nofault_injection)")));
+          Unsupported("fault injection is off on this server (start it with --fault_injection)")));
     }
     auto spec = DecodeFaultSpec(
         std::string_view(reinterpret_cast<const char*>(args.data()), args.size()));
@@ -221,7 +221,7 @@ Status MemServerHandler::Fault(const PeerInfo& peer, const fabric::FaultRequest&
   OpScope scope(&metrics_, OpSlot::kFault);
   if (!options_.fault_injection) {
     return scope.DoneStatus(
-        Unsupported("fault injection is disabled on this server (--nofault_injection)"));
+        Unsupported("fault injection is off on this server (start it with --fault_injection)"));
   }
   auto spec = FromWire(req);
   if (!spec.ok()) return scope.DoneStatus(spec.status());

@@ -38,7 +38,7 @@ namespace tessera::memserver {
 class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
  public:
   struct Options {
-    bool fault_injection = true;  // Accept FAULT requests (and the fault INVOKE function).
+    bool fault_injection = false;  // Accept FAULT requests (and the fault INVOKE function).
     uint64_t headroom_bytes = 0;  // Reported in STATS.
   };
   // An offload function: gets the caller and the argument bytes, returns the result bytes

@@ -25,7 +25,8 @@ DEFINE_string(auth_token_file, "",
 DEFINE_int32(metrics_port, -1, "Prometheus endpoint port (GET /metrics); 0 = ephemeral; -1 = off");
 DEFINE_bool(huge_pages, false, "Back the slabs with 2 MiB huge pages when available");
 DEFINE_int32(io_threads, 1, "Network I/O threads (1..64)");
-DEFINE_bool(fault_injection, true, "Accept `tessera fault` requests (turn off in production)");
+DEFINE_bool(fault_injection, false,
+            "Accept `tessera fault` requests (for resilience experiments; off by default)");
 DEFINE_string(eviction_grace, "2s", "Time an owner gets to move an evicted slab's data");
 DEFINE_string(monitor_interval, "200ms", "How often free host memory is sampled");
 DEFINE_string(meminfo_path, "/proc/meminfo",

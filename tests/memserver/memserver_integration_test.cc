@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -71,6 +73,10 @@ std::optional<Server> StartServer(const std::string& token_file,
   std::vector<std::string> argv = {BinDir() + "/tessera", "memserver", "--port=0",
                                    "--capacity=1M", "--slab_size=64K", "--headroom=0",
                                    "--log_level=warning", "--auth_token_file=" + token_file};
+  // Fault injection is off by default; these tests inject faults unless told not to.
+  if (std::find(extra.begin(), extra.end(), "--nofault_injection") == extra.end()) {
+    argv.push_back("--fault_injection");
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto p = Subprocess::Start(argv, {.capture_stdout = true});
   if (!p.ok()) {
@@ -395,6 +401,20 @@ TEST_F(MemServerIntegrationTest, FaultRefuseAllocThenClear) {
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
   ASSERT_EQ(Fault({"clear"}).exit_code, 0);
   EXPECT_TRUE(c.Alloc().ok());
+}
+
+TEST(MemServerProcessTest, FaultsAreRefusedUnlessEnabled) {
+  TokenFile token{kSecret};
+  auto server = StartServer(token.path(), {"--nofault_injection"});
+  ASSERT_TRUE(server.has_value());
+  for (std::vector<std::string> action : {std::vector<std::string>{"crash"}, {"bitflip", "1"}}) {
+    std::vector<std::string> a = {"fault", server->endpoint()};
+    a.insert(a.end(), action.begin(), action.end());
+    a.push_back("--auth_token_file=" + token.path());
+    auto o = RunTessera(a, 20000);
+    EXPECT_NE(o.exit_code, 0) << action[0] << " was accepted by a server without --fault_injection";
+  }
+  EXPECT_FALSE(server->proc.Poll()) << "a refused crash fault still killed the server";
 }
 
 TEST_F(MemServerIntegrationTest, FaultCrashKillsTheServer) {
