@@ -15,6 +15,7 @@
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -157,11 +158,19 @@ class Server::Impl {
     Status Init(uint32_t entries) {
       event_fd_.Reset(::eventfd(0, EFD_CLOEXEC));
       if (!event_fd_) return ErrnoError("eventfd");
+      // Created disabled here and enabled by the I/O thread, which thereby becomes the ring's
+      // single issuer; task work is then deferred until that thread enters the kernel to wait
+      // (no interrupts, completions handled in batches). Older kernels: cooperative task run.
       io_uring_params params{};
-      // The ring is created here and used by the I/O thread, so no SINGLE_ISSUER; the thread
-      // always enters the kernel to wait, so deferred task work (COOP_TASKRUN) costs nothing.
-      params.flags = IORING_SETUP_COOP_TASKRUN;
+      params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                     IORING_SETUP_R_DISABLED;
       int rc = io_uring_queue_init_params(entries, &ring_, &params);
+      ring_disabled_ = rc >= 0;
+      if (rc < 0) {
+        params = io_uring_params{};
+        params.flags = IORING_SETUP_COOP_TASKRUN;
+        rc = io_uring_queue_init_params(entries, &ring_, &params);
+      }
       if (rc < 0) {
         params = io_uring_params{};
         rc = io_uring_queue_init_params(entries, &ring_, &params);
@@ -216,6 +225,14 @@ class Server::Impl {
     }
 
     void Run() {
+      if (ring_disabled_) {
+        // io_uring_enable_rings() is declared but not exported by liburing 2.3.
+        if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+                      nullptr, 0) < 0) {
+          TCHECK(false) << "io_uring_register(ENABLE_RINGS): " << strerror(errno);
+        }
+        ring_disabled_ = false;
+      }
       ArmAccept();
       ArmEvent();
       while (true) {
@@ -784,6 +801,7 @@ class Server::Impl {
     UniqueFd event_fd_;
     io_uring ring_{};
     bool ring_ready_ = false;
+    bool ring_disabled_ = false;
     std::thread thread_;
     std::mutex mu_;
     std::deque<Command> commands_;
