@@ -633,6 +633,7 @@ size_t TcpTransport::Poll(std::span<Completion> out) {
 }
 
 size_t TcpTransport::Wait(std::span<Completion> out, Deadline deadline) {
+  if (!ring_enabled_) return Drain(out);  // Never connected: nothing can complete.
   while (true) {
     size_t n = Poll(out);
     if (n > 0 || out.empty()) return n;

@@ -11,7 +11,9 @@
 // Create({kind = kAuto}) picks verbs when a usable RDMA device exists and TCP otherwise.
 //
 // Threads: a Transport belongs to ONE thread; none of its methods may be called concurrently.
-// Create one Transport per thread. Post() and Poll() never block. The control calls (AllocSlab,
+// Create one Transport per thread. It may be created on another thread, but the thread that
+// first calls Connect() must be the one that uses it from then on, destructor included (the TCP
+// transport's io_uring accepts submissions from that thread only). Post() and Poll() never block. The control calls (AllocSlab,
 // Stats, ...) block until their reply or deadline, and meanwhile keep reaping data completions
 // and notices, which the next Poll() returns.
 //
