@@ -1,0 +1,79 @@
+#include "client/page_store.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace tessera::client {
+namespace {
+
+// Counts outstanding ops; the waiting thread sleeps on the atomic (futex), no lock.
+struct Waiter {
+  std::atomic<size_t> remaining{0};
+};
+
+void WakeOne(PageOp* op) {
+  auto* w = static_cast<Waiter*>(op->user);
+  if (w->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) w->remaining.notify_all();
+}
+
+Status RunBlocking(PageStore* store, PageOp* ops, size_t count) {
+  Waiter waiter;
+  waiter.remaining.store(count, std::memory_order_relaxed);
+  std::vector<PageOp*> ptrs(count);
+  for (size_t i = 0; i < count; ++i) {
+    ops[i].done = WakeOne;
+    ops[i].user = &waiter;
+    ptrs[i] = &ops[i];
+  }
+  TESSERA_RETURN_IF_ERROR(store->Submit(ptrs));
+  for (size_t left = waiter.remaining.load(std::memory_order_acquire); left != 0;
+       left = waiter.remaining.load(std::memory_order_acquire)) {
+    waiter.remaining.wait(left, std::memory_order_acquire);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (!ops[i].status.ok()) return ops[i].status;
+  }
+  return Status::Ok();
+}
+
+Status RunBatch(PageStore* store, PageOp::Kind kind, const PageId* pages, size_t count,
+                uint8_t* bufs) {
+  if (count == 0) return Status::Ok();
+  if (pages == nullptr || bufs == nullptr) return InvalidArgument("null pages or buffer");
+  std::unique_ptr<PageOp[]> ops(new PageOp[count]);
+  for (size_t i = 0; i < count; ++i) {
+    ops[i].kind = kind;
+    ops[i].page = pages[i];
+    ops[i].buf = bufs + i * kPageSize;
+  }
+  return RunBlocking(store, ops.get(), count);
+}
+
+}  // namespace
+
+Status PageStore::ReadPage(PageId page, uint8_t* out) {
+  PageOp op;
+  op.kind = PageOp::Kind::kRead;
+  op.page = page;
+  op.buf = out;
+  return RunBlocking(this, &op, 1);
+}
+
+Status PageStore::WritePage(PageId page, const uint8_t* in) {
+  PageOp op;
+  op.kind = PageOp::Kind::kWrite;
+  op.page = page;
+  op.buf = const_cast<uint8_t*>(in);  // A write only reads the buffer.
+  return RunBlocking(this, &op, 1);
+}
+
+Status PageStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
+  return RunBatch(this, PageOp::Kind::kRead, pages, count, out);
+}
+
+Status PageStore::WritePages(const PageId* pages, size_t count, const uint8_t* in) {
+  return RunBatch(this, PageOp::Kind::kWrite, pages, count, const_cast<uint8_t*>(in));
+}
+
+}  // namespace tessera::client

@@ -1,0 +1,103 @@
+// PageStore: the seam between page consumers (the userfaultfd pager, the NBD export, benches)
+// and the ways Tessera stores 4 KB pages: the resilient erasure-coded remote store, and the
+// simpler layouts kept for comparison and for users who want them (single copy, n-way
+// replication, single copy with an asynchronous local-disk backup, local SSD).
+//
+// Pages are addressed by PageId in [0, capacity_pages()). A page never written (or trimmed)
+// reads as zeros. A read never returns bytes older than the last acknowledged write of that
+// page, and never returns wrong bytes silently: if a page cannot be rebuilt, its op fails with
+// DataLoss naming the page, and other pages are unaffected.
+//
+// Asynchronous use: the caller fills PageOp structs it owns and Submit()s a batch of pointers.
+// Submit() never blocks on the network; it either accepts the whole batch (each op then
+// completes exactly once: op->status is set and op->done(op) is called from a store thread,
+// never from inside Submit) or rejects it whole with an error (no op accepted, no callback).
+// Per-op failures (DataLoss, OutOfRange for a bad page id, Unavailable) are reported through
+// op->status, not by Submit. The op and its buffer belong to the caller and must stay valid,
+// and for a write unmodified, until done() is called. ReadPage()/WritePage() are blocking
+// conveniences built on Submit().
+//
+// Threads: every method may be called concurrently from any number of threads. done()
+// callbacks run on store threads and must be short and must not block on the store (hand the
+// result off instead, e.g. through a lock-free queue or an atomic flag).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/histogram.h"
+#include "common/status.h"
+
+namespace tessera::client {
+
+inline constexpr size_t kPageSize = 4096;
+using PageId = uint64_t;
+
+struct PageOp {
+  enum class Kind : uint8_t { kRead, kWrite };
+  Kind kind = Kind::kRead;
+  PageId page = 0;
+  // kPageSize bytes: filled by a read; the source of a write. Any alignment.
+  uint8_t* buf = nullptr;
+  // Set by the store before done() is called.
+  Status status;
+  // Called exactly once per accepted op, from a store thread.
+  void (*done)(PageOp* op) = nullptr;
+  void* user = nullptr;  // The caller's context; the store never touches it.
+};
+
+// Counters and latency histograms of one store since it was created.
+struct PageStoreStats {
+  uint64_t reads = 0;
+  uint64_t writes = 0;
+  uint64_t read_errors = 0;
+  uint64_t write_errors = 0;
+  uint64_t trims = 0;
+  uint64_t degraded_reads = 0;       // Reads that could not use the preferred splits/copy.
+  uint64_t decodes = 0;              // Reads that ran an erasure decode.
+  uint64_t corruptions_detected = 0; // Splits/copies whose checksum did not match.
+  uint64_t corruptions_repaired = 0; // ... and were rewritten correctly.
+  uint64_t data_loss = 0;            // Reads failed with DataLoss.
+  uint64_t server_failures = 0;      // Servers declared failed.
+  uint64_t regenerations_done = 0;   // Lost splits/copies rebuilt onto replacements.
+  uint64_t regenerations_pending = 0;
+  uint64_t bytes_sent = 0;           // Payload bytes written to the backing (remote or disk).
+  uint64_t bytes_received = 0;
+  LatencyHistogram read_latency;     // Per page, from Submit to done, in ns.
+  LatencyHistogram write_latency;
+};
+
+class PageStore {
+ public:
+  virtual ~PageStore() = default;
+
+  // A short description, e.g. "ec(8,2) delta=1 ack=all", "replication(3)", "local-ssd".
+  virtual std::string name() const = 0;
+  virtual uint64_t capacity_pages() const = 0;
+  // Bytes stored (remote or local) per byte of page data: 1.25 for RS(8,2), 3 for 3 copies.
+  virtual double memory_overhead() const = 0;
+
+  // See the file comment. InvalidArgument for a null op, buffer or callback, or an unknown
+  // kind; Unavailable when the store is shut down or cannot accept work at all.
+  virtual Status Submit(std::span<PageOp* const> ops) = 0;
+
+  // Releases the storage of pages [first, first + count); they read as zeros afterwards.
+  virtual Status Trim(PageId first, uint64_t count) = 0;
+  // Returns once every write acknowledged before the call is stored with the full resilience
+  // the store promises (e.g. all k+r splits written, the disk backup written).
+  virtual Status Flush() = 0;
+
+  virtual PageStoreStats Stats() const = 0;
+
+  // Blocking single-page conveniences (Submit + wait). Thread-safe.
+  Status ReadPage(PageId page, uint8_t* out);
+  Status WritePage(PageId page, const uint8_t* in);
+  // Blocking batch: submits `count` ops of one kind over consecutive buffers and waits for all;
+  // returns the first error (every op is still attempted).
+  Status ReadPages(const PageId* pages, size_t count, uint8_t* out);
+  Status WritePages(const PageId* pages, size_t count, const uint8_t* in);
+};
+
+}  // namespace tessera::client
