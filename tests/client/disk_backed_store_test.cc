@@ -1,0 +1,357 @@
+// DiskBackedStore (single copy + asynchronous disk backup): reads fall back to the disk copy when
+// the primary loses a page, never to a stale one. The primary is an in-test fake that can lose
+// pages; the backup is either a fake that can hold or fail writes, or a real LocalSsdStore.
+#include "client/disk_backed_store.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "client/local_ssd_store.h"
+#include "tests/support/test_util.h"
+
+namespace tessera::client {
+namespace {
+
+using tessera::testing::TempDir;
+
+// An in-memory PageStore completing ops on its own worker thread. Reads of "lost" pages fail
+// with DataLoss (a write makes the page whole again). Writes can be held (not completed) until
+// Release(), or failed with IoError.
+class FakeStore final : public PageStore {
+ public:
+  explicit FakeStore(uint64_t capacity, std::string name = "fake")
+      : capacity_(capacity), name_(std::move(name)), worker_([this] { Run(); }) {}
+  ~FakeStore() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      EXPECT_TRUE(held_.empty()) << name_ << ": destroyed with held writes";
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  std::string name() const override { return name_; }
+  uint64_t capacity_pages() const override { return capacity_; }
+  double memory_overhead() const override { return 1.0; }
+  Status Submit(std::span<PageOp* const> ops) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reject_submits_) return Unavailable(name_, " rejects submissions");
+    for (PageOp* op : ops) queue_.push_back(op);
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  Status Trim(PageId first, uint64_t count) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (PageId p = first; p < first + count; ++p) data_.erase(p);
+    return Status::Ok();
+  }
+  Status Flush() override { return Status::Ok(); }
+  PageStoreStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    PageStoreStats s;
+    s.writes = writes_done_;
+    s.bytes_sent = writes_done_ * kPageSize;
+    return s;
+  }
+
+  void Lose(PageId p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_.insert(p);
+  }
+  void HoldWrites(bool hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+    if (!hold) {
+      for (PageOp* op : held_) queue_.push_back(op);
+      held_.clear();
+      cv_.notify_all();
+    }
+  }
+  void FailWrites(bool fail) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_writes_ = fail;
+  }
+  void RejectSubmits(bool reject) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reject_submits_ = reject;
+  }
+  void FailReadsWith(Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    read_error_ = std::move(st);
+  }
+  size_t held() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.size();
+  }
+  uint64_t writes_of(PageId p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = writes_per_page_.find(p);
+    return it == writes_per_page_.end() ? 0 : it->second;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      PageOp* op = queue_.front();
+      queue_.pop_front();
+      if (op->kind == PageOp::Kind::kWrite && hold_) {
+        held_.push_back(op);
+        continue;
+      }
+      op->status = Apply(op);
+      lock.unlock();
+      op->done(op);
+      lock.lock();
+    }
+  }
+  Status Apply(PageOp* op) {
+    if (op->page >= capacity_) return OutOfRange("page ", op->page, " out of range");
+    if (op->kind == PageOp::Kind::kWrite) {
+      if (fail_writes_) return IoError(name_, ": write of page ", op->page, " failed");
+      std::memcpy(data_[op->page].data(), op->buf, kPageSize);
+      lost_.erase(op->page);
+      writes_per_page_[op->page]++;
+      writes_done_++;
+      return Status::Ok();
+    }
+    if (!read_error_.ok()) return read_error_;
+    if (lost_.count(op->page)) return DataLoss(name_, ": page ", op->page, " is lost");
+    auto it = data_.find(op->page);
+    if (it == data_.end()) {
+      std::memset(op->buf, 0, kPageSize);
+    } else {
+      std::memcpy(op->buf, it->second.data(), kPageSize);
+    }
+    return Status::Ok();
+  }
+
+  const uint64_t capacity_;
+  const std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PageOp*> queue_;
+  std::vector<PageOp*> held_;
+  std::map<PageId, std::array<uint8_t, kPageSize>> data_;
+  std::map<PageId, uint64_t> writes_per_page_;
+  std::set<PageId> lost_;
+  Status read_error_;
+  uint64_t writes_done_ = 0;
+  bool hold_ = false;
+  bool fail_writes_ = false;
+  bool reject_submits_ = false;
+  bool stop_ = false;
+  std::thread worker_;  // Last: starts after every other member is built.
+};
+
+std::vector<uint8_t> Pattern(uint64_t seed) {
+  std::vector<uint8_t> v(kPageSize);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+struct Fixture {
+  explicit Fixture(uint64_t pages) {
+    auto p = std::make_unique<FakeStore>(pages, "primary");
+    auto b = std::make_unique<FakeStore>(pages, "backup");
+    primary = p.get();
+    backup = b.get();
+    auto r = DiskBackedStore::Create(std::move(p), std::move(b));
+    EXPECT_TRUE(r.ok()) << r.status();
+    store = std::move(r).value();
+  }
+  FakeStore* primary;
+  FakeStore* backup;
+  std::unique_ptr<DiskBackedStore> store;
+};
+
+TEST(DiskBackedStoreTest, ReadsFallBackToDiskWhenPrimaryLosesPages) {
+  Fixture f(64);
+  for (PageId p = 0; p < 64; ++p) ASSERT_TRUE(f.store->WritePage(p, Pattern(p).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());
+  EXPECT_EQ(f.store->backup_pending(), 0u);
+  for (PageId p = 0; p < 64; p += 3) f.primary->Lose(p);
+  std::vector<uint8_t> out(kPageSize);
+  for (PageId p = 0; p < 64; ++p) {
+    ASSERT_TRUE(f.store->ReadPage(p, out.data()).ok()) << "page " << p;
+    EXPECT_EQ(out, Pattern(p)) << "page " << p;
+  }
+  EXPECT_EQ(f.store->fallback_reads(), 22u);
+  PageStoreStats s = f.store->Stats();
+  EXPECT_EQ(s.degraded_reads, 22u);
+  EXPECT_EQ(s.reads, 64u);
+  EXPECT_EQ(s.writes, 64u);
+  EXPECT_EQ(s.read_errors, 0u);
+  EXPECT_EQ(s.bytes_sent, 2u * 64 * kPageSize);  // Primary + backup.
+  EXPECT_EQ(f.store->memory_overhead(), 2.0);
+  EXPECT_EQ(f.store->name(), "disk-backed(primary + backup)");
+}
+
+// The backup lags: a page whose newest acknowledged write is not yet on disk is never served
+// from the older disk copy.
+TEST(DiskBackedStoreTest, NeverReturnsAStaleDiskCopy) {
+  Fixture f(8);
+  ASSERT_TRUE(f.store->WritePage(3, Pattern(1).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());  // Disk holds version 1.
+  f.backup->HoldWrites(true);
+  ASSERT_TRUE(f.store->WritePage(3, Pattern(2).data()).ok());  // Acked, backup held.
+  EXPECT_EQ(f.store->backup_pending(), 1u);
+  f.primary->Lose(3);
+  std::vector<uint8_t> out(kPageSize);
+  Status st = f.store->ReadPage(3, out.data());
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("disk backup of page 3 is behind"), std::string::npos) << st;
+  EXPECT_EQ(f.store->stale_refusals(), 1u);
+  f.backup->HoldWrites(false);
+  ASSERT_TRUE(f.store->Flush().ok());
+  ASSERT_TRUE(f.store->ReadPage(3, out.data()).ok());
+  EXPECT_EQ(out, Pattern(2));
+  EXPECT_EQ(f.store->fallback_reads(), 1u);
+}
+
+// Rewrites while a backup write is in flight: one waits, newer ones replace it, and the disk
+// ends with the last acknowledged content.
+TEST(DiskBackedStoreTest, BackupWritesOfAPageAreSerialisedAndCoalesced) {
+  Fixture f(4);
+  f.backup->HoldWrites(true);
+  for (uint64_t v = 1; v <= 10; ++v) ASSERT_TRUE(f.store->WritePage(2, Pattern(v).data()).ok());
+  EXPECT_EQ(f.backup->held(), 1u);       // Only the first is in flight ...
+  EXPECT_EQ(f.store->backup_pending(), 2u);  // ... and the newest is queued behind it.
+  f.primary->Lose(2);
+  std::vector<uint8_t> out(kPageSize);
+  EXPECT_EQ(f.store->ReadPage(2, out.data()).code(), StatusCode::kDataLoss);
+  f.backup->HoldWrites(false);
+  ASSERT_TRUE(f.store->Flush().ok());
+  EXPECT_EQ(f.backup->writes_of(2), 2u);
+  ASSERT_TRUE(f.store->ReadPage(2, out.data()).ok());
+  EXPECT_EQ(out, Pattern(10));
+}
+
+TEST(DiskBackedStoreTest, NeverWrittenAndTrimmedPagesFallBackToZeros) {
+  Fixture f(16);
+  std::vector<uint8_t> zeros(kPageSize, 0), out(kPageSize, 1);
+  f.primary->Lose(5);
+  ASSERT_TRUE(f.store->ReadPage(5, out.data()).ok());
+  EXPECT_EQ(out, zeros);
+  ASSERT_TRUE(f.store->WritePage(7, Pattern(7).data()).ok());
+  ASSERT_TRUE(f.store->Trim(6, 3).ok());
+  f.primary->Lose(7);
+  ASSERT_TRUE(f.store->ReadPage(7, out.data()).ok());
+  EXPECT_EQ(out, zeros);
+  EXPECT_EQ(f.store->Trim(15, 2).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(f.store->Stats().trims, 3u);
+}
+
+TEST(DiskBackedStoreTest, FailedBackupWriteIsReportedAndNeverUsed) {
+  Fixture f(4);
+  ASSERT_TRUE(f.store->WritePage(1, Pattern(1).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());
+  f.backup->FailWrites(true);
+  ASSERT_TRUE(f.store->WritePage(1, Pattern(2).data()).ok());
+  Status flush = f.store->Flush();
+  EXPECT_EQ(flush.code(), StatusCode::kIoError) << flush;
+  EXPECT_NE(flush.message().find("backup write of page 1"), std::string::npos) << flush;
+  EXPECT_TRUE(f.store->Flush().ok());  // Reported once.
+  f.primary->Lose(1);
+  std::vector<uint8_t> out(kPageSize);
+  EXPECT_EQ(f.store->ReadPage(1, out.data()).code(), StatusCode::kDataLoss);
+  f.backup->FailWrites(false);
+  ASSERT_TRUE(f.store->WritePage(1, Pattern(3).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());
+  f.primary->Lose(1);
+  ASSERT_TRUE(f.store->ReadPage(1, out.data()).ok());
+  EXPECT_EQ(out, Pattern(3));
+}
+
+TEST(DiskBackedStoreTest, OtherPrimaryErrorsPassThrough) {
+  Fixture f(4);
+  ASSERT_TRUE(f.store->WritePage(0, Pattern(0).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());
+  f.primary->FailReadsWith(PermissionDenied("not yours"));
+  std::vector<uint8_t> out(kPageSize);
+  EXPECT_EQ(f.store->ReadPage(0, out.data()).code(), StatusCode::kPermissionDenied);
+  f.primary->FailReadsWith(Status::Ok());
+  EXPECT_EQ(f.store->ReadPage(9, out.data()).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(f.store->WritePage(9, out.data()).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(f.store->fallback_reads(), 0u);
+  // A primary that rejects a batch: the batch is rejected whole, no callback runs.
+  f.primary->RejectSubmits(true);
+  EXPECT_EQ(f.store->WritePage(0, out.data()).code(), StatusCode::kUnavailable);
+  f.primary->RejectSubmits(false);
+  PageOp op;
+  PageOp* ptr = &op;
+  EXPECT_EQ(f.store->Submit(std::span<PageOp* const>(&ptr, 1)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(DiskBackedStoreTest, BackupSmallerThanPrimaryIsRejected) {
+  auto r = DiskBackedStore::Create(std::make_unique<FakeStore>(8), std::make_unique<FakeStore>(4));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DiskBackedStore::Create(nullptr, std::make_unique<FakeStore>(4)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// A real LocalSsdStore as the backup; several threads write and read with many ops in flight,
+// then the primary loses every page and everything reads back from disk.
+TEST(DiskBackedStoreTest, ConcurrentLoadOverRealLocalSsdBackup) {
+  TempDir dir;
+  constexpr int kThreads = 4;
+  constexpr uint64_t kPer = 48;
+  LocalSsdOptions o;
+  o.path = dir.path() + "/backup.bin";
+  o.capacity_pages = kThreads * kPer;
+  auto ssd = LocalSsdStore::Create(o);
+  ASSERT_TRUE(ssd.ok()) << ssd.status();
+  auto p = std::make_unique<FakeStore>(kThreads * kPer, "primary");
+  FakeStore* primary = p.get();
+  auto r = DiskBackedStore::Create(std::move(p), std::move(ssd).value());
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<DiskBackedStore> store = std::move(r).value();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<PageId> ids(kPer);
+      for (uint64_t i = 0; i < kPer; ++i) ids[i] = t * kPer + i;
+      for (int round = 0; round < 4; ++round) {
+        std::vector<uint8_t> in(kPer * kPageSize + 1), out(kPer * kPageSize + 1);
+        for (uint64_t i = 0; i < kPer; ++i) {
+          auto pat = Pattern(ids[i] * 100 + round);
+          std::memcpy(in.data() + 1 + i * kPageSize, pat.data(), kPageSize);
+        }
+        if (!store->WritePages(ids.data(), kPer, in.data() + 1).ok()) failures++;
+        if (!store->ReadPages(ids.data(), kPer, out.data() + 1).ok()) failures++;
+        if (std::memcmp(in.data() + 1, out.data() + 1, kPer * kPageSize) != 0) failures++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failures.load(), 0);
+  ASSERT_TRUE(store->Flush().ok());
+  for (PageId pg = 0; pg < kThreads * kPer; ++pg) primary->Lose(pg);
+  std::vector<uint8_t> out(kPageSize);
+  for (PageId pg = 0; pg < kThreads * kPer; ++pg) {
+    ASSERT_TRUE(store->ReadPage(pg, out.data()).ok()) << "page " << pg;
+    ASSERT_EQ(out, Pattern(pg * 100 + 3)) << "page " << pg;
+  }
+  EXPECT_EQ(store->fallback_reads(), kThreads * kPer);
+  EXPECT_NE(store->name().find("local-ssd"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::client
