@@ -1,0 +1,240 @@
+#include "client/local_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "fabric/auth.h"
+
+namespace tessera::client {
+
+// Runs every fork/kill/wait on one long-lived thread (the children's PR_SET_PDEATHSIG parent).
+struct LocalCluster::Impl {
+  std::vector<Subprocess> procs;  // Touched only on `worker`.
+  std::string dir;
+  std::string tessera;  // Path of the `tessera` executable.
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;
+  bool quit = false;
+  std::thread worker;
+
+  Impl() {
+    worker = std::thread([this] {
+      for (;;) {
+        std::function<void()> task;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [this] { return quit || !tasks.empty(); });
+          if (tasks.empty()) return;
+          task = std::move(tasks.front());
+          tasks.pop_front();
+        }
+        task();
+      }
+    });
+  }
+
+  ~Impl() {
+    Run([this] {
+      for (auto& p : procs) {
+        if (p.running()) {
+          (void)p.Signal(SIGCONT);
+          (void)p.Signal(SIGKILL);
+          (void)p.Wait(Deadline::AfterMs(5000));
+        }
+      }
+      procs.clear();
+    });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      quit = true;
+    }
+    cv.notify_all();
+    worker.join();
+    if (!dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  }
+
+  // Runs `fn` on the worker thread and waits for it.
+  template <typename Fn>
+  auto Run(Fn fn) -> decltype(fn()) {
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto result = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.emplace_back([&task] { task(); });
+    }
+    cv.notify_all();
+    return result.get();
+  }
+};
+
+LocalCluster::LocalCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LocalCluster::~LocalCluster() = default;
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
+  if (options.bin_dir.empty()) return InvalidArgument("LocalCluster: bin_dir is required");
+  if (options.servers < 1 || options.servers > 64) {
+    return InvalidArgument("LocalCluster: servers must be 1..64, got " +
+                           std::to_string(options.servers));
+  }
+  const std::string tessera = options.bin_dir + "/tessera";
+  if (access(tessera.c_str(), X_OK) != 0) {
+    return NotFound("LocalCluster: no executable " + tessera);
+  }
+  auto impl = std::make_unique<Impl>();
+  char tmpl[] = "/tmp/tessera-cluster-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return IoError("LocalCluster: mkdtemp failed");
+  impl->dir = tmpl;
+  impl->tessera = tessera;
+
+  uint8_t raw[24];
+  TESSERA_RETURN_IF_ERROR(fabric::RandomBytes(raw));
+  std::string secret;
+  static const char kHex[] = "0123456789abcdef";
+  for (uint8_t b : raw) {
+    secret.push_back(kHex[b >> 4]);
+    secret.push_back(kHex[b & 15]);
+  }
+  const std::string token = impl->dir + "/token";
+  {
+    std::ofstream out(token);
+    out << secret << "\n";
+    if (!out) return IoError("LocalCluster: cannot write " + token);
+  }
+
+  std::vector<std::string> argv = {tessera,           "memserver",
+                                   "--port=0",        "--capacity=" + options.capacity,
+                                   "--slab_size=" + options.slab_size, "--headroom=0",
+                                   "--auth_token_file=" + token};
+  if (options.quiet) argv.push_back("--log_level=warning");
+  if (options.fault_injection) argv.push_back("--fault_injection");
+  argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
+
+  Impl* im = impl.get();
+  auto ports = im->Run([&]() -> Result<std::vector<uint16_t>> {
+    std::vector<uint16_t> out;
+    for (size_t i = 0; i < options.servers; ++i) {
+      Subprocess::Options so;
+      so.capture_stdout = true;
+      so.quiet_stderr = options.quiet;
+      TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, so));
+      im->procs.push_back(std::move(p));
+      auto line = im->procs.back().WaitForLine(
+          "listening on ", Deadline::AfterMs(static_cast<uint64_t>(options.start_timeout_ms)));
+      if (!line.ok()) {
+        return Unavailable("LocalCluster: memserver " + std::to_string(i) +
+                           " did not print 'listening on' within " +
+                           std::to_string(options.start_timeout_ms) + " ms: " +
+                           line.status().ToString());
+      }
+      auto colon = line->rfind(':');
+      int port = colon == std::string::npos ? 0 : std::atoi(line->c_str() + colon + 1);
+      if (port <= 0 || port > 65535) {
+        return Internal("LocalCluster: cannot parse port from '" + *line + "'");
+      }
+      out.push_back(static_cast<uint16_t>(port));
+    }
+    return out;
+  });
+  if (!ports.ok()) return ports.status();
+
+  auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(std::move(impl)));
+  cluster->secret_ = secret;
+  cluster->token_path_ = token;
+  cluster->cluster_file_path_ = cluster->impl_->dir + "/cluster";
+  std::ofstream cf(cluster->cluster_file_path_);
+  cf << "# tessera LocalCluster\n";
+  for (uint16_t port : *ports) {
+    cluster->endpoints_.push_back(fabric::Endpoint{"127.0.0.1", port});
+    cf << "127.0.0.1:" << port << "\n";
+  }
+  cf.close();
+  if (!cf) return IoError("LocalCluster: cannot write " + cluster->cluster_file_path_);
+  return cluster;
+}
+
+pid_t LocalCluster::pid(size_t i) const {
+  if (i >= size()) return -1;
+  return impl_->Run([this, i] { return impl_->procs[i].pid(); });
+}
+
+static Status CheckIndex(size_t i, size_t n) {
+  if (i >= n) {
+    return OutOfRange("LocalCluster: no server " + std::to_string(i) + " (have " +
+                      std::to_string(n) + ")");
+  }
+  return Status::Ok();
+}
+
+Status LocalCluster::Kill(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  return impl_->Run([this, i]() -> Status {
+    Subprocess& p = impl_->procs[i];
+    if (!p.running()) return Status::Ok();
+    TESSERA_RETURN_IF_ERROR(p.Signal(SIGKILL));
+    auto st = p.Wait(Deadline::AfterMs(5000));
+    return st.ok() ? Status::Ok() : st.status();
+  });
+}
+
+Status LocalCluster::Stop(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  return impl_->Run([this, i] { return impl_->procs[i].Signal(SIGSTOP); });
+}
+
+Status LocalCluster::Cont(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  return impl_->Run([this, i] { return impl_->procs[i].Signal(SIGCONT); });
+}
+
+bool LocalCluster::Running(size_t i) {
+  if (i >= size()) return false;
+  return impl_->Run([this, i] { return !impl_->procs[i].Poll(); });
+}
+
+Status LocalCluster::Fault(size_t i, const std::vector<std::string>& args) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  std::vector<std::string> argv = {impl_->tessera, "fault", endpoints_[i].ToString()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--auth_token_file=" + token_path_);
+  return impl_->Run([&]() -> Status {
+    Subprocess::Options so;
+    so.capture_stdout = true;
+    TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, so));
+    std::string output;
+    const Deadline deadline = Deadline::AfterMs(15000);
+    for (;;) {
+      auto line = p.ReadLine(deadline);
+      if (!line.ok()) break;  // End of output (or the deadline; Wait below bounds it too).
+      output += *line + "\n";
+    }
+    auto ws = p.Wait(deadline);
+    if (!ws.ok()) return Timeout("tessera fault did not finish: " + ws.status().ToString());
+    if (!WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) {
+      std::string what;
+      for (const auto& a : args) what += (what.empty() ? "" : " ") + a;
+      return Internal("tessera fault " + endpoints_[i].ToString() + " " + what +
+                      " failed (wait status " + std::to_string(*ws) + "): " + output);
+    }
+    return Status::Ok();
+  });
+}
+
+}  // namespace tessera::client

@@ -1,0 +1,83 @@
+// LocalCluster: N real `tessera memserver` processes on loopback, started on ephemeral ports,
+// owned by one object. Used by the client's integration tests, by `tessera bench pagestore`,
+// and by the embedded local cluster of `tessera run` / `tessera nbd`.
+//
+// Start() writes a fresh random shared secret into a token file in a private temporary
+// directory (removed by the destructor), then starts each server with
+//   tessera memserver --port=0 --capacity=C --slab_size=S --headroom=0 --auth_token_file=F
+//                     [--fault_injection] [extra flags]
+// and reads its `listening on HOST:PORT` line with a deadline. A cluster file listing every
+// server (one `127.0.0.1:PORT` per line) is written beside the token, so `tessera status
+// CLUSTER` and other tools can be pointed at it.
+//
+// Children are forked by a private long-lived thread owned by the LocalCluster, so they are not
+// killed early by PR_SET_PDEATHSIG when the thread that called Start() exits. The destructor
+// stops every server (SIGCONT first for stopped ones, then SIGKILL) and reaps it.
+//
+// Threads: all methods may be called from any thread, concurrently (an internal mutex guards
+// the control path; none of this is a fast path).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "fabric/transport.h"
+
+namespace tessera::client {
+
+struct LocalClusterOptions {
+  // Directory holding the `tessera` executable (e.g. build/bin; SelfExeDir() for programs that
+  // live there). Required.
+  std::string bin_dir;
+  size_t servers = 3;            // 1..64.
+  std::string capacity = "64M";  // --capacity of each server.
+  std::string slab_size = "1M";  // --slab_size of each server.
+  bool fault_injection = false;  // Pass --fault_injection (needed for Fault()).
+  std::vector<std::string> extra_flags;  // Appended to every server's command line.
+  int start_timeout_ms = 10000;  // Bound on each server printing its `listening on` line.
+  bool quiet = true;             // Servers' stderr to /dev/null and --log_level=warning.
+};
+
+class LocalCluster {
+ public:
+  static Result<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  size_t size() const { return endpoints_.size(); }
+  const std::vector<fabric::Endpoint>& endpoints() const { return endpoints_; }
+  const std::string& secret() const { return secret_; }
+  const std::string& token_path() const { return token_path_; }
+  const std::string& cluster_file_path() const { return cluster_file_path_; }
+
+  pid_t pid(size_t i) const;
+  // SIGKILL server i (and reap it). OK if it already exited.
+  Status Kill(size_t i);
+  // SIGSTOP / SIGCONT server i (a straggler that never answers, and its recovery).
+  Status Stop(size_t i);
+  Status Cont(size_t i);
+  // True while server i's process has not exited.
+  bool Running(size_t i);
+  // Runs `tessera fault 127.0.0.1:PORT ARGS... --auth_token_file=TOKEN`, e.g.
+  // Fault(2, {"bitflip", "5"}); the error carries the tool's output when it fails.
+  Status Fault(size_t i, const std::vector<std::string>& args);
+
+ private:
+  struct Impl;
+  explicit LocalCluster(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+  std::vector<fabric::Endpoint> endpoints_;
+  std::string secret_;
+  std::string token_path_;
+  std::string cluster_file_path_;
+};
+
+}  // namespace tessera::client

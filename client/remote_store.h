@@ -1,0 +1,119 @@
+// The remote PageStore layouts: erasure-coded (the resilient store of DESIGN.md) and simple
+// copies (single copy, n-way replication). One engine serves all of them: a page is cut into
+// `width` splits stored on `width` different memory servers chosen by placement; a layout is
+// (k data splits, r redundant splits, how redundancy is computed):
+//   - erasure-coded RS(k,r): 4096/k-byte splits, r parity splits from coding/codec.h;
+//   - replication(n): k = 1, r = n - 1, every split is a full copy of the page;
+//   - single copy: replication(1).
+//
+// Address space: page p lives in logical slab p / pages_per_slab (pages_per_slab = remote slab
+// size / split size). A logical slab is a group of k+r remote slabs, allocated (AllocSlab) on
+// the servers placement picked the first time one of its pages is written; split j of page p
+// is at offset (p % pages_per_slab) * split_size of remote slab j.
+//
+// Integrity and freshness (the CRC/version design): the client keeps, in its own memory, the
+// CRC32C of every split of the latest write of each page (4 bytes per split: 40 bytes per page
+// for RS(8,2), 4-12 for copies; ~1% of the page data). A split read back is accepted only if its
+// CRC matches. So one check catches both corruption on a server (bit flips) and stale splits
+// (a replacement slab not yet regenerated, a write that did not land on a server that came
+// back), and no per-split version field has to live remotely. What survives what: the table
+// lives as long as the client (remote memory here is the client's swap, not durable storage),
+// it survives any server failure, and it is what regeneration rebuilds splits against. Pages
+// never written read as zeros without network traffic.
+//
+// Threads: the store runs `io_threads` I/O threads; each owns one fabric::Transport with a
+// connection to every server, and the logical slabs s with s % io_threads == its index, so
+// page metadata is touched by one thread only. Submit() (any thread) hands ops to the owning
+// thread through lock-free queues and wakes it with an eventfd. A monitor thread sends
+// heartbeats. Completion callbacks run on the I/O threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/page_store.h"
+#include "common/status.h"
+#include "fabric/transport.h"
+#include "placement/placement.h"
+
+namespace tessera::client {
+
+// When a write is acknowledged (its PageOp completes with OK).
+enum class AckPolicy : uint8_t {
+  // Default. After all k+r splits are stored. An acknowledged page survives the loss of any r
+  // servers from that moment on. Writes cost the slowest of k+r server round trips.
+  kAll,
+  // After the first k splits are stored (any k). The page is readable at once (any k rebuild
+  // it), but until the remaining r land, typically microseconds later, it survives fewer than r
+  // failures; a split that cannot land (its server failed) is re-placed and written again in
+  // the background. Flush() waits until every acknowledged write has all k+r splits stored.
+  kFirstK,
+};
+const char* AckPolicyName(AckPolicy policy);  // "all", "first-k"
+Result<AckPolicy> ParseAckPolicy(std::string_view name);
+
+// One memory server of the cluster.
+struct RemoteServer {
+  fabric::Endpoint endpoint;
+  std::string rack;  // Failure domain ("" = unknown; either all servers have one or none).
+};
+
+// Settings shared by every remote layout. Defaults are what `tessera` uses.
+struct RemoteStoreOptions {
+  std::vector<RemoteServer> servers;  // Required; at least k+r (or copies) of them.
+  std::string secret;                 // Shared secret of the cluster (fabric/auth.h).
+  uint64_t client_id = 0;             // 0: a random non-zero id is drawn.
+  fabric::TransportKind transport = fabric::TransportKind::kAuto;
+
+  uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
+  int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.
+  uint32_t max_inflight_pages = 256;  // Pages in flight per I/O thread (8..16384).
+
+  // Failure detection. A server is declared failed on connection loss, when a heartbeat gets
+  // no reply within heartbeat_timeout_ms, or when one of its data ops gets no reply within
+  // op_timeout_ms. A failed server is never used again by this store.
+  uint32_t heartbeat_interval_ms = 100;
+  uint32_t heartbeat_timeout_ms = 1000;
+  uint32_t op_timeout_ms = 2000;
+  uint32_t connect_timeout_ms = 5000;
+  uint32_t control_timeout_ms = 5000;  // AllocSlab / FreeSlab.
+
+  // Background regeneration of lost splits onto replacement servers: at most this many pages
+  // rebuilt per second per I/O thread (0 = unlimited).
+  uint64_t regeneration_pages_per_sec = 20000;
+
+  // Placement policy (CodingSets by default); k/r/replicas are overridden by the layout.
+  placement::PolicySpec placement;
+};
+
+struct ErasureCodedStoreOptions {
+  RemoteStoreOptions remote;
+  int k = 8;  // Data splits (4096 must divide by k: 1, 2, 4, 8, 16, ...).
+  int r = 2;  // Parity splits (1..4 with k + r <= 20). The page survives r lost splits.
+  // Late binding: a read asks k + delta splits (data splits first) and finishes with the first
+  // k good ones; 0 asks exactly k (a straggler then stalls the read until the op timeout).
+  int delta = 1;
+  AckPolicy ack = AckPolicy::kAll;
+};
+
+struct ReplicatedStoreOptions {
+  RemoteStoreOptions remote;
+  int copies = 2;  // 1 = single copy (no redundancy), 2..5 = n-way replication.
+  // A read asks this many copies at once and takes the first good one (1 = primary only;
+  // other copies are asked when it fails or times out).
+  int read_fanout = 1;
+  AckPolicy ack = AckPolicy::kAll;  // kFirstK acks after the first copy is stored.
+};
+
+// Connects to every server (each I/O thread), checks they share one slab size, and starts the
+// threads. Unavailable when a server cannot be reached; InvalidArgument for bad settings.
+Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(const ErasureCodedStoreOptions& options);
+Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOptions& options);
+
+// Servers from "host:port,host:port" or a cluster file (fabric/cluster_file.h).
+Result<std::vector<RemoteServer>> ParseServerList(std::string_view list);
+Result<std::vector<RemoteServer>> LoadServers(const std::string& cluster_file);
+
+}  // namespace tessera::client
