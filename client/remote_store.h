@@ -116,4 +116,9 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
 Result<std::vector<RemoteServer>> ParseServerList(std::string_view list);
 Result<std::vector<RemoteServer>> LoadServers(const std::string& cluster_file);
 
+// Indices (into the options' server list) of the servers holding page `page`'s splits, split
+// order (for tests and tools). NotFound before the page's slab exists; InvalidArgument when
+// `store` is not a remote store. Any thread.
+Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
+
 }  // namespace tessera::client
