@@ -107,11 +107,18 @@ TEST(RemoteStoreTest, RoundTripEveryLayout) {
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_DOUBLE_EQ((*s)->memory_overhead(), 1.5);
     stores.push_back(std::move(*s));
+    o.ack = AckPolicy::kFirstK;
+    o.delta = 2;
+    auto f = CreateErasureCodedStore(o);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ((*f)->name(), "ec(4,2) delta=2 ack=first-k");
+    stores.push_back(std::move(*f));
   }
   for (int copies : {1, 2, 3}) {
     ReplicatedStoreOptions o;
     o.remote = RemoteOptions(*cluster, kPages);
     o.copies = copies;
+    o.read_fanout = copies > 1 ? 2 : 1;
     auto s = CreateReplicatedStore(o);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_DOUBLE_EQ((*s)->memory_overhead(), copies);
@@ -315,6 +322,36 @@ TEST(RemoteStoreTest, SigstopStragglerReadsCompleteByLateBinding) {
   EXPECT_EQ(st.server_failures, 0u);
   EXPECT_GE(st.decodes, 1u);
   EXPECT_GE(st.degraded_reads, 1u);
+}
+
+TEST(RemoteStoreTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenerated) {
+  auto cluster = StartCluster(8);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64 * 4;
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(*cluster, kPages);
+  o.k = 4;
+  o.r = 2;
+  o.remote.heartbeat_interval_ms = 20;
+  o.remote.heartbeat_timeout_ms = 200;
+  o.remote.op_timeout_ms = 60000;  // Only the heartbeat can declare the failure.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, kPages);
+  auto servers = ServersOfPage(*store, 0);
+  ASSERT_TRUE(servers.ok());
+  const size_t victim = (*servers)[1];
+  ASSERT_TRUE(cluster->Stop(victim).ok());
+  WaitFor([&] { return store->Stats().server_failures == 1; }, "the heartbeat to fail the server");
+  WaitFor([&] {
+    auto x = store->Stats();
+    return x.regenerations_done > 0 && x.regenerations_pending == 0;
+  }, "regeneration onto replacements");
+  std::vector<uint32_t> versions(kPages, 1);
+  VerifyAll(store, versions);
+  ASSERT_TRUE(cluster->Cont(victim).ok());
+  EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
 TEST(RemoteStoreTest, BitFlipsAreDetectedAndRepaired) {
