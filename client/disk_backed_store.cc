@@ -27,13 +27,18 @@ struct Ctx {
   uint64_t start_ns = 0;
   Status primary_status;
   Stage stage = Stage::kPrimaryRead;
+  // A write the primary could not store: acknowledged once it is on disk instead.
+  bool write_through = false;
   alignas(kPageSize) uint8_t data[kPageSize];
 };
 
 // Backup state of a page with a backup write in flight.
+// At most one backup write of a page is in flight; the others wait here in order. Coalescing
+// keeps at most one already-acknowledged write waiting (the newest); write-through writes (not
+// yet acknowledged) each keep their place, since each must complete on its own.
 struct PendingBackup {
   uint64_t inflight_version = 0;
-  Ctx* queued = nullptr;  // The newest acknowledged write waiting for the in-flight one.
+  std::vector<Ctx*> queue;
 };
 
 struct Stripe {
@@ -56,6 +61,7 @@ struct DiskBackedStore::Impl {
   uint64_t capacity = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> acked_version;
   std::unique_ptr<std::atomic<uint64_t>[]> disk_version;
+  std::unique_ptr<std::atomic<uint64_t>[]> primary_version;  // Last write the primary stored.
   std::atomic<uint64_t> next_version{0};
   Stripe stripes[kStripes];
 
@@ -64,6 +70,7 @@ struct DiskBackedStore::Impl {
   std::atomic<uint64_t> backups_outstanding{0}; // Scheduled backup writes not yet completed.
   std::atomic<uint64_t> fallbacks{0};
   std::atomic<uint64_t> stale{0};
+  std::atomic<uint64_t> written_through{0};
 
   mutable std::mutex stats_mu;
   uint64_t reads = 0, writes = 0, read_errors = 0, write_errors = 0, trims = 0;
@@ -125,47 +132,80 @@ struct DiskBackedStore::Impl {
     }
   }
 
-  // The primary acknowledged a write: record it and schedule its backup (before the caller
-  // learns of the ack, so a Flush() issued after the ack waits for it).
+  // Under the page's stripe lock: queue c's backup write behind the page's in-flight one, or
+  // make it the in-flight one (returned in *to_submit). Older acknowledged writes still waiting
+  // are superseded by c (returned in superseded[], at most 2 entries incl. possibly c itself).
+  void ScheduleLocked(Stripe& s, Ctx* c, Ctx** to_submit, Ctx** superseded, int* n_superseded) {
+    auto [it, inserted] = s.pending.try_emplace(c->inner.page);
+    PendingBackup& pb = it->second;
+    if (inserted) {
+      pb.inflight_version = c->version;
+      *to_submit = c;
+      backups_outstanding.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    if (!c->write_through) {
+      for (Ctx* q : pb.queue) {
+        if (!q->write_through && q->version > c->version) {
+          superseded[(*n_superseded)++] = c;  // An even newer acknowledged write is queued.
+          return;
+        }
+      }
+    }
+    for (auto q = pb.queue.begin(); q != pb.queue.end();) {
+      if (!(*q)->write_through && (*q)->version < c->version) {
+        superseded[(*n_superseded)++] = *q;  // Its bytes are no longer the newest.
+        q = pb.queue.erase(q);
+        BackupDone();
+      } else {
+        ++q;
+      }
+    }
+    pb.queue.push_back(c);
+    backups_outstanding.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  void SubmitBackup(Ctx* c) {
+    c->stage = Stage::kBackupWrite;
+    SubmitInner(c, backup.get());
+  }
+
+  // The primary answered a write. Stored: record it and schedule the backup write before the
+  // caller learns of the ack (so a Flush() issued after the ack waits for it). Lost (the
+  // primary's server is gone): write the page through to disk and acknowledge it from there.
   void OnPrimaryWrite(Ctx* c) {
     Status st = std::move(c->inner.status);
-    if (!st.ok() || c->inner.page >= capacity) {
+    const PageId p = c->inner.page;
+    if (p >= capacity || (!st.ok() && !PrimaryLost(st))) {
       Finish(c, std::move(st));
       Put(c);
       return;
     }
-    const PageId p = c->inner.page;
     // Once c is published below, another thread may post and recycle it: keep what Finish needs.
     PageOp* const outer = c->outer;
     const uint64_t start_ns = c->start_ns;
+    const bool stored = st.ok();
+    c->write_through = !stored;
+    if (!stored) c->primary_status = std::move(st);
     Ctx* to_submit = nullptr;
-    Ctx* superseded = nullptr;
+    Ctx* superseded[2];
+    int n_superseded = 0;
     {
       Stripe& s = StripeOf(p);
       std::lock_guard<std::mutex> lock(s.mu);
-      uint64_t a = acked_version[p].load(std::memory_order_relaxed);
-      if (c->version > a) acked_version[p].store(c->version, std::memory_order_release);
-      auto [it, inserted] = s.pending.try_emplace(p);
-      if (inserted) {
-        it->second.inflight_version = c->version;
-        to_submit = c;
-        backups_outstanding.fetch_add(1, std::memory_order_acq_rel);
-      } else if (it->second.queued == nullptr) {
-        it->second.queued = c;
-        backups_outstanding.fetch_add(1, std::memory_order_acq_rel);
-      } else if (it->second.queued->version < c->version) {
-        superseded = it->second.queued;  // Its backup is no longer needed; c replaces it.
-        it->second.queued = c;
-      } else {
-        superseded = c;  // An even newer write is already queued.
+      if (stored) {
+        if (c->version > primary_version[p].load(std::memory_order_relaxed)) {
+          primary_version[p].store(c->version, std::memory_order_release);
+        }
+        if (c->version > acked_version[p].load(std::memory_order_relaxed)) {
+          acked_version[p].store(c->version, std::memory_order_release);
+        }
       }
+      ScheduleLocked(s, c, &to_submit, superseded, &n_superseded);
     }
-    Finish(outer, start_ns, Status::Ok());
-    if (superseded != nullptr) Put(superseded);
-    if (to_submit != nullptr) {
-      to_submit->stage = Stage::kBackupWrite;
-      SubmitInner(to_submit, backup.get());
-    }
+    if (stored) Finish(outer, start_ns, Status::Ok());
+    for (int i = 0; i < n_superseded; ++i) Put(superseded[i]);
+    if (to_submit != nullptr) SubmitBackup(to_submit);
   }
 
   void OnBackupWrite(Ctx* c) {
@@ -177,41 +217,69 @@ struct DiskBackedStore::Impl {
       std::lock_guard<std::mutex> lock(s.mu);
       // The bytes of exactly this version are now in the file (or, on error, unknown bytes: the
       // old version number stays, which is below the acknowledged one, so no fallback).
-      if (st.ok()) disk_version[p].store(c->version, std::memory_order_release);
+      if (st.ok()) {
+        disk_version[p].store(c->version, std::memory_order_release);
+        if (c->write_through && c->version > acked_version[p].load(std::memory_order_relaxed)) {
+          acked_version[p].store(c->version, std::memory_order_release);
+        }
+      }
       auto it = s.pending.find(p);
       TCHECK(it != s.pending.end()) << "backup completion for page " << p << " without state";
-      next = it->second.queued;
-      if (next != nullptr) {
+      if (!it->second.queue.empty()) {
+        next = it->second.queue.front();
+        it->second.queue.erase(it->second.queue.begin());
         it->second.inflight_version = next->version;
-        it->second.queued = nullptr;
       } else {
         s.pending.erase(it);
       }
     }
-    if (!st.ok()) {
+    if (c->write_through) {
+      if (st.ok()) {
+        written_through.fetch_add(1, std::memory_order_relaxed);
+        Finish(c, Status::Ok());
+      } else {
+        Finish(c, c->primary_status.WithContext("page " + std::to_string(p) +
+                                                ": the primary could not store the write and "
+                                                "the disk write failed too (" +
+                                                st.ToString() + ")"));
+      }
+    } else if (!st.ok()) {
       std::lock_guard<std::mutex> lock(stats_mu);
       backup_errors++;
       last_backup_error = st.WithContext("backup write of page " + std::to_string(p)).ToString();
     }
     Put(c);
-    if (next != nullptr) {
-      next->stage = Stage::kBackupWrite;
-      SubmitInner(next, backup.get());
-    }
+    if (next != nullptr) SubmitBackup(next);
     BackupDone();
   }
 
   void OnPrimaryRead(Ctx* c) {
     Status st = std::move(c->inner.status);
     const PageId p = c->inner.page;
-    if (st.ok() || !PrimaryLost(st) || p >= capacity) {
+    if (p >= capacity || (!st.ok() && !PrimaryLost(st))) {
       Finish(c, std::move(st));
       Put(c);
       return;
     }
-    // The primary lost the page: use the disk copy if it holds the last acknowledged write.
-    uint64_t acked = acked_version[p].load(std::memory_order_acquire);
-    uint64_t disk = disk_version[p].load(std::memory_order_acquire);
+    uint64_t acked, disk, prim;
+    {
+      Stripe& s = StripeOf(p);
+      std::lock_guard<std::mutex> lock(s.mu);
+      acked = acked_version[p].load(std::memory_order_acquire);
+      disk = disk_version[p].load(std::memory_order_acquire);
+      prim = primary_version[p].load(std::memory_order_acquire);
+    }
+    if (st.ok() && prim >= acked) {
+      Finish(c, std::move(st));
+      Put(c);
+      return;
+    }
+    if (st.ok()) {
+      // The last acknowledged write went to disk only: the primary's bytes are older.
+      st = Unavailable("page ", p, ": the primary holds an older version than the last "
+                       "acknowledged write (written through to disk)");
+    }
+    // Use the disk copy if it holds the last acknowledged write.
     if (disk < acked) {
       stale.fetch_add(1, std::memory_order_relaxed);
       Finish(c, Status(st.code(), st.message() + "; the disk backup of page " +
@@ -267,9 +335,11 @@ Result<std::unique_ptr<DiskBackedStore>> DiskBackedStore::Create(
   impl->capacity = primary->capacity_pages();
   impl->acked_version = std::make_unique<std::atomic<uint64_t>[]>(impl->capacity);
   impl->disk_version = std::make_unique<std::atomic<uint64_t>[]>(impl->capacity);
+  impl->primary_version = std::make_unique<std::atomic<uint64_t>[]>(impl->capacity);
   for (uint64_t i = 0; i < impl->capacity; ++i) {
     impl->acked_version[i].store(0, std::memory_order_relaxed);
     impl->disk_version[i].store(0, std::memory_order_relaxed);
+    impl->primary_version[i].store(0, std::memory_order_relaxed);
   }
   impl->primary = std::move(primary);
   impl->backup = std::move(backup);
@@ -368,6 +438,7 @@ Status DiskBackedStore::Trim(PageId first, uint64_t count) {
   for (uint64_t p = first; p < first + count; ++p) {
     impl_->acked_version[p].store(v, std::memory_order_release);
     impl_->disk_version[p].store(v, std::memory_order_release);
+    impl_->primary_version[p].store(v, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
   impl_->trims += count;
@@ -413,6 +484,9 @@ uint64_t DiskBackedStore::backup_pending() const {
 }
 uint64_t DiskBackedStore::fallback_reads() const {
   return impl_->fallbacks.load(std::memory_order_relaxed);
+}
+uint64_t DiskBackedStore::written_through() const {
+  return impl_->written_through.load(std::memory_order_relaxed);
 }
 uint64_t DiskBackedStore::stale_refusals() const {
   return impl_->stale.load(std::memory_order_relaxed);

@@ -3,22 +3,27 @@
 //
 // Writes go to the primary store (e.g. the single-copy remote store); a write is acknowledged as
 // soon as the primary acknowledged it, and is then written to the backup store (a LocalSsdStore:
-// a local file through io_uring) in the background, so the disk copy lags. Flush() waits until
-// every write acknowledged before the call is on disk (and fdatasync'ed). Reads go to the
+// a local file through io_uring) in the background, so the disk copy lags. A write the primary
+// cannot store (Unavailable, Timeout, DataLoss: its server is gone) is written through to disk
+// and acknowledged once it is there; later reads of that page go to the disk copy, since the
+// primary's bytes are older (a later write the primary stores makes it current again).
+// Flush() waits until every write acknowledged before the call is on disk (and fdatasync'ed).
+// Reads go to the
 // primary; when the primary fails a read with Unavailable, Timeout or DataLoss (its server died
 // or evicted the page), the read falls back to the disk copy, but only if that copy is as new as
 // the last acknowledged write of the page. Otherwise the read fails with the primary's error and
 // a note that the disk backup is behind: a stale disk copy is never returned.
 //
 // How "as new as" is known: every write gets a version from a global counter. Per page the
-// store keeps acked_version (highest version the primary acknowledged) and disk_version (version
-// of the last backup write that completed). Backup writes of one page are serialised (at most
+// store keeps acked_version (highest version acknowledged to the caller), primary_version
+// (highest version the primary stored) and disk_version (version of the last backup write that
+// completed). A read uses the primary's bytes only if primary_version >= acked_version. Backup writes of one page are serialised (at most
 // one in flight; a newer acknowledged write replaces any queued older one), so disk_version is
 // exactly the version whose bytes are in the file. Fallback requires disk_version >=
 // acked_version. A backup write that fails leaves disk_version unchanged (and Flush() reports
 // it), so that page has no fallback until a later write reaches the disk.
 //
-// Memory: 16 bytes per page for the two versions, plus one 4 KB staging copy per write in flight
+// Memory: 24 bytes per page for the three versions, plus one 4 KB staging copy per write in flight
 // (from Submit until its backup write completes; pooled).
 //
 // Threads: every method may be called from any thread. Callbacks run on the primary's threads
@@ -68,6 +73,8 @@ class DiskBackedStore final : public PageStore {
   // Reads served from the disk copy / refused because the disk copy was behind.
   uint64_t fallback_reads() const;
   uint64_t stale_refusals() const;
+  // Writes the primary could not store that were acknowledged from the disk copy.
+  uint64_t written_through() const;
 
   struct Impl;  // Public only so the .cc's helpers can name it.
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "client/local_ssd_store.h"
+#include "common/clock.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::client {
@@ -83,6 +84,11 @@ class FakeStore final : public PageStore {
     std::lock_guard<std::mutex> lock(mu_);
     fail_writes_ = fail;
   }
+  // Writes fail with `st` (e.g. Unavailable: the server holding the page is gone).
+  void FailWritesWith(Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    write_error_ = std::move(st);
+  }
   void RejectSubmits(bool reject) {
     std::lock_guard<std::mutex> lock(mu_);
     reject_submits_ = reject;
@@ -123,6 +129,7 @@ class FakeStore final : public PageStore {
     if (op->page >= capacity_) return OutOfRange("page ", op->page, " out of range");
     if (op->kind == PageOp::Kind::kWrite) {
       if (fail_writes_) return IoError(name_, ": write of page ", op->page, " failed");
+      if (!write_error_.ok()) return write_error_;
       std::memcpy(data_[op->page].data(), op->buf, kPageSize);
       lost_.erase(op->page);
       writes_per_page_[op->page]++;
@@ -150,6 +157,7 @@ class FakeStore final : public PageStore {
   std::map<PageId, uint64_t> writes_per_page_;
   std::set<PageId> lost_;
   Status read_error_;
+  Status write_error_;
   uint64_t writes_done_ = 0;
   bool hold_ = false;
   bool fail_writes_ = false;
@@ -230,6 +238,9 @@ TEST(DiskBackedStoreTest, BackupWritesOfAPageAreSerialisedAndCoalesced) {
   Fixture f(4);
   f.backup->HoldWrites(true);
   for (uint64_t v = 1; v <= 10; ++v) ASSERT_TRUE(f.store->WritePage(2, Pattern(v).data()).ok());
+  // The first backup write is posted just after its ack; wait (bounded) until it is held.
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (f.backup->held() == 0 && !deadline.Expired()) std::this_thread::yield();
   EXPECT_EQ(f.backup->held(), 1u);       // Only the first is in flight ...
   EXPECT_EQ(f.store->backup_pending(), 2u);  // ... and the newest is queued behind it.
   f.primary->Lose(2);
@@ -276,6 +287,59 @@ TEST(DiskBackedStoreTest, FailedBackupWriteIsReportedAndNeverUsed) {
   f.primary->Lose(1);
   ASSERT_TRUE(f.store->ReadPage(1, out.data()).ok());
   EXPECT_EQ(out, Pattern(3));
+}
+
+// The primary cannot store a write (its server is gone): the write goes through to disk, is
+// acknowledged from there, and reads use the disk copy, not the primary's older bytes.
+TEST(DiskBackedStoreTest, WritesThePrimaryCannotStoreGoThroughToDisk) {
+  Fixture f(8);
+  ASSERT_TRUE(f.store->WritePage(4, Pattern(1).data()).ok());
+  ASSERT_TRUE(f.store->Flush().ok());
+  f.primary->FailWritesWith(Unavailable("server of page 4 failed"));
+  f.backup->HoldWrites(true);
+  std::atomic<bool> done{false};
+  std::vector<uint8_t> v2 = Pattern(2);
+  PageOp op;
+  op.kind = PageOp::Kind::kWrite;
+  op.page = 4;
+  op.buf = v2.data();
+  op.user = &done;
+  op.done = [](PageOp* o) {
+    auto* d = static_cast<std::atomic<bool>*>(o->user);
+    d->store(true);
+    d->notify_all();
+  };
+  PageOp* ptr = &op;
+  ASSERT_TRUE(f.store->Submit(std::span<PageOp* const>(&ptr, 1)).ok());
+  // Not acknowledged while the disk write is held: its only copy is not stored yet.
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (f.backup->held() == 0 && !deadline.Expired()) std::this_thread::yield();
+  ASSERT_EQ(f.backup->held(), 1u) << "the write never reached the disk backup within 10 s";
+  EXPECT_FALSE(done.load());
+  f.backup->HoldWrites(false);
+  done.wait(false);
+  ASSERT_TRUE(op.status.ok()) << op.status;
+  EXPECT_EQ(f.store->written_through(), 1u);
+  std::vector<uint8_t> out(kPageSize);
+  ASSERT_TRUE(f.store->ReadPage(4, out.data()).ok());
+  EXPECT_EQ(out, Pattern(2));  // The primary still answers with version 1: not used.
+  // The primary is back: a write it stores makes it current again.
+  f.primary->FailWritesWith(Status::Ok());
+  ASSERT_TRUE(f.store->WritePage(4, Pattern(3).data()).ok());
+  uint64_t fallbacks = f.store->fallback_reads();
+  ASSERT_TRUE(f.store->ReadPage(4, out.data()).ok());
+  EXPECT_EQ(out, Pattern(3));
+  EXPECT_EQ(f.store->fallback_reads(), fallbacks);
+  // Both fail: the write fails, naming both causes, and nothing older is served as newer.
+  f.primary->FailWritesWith(Unavailable("server of page 4 failed"));
+  f.backup->FailWrites(true);
+  Status st = f.store->WritePage(4, Pattern(4).data());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("disk write failed too"), std::string::npos) << st;
+  ASSERT_TRUE(f.store->ReadPage(4, out.data()).ok());
+  EXPECT_EQ(out, Pattern(3));
+  f.backup->FailWrites(false);
+  ASSERT_TRUE(f.store->Flush().ok());
 }
 
 TEST(DiskBackedStoreTest, OtherPrimaryErrorsPassThrough) {
