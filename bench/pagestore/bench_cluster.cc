@@ -1,0 +1,74 @@
+#include "bench/pagestore/bench_cluster.h"
+
+#include "client/local_cluster.h"
+#include "client/remote_store.h"
+
+namespace tessera::bench {
+namespace {
+
+class LocalBenchCluster final : public BenchCluster {
+ public:
+  explicit LocalBenchCluster(std::unique_ptr<client::LocalCluster> cluster)
+      : cluster_(std::move(cluster)) {}
+
+  Result<std::unique_ptr<client::PageStore>> MakeStore(const std::string& kind,
+                                                       uint64_t pages) override {
+    client::RemoteStoreOptions remote;
+    for (const fabric::Endpoint& e : cluster_->endpoints()) {
+      remote.servers.push_back(client::RemoteServer{e, ""});
+    }
+    remote.secret = cluster_->secret();
+    remote.capacity_pages = pages;
+    if (kind == "ec" || kind == "ec-d0") {
+      client::ErasureCodedStoreOptions o;
+      o.remote = remote;
+      o.k = 8;
+      o.r = 2;
+      o.delta = kind == "ec" ? 1 : 0;
+      return client::CreateErasureCodedStore(o);
+    }
+    client::ReplicatedStoreOptions o;
+    o.remote = remote;
+    if (kind == "rep2") {
+      o.copies = 2;
+    } else if (kind == "rep3") {
+      o.copies = 3;
+    } else if (kind == "single") {
+      o.copies = 1;
+    } else {
+      return InvalidArgument("unknown remote store kind '", kind, "'");
+    }
+    return client::CreateReplicatedStore(o);
+  }
+
+  int servers() const override { return static_cast<int>(cluster_->size()); }
+  std::string endpoint(int server) const override {
+    return cluster_->endpoints().at(server).ToString();
+  }
+  Status SlowDown(int server, int delay_us) override {
+    return cluster_->Fault(server, {"delay", std::to_string(delay_us) + "us"});
+  }
+  Status ClearFaults(int server) override { return cluster_->Fault(server, {"clear"}); }
+  Status Kill(int server) override { return cluster_->Kill(server); }
+
+ private:
+  std::unique_ptr<client::LocalCluster> cluster_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BenchCluster>> BenchCluster::Start(int servers, const std::string& bin_dir,
+                                                          uint64_t capacity_bytes,
+                                                          uint64_t slab_bytes) {
+  if (servers < 1) return InvalidArgument("need at least one server, got ", servers);
+  client::LocalClusterOptions o;
+  o.bin_dir = bin_dir;
+  o.servers = static_cast<size_t>(servers);
+  o.capacity = std::to_string(capacity_bytes / 1024) + "K";
+  o.slab_size = std::to_string(slab_bytes / 1024) + "K";
+  o.fault_injection = true;
+  TESSERA_ASSIGN_OR_RETURN(auto cluster, client::LocalCluster::Start(o));
+  return std::unique_ptr<BenchCluster>(new LocalBenchCluster(std::move(cluster)));
+}
+
+}  // namespace tessera::bench
