@@ -118,7 +118,9 @@ std::string DescribeFileSystem(const std::string& dir) {
   FILE* f = ::setmntent("/proc/mounts", "r");
   if (f == nullptr) return "unknown file system";
   std::string best_dir, desc = "unknown file system";
-  std::string canon = std::filesystem::weakly_canonical(dir).string();
+  std::error_code ec;
+  std::string canon = std::filesystem::weakly_canonical(dir, ec).string();
+  if (ec) canon = dir;
   while (mntent* m = ::getmntent(f)) {
     std::string mdir = m->mnt_dir;
     bool prefix = canon == mdir || mdir == "/" ||
