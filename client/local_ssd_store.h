@@ -19,8 +19,11 @@
 //
 // Ownership: the store owns the file descriptor, the ring, the bounce buffers and the I/O
 // thread. The file stays on disk after the store is destroyed (the caller chose the path and
-// removes it). Destruction must not race with other calls on the store; ops accepted before it
-// are completed before the destructor returns (ops not yet started fail with Cancelled).
+// removes it). Destruction must not race with other calls on the store; every op accepted
+// before it is carried out and completed before the destructor returns.
+//
+// Stats: latencies are measured from the I/O thread picking an op up to its completion (PageOp
+// has no submit timestamp), so they exclude the hand-off through the queue.
 #pragma once
 
 #include <atomic>
