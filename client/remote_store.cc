@@ -194,7 +194,8 @@ class IoThread {
   uint8_t* SplitBuf(Ctx* c, int j);
   // Source of write split j: copies all come from the one page at the start of the buffer.
   uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
-  int regen_active_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
+  int regen_active_ = 0;
+  uint64_t regen_failures_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
 
   RemoteStore* store_;
   const int index_;
@@ -683,8 +684,9 @@ void IoThread::FinishRead(Ctx* c, Status st) {
     c->op = nullptr;
   } else {
     --regen_inflight_;
-    if (!st.ok()) {
-      TLOG(WARNING) << store_->name_ << ": cannot regenerate page " << c->page << ": " << st;
+    if (!st.ok() && (++regen_failures_ & (regen_failures_ - 1)) == 0) {  // 1, 2, 4, ...
+      TLOG(WARNING) << store_->name_ << ": cannot regenerate page " << c->page << ": " << st
+                    << " (" << regen_failures_ << " pages so far on this thread)";
     }
     store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -1000,6 +1002,19 @@ void IoThread::ReplaceSplit(Slab& s, int j) {
       std::lock_guard<std::mutex> lock(store_->mu_);
       auto r = store_->policy_->ChooseReplacement(*store_->snap_, s.id, current, j,
                                                   store_->load_);
+      if (!r.ok()) {
+        // No surviving split to anchor the choice (e.g. a single copy): take a server the
+        // policy would place the slab on now, outside the current set.
+        auto fresh = store_->policy_->Place(*store_->snap_, s.id + attempt, store_->load_);
+        if (fresh.ok()) {
+          for (placement::ServerId id : *fresh) {
+            if (std::find(current.begin(), current.end(), id) == current.end()) {
+              r = id;
+              break;
+            }
+          }
+        }
+      }
       if (!r.ok()) {
         TLOG(WARNING) << store_->name_ << ": no replacement for split " << j
                       << " of logical slab " << s.id << ": " << r.status();
