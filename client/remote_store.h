@@ -26,6 +26,18 @@
 // page metadata is touched by one thread only. Submit() (any thread) hands ops to the owning
 // thread through lock-free queues and wakes it with an eventfd. A monitor thread sends
 // heartbeats. Completion callbacks run on the I/O threads.
+//
+// Failures: a split that cannot be read is an erasure (the read asks further splits); a server
+// declared failed is disconnected (its in-flight ops complete as erasures / re-placed writes),
+// each of its splits is moved at once to a replacement chosen by Placement::ChooseReplacement
+// (a fresh placement when no split survives to anchor it), and the pages are rebuilt there in
+// the background at regeneration_pages_per_sec; a not-yet-rebuilt split simply fails its CRC.
+// An eviction notice moves just that slab's split the same way. A read with fewer than k good
+// splits fails with DataLoss naming the page; a read racing a write restarts instead.
+// Known limits: splits bound for one server are not coalesced into one request (each split is
+// its own one-sided op; the transport batches a Post into one submit); a read's extra (late)
+// split to a server that never answers keeps that op's context until the op timeout fails the
+// server, so with a long op timeout a straggler can use up max_inflight_pages.
 #pragma once
 
 #include <cstdint>
