@@ -73,7 +73,7 @@ struct DiskBackedStore::Impl {
   std::atomic<uint64_t> written_through{0};
 
   mutable std::mutex stats_mu;
-  uint64_t reads = 0, writes = 0, read_errors = 0, write_errors = 0, trims = 0;
+  uint64_t reads = 0, writes = 0, read_errors = 0, write_errors = 0, trims = 0, data_loss = 0;
   uint64_t backup_errors = 0;
   std::string last_backup_error;
   LatencyHistogram read_latency, write_latency;
@@ -113,6 +113,7 @@ struct DiskBackedStore::Impl {
       if (read) {
         reads++;
         if (st.ok()) read_latency.Record(lat); else read_errors++;
+        if (st.code() == StatusCode::kDataLoss) data_loss++;
       } else {
         writes++;
         if (st.ok()) write_latency.Record(lat); else write_errors++;
@@ -474,6 +475,7 @@ PageStoreStats DiskBackedStore::Stats() const {
   s.read_errors = impl_->read_errors;
   s.write_errors = impl_->write_errors;
   s.trims = impl_->trims;
+  s.data_loss = impl_->data_loss;  // Reads this store failed, not the primary's (disk served some).
   s.read_latency = impl_->read_latency;
   s.write_latency = impl_->write_latency;
   return s;

@@ -64,8 +64,8 @@ class DiskBackedStore final : public PageStore {
   // flushes both stores. IoError if a backup write failed since the last Flush().
   Status Flush() override;
   // The primary's counters (failures, regenerations, ...) with this store's own read/write
-  // counts and latencies; degraded_reads counts reads served from the disk copy, bytes_sent
-  // includes the backup's.
+  // counts, latencies and data_loss (reads failed to the caller); degraded_reads adds the reads
+  // served from the disk copy; bytes_sent/received include the backup's.
   PageStoreStats Stats() const override;
 
   // Backup writes accepted but not yet completed (the backup lag, in pages).

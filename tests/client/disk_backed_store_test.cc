@@ -225,6 +225,7 @@ TEST(DiskBackedStoreTest, NeverReturnsAStaleDiskCopy) {
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find("disk backup of page 3 is behind"), std::string::npos) << st;
   EXPECT_EQ(f.store->stale_refusals(), 1u);
+  EXPECT_EQ(f.store->Stats().data_loss, 1u);
   f.backup->HoldWrites(false);
   ASSERT_TRUE(f.store->Flush().ok());
   ASSERT_TRUE(f.store->ReadPage(3, out.data()).ok());
