@@ -44,6 +44,12 @@ struct Slot {
   uint8_t* bounce = nullptr;
 };
 
+// An op handed over by Submit(), stamped with the time it was submitted.
+struct Queued {
+  PageOp* op;
+  uint64_t submit_ns;
+};
+
 struct Completed {
   PageOp* op;
   Status status;
@@ -62,7 +68,7 @@ struct LocalSsdStore::Impl {
   UniqueFd event_fd;
   uint64_t event_buf = 0;
   bool event_armed = false;
-  boost::lockfree::queue<PageOp*> queue{1024};
+  boost::lockfree::queue<Queued> queue{1024};
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -112,8 +118,8 @@ struct LocalSsdStore::Impl {
     io_uring_sqe_set_data(sqe, s);
   }
 
-  void StartOp(PageOp* op) {
-    uint64_t now = MonotonicNs();
+  void StartOp(const Queued& q) {
+    PageOp* op = q.op;
     if (op->page >= opts.capacity_pages) {
       completed.push_back({op,
                            OutOfRange("page ", op->page, " is outside the local store of ",
@@ -125,7 +131,7 @@ struct LocalSsdStore::Impl {
     free_slots.pop_back();
     ++inflight;
     s->op = op;
-    s->start_ns = now;
+    s->start_ns = q.submit_ns;
     s->done_bytes = 0;
     s->use_bounce = direct && !IsAligned(op->buf);
     if (s->use_bounce && op->kind == PageOp::Kind::kWrite) {
@@ -213,8 +219,8 @@ struct LocalSsdStore::Impl {
   void Run() {
     ArmEventfd();
     while (true) {
-      PageOp* op = nullptr;
-      while (!free_slots.empty() && queue.pop(op)) StartOp(op);
+      Queued q;
+      while (!free_slots.empty() && queue.pop(q)) StartOp(q);
       DeliverCompleted();  // Out-of-range ops complete without touching the device.
       if (stop.load(std::memory_order_acquire) && inflight == 0 && !event_armed &&
           queue.empty()) {
@@ -355,9 +361,11 @@ Status LocalSsdStore::Submit(std::span<PageOp* const> ops) {
     }
   }
   if (ops.empty()) return Status::Ok();
+  const uint64_t now = MonotonicNs();
   for (PageOp* op : ops) {
     // Unbounded queue: push fails only when node allocation fails.
-    TCHECK(impl_->queue.push(op)) << "local store: out of memory for the submission queue";
+    TCHECK(impl_->queue.push(Queued{op, now}))
+        << "local store: out of memory for the submission queue";
   }
   uint64_t one = 1;
   if (::write(impl_->event_fd.get(), &one, sizeof(one)) != sizeof(one)) {

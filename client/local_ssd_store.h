@@ -22,8 +22,7 @@
 // removes it). Destruction must not race with other calls on the store; every op accepted
 // before it is carried out and completed before the destructor returns.
 //
-// Stats: latencies are measured from the I/O thread picking an op up to its completion (PageOp
-// has no submit timestamp), so they exclude the hand-off through the queue.
+// Stats: per-op latency from Submit() to the op's completion (the queue wait included).
 #pragma once
 
 #include <atomic>
