@@ -83,8 +83,19 @@ const tessera::cli::CliSpec kSpec = {
     "server. Prints PASS/MISS for the issue's targets.",
     __FILE__, 0, 0};
 
+// The bench's private directory under --ssd_dir; removed on every exit path.
+std::string g_scratch_dir;
+
+void RemoveScratch() {
+  if (g_scratch_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(g_scratch_dir, ec);
+  g_scratch_dir.clear();
+}
+
 [[noreturn]] void Die(const std::string& what, const Status& st) {
   std::fprintf(stderr, "tessera bench pagestore: %s: %s\n", what.c_str(), st.ToString().c_str());
+  RemoveScratch();
   std::exit(1);
 }
 
@@ -192,9 +203,13 @@ int main(int argc, char** argv) {
   const std::vector<std::string> scenarios = SplitList(FLAGS_scenarios);
   static const std::vector<std::string> kKnownStores = {"ec",     "ec-d0",       "rep2", "rep3",
                                                         "single", "single+disk", "ssd"};
-  for (const auto& k : kinds) {
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const std::string& k = kinds[i];
     if (std::find(kKnownStores.begin(), kKnownStores.end(), k) == kKnownStores.end()) {
       tessera::cli::UsageError(kSpec, "--stores: unknown store '" + k + "'");
+    }
+    if (std::find(kinds.begin(), kinds.begin() + i, k) != kinds.begin() + i) {
+      tessera::cli::UsageError(kSpec, "--stores: '" + k + "' is listed twice");
     }
   }
   for (const auto& s : scenarios) {
@@ -215,13 +230,7 @@ int main(int argc, char** argv) {
     Die("creating a directory in --ssd_dir", tessera::ErrnoError("mkdtemp ", ssd_tmpl));
   }
   const std::string ssd_dir = ssd_tmpl;
-  struct DirRemover {
-    std::string path;
-    ~DirRemover() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } remover{ssd_dir};
+  g_scratch_dir = ssd_dir;
 
   bool need_cluster = false;
   for (const auto& k : kinds) need_cluster = need_cluster || k != "ssd";
@@ -458,6 +467,7 @@ int main(int argc, char** argv) {
   // Stores before the cluster (they hold connections to it).
   stores.clear();
   cluster.reset();
+  RemoveScratch();
   if (wrong_bytes) {
     std::fprintf(stderr, "tessera bench pagestore: a store returned WRONG BYTES (see wrong_bytes)\n");
     return 1;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -84,11 +85,14 @@ TEST(BenchPagestoreTest, LocalSsdAloneNeedsNoServers) {
                                60000);
   ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
   EXPECT_NE(r.stdout_text.find("\"store\": \"ssd\""), std::string::npos) << r.stdout_text;
+  // The bench's scratch directory is gone.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << dir.path();
 }
 
 TEST(BenchPagestoreTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--qds", "0"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--stores", "raid5"}).exit_code, 2);
+  EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--stores", "ssd,ssd"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--scenarios", "flood"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--no_such_flag"}).exit_code, 2);
 }
