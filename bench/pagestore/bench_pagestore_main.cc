@@ -43,7 +43,7 @@
 
 DEFINE_bool(json, false, "Print JSON lines instead of tables");
 DEFINE_bool(quick, false,
-            "Small smoke run for tests: 512 pages, QD 1 and 8, short windows, 1 rep (the timing "
+            "Small smoke run for tests: 512 pages, QD 1 and 32, short windows, 1 rep (the timing "
             "targets are still computed but mean little)");
 DEFINE_int32(reps, 3, "Repetitions of every point (medians are reported)");
 DEFINE_int64(pages, 8192, "Working set per store in 4 KB pages");
