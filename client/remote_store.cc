@@ -194,8 +194,8 @@ class IoThread {
   uint8_t* SplitBuf(Ctx* c, int j);
   // Source of write split j: copies all come from the one page at the start of the buffer.
   uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
-  int regen_active_ = 0;
-  uint64_t regen_failures_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
+  int regen_active_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
+  uint64_t regen_failures_ = 0;  // Pages this thread could not regenerate (logged at 1, 2, 4, ...).
 
   RemoteStore* store_;
   const int index_;
@@ -684,9 +684,12 @@ void IoThread::FinishRead(Ctx* c, Status st) {
     c->op = nullptr;
   } else {
     --regen_inflight_;
-    if (!st.ok() && (++regen_failures_ & (regen_failures_ - 1)) == 0) {  // 1, 2, 4, ...
-      TLOG(WARNING) << store_->name_ << ": cannot regenerate page " << c->page << ": " << st
-                    << " (" << regen_failures_ << " pages so far on this thread)";
+    if (!st.ok()) {
+      const uint64_t failures = ++regen_failures_;
+      if ((failures & (failures - 1)) == 0) {  // Log at 1, 2, 4, ... failures.
+        TLOG(WARNING) << store_->name_ << ": cannot regenerate page " << c->page << ": " << st
+                      << " (" << failures << " pages so far on this thread)";
+      }
     }
     store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -180,7 +180,9 @@ TEST(CodingSetsTest, NewServersFormANewGroupOnceThereAreEnough) {
       EXPECT_EQ(layout().groups[0].size(), 13u);
       EXPECT_EQ(layout().groups[1].size(), 13u);
     }
-    if (id == 112) EXPECT_EQ(layout().spares.size(), 11u);
+    if (id == 112) {
+      EXPECT_EQ(layout().spares.size(), 11u);
+    }
   }
   // The twelfth spare completes a new group of k+r+l.
   ASSERT_EQ(layout().groups.size(), 3u);

@@ -178,7 +178,9 @@ TEST(TargetsTest, CodingSetsBeatsRandomPowerOfTwoAndTwoWayReplication) {
     Scenario s = Build(1000, 32000, w, 8, 2, 2, 2);
     AnalyticResult an = ComputeAnalytic(s.placed, *s.snap, {FailureMode::kMachines, 0.01});
     ASSERT_TRUE(an.available) << an.method;
-    if (std::string(w) == "codingsets") EXPECT_EQ(an.method, "exact");
+    if (std::string(w) == "codingsets") {
+      EXPECT_EQ(an.method, "exact");
+    }
     loss[w] = an.loss_prob;
     imbalance[w] = ComputeLoadStats(*s.snap, s.placed.load).max_over_mean;
   }
