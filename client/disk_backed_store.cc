@@ -370,18 +370,7 @@ double DiskBackedStore::memory_overhead() const {
 }
 
 Status DiskBackedStore::Submit(std::span<PageOp* const> ops) {
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const PageOp* op = ops[i];
-    if (op == nullptr) return InvalidArgument("op ", i, " of the batch is null");
-    if (op->buf == nullptr) return InvalidArgument("op ", i, " (page ", op->page, ") has no buffer");
-    if (op->done == nullptr) {
-      return InvalidArgument("op ", i, " (page ", op->page, ") has no done callback");
-    }
-    if (op->kind != PageOp::Kind::kRead && op->kind != PageOp::Kind::kWrite) {
-      return InvalidArgument("op ", i, " (page ", op->page, ") has an unknown kind ",
-                             static_cast<int>(op->kind));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(ops));
   if (ops.empty()) return Status::Ok();
   // The primary accepts or rejects the whole batch, and so does this store.
   constexpr size_t kStackBatch = 64;

@@ -348,18 +348,7 @@ Status LocalSsdStore::Submit(std::span<PageOp* const> ops) {
   if (impl_->stop.load(std::memory_order_acquire)) {
     return Unavailable("local store ", impl_->opts.path, " is shut down");
   }
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const PageOp* op = ops[i];
-    if (op == nullptr) return InvalidArgument("op ", i, " of the batch is null");
-    if (op->buf == nullptr) return InvalidArgument("op ", i, " (page ", op->page, ") has no buffer");
-    if (op->done == nullptr) {
-      return InvalidArgument("op ", i, " (page ", op->page, ") has no done callback");
-    }
-    if (op->kind != PageOp::Kind::kRead && op->kind != PageOp::Kind::kWrite) {
-      return InvalidArgument("op ", i, " (page ", op->page, ") has an unknown kind ",
-                             static_cast<int>(op->kind));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(ops));
   if (ops.empty()) return Status::Ok();
   const uint64_t now = MonotonicNs();
   for (PageOp* op : ops) {

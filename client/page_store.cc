@@ -52,6 +52,22 @@ Status RunBatch(PageStore* store, PageOp::Kind kind, const PageId* pages, size_t
 
 }  // namespace
 
+Status PageStore::ValidateBatch(std::span<PageOp* const> ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PageOp* op = ops[i];
+    if (op == nullptr) return InvalidArgument("op ", i, " of the batch is null");
+    if (op->buf == nullptr) return InvalidArgument("op ", i, " (page ", op->page, ") has no buffer");
+    if (op->done == nullptr) {
+      return InvalidArgument("op ", i, " (page ", op->page, ") has no done callback");
+    }
+    if (op->kind != PageOp::Kind::kRead && op->kind != PageOp::Kind::kWrite) {
+      return InvalidArgument("op ", i, " (page ", op->page, ") has an unknown kind ",
+                             static_cast<int>(op->kind));
+    }
+  }
+  return Status::Ok();
+}
+
 Status PageStore::ReadPage(PageId page, uint8_t* out) {
   PageOp op;
   op.kind = PageOp::Kind::kRead;

@@ -91,6 +91,11 @@ class PageStore {
 
   virtual PageStoreStats Stats() const = 0;
 
+  // The checks every Submit() makes before accepting a batch: InvalidArgument naming the first
+  // op that is null or has no buffer, no callback or an unknown kind. Page ranges are checked
+  // per op by the store (OutOfRange through op->status).
+  static Status ValidateBatch(std::span<PageOp* const> ops);
+
   // Blocking single-page conveniences (Submit + wait). Thread-safe.
   Status ReadPage(PageId page, uint8_t* out);
   Status WritePage(PageId page, const uint8_t* in);

@@ -1272,14 +1272,7 @@ void RemoteStore::MonitorLoop() {
 }
 
 Status RemoteStore::Submit(std::span<PageOp* const> ops) {
-  for (PageOp* op : ops) {
-    if (op == nullptr || op->buf == nullptr || op->done == nullptr) {
-      return InvalidArgument("Submit: null op, buffer or callback");
-    }
-    if (op->kind != PageOp::Kind::kRead && op->kind != PageOp::Kind::kWrite) {
-      return InvalidArgument("Submit: unknown op kind");
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(ops));
   if (threads_.empty()) return Unavailable("page store is shut down");
   const uint64_t T = threads_.size();
   for (PageOp* op : ops) {
