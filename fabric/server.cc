@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "fabric/auth.h"
 #include "fabric/byte_buffer.h"
+#include "fabric/frame_reader.h"
 #include "fabric/verbs.h"
 
 namespace tessera::fabric {
@@ -132,9 +133,7 @@ class Server::Impl {
     int ops_in_kernel = 0;
     bool recv_armed = false;
     bool send_armed = false;
-    std::vector<uint8_t> in;
-    size_t in_start = 0;
-    size_t in_end = 0;
+    FrameReader in;
     ByteBuffer pending;  // Replies not yet handed to the kernel.
     ByteBuffer sending;  // The buffer of the send in flight.
     size_t send_off = 0;
@@ -344,7 +343,7 @@ class Server::Impl {
       c->peer.address = FormatAddress(ss);
       c->peer.io_thread = index_;
       c->fd = std::move(fd);
-      c->in.resize(kInitialRecvBuffer);
+      c->in = FrameReader(kInitialRecvBuffer);
       Conn* raw = c.get();
       conns_.emplace(id, std::move(c));
       server_->open_connections_.fetch_add(1);
@@ -362,19 +361,9 @@ class Server::Impl {
 
     void ArmRecv(Conn* c) {
       if (c->closing || c->recv_armed) return;
-      size_t free_tail = c->in.size() - c->in_end;
-      if (free_tail == 0 || c->in_start == c->in_end) {
-        if (c->in_start > 0) {
-          std::memmove(c->in.data(), c->in.data() + c->in_start, c->in_end - c->in_start);
-          c->in_end -= c->in_start;
-          c->in_start = 0;
-        }
-      }
-      if (c->in.size() - c->in_end == 0) {
-        TCHECK(false) << "receive buffer full without a complete frame";
-      }
+      std::span<uint8_t> space = c->in.RecvSpace();
       io_uring_sqe* sqe = Sqe();
-      io_uring_prep_recv(sqe, c->fd.get(), c->in.data() + c->in_end, c->in.size() - c->in_end, 0);
+      io_uring_prep_recv(sqe, c->fd.get(), space.data(), space.size(), 0);
       io_uring_sqe_set_data64(sqe, MakeData(c->peer.connection_id, kTagRecv));
       c->recv_armed = true;
       c->ops_in_kernel++;
@@ -383,7 +372,7 @@ class Server::Impl {
     void OnRecv(Conn* c, int res) {
       if (c->closing) return;
       if (res == 0) {
-        if (c->in_end > c->in_start) {
+        if (c->in.buffered() > 0) {
           Close(c, "peer closed the connection in the middle of a frame", LogLevel::kWarning);
         } else {
           Close(c, "peer closed the connection", LogLevel::kDebug);
@@ -398,7 +387,7 @@ class Server::Impl {
         Close(c, std::string("recv: ") + strerror(-res), LogLevel::kInfo);
         return;
       }
-      c->in_end += static_cast<size_t>(res);
+      c->in.Commit(static_cast<size_t>(res));
       ProcessInput(c);
       if (c->closing) return;
       ArmRecv(c);
@@ -407,34 +396,21 @@ class Server::Impl {
 
     void ProcessInput(Conn* c) {
       while (!c->closing && !c->close_after_send) {
-        size_t avail = c->in_end - c->in_start;
-        if (avail < kHeaderSize) break;
-        std::span<const uint8_t> bytes(c->in.data() + c->in_start, avail);
-        auto header = DecodeHeader(bytes.first(kHeaderSize), Direction::kRequest);
-        if (!header.ok()) {
-          Close(c, "malformed frame: " + header.status().message(), LogLevel::kWarning);
+        auto next = c->in.Next(Direction::kRequest);
+        if (!next.ok()) {
+          Close(c, "malformed frame: " + next.status().message(), LogLevel::kWarning);
           return;
         }
-        size_t need = kHeaderSize + header->payload_len;
-        if (avail < need) {
-          // Make room for the whole frame.
-          if (c->in_start + need > c->in.size()) {
-            std::memmove(c->in.data(), c->in.data() + c->in_start, avail);
-            c->in_start = 0;
-            c->in_end = avail;
-            if (need > c->in.size()) c->in.resize(need);
-          }
-          break;
-        }
-        auto frame = ParseFrame(bytes.first(need), Direction::kRequest);
+        if (!next->has_value()) break;  // The rest of the frame is still on its way.
+        const FrameReader::Frame& raw = **next;
+        auto frame = ParseFrame(c->in.FrameBytes(raw), Direction::kRequest);
         if (!frame.ok()) {
           Close(c, "malformed frame: " + frame.status().message(), LogLevel::kWarning);
           return;
         }
         Dispatch(c, *frame);
-        c->in_start += need;
+        c->in.Consume(raw);
       }
-      if (c->in_start == c->in_end) c->in_start = c->in_end = 0;
     }
 
     // ---- replies ----

@@ -278,7 +278,7 @@ Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
   c->info.slab_size = auth_ok->slab_size;
   c->info.capacity_bytes = auth_ok->capacity_bytes;
   c->info.endpoint = endpoint;
-  c->in.resize(kInitialRecvBuffer);
+  c->in = FrameReader(kInitialRecvBuffer);
   c->pending.reserve(64 * 1024);
   c->sending.reserve(64 * 1024);
   ConnectionId id = static_cast<ConnectionId>(conns_.size());
@@ -323,14 +323,9 @@ Status TcpTransport::RegisterMemory(void* addr, size_t length) {
 void TcpTransport::ArmRecv(ConnectionId id) {
   Conn* c = conns_[id].get();
   if (!c->up || c->recv_armed) return;
-  if (c->in_start > 0 && (c->in_start == c->in_end || c->in_end == c->in.size())) {
-    std::memmove(c->in.data(), c->in.data() + c->in_start, c->in_end - c->in_start);
-    c->in_end -= c->in_start;
-    c->in_start = 0;
-  }
-  TCHECK(c->in_end < c->in.size()) << "receive buffer full without a complete frame";
+  std::span<uint8_t> space = c->in.RecvSpace();
   io_uring_sqe* sqe = Sqe();
-  io_uring_prep_recv(sqe, c->fd.get(), c->in.data() + c->in_end, c->in.size() - c->in_end, 0);
+  io_uring_prep_recv(sqe, c->fd.get(), space.data(), space.size(), 0);
   io_uring_sqe_set_data64(sqe, MakeData(id, kTagRecv));
   c->recv_armed = true;
   c->ops_in_kernel++;
@@ -510,34 +505,22 @@ void TcpTransport::OnRecv(ConnectionId id, int res) {
     MarkDown(id, Unavailable("recv from ", c->info.endpoint.ToString(), ": ", strerror(-res)));
     return;
   }
-  c->in_end += static_cast<size_t>(res);
+  c->in.Commit(static_cast<size_t>(res));
   while (c->up) {
-    size_t avail = c->in_end - c->in_start;
-    if (avail < kHeaderSize) break;
-    std::span<const uint8_t> bytes(c->in.data() + c->in_start, avail);
-    auto h = DecodeHeader(bytes.first(kHeaderSize), Direction::kResponse);
-    if (!h.ok()) {
-      MarkDown(id, h.status().WithContext("malformed frame from " + c->info.endpoint.ToString()));
+    auto next = c->in.Next(Direction::kResponse);
+    if (!next.ok()) {
+      MarkDown(id, next.status().WithContext("malformed frame from " + c->info.endpoint.ToString()));
       return;
     }
-    size_t need = kHeaderSize + h->payload_len;
-    if (avail < need) {
-      if (c->in_start + need > c->in.size()) {
-        std::memmove(c->in.data(), c->in.data() + c->in_start, avail);
-        c->in_start = 0;
-        c->in_end = avail;
-        if (need > c->in.size()) c->in.resize(need);
-      }
-      break;
-    }
-    Status st = HandleFrame(id, *h, bytes.subspan(kHeaderSize, h->payload_len));
+    if (!next->has_value()) break;  // The rest of the frame is still on its way.
+    const FrameReader::Frame& frame = **next;
+    Status st = HandleFrame(id, frame.header, frame.payload);
     if (!st.ok()) {
       MarkDown(id, st.WithContext("bad frame from " + c->info.endpoint.ToString()));
       return;
     }
-    c->in_start += need;
+    c->in.Consume(frame);
   }
-  if (c->in_start == c->in_end) c->in_start = c->in_end = 0;
   ArmRecv(id);
 }
 
@@ -619,7 +602,7 @@ void TcpTransport::MarkDown(ConnectionId id, Status reason) {
 void TcpTransport::ReleaseConn(ConnectionId id) {
   Conn* c = conns_[id].get();
   c->fd.Reset();
-  std::vector<uint8_t>().swap(c->in);
+  c->in = FrameReader();  // Frees the receive window.
   c->pending.Release();
   c->sending.Release();
 }

@@ -10,6 +10,7 @@
 
 #include "common/fd.h"
 #include "fabric/byte_buffer.h"
+#include "fabric/frame_reader.h"
 #include "fabric/transport.h"
 
 namespace tessera::fabric {
@@ -55,9 +56,7 @@ class TcpTransport final : public Transport {
     bool touched = false;
     bool goodbye = false;  // Disconnect() sent GOODBYE: the server's close is expected.
     uint32_t inflight = 0;
-    std::vector<uint8_t> in;
-    size_t in_start = 0;
-    size_t in_end = 0;
+    FrameReader in;
     ByteBuffer pending;
     ByteBuffer sending;
     size_t send_off = 0;
