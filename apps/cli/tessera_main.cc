@@ -21,6 +21,7 @@ struct Subcommand {
 // Every subcommand Tessera knows, in the order `tessera help` lists them. Only those whose
 // executable is built are listed.
 const Subcommand kSubcommands[] = {
+    {"demo cluster", "store pages on local memservers, kill r of them, verify every page"},
     {"demo", "encode pages, lose r splits, rebuild them, and print the figures"},
     {"run", "run an unmodified program with its heap paged to remote memory"},
     {"memserver", "run a memory server daemon that lends memory in slabs"},
