@@ -334,11 +334,8 @@ Result<std::vector<ServerId>> CodingSets::Place(const MembershipSnapshot& snap, 
 Result<ServerId> CodingSets::ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                                std::span<const ServerId> current,
                                                size_t failed_index, LoadView load) const {
-  TESSERA_RETURN_IF_ERROR(CheckLoadView(snap, load));
-  if (failed_index >= current.size()) {
-    return InvalidArgument("codingsets: failed index ", failed_index, " outside ",
-                           current.size(), " servers");
-  }
+  TESSERA_RETURN_IF_ERROR(
+      CheckReplacementArgs("codingsets", snap, load, current, failed_index));
   // The slab's group: the one holding most of its surviving splits.
   std::map<int, int> votes;
   for (size_t i = 0; i < current.size(); ++i) {

@@ -47,6 +47,17 @@ Status CheckLoadView(const MembershipSnapshot& snap, LoadView load) {
   return Status::Ok();
 }
 
+Status CheckReplacementArgs(std::string_view policy, const MembershipSnapshot& snap,
+                            LoadView load, std::span<const ServerId> current,
+                            size_t failed_index) {
+  TESSERA_RETURN_IF_ERROR(CheckLoadView(snap, load));
+  if (failed_index >= current.size()) {
+    return InvalidArgument(policy, ": failed index ", failed_index, " outside ", current.size(),
+                           " servers");
+  }
+  return Status::Ok();
+}
+
 bool Placement::IsValid(const MembershipSnapshot& snap, std::span<const ServerId> servers) const {
   if (servers.size() != static_cast<size_t>(width())) return false;
   for (size_t i = 0; i < servers.size(); ++i) {
@@ -172,11 +183,7 @@ Result<std::vector<ServerId>> RandomPlacement::Place(const MembershipSnapshot& s
 Result<ServerId> RandomPlacement::ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                                     std::span<const ServerId> current,
                                                     size_t failed_index, LoadView load) const {
-  TESSERA_RETURN_IF_ERROR(CheckLoadView(snap, load));
-  if (failed_index >= current.size()) {
-    return InvalidArgument(name_, ": failed index ", failed_index, " outside ", current.size(),
-                           " servers");
-  }
+  TESSERA_RETURN_IF_ERROR(CheckReplacementArgs(name_, snap, load, current, failed_index));
   bool found = false;
   uint64_t best_h = 0;
   ServerId best = 0;
@@ -256,11 +263,7 @@ Result<std::vector<ServerId>> PowerOfChoices::Place(const MembershipSnapshot& sn
 Result<ServerId> PowerOfChoices::ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                                    std::span<const ServerId> current,
                                                    size_t failed_index, LoadView load) const {
-  TESSERA_RETURN_IF_ERROR(CheckLoadView(snap, load));
-  if (failed_index >= current.size()) {
-    return InvalidArgument(name(), ": failed index ", failed_index, " outside ", current.size(),
-                           " servers");
-  }
+  TESSERA_RETURN_IF_ERROR(CheckReplacementArgs(name(), snap, load, current, failed_index));
   // A salt distinct from Place()'s split salts, so the replacement is a fresh sample.
   return PickOne(snap, slab, 1000003u + failed_index, current, load);
 }
@@ -362,11 +365,7 @@ Result<std::vector<ServerId>> CopySets::Place(const MembershipSnapshot& snap, Sl
 Result<ServerId> CopySets::ChooseReplacement(const MembershipSnapshot& snap, SlabId slab,
                                              std::span<const ServerId> current,
                                              size_t failed_index, LoadView load) const {
-  TESSERA_RETURN_IF_ERROR(CheckLoadView(snap, load));
-  if (failed_index >= current.size()) {
-    return InvalidArgument(name(), ": failed index ", failed_index, " outside ", current.size(),
-                           " servers");
-  }
+  TESSERA_RETURN_IF_ERROR(CheckReplacementArgs(name(), snap, load, current, failed_index));
   std::vector<ServerId> survivors;
   for (size_t i = 0; i < current.size(); ++i) {
     if (i != failed_index) survivors.push_back(current[i]);

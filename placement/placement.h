@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,11 @@ inline uint64_t LoadAt(const MembershipSnapshot& snap, LoadView load, size_t i) 
   return s.capacity_slabs - s.free_slabs;
 }
 Status CheckLoadView(const MembershipSnapshot& snap, LoadView load);
+// The argument checks every ChooseReplacement() makes: a load view of the right size and a
+// failed index inside `current`. `policy` names the policy in the error.
+Status CheckReplacementArgs(std::string_view policy, const MembershipSnapshot& snap,
+                            LoadView load, std::span<const ServerId> current,
+                            size_t failed_index);
 
 // A 64-bit mix of the arguments (splitmix64 finaliser chained); the policies' only source
 // of randomness, so equal inputs give equal choices.
