@@ -9,6 +9,7 @@ PACKAGES=(
   libboost-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
   libjerasure-dev libgf-complete-dev
   memcached gnuplot-nox
+  libjemalloc-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
 )
 
 missing=()

@@ -1,0 +1,134 @@
+// Pager: serves the page faults of one paged memory region from a PageStore, through
+// userfaultfd, and keeps the region's resident set under a local-memory limit by writing dirty
+// pages back to the store and dropping them. This is what lets an unmodified program run with
+// only part of its memory local (the LD_PRELOAD interposer in kernel_shim/preload puts the
+// program's heap in the region; tests and benches may use the region directly).
+//
+// The region. Create() maps one private anonymous region of `region_bytes` (MAP_NORESERVE, so
+// only touched pages cost memory) and registers it with userfaultfd in missing + write-protect
+// mode. Page i of the region is PageId i of the store, so the store's capacity_pages() must
+// cover the region. Every page is in one of these states:
+//   never written  - first touch is served with zeros, no store round trip;
+//   resident clean - mapped write-protected; its latest content is in the store;
+//   resident dirty - mapped writable (a write-protect fault marked it dirty);
+//   remote         - not mapped; its content is in the store (a fault reads it back).
+// Eviction write-protects a batch of victims, writes the dirty ones back (one batched Submit),
+// and MADV_DONTNEEDs them once the store acknowledged; clean victims are dropped without a
+// write-back. A write that races with eviction keeps the page (it is never dropped with data
+// newer than the store's copy). Eviction runs when the resident set exceeds the high watermark
+// of the limit and stops at the low one.
+//
+// The limit. `local_limit_bytes` is a fixed cap on resident pages of the region. Instead,
+// `local_fraction` f in (0, 1] caps residency at f x the peak footprint so far (pages holding
+// data: resident or remote), with a floor of `min_local_bytes`, so at the end the local share is
+// f of the program's peak footprint. Neither set: no limit (everything stays resident).
+//
+// Errors. A page the store cannot return (DataLoss, or the store failing) is never served as
+// zeros or stale bytes: the faulting access gets SIGBUS (UFFDIO_POISON) and the page is named in
+// the log and counted in PagerStats::fill_errors. A failed write-back keeps the page resident.
+//
+// fork. userfaultfd registrations are not inherited, so a child forked without exec would see
+// zeros where the parent has remote pages. PrepareFork() (call it from a pthread_atfork prepare
+// handler) pages every remote page back in and pauses eviction; the child then holds a full
+// private copy of the region as plain memory and calls ChildAfterFork(), which makes the pager
+// object inert there (no threads, no store access); the parent calls ParentAfterFork(), which
+// resumes eviction. Memory above the limit is evicted again after the fork.
+//
+// Threads. All methods are thread-safe. The pager owns its threads (fault handling, eviction)
+// and the store's done() callbacks may run pager code on store threads; none of them ever
+// touches the paged region except through userfaultfd ioctls and copies into and out of
+// buffers the pager owns. Callers must not hold the pager's region pages as arguments it reads
+// (e.g. PagerOptions strings) - they are copied at Create().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "client/page_store.h"
+#include "common/histogram.h"
+#include "common/status.h"
+
+namespace tessera::kernel_shim {
+
+// How victims are chosen among resident pages.
+enum class VictimPolicy : uint8_t {
+  kFifo,   // First faulted in, first out: the baseline the bench compares with.
+  kSmart,  // The default: recency/frequency aware (see pager.cc); fewer faults on skewed access.
+};
+
+struct PagerOptions {
+  client::PageStore* store = nullptr;  // Not owned; must outlive the Pager. Required.
+  size_t region_bytes = 0;             // > 0, a multiple of 4096, <= store capacity.
+
+  uint64_t local_limit_bytes = 0;      // Fixed cap on resident bytes (0: none).
+  double local_fraction = 0;           // Cap = fraction x peak footprint (0: none).
+  uint64_t min_local_bytes = 4 << 20;  // Floor of the fractional cap.
+  double high_watermark = 1.0;         // Evict when resident > high x cap ...
+  double low_watermark = 0.95;         // ... down to low x cap.
+  size_t evict_batch = 64;             // Pages per batched write-protect / write-back / madvise.
+
+  VictimPolicy victim = VictimPolicy::kSmart;
+  bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
+  size_t prefetch_max_pages = 32;      // Largest prefetch window.
+  int fault_threads = 1;               // Threads reading userfaultfd messages (1..8).
+};
+
+struct PagerStats {
+  uint64_t faults = 0;           // Missing-page faults served (excluding duplicates).
+  uint64_t wp_faults = 0;        // Write-protect faults (clean page became dirty).
+  uint64_t zero_fills = 0;       // Faults on never-written pages (no store round trip).
+  uint64_t remote_reads = 0;     // Pages read from the store (faults and prefetches).
+  uint64_t remote_writes = 0;    // Dirty pages written back to the store.
+  uint64_t clean_drops = 0;      // Clean pages dropped without a write-back.
+  uint64_t evictions = 0;        // Pages evicted (written back or dropped).
+  uint64_t prefetch_issued = 0;  // Pages read ahead.
+  uint64_t prefetch_hits = 0;    // Prefetched pages later touched before being evicted.
+  uint64_t discarded = 0;        // Pages released by Discard().
+  uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).
+  uint64_t writeback_errors = 0; // Write-backs the store rejected (page kept resident).
+  uint64_t resident_pages = 0;   // Now.
+  uint64_t peak_resident_pages = 0;
+  uint64_t footprint_pages = 0;  // Pages holding data now (resident or remote).
+  uint64_t peak_footprint_pages = 0;
+  uint64_t limit_pages = 0;      // The current cap (0: none).
+  LatencyHistogram fault_latency;  // Missing fault read from the uffd to its page mapped, ns.
+};
+
+class Pager {
+ public:
+  static Result<std::unique_ptr<Pager>> Create(const PagerOptions& options);
+  // Stops the pager's threads, unregisters and unmaps the region. No fault may be pending.
+  virtual ~Pager() = default;
+  Pager(const Pager&) = delete;
+  Pager& operator=(const Pager&) = delete;
+
+  uint8_t* base() const { return base_; }
+  size_t size() const { return size_; }
+  bool Contains(const void* p, size_t len = 1) const {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(base_);
+    return a >= b && len <= size_ && a - b <= size_ - len;
+  }
+
+  // The program released [addr, addr + len) (munmap, MADV_DONTNEED, an allocator purge): the
+  // pages read as zeros afterwards and their store copies are trimmed. Page-aligned, inside
+  // the region; InvalidArgument otherwise.
+  virtual Status Discard(void* addr, size_t len) = 0;
+
+  // See "fork" in the file comment.
+  virtual Status PrepareFork() = 0;
+  virtual void ParentAfterFork() = 0;
+  virtual void ChildAfterFork() = 0;
+
+  virtual PagerStats Stats() const = 0;
+
+ protected:
+  // The implementation (pager.cc) derives from Pager.
+  Pager(uint8_t* base, size_t size) : base_(base), size_(size) {}
+
+ private:
+  uint8_t* const base_;
+  const size_t size_;
+};
+
+}  // namespace tessera::kernel_shim
