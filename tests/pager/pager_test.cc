@@ -1,0 +1,327 @@
+// Unit tests of the userfaultfd pager over FakeStore (asynchronous, in memory).
+#include "kernel_shim/pager/pager.h"
+
+#include <gtest/gtest.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "tests/pager/fake_store.h"
+
+namespace tessera::kernel_shim {
+namespace {
+
+using testing::FakeStore;
+constexpr size_t kPage = 4096;
+
+// Bounded wait for a condition the pager's threads bring about.
+bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
+  Deadline d = Deadline::AfterMs(ms);
+  while (!cond()) {
+    if (d.Expired()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::unique_ptr<Pager> MakePager(FakeStore* store, size_t pages, uint64_t limit_pages = 0,
+                                 VictimPolicy policy = VictimPolicy::kSmart,
+                                 bool prefetch = true) {
+  PagerOptions o;
+  o.store = store;
+  o.region_bytes = pages * kPage;
+  o.local_limit_bytes = limit_pages * kPage;
+  o.evict_batch = 16;
+  o.victim = policy;
+  o.prefetch = prefetch;
+  auto r = Pager::Create(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+uint8_t Pattern(size_t page, size_t off, uint32_t round) {
+  return static_cast<uint8_t>((page * 131 + off * 7 + round * 29 + (off >> 9)) & 0xff);
+}
+void FillPage(uint8_t* p, size_t page, uint32_t round) {
+  for (size_t off = 0; off < kPage; ++off) p[off] = Pattern(page, off, round);
+}
+bool CheckPage(const uint8_t* p, size_t page, uint32_t round) {
+  for (size_t off = 0; off < kPage; ++off) {
+    if (p[off] != Pattern(page, off, round)) return false;
+  }
+  return true;
+}
+
+TEST(PagerTest, CreateRejectsBadOptions) {
+  FakeStore store(64);
+  PagerOptions o;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);  // No store.
+  o.store = &store;
+  o.region_bytes = 4097;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.region_bytes = 65 * kPage;  // Larger than the store.
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.region_bytes = 64 * kPage;
+  o.local_fraction = 1.5;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.local_fraction = 0.5;
+  o.local_limit_bytes = 8 * kPage;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.local_limit_bytes = 0;
+  o.low_watermark = 0.9;
+  o.high_watermark = 0.5;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
+  FakeStore store(256);
+  auto pager = MakePager(&store, 256);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  // Read faults first: zeros.
+  for (size_t p = 0; p < 16; ++p) {
+    for (size_t off = 0; off < kPage; off += 512) ASSERT_EQ(b[p * kPage + off], 0);
+  }
+  // Then writes on those (write-protect faults) and on fresh pages (write missing faults).
+  for (size_t p = 0; p < 32; ++p) FillPage(b + p * kPage, p, 1);
+  for (size_t p = 0; p < 32; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().fault_latency.count() == 32; }));
+  PagerStats s = pager->Stats();
+  EXPECT_EQ(s.faults, 32u);
+  EXPECT_EQ(s.zero_fills, 32u);
+  EXPECT_EQ(s.wp_faults, 16u);  // The 16 pages first read, then written.
+  EXPECT_EQ(s.resident_pages, 32u);
+  EXPECT_EQ(s.footprint_pages, 32u);
+  EXPECT_EQ(s.fault_latency.count(), 32u);
+  EXPECT_EQ(store.reads(), 0u);
+  EXPECT_EQ(store.writes(), 0u);  // No limit: nothing evicted.
+}
+
+TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
+  constexpr size_t kPages = 512, kCap = 64;
+  FakeStore store(kPages, 20);
+  auto pager = MakePager(&store, kPages, kCap);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (uint32_t round = 1; round <= 3; ++round) {
+    for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, round);
+    for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, round)) << p;
+  }
+  // Random order too.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    size_t p = rng() % kPages;
+    ASSERT_TRUE(CheckPage(b + p * kPage, p, 3)) << p;
+  }
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }))
+      << "resident " << pager->Stats().resident_pages;
+  PagerStats s = pager->Stats();
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_GT(s.remote_reads, 0u);
+  EXPECT_GT(s.remote_writes, 0u);
+  EXPECT_EQ(s.fill_errors, 0u);
+  EXPECT_EQ(s.limit_pages, kCap);
+  EXPECT_EQ(s.footprint_pages, kPages);
+}
+
+TEST(PagerTest, CleanPagesAreNeverWrittenBack) {
+  constexpr size_t kPages = 256, kCap = 32;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, /*prefetch=*/false);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  // Read-only passes: every page comes back clean and is dropped without a write.
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  }
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  for (size_t p = 0; p < kPages; ++p) EXPECT_LE(store.writes_of(p), 1u) << p;
+  PagerStats s = pager->Stats();
+  EXPECT_EQ(s.remote_writes, store.writes());
+  EXPECT_LE(s.remote_writes, kPages);
+  EXPECT_GT(s.clean_drops, kPages);  // Three read passes of 256 pages through a 32 cap.
+  EXPECT_EQ(s.wp_faults, 0u);
+}
+
+TEST(PagerTest, FractionalCapFollowsPeakFootprint) {
+  constexpr size_t kPages = 2048;
+  FakeStore store(kPages);
+  PagerOptions o;
+  o.store = &store;
+  o.region_bytes = kPages * kPage;
+  o.local_fraction = 0.5;
+  o.min_local_bytes = 64 * kPage;
+  auto r = Pager::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto pager = std::move(r).value();
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 2);
+  ASSERT_TRUE(WaitFor([&] {
+    PagerStats s = pager->Stats();
+    return s.resident_pages <= s.limit_pages;
+  }));
+  PagerStats s = pager->Stats();
+  EXPECT_EQ(s.peak_footprint_pages, kPages);
+  EXPECT_EQ(s.limit_pages, kPages / 2);
+  EXPECT_GT(s.evictions, 0u);
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 2)) << p;
+  // A small footprint stays under the floor: nothing evicted.
+  FakeStore store2(kPages);
+  o.store = &store2;
+  auto r2 = Pager::Create(o);
+  ASSERT_TRUE(r2.ok());
+  auto small = std::move(r2).value();
+  for (size_t p = 0; p < 60; ++p) FillPage(small->base() + p * kPage, p, 1);
+  EXPECT_EQ(small->Stats().limit_pages, 64u);
+  EXPECT_EQ(small->Stats().evictions, 0u);
+}
+
+TEST(PagerTest, ManyThreadsFaultSameAndDifferentPages) {
+  constexpr size_t kPages = 1024, kCap = 128, kThreads = 8, kShared = 64;
+  FakeStore store(kPages, 10);
+  PagerOptions o;
+  o.store = &store;
+  o.region_bytes = kPages * kPage;
+  o.local_limit_bytes = kCap * kPage;
+  o.evict_batch = 16;
+  o.fault_threads = 2;
+  auto r = Pager::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto pager = std::move(r).value();
+  uint8_t* b = pager->base();
+  // Shared pages written once, read by everyone; each thread owns a stripe it rewrites.
+  for (size_t p = 0; p < kShared; ++p) FillPage(b + p * kPage, p, 9);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<uint32_t>(t));
+      size_t stripe = (kPages - kShared) / kThreads;
+      size_t lo = kShared + t * stripe;
+      for (uint32_t round = 1; round <= 3; ++round) {
+        for (size_t p = lo; p < lo + stripe; ++p) {
+          FillPage(b + p * kPage, p, round);
+          size_t q = rng() % kShared;  // Everyone hammers the same shared pages.
+          if (!CheckPage(b + q * kPage, q, 9)) bad++;
+        }
+        for (size_t p = lo; p < lo + stripe; ++p) {
+          if (!CheckPage(b + p * kPage, p, round)) bad++;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  PagerStats s = pager->Stats();
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_EQ(s.fill_errors, 0u);
+}
+
+TEST(PagerTest, DiscardReadsZerosAndTrims) {
+  constexpr size_t kPages = 128, kCap = 16;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  // Half of the discarded range is remote by now, the end of it resident.
+  ASSERT_TRUE(pager->Discard(b + 64 * kPage, 64 * kPage).ok());
+  EXPECT_EQ(pager->Discard(b + 1, kPage).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pager->Discard(b + kPages * kPage, kPage).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pager->Discard(b - kPage, kPage).code(), StatusCode::kInvalidArgument);
+  for (size_t p = 64; p < kPages; ++p) {
+    for (size_t off = 0; off < kPage; off += 64) ASSERT_EQ(b[p * kPage + off], 0) << p;
+  }
+  for (size_t p = 0; p < 64; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  PagerStats s = pager->Stats();
+  EXPECT_EQ(s.discarded, 64u);
+  EXPECT_EQ(store.trims(), 64u);
+  for (size_t p = 64; p < kPages; ++p) EXPECT_FALSE(store.Has(p)) << p;
+  // Discarded then rewritten pages are fine.
+  for (size_t p = 64; p < kPages; ++p) FillPage(b + p * kPage, p, 5);
+  for (size_t p = 64; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 5)) << p;
+}
+
+sigjmp_buf g_jmp;
+std::atomic<void*> g_fault_addr{nullptr};
+void OnSigbus(int, siginfo_t* si, void*) {
+  g_fault_addr.store(si->si_addr);
+  siglongjmp(g_jmp, 1);
+}
+
+TEST(PagerTest, FillErrorRaisesSigbusNotZeros) {
+  constexpr size_t kPages = 64, kCap = 8;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, false);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  ASSERT_TRUE(store.Has(3));  // Page 3 was evicted long ago.
+  store.FailReads(3);
+  struct sigaction sa {}, old {};
+  sa.sa_sigaction = &OnSigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGBUS, &sa, &old), 0);
+  volatile uint8_t seen = 0;
+  volatile bool faulted = false;
+  if (sigsetjmp(g_jmp, 1) == 0) {
+    seen = b[3 * kPage + 10];
+  } else {
+    faulted = true;
+  }
+  sigaction(SIGBUS, &old, nullptr);
+  EXPECT_TRUE(faulted) << "read returned " << int(seen) << " instead of SIGBUS";
+  EXPECT_EQ(g_fault_addr.load(), b + 3 * kPage + 10);
+  EXPECT_EQ(pager->Stats().fill_errors, 1u);
+  // Other pages are unaffected.
+  ASSERT_TRUE(CheckPage(b + 4 * kPage, 4, 1));
+  // Discard clears the poison; the page is usable again.
+  ASSERT_TRUE(pager->Discard(b + 3 * kPage, kPage).ok());
+  EXPECT_EQ(b[3 * kPage + 10], 0);
+}
+
+TEST(PagerTest, ForkedChildSeesEveryPage) {
+  constexpr size_t kPages = 256, kCap = 32;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 4);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  ASSERT_GT(pager->Stats().evictions, 0u);
+  ASSERT_TRUE(pager->PrepareFork().ok());
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    pager->ChildAfterFork();
+    int bad = 0;
+    for (size_t p = 0; p < kPages; ++p) bad += CheckPage(b + p * kPage, p, 4) ? 0 : 1;
+    // The child's copy is private memory: writes work and do not reach the parent.
+    for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 5);
+    for (size_t p = 0; p < kPages; ++p) bad += CheckPage(b + p * kPage, p, 5) ? 0 : 1;
+    _exit(bad == 0 ? 0 : 1);
+  }
+  pager->ParentAfterFork();
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child saw wrong bytes";
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+}
+
+}  // namespace
+}  // namespace tessera::kernel_shim
