@@ -228,14 +228,16 @@ int Main(int argc, char** argv) {
   nbd::NbdServerStats ns = server.Stats();
   std::fprintf(stderr,
                "tessera nbd: %llu connections, %llu requests (%llu errors), %llu bytes read, "
-               "%llu written, %llu pages trimmed, %llu read-modify-write pages\n",
+               "%llu written, %llu pages trimmed, %llu read-modify-write pages, %llu page ops "
+               "retried\n",
                static_cast<unsigned long long>(ns.connections),
                static_cast<unsigned long long>(ns.requests),
                static_cast<unsigned long long>(ns.errors_replied),
                static_cast<unsigned long long>(ns.bytes_read),
                static_cast<unsigned long long>(ns.bytes_written),
                static_cast<unsigned long long>(ns.trimmed_pages),
-               static_cast<unsigned long long>(ns.rmw_pages));
+               static_cast<unsigned long long>(ns.rmw_pages),
+               static_cast<unsigned long long>(ns.retried_ops));
   if (!st.ok()) {
     std::fprintf(stderr, "tessera nbd: flush on shutdown: %s\n", st.ToString().c_str());
     return 1;

@@ -136,7 +136,7 @@ struct NbdServer::Shared {
   bool closing = false;
 
   std::atomic<uint64_t> connections{0}, requests{0}, errors_replied{0}, bytes_read{0},
-      bytes_written{0}, rmw_pages{0}, trimmed_pages{0};
+      bytes_written{0}, rmw_pages{0}, trimmed_pages{0}, retried_ops{0};
 };
 
 struct Request {
@@ -161,6 +161,7 @@ struct Request {
   std::unique_ptr<uint8_t[]> edge[2];
   PageId edge_page[2] = {0, 0};
   int edges = 0;
+  int retries = 0;  // Rounds of resubmitting ops that failed with Unavailable.
 
   bool partial(PageId p) const {
     const uint64_t base = (p - exp->first_page) * kPageSize;
@@ -224,6 +225,17 @@ struct NbdServer::Connection {
 
 namespace {
 
+// Store failures are logged (the client only sees an errno): the first 10, then every 1000th.
+void LogStoreError(const Request* r, const Status& st) {
+  static std::atomic<uint64_t> count{0};
+  const uint64_t n = count.fetch_add(1, std::memory_order_relaxed);
+  if (n < 10 || n % 1000 == 0) {
+    TLOG(WARNING) << "nbd: " << CommandName(r->h.type) << " at " << r->h.offset << " length "
+                  << r->h.length << " failed in the page store (" << n + 1
+                  << " failures so far): " << st;
+  }
+}
+
 void OnOpDone(PageOp* op) {
   auto* r = static_cast<Request*>(op->user);
   if (r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -241,10 +253,38 @@ bool SubmitOps(client::PageStore* store, Request* r) {
     ptrs[i] = &r->ops[i];
   }
   r->pending.store(static_cast<uint32_t>(r->ops.size()), std::memory_order_release);
+  r->retries = 0;
   Status st = store->Submit(ptrs);
   if (!st.ok()) {
+    LogStoreError(r, st);
     r->error = ErrnoOf(st) == kEInval ? kEIo : ErrnoOf(st);
     r->error_message = st.ToString();
+    return false;
+  }
+  return true;
+}
+
+// Unavailable means a server went away under the op (e.g. a slab allocated on a server that
+// died before the store declared it failed); the store places the next attempt elsewhere.
+// Resubmits just the ops that failed that way, at most kMaxRetries rounds per request phase.
+// True if a resubmission is under way.
+constexpr int kMaxRetries = 4;
+bool RetryUnavailable(client::PageStore* store, Request* r) {
+  if (r->retries >= kMaxRetries) return false;
+  std::vector<PageOp*> again;
+  for (PageOp& op : r->ops) {
+    if (op.status.ok()) continue;
+    if (op.status.code() != StatusCode::kUnavailable && op.status.code() != StatusCode::kTimeout) {
+      return false;  // A real failure (DataLoss, OutOfRange): report it.
+    }
+    again.push_back(&op);
+  }
+  r->retries++;
+  r->conn->shared->retried_ops.fetch_add(again.size(), std::memory_order_relaxed);
+  for (PageOp* op : again) op->status = Status::Ok();
+  r->pending.store(static_cast<uint32_t>(again.size()), std::memory_order_release);
+  if (!store->Submit(again).ok()) {
+    for (PageOp* op : again) op->status = Unavailable("page store refused the retry");
     return false;
   }
   return true;
@@ -534,6 +574,7 @@ void NbdServer::Connection::Handle(const Event& e, std::vector<Request*>* finish
       if (r->h.type == kCmdFlush) {
         Status st = shared->store->Flush();
         if (!st.ok()) {
+          LogStoreError(r, st);
           r->error = kEIo;
           r->error_message = st.ToString();
         }
@@ -551,6 +592,8 @@ void NbdServer::Connection::Handle(const Event& e, std::vector<Request*>* finish
       return;
     case EventKind::kOpsDone: {
       Status st = FirstError(r);
+      if (!st.ok() && RetryUnavailable(shared->store, r)) return;  // Another kOpsDone follows.
+      if (!st.ok()) LogStoreError(r, st);
       if (r->phase == Request::Phase::kDone) {  // A READ.
         if (!st.ok()) {
           r->error = ErrnoOf(st);
@@ -594,7 +637,11 @@ void NbdServer::Connection::Execute(Request* r, std::vector<Request*>* finished)
     if (b > a && r->partial(b - 1)) --b;
     if (b > a) {
       Status st = shared->store->Trim(a, b - a);
+      for (int i = 0; i < kMaxRetries && st.code() == StatusCode::kUnavailable; ++i) {
+        st = shared->store->Trim(a, b - a);  // See RetryUnavailable().
+      }
       if (!st.ok()) {
+        LogStoreError(r, st);
         r->error = ErrnoOf(st) == kEInval ? kEIo : ErrnoOf(st);
         r->error_message = st.ToString();
         ReleaseLocks(r);
@@ -681,6 +728,7 @@ void NbdServer::Connection::FinishChange(Request* r, std::vector<Request*>* fini
   if (r->h.flags & kCmdFlagFua) {
     Status st = shared->store->Flush();
     if (!st.ok()) {
+      LogStoreError(r, st);
       r->error = kEIo;
       r->error_message = st.ToString();
     }
@@ -940,6 +988,7 @@ NbdServerStats NbdServer::Stats() const {
   s.bytes_written = shared_->bytes_written.load();
   s.rmw_pages = shared_->rmw_pages.load();
   s.trimmed_pages = shared_->trimmed_pages.load();
+  s.retried_ops = shared_->retried_ops.load();
   return s;
 }
 

@@ -74,6 +74,7 @@ struct NbdServerStats {
   uint64_t bytes_written = 0;
   uint64_t rmw_pages = 0;       // Edge pages served by read-modify-write.
   uint64_t trimmed_pages = 0;
+  uint64_t retried_ops = 0;     // Page ops resubmitted after failing with Unavailable.
 };
 
 class NbdServer {
