@@ -238,6 +238,15 @@ int Main(int argc, char** argv) {
                static_cast<unsigned long long>(ns.trimmed_pages),
                static_cast<unsigned long long>(ns.rmw_pages),
                static_cast<unsigned long long>(ns.retried_ops));
+  client::PageStoreStats ps = store->Stats();
+  std::fprintf(stderr,
+               "tessera nbd: page store %s: %llu page reads (p50 %.1f us, p99 %.1f us), %llu page "
+               "writes (p50 %.1f us, p99 %.1f us), %llu degraded reads, %llu server failures\n",
+               store->name().c_str(), static_cast<unsigned long long>(ps.reads),
+               ps.read_latency.p50() / 1e3, ps.read_latency.p99() / 1e3,
+               static_cast<unsigned long long>(ps.writes), ps.write_latency.p50() / 1e3,
+               ps.write_latency.p99() / 1e3, static_cast<unsigned long long>(ps.degraded_reads),
+               static_cast<unsigned long long>(ps.server_failures));
   if (!st.ok()) {
     std::fprintf(stderr, "tessera nbd: flush on shutdown: %s\n", st.ToString().c_str());
     return 1;

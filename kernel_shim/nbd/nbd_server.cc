@@ -170,7 +170,7 @@ struct Request {
 };
 
 struct NbdServer::Connection {
-  enum class EventKind : uint8_t { kStart, kOpsDone, kGrant, kReply };
+  enum class EventKind : uint8_t { kStart, kOpsDone, kGrant, kReply, kFlush };
   struct Event {
     EventKind kind;
     Request* req;
@@ -191,7 +191,19 @@ struct NbdServer::Connection {
   uint64_t inflight_bytes = 0;
   bool reader_done = false;
 
-  bool send_failed = false;  // Completion thread only.
+  // Sending. Replies are written by whichever thread finishes a request: a store thread for a
+  // READ or a plain WRITE that completed without error (no thread hop on the fast path), else
+  // the completion thread. A sender tries a non-blocking sendmsg of its whole reply; what does
+  // not fit goes to `outbox`, which only the completion thread drains, with blocking sends and
+  // without holding send_mu, while `flushing` keeps every other sender appending to the outbox.
+  // So replies never interleave and a slow client never blocks a store thread.
+  std::mutex send_mu;
+  std::deque<std::string> outbox;  // Guarded by send_mu; non-empty implies flushing.
+  bool flushing = false;           // Guarded by send_mu.
+  bool send_failed = false;        // Guarded by send_mu.
+  // Bytes in the outbox: the reader also waits while this exceeds max_inflight_bytes, so a
+  // client that sends requests but never reads replies cannot grow the outbox without bound.
+  std::atomic<uint64_t> outbox_bytes{0};
   std::thread completer;
 
   Connection(Shared* s, UniqueFd f) : shared(s), fd(std::move(f)) {}
@@ -221,6 +233,15 @@ struct NbdServer::Connection {
   void ReleaseLocks(Request* r);
   void FinishChange(Request* r, std::vector<Request*>* finished);
   void SendReplies(std::vector<Request*>& finished);
+  // Appends r's reply (header kept alive in *headers, which must not reallocate) to *iov.
+  void AppendReply(Request* r, std::vector<std::string>* headers, std::vector<struct iovec>* iov);
+  // Sends or queues the bytes (see send_mu); on_completer: drain the outbox here if needed.
+  void SendOrQueue(struct iovec* iov, size_t count, bool on_completer);
+  void DrainOutbox();
+  // Deletes finished requests and returns their room to the reader.
+  void Retire(Request* const* rs, size_t count);
+  // Store-thread fast path: answers r if it is a READ or plain WRITE whose ops all succeeded.
+  bool TryFinishFast(Request* r);
 };
 
 namespace {
@@ -239,6 +260,7 @@ void LogStoreError(const Request* r, const Status& st) {
 void OnOpDone(PageOp* op) {
   auto* r = static_cast<Request*>(op->user);
   if (r->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (r->conn->TryFinishFast(r)) return;
     r->conn->Post(NbdServer::Connection::EventKind::kOpsDone, r);
   }
 }
@@ -434,6 +456,11 @@ bool NbdServer::Connection::Handshake() {
   }
   struct timeval none = {0, 0};
   ::setsockopt(f, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  // A client that stops reading replies for this long is dropped (a blocked send fails), so
+  // Shutdown() and the connection's threads never wait on it forever.
+  struct timeval send_bound = {static_cast<time_t>(shared->options->send_timeout_ms / 1000),
+                               static_cast<suseconds_t>((shared->options->send_timeout_ms % 1000) * 1000)};
+  ::setsockopt(f, SOL_SOCKET, SO_SNDTIMEO, &send_bound, sizeof send_bound);
   return true;
 }
 
@@ -471,6 +498,7 @@ void NbdServer::Connection::ReadRequests() {
     {
       std::unique_lock<std::mutex> lk(mu);
       space_cv.wait(lk, [&] {
+        if (outbox_bytes.load(std::memory_order_relaxed) > opt.max_inflight_bytes) return false;
         return inflight == 0 || (inflight < opt.max_inflight_requests &&
                                  inflight_bytes + r->data_bytes <= opt.max_inflight_bytes);
       });
@@ -569,6 +597,9 @@ void NbdServer::Connection::Handle(const Event& e, std::vector<Request*>* finish
   switch (e.kind) {
     case EventKind::kReply:
       finished->push_back(r);
+      return;
+    case EventKind::kFlush:
+      DrainOutbox();
       return;
     case EventKind::kStart:
       if (r->h.type == kCmdFlush) {
@@ -746,52 +777,169 @@ void NbdServer::Connection::ReleaseLocks(Request* r) {
   r->locking = false;
 }
 
+void NbdServer::Connection::AppendReply(Request* r, std::vector<std::string>* headers,
+                                         std::vector<struct iovec>* iov) {
+  const RequestHeader& h = r->h;
+  const bool read_data = h.type == kCmdRead && r->error == 0 && h.length > 0;
+  if (r->error != 0) shared->errors_replied.fetch_add(1, std::memory_order_relaxed);
+  if (r->error == 0) {
+    if (h.type == kCmdRead) shared->bytes_read.fetch_add(h.length, std::memory_order_relaxed);
+    if (h.type == kCmdWrite) shared->bytes_written.fetch_add(h.length, std::memory_order_relaxed);
+  }
+  if (!structured) {
+    headers->push_back(EncodeSimpleReply(r->error, h.cookie));
+  } else if (r->error != 0) {
+    headers->push_back(EncodeStructuredError(h.cookie, r->error, r->error_message));
+  } else if (read_data) {
+    std::string s = EncodeStructuredHeader(kReplyFlagDone, kReplyTypeOffsetData, h.cookie,
+                                           8 + h.length);
+    PutU64(&s, h.offset);
+    headers->push_back(std::move(s));
+  } else {
+    headers->push_back(EncodeStructuredHeader(kReplyFlagDone, kReplyTypeNone, h.cookie, 0));
+  }
+  iov->push_back({headers->back().data(), headers->back().size()});
+  if (read_data) iov->push_back({r->data.get() + h.offset % kPageSize, h.length});
+}
+
+void NbdServer::Connection::SendOrQueue(struct iovec* iov, size_t count, bool on_completer) {
+  size_t total = 0;
+  for (size_t i = 0; i < count; ++i) total += iov[i].iov_len;
+  bool start_drain = false;
+  {
+    std::lock_guard<std::mutex> lk(send_mu);
+    if (send_failed) return;
+    size_t sent = 0;
+    if (!flushing) {
+      while (sent < total) {
+        // Skip what was sent already.
+        size_t skip = sent, i = 0;
+        while (i < count && skip >= iov[i].iov_len) skip -= iov[i++].iov_len;
+        std::vector<struct iovec> rest(iov + i, iov + count);
+        rest[0].iov_base = static_cast<uint8_t*>(rest[0].iov_base) + skip;
+        rest[0].iov_len -= skip;
+        msghdr msg{};
+        msg.msg_iov = rest.data();
+        msg.msg_iovlen = std::min<size_t>(rest.size(), IOV_MAX);
+        ssize_t n = ::sendmsg(fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          sent += static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        send_failed = true;  // The client is gone; later replies are dropped.
+        outbox.clear();
+        outbox_bytes.store(0);
+        ::shutdown(fd.get(), SHUT_RDWR);  // Also stops the reader...
+        std::lock_guard<std::mutex> lk2(mu);
+        space_cv.notify_one();  // ... if it waits for room.
+        return;
+      }
+      if (sent == total) return;
+    }
+    // Queue what is left, in order.
+    std::string rest;
+    rest.reserve(total - sent);
+    size_t skip = sent;
+    for (size_t i = 0; i < count; ++i) {
+      const auto* b = static_cast<const char*>(iov[i].iov_base);
+      if (skip >= iov[i].iov_len) {
+        skip -= iov[i].iov_len;
+        continue;
+      }
+      rest.append(b + skip, iov[i].iov_len - skip);
+      skip = 0;
+    }
+    outbox_bytes.fetch_add(rest.size(), std::memory_order_relaxed);
+    outbox.push_back(std::move(rest));
+    if (!flushing) {
+      flushing = true;
+      start_drain = true;
+    }
+  }
+  if (start_drain) {
+    if (on_completer) {
+      DrainOutbox();
+    } else {
+      Post(EventKind::kFlush, nullptr);
+    }
+  }
+}
+
+void NbdServer::Connection::DrainOutbox() {
+  for (;;) {
+    std::string chunk;
+    {
+      std::lock_guard<std::mutex> lk(send_mu);
+      if (outbox.empty() || send_failed) {
+        outbox.clear();
+        outbox_bytes.store(0);
+        flushing = false;
+        return;
+      }
+      chunk = std::move(outbox.front());
+      outbox.pop_front();
+    }
+    outbox_bytes.fetch_sub(chunk.size(), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(mu);  // So the reader cannot miss the wake-up.
+      space_cv.notify_one();
+    }
+    if (!WriteString(fd.get(), chunk)) {  // Blocking; only this thread writes meanwhile.
+      std::lock_guard<std::mutex> lk(send_mu);
+      send_failed = true;
+      outbox.clear();
+      outbox_bytes.store(0);
+      flushing = false;
+      ::shutdown(fd.get(), SHUT_RDWR);
+      std::lock_guard<std::mutex> lk2(mu);
+      space_cv.notify_one();
+      return;
+    }
+  }
+}
+
+void NbdServer::Connection::Retire(Request* const* rs, size_t count) {
+  uint64_t freed_bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    freed_bytes += rs[i]->data_bytes;
+    delete rs[i];
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  inflight -= static_cast<uint32_t>(count);
+  inflight_bytes -= freed_bytes;
+  space_cv.notify_one();
+  cv.notify_one();  // The completion thread exits once the reader is done and nothing is left.
+}
+
+bool NbdServer::Connection::TryFinishFast(Request* r) {
+  const bool read = r->phase == Request::Phase::kDone && r->h.type == kCmdRead;
+  const bool write = r->phase == Request::Phase::kWrite && !(r->h.flags & kCmdFlagFua);
+  if (!read && !write) return false;
+  for (const PageOp& op : r->ops) {
+    if (!op.status.ok()) return false;  // Retries, logging and error replies: completion thread.
+  }
+  ReleaseLocks(r);
+  std::vector<std::string> headers;
+  headers.reserve(1);
+  std::vector<struct iovec> iov;
+  AppendReply(r, &headers, &iov);
+  SendOrQueue(iov.data(), iov.size(), /*on_completer=*/false);
+  Retire(&r, 1);
+  return true;
+}
+
 void NbdServer::Connection::SendReplies(std::vector<Request*>& finished) {
   std::vector<std::string> headers;
-  headers.reserve(finished.size());
+  headers.reserve(finished.size());  // Never reallocates, so the iovecs stay valid.
   std::vector<struct iovec> iov;
   iov.reserve(finished.size() * 2);
-  uint64_t freed_bytes = 0;
-  for (Request* r : finished) {
-    const RequestHeader& h = r->h;
-    const bool read_data = h.type == kCmdRead && r->error == 0 && h.length > 0;
-    if (r->error != 0) shared->errors_replied.fetch_add(1, std::memory_order_relaxed);
-    if (r->error == 0) {
-      if (h.type == kCmdRead) shared->bytes_read.fetch_add(h.length, std::memory_order_relaxed);
-      if (h.type == kCmdWrite) shared->bytes_written.fetch_add(h.length, std::memory_order_relaxed);
-    }
-    if (!structured) {
-      headers.push_back(EncodeSimpleReply(r->error, h.cookie));
-    } else if (r->error != 0) {
-      headers.push_back(EncodeStructuredError(h.cookie, r->error, r->error_message));
-    } else if (read_data) {
-      std::string s = EncodeStructuredHeader(kReplyFlagDone, kReplyTypeOffsetData, h.cookie,
-                                             8 + h.length);
-      PutU64(&s, h.offset);
-      headers.push_back(std::move(s));
-    } else {
-      headers.push_back(EncodeStructuredHeader(kReplyFlagDone, kReplyTypeNone, h.cookie, 0));
-    }
-    iov.push_back({headers.back().data(), headers.back().size()});
-    if (read_data) {
-      iov.push_back({r->data.get() + h.offset % kPageSize, h.length});
-    }
-  }
-  // headers never reallocates (reserved), so the iovecs stay valid.
-  if (!send_failed && !WriteIov(fd.get(), iov.data(), iov.size())) {
-    send_failed = true;
-    ::shutdown(fd.get(), SHUT_RDWR);  // Also stops the reader.
-  }
-  for (Request* r : finished) {
-    freed_bytes += r->data_bytes;
-    delete r;
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    inflight -= static_cast<uint32_t>(finished.size());
-    inflight_bytes -= freed_bytes;
-    space_cv.notify_one();
-  }
+  for (Request* r : finished) AppendReply(r, &headers, &iov);
+  // One call for the whole batch: it holds send_mu across its sendmsg calls, so no store thread
+  // can slip a reply between a header and its data.
+  SendOrQueue(iov.data(), iov.size(), /*on_completer=*/true);
+  Retire(finished.data(), finished.size());
   finished.clear();
 }
 

@@ -16,8 +16,12 @@
 // acknowledged before the call, whichever connection sent it.
 //
 // Requests: each connection has a reader thread (handshake, then request headers and write
-// payloads) and a completion thread (store completions, read-modify-write steps, replies). Many
-// requests are in flight per connection and are answered in the order they complete. Requests
+// payloads; it submits READs to the store itself) and a completion thread (read-modify-write
+// steps, TRIM/FLUSH, errors and retries). A READ or a plain WRITE whose page ops all succeed is
+// answered by the store thread that completed its last op, with a non-blocking send (no thread
+// hop on the fast path); what the socket cannot take at once is queued and written by the
+// completion thread, so a slow client never blocks a store thread. Many requests are in flight
+// per connection and are answered in the order they complete. Requests
 // that are not 4 KB aligned are served by read-modify-write of the edge pages. Every request
 // that changes data (WRITE, TRIM, WRITE_ZEROES) holds an asynchronous lock on each page it
 // touches (taken in ascending page order, so no deadlock), across all connections and exports
@@ -64,6 +68,8 @@ struct NbdServerOptions {
   uint64_t max_inflight_bytes = 256ull << 20;
   // Bound on the handshake (a client that connects and says nothing is dropped).
   uint32_t handshake_timeout_ms = 30000;
+  // A client that does not take a reply within this long is disconnected.
+  uint32_t send_timeout_ms = 60000;
 };
 
 struct NbdServerStats {
