@@ -284,6 +284,7 @@ class PagerImpl final : public Pager {
   std::atomic<uint64_t> peak_resident_{0}, peak_footprint_{0};
   mutable std::mutex hist_mu_;
   LatencyHistogram fault_latency_;
+  LatencyHistogram remote_fault_latency_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -707,7 +708,11 @@ void PagerImpl::CompleteFill(FillCtx* c) {
     Poison(p, why);
     return;
   }
-  MapPage(p, c->buf, (s & kFillWrite) != 0, kInStore, c->start_ns);
+  if (MapPage(p, c->buf, (s & kFillWrite) != 0, kInStore, c->start_ns) && c->start_ns) {
+    uint64_t dt = MonotonicNs() - c->start_ns;
+    std::lock_guard<std::mutex> l(hist_mu_);
+    remote_fault_latency_.Record(dt);
+  }
   PutCtx(c);
 }
 
@@ -1116,7 +1121,7 @@ Status PagerImpl::Discard(void* addr, size_t len) {
     if (st == kClean || st == kDirty) {
       resident_.fetch_sub(1);
       AddFootprint(footprint_, peak_footprint_, -1);
-    } else if (st == kRemote || st == kPrefetched) {
+    } else if (st == kRemote || st == kPrefetched || st == kPoisoned) {
       AddFootprint(footprint_, peak_footprint_, -1);
     }
     if (st == kPrefetched) PutCtx(&(*ctxs_)[CtxOf(s)]);
@@ -1194,6 +1199,7 @@ PagerStats PagerImpl::Stats() const {
   s.limit_pages = LimitPages();
   std::lock_guard<std::mutex> l(hist_mu_);
   s.fault_latency = fault_latency_;
+  s.remote_fault_latency = remote_fault_latency_;
   return s;
 }
 

@@ -93,6 +93,7 @@ struct PagerStats {
   uint64_t peak_footprint_pages = 0;
   uint64_t limit_pages = 0;      // The current cap (0: none).
   LatencyHistogram fault_latency;  // Missing fault read from the uffd to its page mapped, ns.
+  LatencyHistogram remote_fault_latency;  // The same, for faults served by a store read only.
 };
 
 class Pager {

@@ -1,0 +1,614 @@
+// tessera bench pager: the userfaultfd pager against the raw PageStore and against Linux swap.
+//
+// (a) Fault service latency: a region of pages written through the pager and evicted to an
+//     RS(8,2) store on 10 local memservers, then touched once each in random order at QD1; the
+//     faulting thread's time and the pager's own histogram vs PageStore::ReadPage at QD1 on the
+//     same store and pages, in the same run.
+// (b) Completion time of the standalone workload (tessera-bench-pager-workload: seq, random,
+//     zipf) at 100/75/50% local memory: in-process over a Pager region, under `tessera run`
+//     (when built), and under Linux swap (a swapfile in /var/tmp and a cgroup-v1 memory limit of
+//     the same size, set up and removed by the bench); plus FIFO vs smart victim faults on zipf
+//     and the prefetch hit rate on seq.
+// (c) 50% local memory with one memserver SIGKILLed half-way, vs the healthy run.
+#include <gflags/gflags.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/swap.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "apps/cli/cli.h"
+#include "bench/pager/workload.h"
+#include "client/local_cluster.h"
+#include "client/remote_store.h"
+#include "common/clock.h"
+#include "common/histogram.h"
+#include "common/report.h"
+#include "common/subprocess.h"
+#include "kernel_shim/pager/pager.h"
+
+DEFINE_bool(quick, false, "Small sizes and one run (CI smoke test, ~30 s)");
+DEFINE_bool(json, false, "JSON lines instead of tables");
+DEFINE_int32(mib, 32, "Workload footprint in MiB");
+DEFINE_int32(passes, 2, "Workload passes");
+DEFINE_int32(runs, 3, "Runs per configuration (medians are reported)");
+DEFINE_int32(fault_samples, 3000, "Faults (and raw reads) sampled per latency run");
+DEFINE_bool(swap, true, "Compare with Linux swap (swapfile + cgroup-v1 memory limit)");
+DEFINE_bool(run, true, "Also run the workloads under `tessera run` (when it is built)");
+DEFINE_string(sections, "latency,workloads,policy,failure",
+              "Comma-separated parts to run: latency, workloads, policy, failure");
+DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local disk)");
+
+namespace tessera {
+namespace {
+
+using bench_pager::Pattern;
+using client::kPageSize;
+
+const cli::CliSpec kSpec{
+    "tessera bench pager",
+    "[--quick] [--json] [--mib N] [--passes P] [--runs R] [--noswap] [--norun]",
+    "Fault service latency of the userfaultfd pager vs raw PageStore reads (RS(8,2), 10 local "
+    "memservers), workload completion times at 100/75/50% local memory in-process, under `tessera "
+    "run` and under Linux swap with a cgroup-v1 memory limit of the same size, FIFO vs smart "
+    "victims on Zipf, prefetch hit rate, and 50% with a memserver SIGKILLed half-way.",
+    __FILE__, 0, 0};
+
+// ---------------------------------------------------------------------------------------------
+// Linux swap environment: a swapfile and a memory cgroup, removed on every exit path.
+
+char g_swapfile[256];
+char g_cgroup[256];
+std::atomic<bool> g_swap_on{false};
+
+void TeardownSwap() {
+  if (g_cgroup[0]) {
+    ::rmdir(g_cgroup);
+    g_cgroup[0] = 0;
+  }
+  if (g_swap_on.exchange(false)) ::swapoff(g_swapfile);
+  if (g_swapfile[0]) {
+    ::unlink(g_swapfile);
+    g_swapfile[0] = 0;
+  }
+}
+
+void OnSignal(int sig) {
+  TeardownSwap();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+bool WriteFile(const std::string& path, const std::string& value) {
+  std::ofstream f(path);
+  f << value;
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// Sets up swap and the cgroup; on failure says why (the swap column is then skipped).
+Status SetupSwap(uint64_t swap_bytes) {
+  if (::geteuid() != 0) return Unsupported("Linux swap comparison needs root");
+  struct stat st;
+  if (::stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) != 0) {
+    return Unsupported("no cgroup-v1 memory controller at /sys/fs/cgroup/memory");
+  }
+  std::snprintf(g_swapfile, sizeof g_swapfile, "%s/tessera-bench-swap-%d", FLAGS_swap_dir.c_str(),
+                static_cast<int>(::getpid()));
+  std::snprintf(g_cgroup, sizeof g_cgroup, "/sys/fs/cgroup/memory/tessera-bench-%d",
+                static_cast<int>(::getpid()));
+  ::atexit(TeardownSwap);
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  ::signal(SIGHUP, OnSignal);
+  {
+    // Written out (not fallocated): swap files must have no holes or unwritten extents.
+    FILE* f = std::fopen(g_swapfile, "w");
+    if (!f) return ErrnoError("create ", g_swapfile);
+    std::vector<char> zeros(1 << 20);
+    for (uint64_t done = 0; done < swap_bytes; done += zeros.size()) {
+      if (std::fwrite(zeros.data(), 1, zeros.size(), f) != zeros.size()) {
+        std::fclose(f);
+        return ErrnoError("write ", g_swapfile);
+      }
+    }
+    std::fclose(f);
+    ::chmod(g_swapfile, 0600);
+  }
+  auto mk = Subprocess::Start({"mkswap", g_swapfile}, Subprocess::Options{true, true, {}});
+  if (!mk.ok()) return mk.status().WithContext("mkswap");
+  auto ws = mk->Wait(Deadline::AfterMs(30000));
+  if (!ws.ok() || !WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) return Unavailable("mkswap failed");
+  if (::swapon(g_swapfile, 0) != 0) return ErrnoError("swapon ", g_swapfile);
+  g_swap_on = true;
+  if (::mkdir(g_cgroup, 0755) != 0) return ErrnoError("mkdir ", g_cgroup);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct Outcome {
+  bool ok = false;
+  double ms = 0;
+  uint64_t checksum = 0;
+  std::string error;
+};
+
+// Runs argv, expecting the workload's result line on stdout.
+Outcome RunWorkloadProcess(const std::vector<std::string>& argv, int timeout_s = 120) {
+  Outcome out;
+  auto proc = Subprocess::Start(argv, Subprocess::Options{true, true, {}});
+  if (!proc.ok()) {
+    out.error = proc.status().ToString();
+    return out;
+  }
+  auto line = proc->WaitForLine("workload=", Deadline::AfterMs(timeout_s * 1000ull));
+  auto ws = proc->Wait(Deadline::AfterMs(30000));
+  if (!line.ok()) {
+    out.error = "no result line: " + line.status().ToString();
+    return out;
+  }
+  if (!ws.ok() || !WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) {
+    out.error = "exit status " + std::to_string(ws.ok() ? *ws : -1);
+    return out;
+  }
+  const char* c = std::strstr(line->c_str(), "checksum=0x");
+  const char* e = std::strstr(line->c_str(), "elapsed_ms=");
+  if (!c || !e) {
+    out.error = "malformed result line: " + *line;
+    return out;
+  }
+  out.checksum = std::strtoull(c + 11, nullptr, 16);
+  out.ms = std::strtod(e + 11, nullptr);
+  out.ok = true;
+  return out;
+}
+
+struct Env {
+  std::unique_ptr<client::LocalCluster> cluster;
+  std::unique_ptr<client::PageStore> store;
+  uint64_t capacity_pages = 0;
+};
+
+Result<std::unique_ptr<client::PageStore>> OpenStore(client::LocalCluster& cluster,
+                                                     uint64_t capacity_pages) {
+  client::ErasureCodedStoreOptions eo;
+  for (const auto& ep : cluster.endpoints()) eo.remote.servers.push_back({ep, ""});
+  eo.remote.secret = cluster.secret();
+  eo.remote.capacity_pages = capacity_pages;
+  eo.k = 8;
+  eo.r = 2;
+  return client::CreateErasureCodedStore(eo);
+}
+
+// In-process: the workload over a Pager region. kill_at_half SIGKILLs server 0 half-way.
+struct InProcess {
+  Outcome outcome;
+  kernel_shim::PagerStats stats;
+};
+
+InProcess RunInProcess(client::PageStore* store, Pattern pattern, size_t bytes, double fraction,
+                       kernel_shim::VictimPolicy policy, bool prefetch,
+                       client::LocalCluster* kill_cluster = nullptr) {
+  InProcess r;
+  kernel_shim::PagerOptions o;
+  o.store = store;
+  o.region_bytes = bytes;
+  o.local_fraction = fraction >= 1.0 ? 0 : fraction;
+  o.min_local_bytes = 1 << 20;
+  o.victim = policy;
+  o.prefetch = prefetch;
+  auto pager = kernel_shim::Pager::Create(o);
+  if (!pager.ok()) {
+    r.outcome.error = pager.status().ToString();
+    return r;
+  }
+  std::atomic<uint64_t> progress{0};
+  std::atomic<bool> finished{false};
+  std::thread killer;
+  const uint64_t pages = bytes / kPageSize;
+  const uint64_t total = pages + static_cast<uint64_t>(FLAGS_passes) * pages;
+  if (kill_cluster) {
+    killer = std::thread([&] {
+      while (!finished.load() && progress.load() < total / 2) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!finished.load()) (void)kill_cluster->Kill(0);
+    });
+  }
+  uint64_t t0 = MonotonicNs();
+  r.outcome.checksum = bench_pager::RunWorkload((*pager)->base(), bytes, pattern, FLAGS_passes,
+                                                42, &progress);
+  r.outcome.ms = static_cast<double>(MonotonicNs() - t0) / 1e6;
+  finished = true;
+  if (killer.joinable()) killer.join();
+  r.stats = (*pager)->Stats();
+  // The next run reuses the store's pages: release them.
+  (void)(*pager)->Discard((*pager)->base(), bytes);
+  r.outcome.ok = r.stats.fill_errors == 0;
+  if (!r.outcome.ok) r.outcome.error = "fill errors";
+  return r;
+}
+
+std::string Pct(double f) { return std::to_string(static_cast<int>(f * 100 + 0.5)) + "%"; }
+
+int Main(int argc, char** argv) {
+  cli::InitCli(kSpec, &argc, &argv);
+  if (FLAGS_quick) {
+    FLAGS_mib = std::min(FLAGS_mib, 8);
+    FLAGS_runs = 1;
+    FLAGS_fault_samples = std::min(FLAGS_fault_samples, 500);
+    FLAGS_passes = std::min(FLAGS_passes, 2);
+  }
+  if (FLAGS_mib < 1 || FLAGS_mib > 4096) cli::UsageError(kSpec, "--mib must be in [1, 4096]");
+  if (FLAGS_runs < 1 || FLAGS_runs > 50) cli::UsageError(kSpec, "--runs must be in [1, 50]");
+  if (FLAGS_passes < 1 || FLAGS_passes > 100) cli::UsageError(kSpec, "--passes must be in [1, 100]");
+  if (FLAGS_fault_samples < 10 || FLAGS_fault_samples > 1000000) {
+    cli::UsageError(kSpec, "--fault_samples must be in [10, 1000000]");
+  }
+  const std::string bin = SelfExeDir();
+  const size_t bytes = static_cast<size_t>(FLAGS_mib) << 20;
+  const uint64_t lat_pages = static_cast<uint64_t>(FLAGS_fault_samples) + 512;
+  const uint64_t capacity_pages = std::max<uint64_t>(bytes / kPageSize, lat_pages) + 1024;
+
+  std::fprintf(stderr, "tessera bench pager: starting 10 memservers (RS(8,2))...\n");
+  client::LocalClusterOptions lo;
+  lo.bin_dir = bin;
+  lo.servers = 10;
+  lo.capacity = std::to_string(std::max<uint64_t>(64, capacity_pages * kPageSize / 8 / (1 << 20) * 3 + 16)) + "M";
+  lo.slab_size = "1M";
+  auto cluster_or = client::LocalCluster::Start(lo);
+  if (!cluster_or.ok()) {
+    std::fprintf(stderr, "tessera bench pager: %s\n", cluster_or.status().ToString().c_str());
+    return 1;
+  }
+  auto cluster = std::move(cluster_or).value();
+  auto store_or = OpenStore(*cluster, capacity_pages);
+  if (!store_or.ok()) {
+    std::fprintf(stderr, "tessera bench pager: %s\n", store_or.status().ToString().c_str());
+    return 1;
+  }
+  auto store = std::move(store_or).value();
+
+  Report report(FLAGS_json);
+  std::vector<std::tuple<std::string, std::string, bool>> verdicts;  // target, figures, pass
+
+  auto want_section = [](const char* s) {
+    return ("," + FLAGS_sections + ",").find("," + std::string(s) + ",") != std::string::npos;
+  };
+  // ---- (a) fault service latency vs raw reads -------------------------------------------------
+  if (want_section("latency")) {
+  std::fprintf(stderr, "(a) fault service latency: %d faults x %d runs...\n", FLAGS_fault_samples,
+               FLAGS_runs);
+  std::vector<double> raw50, raw99, flt50, flt99, pg50, pg99;
+  {
+    kernel_shim::PagerOptions o;
+    o.store = store.get();
+    o.region_bytes = lat_pages * kPageSize;
+    o.local_limit_bytes = 64 * kPageSize;
+    o.prefetch = false;  // Every sampled access is a demand fault served by one store read.
+    auto pager_or = kernel_shim::Pager::Create(o);
+    if (!pager_or.ok()) {
+      std::fprintf(stderr, "tessera bench pager: %s\n", pager_or.status().ToString().c_str());
+      return 1;
+    }
+    auto& pager = *pager_or;
+    uint8_t* b = pager->base();
+    for (uint64_t p = 0; p < lat_pages; ++p) std::memset(b + p * kPageSize, static_cast<int>(p), kPageSize);
+    Deadline settle = Deadline::AfterMs(30000);
+    while (pager->Stats().resident_pages > 64 && !settle.Expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // Sampled pages: the first fault_samples pages, evicted long ago.
+    std::vector<uint64_t> order(static_cast<size_t>(FLAGS_fault_samples));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::mt19937_64 rng(1);
+    std::vector<uint8_t> buf(kPageSize);
+    uint64_t bad = 0;
+    for (int run = 0; run < FLAGS_runs; ++run) {
+      std::shuffle(order.begin(), order.end(), rng);
+      LatencyHistogram raw, flt;
+      for (uint64_t p : order) {
+        uint64_t t0 = MonotonicNs();
+        Status st = store->ReadPage(p, buf.data());
+        raw.Record(MonotonicNs() - t0);
+        if (!st.ok() || buf[17] != static_cast<uint8_t>(p)) bad++;
+      }
+      std::shuffle(order.begin(), order.end(), rng);
+      kernel_shim::PagerStats before = pager->Stats();
+      for (uint64_t p : order) {
+        uint64_t t0 = MonotonicNs();
+        uint8_t v = *reinterpret_cast<volatile uint8_t*>(b + p * kPageSize + 17);
+        flt.Record(MonotonicNs() - t0);
+        if (v != static_cast<uint8_t>(p)) bad++;
+      }
+      kernel_shim::PagerStats after = pager->Stats();  // Cumulative over the runs so far.
+      (void)before;
+      raw50.push_back(raw.p50() / 1e3);
+      raw99.push_back(raw.p99() / 1e3);
+      flt50.push_back(flt.p50() / 1e3);
+      flt99.push_back(flt.p99() / 1e3);
+      pg50.push_back(after.remote_fault_latency.p50() / 1e3);
+      pg99.push_back(after.remote_fault_latency.p99() / 1e3);
+      // Let eviction bring the sampled pages back to the store before the next run.
+      Deadline d = Deadline::AfterMs(30000);
+      while (pager->Stats().resident_pages > 64 && !d.Expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    kernel_shim::PagerStats s = pager->Stats();
+    report.Title("(a) fault service latency, RS(8,2) on 10 local memservers, QD1, medians of " +
+                 std::to_string(FLAGS_runs) + " runs x " + std::to_string(FLAGS_fault_samples) +
+                 " samples");
+    auto row = [&](const char* what, double p50, double p99) {
+      report.Add(Report::Row()
+                     .Set("suite", "pager-latency")
+                     .Set("path", what)
+                     .Set("p50_us", p50)
+                     .Set("p99_us", p99)
+                     .Set("p50_minus_raw_us", p50 - Median(raw50))
+                     .Set("p50_ratio_to_raw", Median(raw50) > 0 ? p50 / Median(raw50) : 0.0));
+    };
+    row("raw PageStore::ReadPage", Median(raw50), Median(raw99));
+    row("fault, faulting thread", Median(flt50), Median(flt99));
+    row("fault, pager histogram (uffd read -> mapped)", Median(pg50), Median(pg99));
+    report.Flush();
+    if (bad) std::fprintf(stderr, "tessera bench pager: %" PRIu64 " wrong bytes in (a)!\n", bad);
+    double delta = Median(flt50) - Median(raw50);
+    char fig[160];
+    std::snprintf(fig, sizeof fig, "fault p50 %.1f us vs raw read p50 %.1f us (+%.1f us)",
+                  Median(flt50), Median(raw50), delta);
+    verdicts.emplace_back("fault service p50 within 10 us of raw read", fig, delta <= 10.0 && !bad);
+    (void)s;
+  }
+  }
+
+  // ---- (b) workloads ---------------------------------------------------------------------------
+  const std::vector<Pattern> patterns = {Pattern::kSeq, Pattern::kRandom, Pattern::kZipf};
+  const std::vector<double> fractions = {1.0, 0.75, 0.5};
+  const std::string workload = bin + "/tessera-bench-pager-workload";
+  const std::string run_bin = bin + "/tessera-run";
+  bool have_run = FLAGS_run && ::access(run_bin.c_str(), X_OK) == 0;
+  if (FLAGS_run && !have_run) {
+    std::fprintf(stderr, "tessera bench pager: %s is not built: skipping the `tessera run` column\n",
+                 run_bin.c_str());
+  }
+  auto workload_argv = [&](Pattern p) {
+    return std::vector<std::string>{workload, "--pattern", bench_pager::PatternName(p), "--mib",
+                                    std::to_string(FLAGS_mib), "--passes",
+                                    std::to_string(FLAGS_passes)};
+  };
+  bool have_swap = false;
+  if (want_section("workloads")) {
+  if (FLAGS_swap) {
+    Status st = SetupSwap(2 * bytes + (64 << 20));
+    if (st.ok()) {
+      have_swap = true;
+    } else {
+      std::fprintf(stderr, "tessera bench pager: Linux swap column skipped: %s\n",
+                   st.ToString().c_str());
+      TeardownSwap();
+    }
+  }
+  // Process overhead beyond the heap (text, libc, stack) allowed to every cgroup limit.
+  const uint64_t kProcessAllowance = 3 << 20;
+
+  struct Cell {
+    std::vector<double> ms;
+    uint64_t checksum = 0;
+    bool ok = true;
+    std::string error;
+    double Med() const { return Median(ms); }
+  };
+  std::map<std::string, Cell> cells;  // key: mode/pattern/pct
+  auto key = [](const std::string& mode, Pattern p, double f) {
+    return mode + "/" + bench_pager::PatternName(p) + "/" + Pct(f);
+  };
+  auto note = [&](const std::string& k, const Outcome& o) {
+    Cell& c = cells[k];
+    if (!o.ok) {
+      c.ok = false;
+      c.error = o.error;
+      return;
+    }
+    c.ms.push_back(o.ms);
+    c.checksum = o.checksum;
+  };
+  std::map<std::string, kernel_shim::PagerStats> inproc_stats;
+
+  for (Pattern pat : patterns) {
+    std::fprintf(stderr, "(b) %s: local", bench_pager::PatternName(pat));
+    for (int run = 0; run < FLAGS_runs; ++run) note(key("local", pat, 1.0), RunWorkloadProcess(workload_argv(pat)));
+    for (double f : fractions) {
+      std::fprintf(stderr, ", %s", Pct(f).c_str());
+      for (int run = 0; run < FLAGS_runs; ++run) {
+        InProcess ip = RunInProcess(store.get(), pat, bytes, f, kernel_shim::VictimPolicy::kSmart, true);
+        note(key("pager", pat, f), ip.outcome);
+        inproc_stats[key("pager", pat, f)] = ip.stats;
+        if (have_run) {
+          std::vector<std::string> argv = {run_bin, "--cluster", cluster->cluster_file_path(),
+                                           "--auth_token_file", cluster->token_path(),
+                                           "--local_memory", Pct(f), "--summary=false",
+                                           "--progress=false", "--"};
+          auto w = workload_argv(pat);
+          argv.insert(argv.end(), w.begin(), w.end());
+          note(key("run", pat, f), RunWorkloadProcess(argv));
+        }
+        if (have_swap) {
+          uint64_t limit = static_cast<uint64_t>(f * static_cast<double>(bytes)) + kProcessAllowance;
+          if (!WriteFile(std::string(g_cgroup) + "/memory.limit_in_bytes", std::to_string(limit))) {
+            note(key("swap", pat, f), Outcome{false, 0, 0, "cannot set memory.limit_in_bytes"});
+          } else {
+            std::string cmd = "echo $$ > " + std::string(g_cgroup) + "/cgroup.procs && exec";
+            for (const auto& a : workload_argv(pat)) cmd += " '" + a + "'";
+            note(key("swap", pat, f), RunWorkloadProcess({"/bin/sh", "-c", cmd}));
+          }
+        }
+      }
+    }
+    std::fprintf(stderr, "\n");
+  }
+
+  report.Title("(b) workload completion time, " + std::to_string(FLAGS_mib) + " MiB, " +
+               std::to_string(FLAGS_passes) + " passes, median of " + std::to_string(FLAGS_runs) +
+               " runs (ms); pager = in-process Pager over RS(8,2), run = `tessera run`, swap = "
+               "Linux swap in a cgroup-v1 memory limit of the same size");
+  bool checksums_agree = true;
+  for (Pattern pat : patterns) {
+    const Cell& local = cells[key("local", pat, 1.0)];
+    for (double f : fractions) {
+      Report::Row row;
+      row.Set("suite", "pager-workload").Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
+      row.Set("plain_ms", local.ok ? local.Med() : -1.0);
+      for (const char* mode : {"pager", "run", "swap"}) {
+        auto it = cells.find(key(mode, pat, f));
+        if (it == cells.end()) {
+          row.Set(std::string(mode) + "_ms", "n/a");
+          continue;
+        }
+        const Cell& c = it->second;
+        if (!c.ok) {
+          row.Set(std::string(mode) + "_ms", "error");
+          std::fprintf(stderr, "%s: %s\n", key(mode, pat, f).c_str(), c.error.c_str());
+          continue;
+        }
+        row.Set(std::string(mode) + "_ms", c.Med());
+        if (local.ok && c.checksum != local.checksum) checksums_agree = false;
+      }
+      const auto& ps = inproc_stats[key("pager", pat, f)];
+      row.Set("pager_faults", ps.faults - ps.zero_fills)
+          .Set("pager_writebacks", ps.remote_writes)
+          .Set("prefetch_hits", ps.prefetch_hits);
+      auto swap = cells.find(key("swap", pat, f));
+      auto best = cells.find(key(have_run ? "run" : "pager", pat, f));
+      if (swap != cells.end() && swap->second.ok && best != cells.end() && best->second.ok) {
+        row.Set(std::string(have_run ? "run" : "pager") + "_over_swap",
+                best->second.Med() / swap->second.Med());
+      }
+      report.Add(std::move(row));
+    }
+  }
+  report.Flush();
+  verdicts.emplace_back("checksums identical in every mode", checksums_agree ? "all equal" : "MISMATCH",
+                        checksums_agree);
+  if (have_swap) {
+    for (Pattern pat : patterns) {
+      auto swap = cells.find(key("swap", pat, 0.5));
+      auto best = cells.find(key(have_run ? "run" : "pager", pat, 0.5));
+      if (swap == cells.end() || best == cells.end() || !swap->second.ok || !best->second.ok) continue;
+      double ratio = best->second.Med() / swap->second.Med();
+      double bound = pat == Pattern::kSeq ? 1.0 : 2.0;
+      char fig[160];
+      std::snprintf(fig, sizeof fig, "%s %.0f ms vs swap %.0f ms (x%.2f)", have_run ? "tessera run" : "pager",
+                    best->second.Med(), swap->second.Med(), ratio);
+      verdicts.emplace_back(std::string(bench_pager::PatternName(pat)) + " at 50% " +
+                                (pat == Pattern::kSeq ? "no slower than swap" : "within 2x of swap"),
+                            fig, ratio <= bound);
+    }
+  }
+  TeardownSwap();
+  }
+
+  // ---- FIFO vs smart on zipf; prefetch on seq ---------------------------------------------------
+  if (want_section("policy")) {
+  std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%...\n");
+    std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms;
+    for (int run = 0; run < FLAGS_runs; ++run) {
+      InProcess fi = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
+      InProcess sm = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
+      fifo_f.push_back(static_cast<double>(fi.stats.faults - fi.stats.zero_fills));
+      smart_f.push_back(static_cast<double>(sm.stats.faults - sm.stats.zero_fills));
+      fifo_ms.push_back(fi.outcome.ms);
+      smart_ms.push_back(sm.outcome.ms);
+    }
+    std::vector<double> on_ms, off_ms, hit_rate, issued, hits;
+    for (int run = 0; run < FLAGS_runs; ++run) {
+      InProcess on = RunInProcess(store.get(), Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, true);
+      InProcess off = RunInProcess(store.get(), Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
+      on_ms.push_back(on.outcome.ms);
+      off_ms.push_back(off.outcome.ms);
+      issued.push_back(static_cast<double>(on.stats.prefetch_issued));
+      hits.push_back(static_cast<double>(on.stats.prefetch_hits));
+      uint64_t remote_faults = on.stats.faults - on.stats.zero_fills;
+      hit_rate.push_back(remote_faults ? static_cast<double>(on.stats.prefetch_hits) / remote_faults : 0.0);
+    }
+    report.Title("victim policy on zipf(0.99) and prefetch on seq, 50% local memory, in-process, medians");
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "zipf, FIFO victims")
+                   .Set("remote_faults", Median(fifo_f)).Set("ms", Median(fifo_ms)));
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "zipf, smart victims (2Q+ghost)")
+                   .Set("remote_faults", Median(smart_f)).Set("ms", Median(smart_ms))
+                   .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0));
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, prefetch")
+                   .Set("ms", Median(on_ms)).Set("prefetch_issued", Median(issued))
+                   .Set("prefetch_hits", Median(hits))
+                   .Set("hits_per_issued", Median(issued) > 0 ? Median(hits) / Median(issued) : 0.0)
+                   .Set("remote_faults_served_by_prefetch", Median(hit_rate)));
+    report.Flush();
+    char fig[160];
+    std::snprintf(fig, sizeof fig, "smart %.0f vs FIFO %.0f remote faults (x%.2f)", Median(smart_f),
+                  Median(fifo_f), Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0);
+    verdicts.emplace_back("zipf fault rate below FIFO's", fig, Median(smart_f) < Median(fifo_f));
+  }
+
+  // ---- (c) a memserver SIGKILLed half-way ------------------------------------------------------
+  if (want_section("failure")) {
+  std::fprintf(stderr, "(c) 50%% local memory, one memserver SIGKILLed half-way...\n");
+    std::vector<double> healthy, killed;
+    bool ok = true;
+    Outcome plain = RunWorkloadProcess(workload_argv(Pattern::kZipf));
+    uint64_t want = plain.checksum;
+    for (int run = 0; run < FLAGS_runs; ++run) {
+      // A fresh cluster and store per run, so every killed run starts healthy.
+      auto c2 = client::LocalCluster::Start(lo);
+      if (!c2.ok()) {
+        std::fprintf(stderr, "tessera bench pager: %s\n", c2.status().ToString().c_str());
+        return 1;
+      }
+      auto s2 = OpenStore(**c2, capacity_pages);
+      if (!s2.ok()) {
+        std::fprintf(stderr, "tessera bench pager: %s\n", s2.status().ToString().c_str());
+        return 1;
+      }
+      InProcess h = RunInProcess(s2->get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, true);
+      InProcess k = RunInProcess(s2->get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, true, c2->get());
+      ok = ok && h.outcome.ok && k.outcome.ok && h.outcome.checksum == want && k.outcome.checksum == want;
+      healthy.push_back(h.outcome.ms);
+      killed.push_back(k.outcome.ms);
+    }
+    double cost = Median(healthy) > 0 ? Median(killed) / Median(healthy) - 1.0 : 0.0;
+    report.Title("(c) zipf at 50% local memory, in-process pager over RS(8,2), 1 of 10 memservers SIGKILLed half-way");
+    report.Add(Report::Row().Set("suite", "pager-failure").Set("healthy_ms", Median(healthy))
+                   .Set("killed_ms", Median(killed)).Set("cost", cost)
+                   .Set("checksums", ok ? "equal" : "MISMATCH/ERROR"));
+    report.Flush();
+    char fig[160];
+    std::snprintf(fig, sizeof fig, "%.0f ms healthy vs %.0f ms killed (%+.1f%%)", Median(healthy),
+                  Median(killed), cost * 100);
+    verdicts.emplace_back("killed memserver costs < 10% completion time", fig, ok && cost < 0.10);
+  }
+
+  report.Title("targets (issue 6)");
+  for (auto& [target, fig, pass] : verdicts) {
+    report.Add(Report::Row().Set("suite", "pager-targets").Set("target", target).Set("measured", fig)
+                   .Set("verdict", pass ? "PASS" : "MISS"));
+  }
+  report.Flush();
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) { return tessera::Main(argc, argv); }
