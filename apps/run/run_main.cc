@@ -1,0 +1,447 @@
+// `tessera run`: runs an unmodified program with its heap paged to remote memory.
+//
+// Starts (or connects to) the memservers, then runs PROGRAM with LD_PRELOAD=
+// libtessera_preload.so (kernel_shim/preload) and the TESSERA_RUN_* variables that tell the
+// shim where the servers are, the code (k, r), the local-memory limit and where to write its
+// stats. Waits for the program, shows live progress on a terminal, prints a summary at exit
+// (and --stats_json), and exits with the program's exit code (128 + signal for a signal death,
+// like a shell; 127 when PROGRAM is not found, 126 when it cannot be executed; 2 for usage
+// errors; 1 when paging cannot be set up).
+#include <fcntl.h>
+#include <gflags/gflags.h>
+#include <linux/userfaultfd.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/cli/cli.h"
+#include "client/local_cluster.h"
+#include "client/remote_store.h"
+#include "common/clock.h"
+#include "common/subprocess.h"
+#include "kernel_shim/preload/run_stats.h"
+
+DEFINE_string(local_memory, "50%",
+              "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "
+              "size (e.g. 256M, 2G); 100% = no limit");
+DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+r+1 locally)");
+DEFINE_string(auth_token_file, "", "Shared-secret file of --cluster");
+DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
+DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
+DEFINE_int32(spares, 1, "Embedded cluster only: memservers beyond k+r (regeneration targets)");
+DEFINE_string(region, "8G", "Size of the paged region (virtual; bounds the paged heap)");
+DEFINE_string(stats_json, "", "Write the summary as JSON to this file");
+DEFINE_string(live_stats_file, "",
+              "The shim rewrites this file with `key value` stats twice a second (for tools "
+              "and tests; default: a private temporary file)");
+DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
+DEFINE_bool(summary, true, "Print the summary to stderr at exit");
+
+namespace tessera {
+namespace {
+
+const cli::CliSpec kSpec = {
+    "tessera run",
+    "[--local-memory 50%|BYTES] [--cluster FILE --auth-token-file F] [--k 4 --r 2] "
+    "[--stats-json FILE] -- PROGRAM [ARGS...]",
+    "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
+    "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
+    "across memservers (an embedded local cluster of k+r+1 servers unless --cluster is given),\n"
+    "so the program survives the loss of r servers. Programs it starts with exec run unpaged;\n"
+    "a fork without exec gets a full private copy of the heap. Prints a summary at exit and\n"
+    "exits with the program's exit code (128+N for a death by signal N, 127 if PROGRAM is not\n"
+    "found).",
+    __FILE__,
+    1,
+    -1};
+
+pid_t g_child = -1;
+
+void ForwardSignal(int sig, siginfo_t* info, void*) {
+  // Signals from the terminal (^C, ^\) already reach the program (same process group).
+  if (info != nullptr && info->si_code == SI_KERNEL) return;
+  if (g_child > 0) kill(g_child, sig);
+}
+
+// PROGRAM resolved like a shell: a name without '/' is searched in PATH.
+Result<std::string> ResolveProgram(const std::string& name, int* exit_code) {
+  auto check = [&](const std::string& path) -> int {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return 127;
+    if (S_ISDIR(st.st_mode) || access(path.c_str(), X_OK) != 0) return 126;
+    return 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    int rc = check(name);
+    if (rc == 0) return name;
+    *exit_code = rc;
+    return rc == 127 ? NotFound(name + ": no such file")
+                     : InvalidArgument(name + ": not an executable file");
+  }
+  const char* path_env = getenv("PATH");
+  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  int best = 127;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find(':', i);
+    if (j == std::string::npos) j = path.size();
+    std::string dir = path.substr(i, j - i);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + name;
+    int rc = check(cand);
+    if (rc == 0) return cand;
+    if (rc == 126) best = 126;
+    i = j + 1;
+  }
+  *exit_code = best;
+  return best == 127 ? NotFound(name + ": command not found")
+                     : InvalidArgument(name + ": not an executable file");
+}
+
+// Whether this process may create a userfaultfd (the syscall, or /dev/userfaultfd).
+Status ProbeUserfaultfd() {
+  long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  if (fd >= 0) {
+    close(static_cast<int>(fd));
+    return Status::Ok();
+  }
+  const int sys_errno = errno;
+  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (dev >= 0) {
+    int ufd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    close(dev);
+    if (ufd >= 0) {
+      close(ufd);
+      return Status::Ok();
+    }
+  }
+  const int dev_errno = errno;
+  return Unavailable(std::string("userfaultfd is not available on this machine (userfaultfd(2): ") +
+                     strerror(sys_errno) + "; /dev/userfaultfd: " + strerror(dev_errno) +
+                     "). Allow it with `sysctl vm.unprivileged_userfaultfd=1`, or give this user "
+                     "read/write access to /dev/userfaultfd, or run as root");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Mb(uint64_t pages) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.1f MB", pages * 4096.0 / 1e6);
+  return b;
+}
+std::string Us(uint64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.1f us", ns / 1e3);
+  return b;
+}
+
+uint64_t Get(const kernel_shim::RunStats& s, const char* key) {
+  auto it = s.find(key);
+  return it == s.end() ? 0 : it->second;
+}
+
+void PrintProgress(const kernel_shim::RunStats& s, double secs) {
+  std::fprintf(stderr,
+               "\r\033[K[tessera run %.0fs] faults %llu  remote r/w %llu/%llu  evictions %llu  "
+               "resident %s / limit %s",
+               secs, static_cast<unsigned long long>(Get(s, "faults")),
+               static_cast<unsigned long long>(Get(s, "remote_reads")),
+               static_cast<unsigned long long>(Get(s, "remote_writes")),
+               static_cast<unsigned long long>(Get(s, "evictions")),
+               Mb(Get(s, "resident_pages")).c_str(),
+               Get(s, "limit_pages") ? Mb(Get(s, "limit_pages")).c_str() : "none");
+  std::fflush(stderr);
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += ' ';
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  // Accept --local-memory as well as --local_memory (flags only, up to "--").
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") break;
+    if (a.rfind("--", 0) != 0) continue;
+    size_t eq = a.find('=');
+    std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    for (char& c : name) if (c == '-') c = '_';
+    std::string fixed = "--" + name + (eq == std::string::npos ? "" : a.substr(eq));
+    argv[i] = strdup(fixed.c_str());
+  }
+  cli::InitCli(kSpec, &argc, &argv);
+  if (FLAGS_r < 1 || FLAGS_r > 4) cli::UsageError(kSpec, "--r must be in 1..4");
+  if (FLAGS_k < 1 || FLAGS_k > 16 || 4096 % FLAGS_k != 0) {
+    cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
+  }
+  if (FLAGS_spares < 0 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in 0..8");
+  auto local = kernel_shim::ParseLocalMemory(FLAGS_local_memory);
+  if (!local.ok()) cli::UsageError(kSpec, "--local-memory: " + local.status().message());
+  auto region = kernel_shim::ParseBytes(FLAGS_region);
+  if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
+    cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
+  }
+  if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty()) {
+    cli::UsageError(kSpec, "--auth-token-file needs --cluster");
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int not_found_code = 127;
+  auto program = ResolveProgram(args[0], &not_found_code);
+  if (!program.ok()) {
+    std::fprintf(stderr, "tessera run: %s\n", program.status().message().c_str());
+    return not_found_code;
+  }
+  if (Status st = ProbeUserfaultfd(); !st.ok()) {
+    std::fprintf(stderr, "tessera run: cannot page programs: %s\n", st.message().c_str());
+    return 1;
+  }
+  const std::string lib = SelfExeDir() + "/../lib/" + kernel_shim::kPreloadName;
+  if (access(lib.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "tessera run: %s is missing (build the tessera_preload target)\n",
+                 lib.c_str());
+    return 1;
+  }
+  char real_lib[PATH_MAX];
+  if (realpath(lib.c_str(), real_lib) == nullptr) {
+    std::fprintf(stderr, "tessera run: %s: %s\n", lib.c_str(), strerror(errno));
+    return 1;
+  }
+
+  char tmpl[] = "/tmp/tessera-run-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::fprintf(stderr, "tessera run: mkdtemp: %s\n", strerror(errno));
+    return 1;
+  }
+  const std::string tmpdir = tmpl;
+  const std::string stats_path = tmpdir + "/stats";
+  const std::string live_path = FLAGS_live_stats_file.empty() ? tmpdir + "/live" : FLAGS_live_stats_file;
+  struct Cleanup {
+    std::string dir, stats, live;
+    ~Cleanup() {
+      unlink(stats.c_str());
+      unlink((stats + ".tmp").c_str());
+      if (live.rfind(dir, 0) == 0) {
+        unlink(live.c_str());
+        unlink((live + ".tmp").c_str());
+      }
+      rmdir(dir.c_str());
+    }
+  } cleanup{tmpdir, stats_path, live_path};
+
+  std::unique_ptr<client::LocalCluster> cluster;
+  std::string cluster_file = FLAGS_cluster, token = FLAGS_auth_token_file, where;
+  const int servers_wanted = FLAGS_k + FLAGS_r + FLAGS_spares;
+  if (cluster_file.empty()) {
+    client::LocalClusterOptions lo;
+    lo.bin_dir = SelfExeDir();
+    lo.servers = static_cast<size_t>(servers_wanted);
+    // Each server holds 1/k of the region's pages at most (virtual until used), plus slack
+    // for regenerated splits of failed servers.
+    const uint64_t per_server_mb = *region / static_cast<uint64_t>(FLAGS_k) / (1 << 20) * 2 + 64;
+    lo.capacity = std::to_string(per_server_mb) + "M";
+    lo.slab_size = "1M";
+    auto c = client::LocalCluster::Start(lo);
+    if (!c.ok()) {
+      std::fprintf(stderr, "tessera run: starting the local cluster: %s\n",
+                   c.status().ToString().c_str());
+      return 1;
+    }
+    cluster = std::move(*c);
+    cluster_file = cluster->cluster_file_path();
+    token = cluster->token_path();
+    where = std::to_string(servers_wanted) + " local memservers";
+  } else {
+    auto servers = client::LoadServers(cluster_file);
+    if (!servers.ok()) {
+      std::fprintf(stderr, "tessera run: --cluster %s: %s\n", cluster_file.c_str(),
+                   servers.status().ToString().c_str());
+      return 2;
+    }
+    if (servers->size() < static_cast<size_t>(FLAGS_k + FLAGS_r)) {
+      cli::UsageError(kSpec, "--cluster lists " + std::to_string(servers->size()) +
+                                 " servers; RS(k,r) needs at least k+r = " +
+                                 std::to_string(FLAGS_k + FLAGS_r));
+    }
+    where = std::to_string(servers->size()) + " memservers of " + cluster_file;
+  }
+
+  std::vector<std::string> env = {
+      std::string(kernel_shim::kEnvCluster) + "=" + cluster_file,
+      std::string(kernel_shim::kEnvToken) + "=" + token,
+      std::string(kernel_shim::kEnvK) + "=" + std::to_string(FLAGS_k),
+      std::string(kernel_shim::kEnvR) + "=" + std::to_string(FLAGS_r),
+      std::string(kernel_shim::kEnvLocal) + "=" + FLAGS_local_memory,
+      std::string(kernel_shim::kEnvRegion) + "=" + std::to_string(*region),
+      std::string(kernel_shim::kEnvStats) + "=" + stats_path,
+      std::string(kernel_shim::kEnvLive) + "=" + live_path,
+  };
+  const char* old_preload = getenv("LD_PRELOAD");
+  env.push_back(std::string("LD_PRELOAD=") + real_lib +
+                (old_preload && *old_preload ? std::string(":") + old_preload : ""));
+
+  // The child's environment, built before fork (the child only calls execve).
+  std::vector<std::string> full_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    std::string key = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& mine : env) replaced |= mine.compare(0, key.size() + 1, key + "=") == 0;
+    if (!replaced) full_env.push_back(entry);
+  }
+  full_env.insert(full_env.end(), env.begin(), env.end());
+  std::vector<char*> cenv, cargv;
+  for (auto& e : full_env) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+
+  const uint64_t t0 = MonotonicNs();
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "tessera run: fork: %s\n", strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    execve(program->c_str(), cargv.data(), cenv.data());
+    const int err = errno;
+    const char msg[] = "tessera run: exec failed\n";
+    (void)!write(2, msg, sizeof(msg) - 1);
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  g_child = pid;
+  struct sigaction sa = {};
+  sa.sa_sigaction = ForwardSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+
+  const bool tty = FLAGS_progress && isatty(2);
+  bool progress_shown = false;
+  int wstatus = 0;
+  uint64_t last_progress = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, &wstatus, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) {
+      std::fprintf(stderr, "tessera run: waitpid: %s\n", strerror(errno));
+      return 1;
+    }
+    usleep(50 * 1000);  // Polling the child's exit and the live stats; not synchronisation.
+    const uint64_t now = MonotonicNs();
+    if (tty && now - t0 > 3'000'000'000ull && now - last_progress > 1'000'000'000ull) {
+      last_progress = now;
+      PrintProgress(kernel_shim::ParseRunStats(ReadFile(live_path)), (now - t0) / 1e9);
+      progress_shown = true;
+    }
+  }
+  const double secs = (MonotonicNs() - t0) / 1e9;
+  if (progress_shown) std::fprintf(stderr, "\r\033[K");
+  int code;
+  std::string how;
+  if (WIFEXITED(wstatus)) {
+    code = WEXITSTATUS(wstatus);
+    how = "exit " + std::to_string(code);
+  } else if (WIFSIGNALED(wstatus)) {
+    code = 128 + WTERMSIG(wstatus);
+    how = std::string("killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" +
+          strsignal(WTERMSIG(wstatus)) + ")";
+  } else {
+    code = 1;
+    how = "unknown status";
+  }
+
+  std::string shim_error;
+  kernel_shim::RunStats stats = kernel_shim::ParseRunStats(ReadFile(stats_path), &shim_error);
+  bool final = !stats.empty() || !shim_error.empty();
+  if (!final) stats = kernel_shim::ParseRunStats(ReadFile(live_path), &shim_error);
+  if (!shim_error.empty()) {
+    std::fprintf(stderr, "tessera run: paging could not start: %s\n", shim_error.c_str());
+    return code == 0 ? 1 : code;
+  }
+
+  const uint64_t failures = Get(stats, "store_server_failures");
+  if (FLAGS_summary) {
+    std::string limit = FLAGS_local_memory;
+    std::fprintf(stderr,
+                 "tessera run: %s after %.2f s; RS(%d,%d) over %s; local memory %s%s\n", how.c_str(),
+                 secs, FLAGS_k, FLAGS_r, where.c_str(), limit.c_str(),
+                 stats.empty() ? " (no stats: the program ended before the shim wrote any)"
+                 : final       ? ""
+                               : " (stats: last live snapshot, the program did not exit normally)");
+    if (!stats.empty()) {
+      std::fprintf(stderr,
+                   "  heap: peak footprint %s, peak resident %s, limit at exit %s\n"
+                   "  faults %llu (zero-fill %llu), write-protect faults %llu\n"
+                   "  remote reads %llu, remote writes %llu, clean drops %llu, evictions %llu\n"
+                   "  prefetch: %llu pages issued, %llu hits\n"
+                   "  fault latency p50 %s, p99 %s (PageStore read p50 %s)\n"
+                   "  memserver failures survived %llu, data loss %llu, fill errors %llu\n",
+                   Mb(Get(stats, "peak_footprint_pages")).c_str(),
+                   Mb(Get(stats, "peak_resident_pages")).c_str(),
+                   Get(stats, "limit_pages") ? Mb(Get(stats, "limit_pages")).c_str() : "none",
+                   static_cast<unsigned long long>(Get(stats, "faults")),
+                   static_cast<unsigned long long>(Get(stats, "zero_fills")),
+                   static_cast<unsigned long long>(Get(stats, "wp_faults")),
+                   static_cast<unsigned long long>(Get(stats, "remote_reads")),
+                   static_cast<unsigned long long>(Get(stats, "remote_writes")),
+                   static_cast<unsigned long long>(Get(stats, "clean_drops")),
+                   static_cast<unsigned long long>(Get(stats, "evictions")),
+                   static_cast<unsigned long long>(Get(stats, "prefetch_issued")),
+                   static_cast<unsigned long long>(Get(stats, "prefetch_hits")),
+                   Us(Get(stats, "fault_p50_ns")).c_str(), Us(Get(stats, "fault_p99_ns")).c_str(),
+                   Us(Get(stats, "store_read_p50_ns")).c_str(),
+                   static_cast<unsigned long long>(failures),
+                   static_cast<unsigned long long>(Get(stats, "store_data_loss")),
+                   static_cast<unsigned long long>(Get(stats, "fill_errors")));
+    }
+  }
+  if (!FLAGS_stats_json.empty()) {
+    std::string j = "{\"exit_code\":" + std::to_string(code) + ",\"status\":\"" +
+                    JsonEscape(how) + "\",\"elapsed_s\":" + std::to_string(secs) +
+                    ",\"k\":" + std::to_string(FLAGS_k) + ",\"r\":" + std::to_string(FLAGS_r) +
+                    ",\"local_memory\":\"" + JsonEscape(FLAGS_local_memory) +
+                    "\",\"servers\":\"" + JsonEscape(where) + "\",\"stats_final\":" +
+                    (final ? "true" : "false") + ",\"failures_survived\":" +
+                    std::to_string(failures);
+    for (const auto& [key, v] : stats) j += ",\"" + key + "\":" + std::to_string(v);
+    j += "}\n";
+    Status st = kernel_shim::WriteFileAtomically(FLAGS_stats_json, j);
+    if (!st.ok()) {
+      std::fprintf(stderr, "tessera run: --stats-json: %s\n", st.ToString().c_str());
+      if (code == 0) code = 1;
+    }
+  }
+  return code;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) { return tessera::Main(argc, argv); }

@@ -1,0 +1,150 @@
+#include "kernel_shim/preload/run_stats.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tessera::kernel_shim {
+
+Result<uint64_t> ParseBytes(std::string_view text) {
+  if (text.empty()) return InvalidArgument("empty size");
+  uint64_t mult = 1;
+  std::string_view num = text;
+  switch (text.back()) {
+    case 'K': case 'k': mult = 1ull << 10; break;
+    case 'M': case 'm': mult = 1ull << 20; break;
+    case 'G': case 'g': mult = 1ull << 30; break;
+    case 'T': case 't': mult = 1ull << 40; break;
+    default: break;
+  }
+  if (mult != 1) num.remove_suffix(1);
+  if (num.empty() || num.size() > 15) return InvalidArgument("bad size '" + std::string(text) + "'");
+  uint64_t v = 0;
+  for (char c : num) {
+    if (c < '0' || c > '9') return InvalidArgument("bad size '" + std::string(text) + "'");
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > (UINT64_MAX >> 1) / mult) return InvalidArgument("size too large: " + std::string(text));
+  return v * mult;
+}
+
+Result<LocalMemory> ParseLocalMemory(std::string_view text) {
+  LocalMemory lm;
+  if (text.empty()) return lm;
+  if (text.back() == '%') {
+    std::string_view num = text.substr(0, text.size() - 1);
+    if (num.empty() || num.size() > 3) return InvalidArgument("bad percentage '" + std::string(text) + "'");
+    int p = 0;
+    for (char c : num) {
+      if (c < '0' || c > '9') return InvalidArgument("bad percentage '" + std::string(text) + "'");
+      p = p * 10 + (c - '0');
+    }
+    if (p < 1 || p > 100) return InvalidArgument("local memory percentage must be in 1..100%");
+    if (p < 100) lm.fraction = p / 100.0;
+    return lm;
+  }
+  TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(text));
+  if (bytes < (1ull << 20)) return InvalidArgument("local memory below 1M: " + std::string(text));
+  lm.bytes = bytes;
+  return lm;
+}
+
+RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, uint64_t elapsed_ns,
+                         bool final) {
+  RunStats r;
+  r["faults"] = p.faults;
+  r["wp_faults"] = p.wp_faults;
+  r["zero_fills"] = p.zero_fills;
+  r["remote_reads"] = p.remote_reads;
+  r["remote_writes"] = p.remote_writes;
+  r["clean_drops"] = p.clean_drops;
+  r["evictions"] = p.evictions;
+  r["prefetch_issued"] = p.prefetch_issued;
+  r["prefetch_hits"] = p.prefetch_hits;
+  r["discarded"] = p.discarded;
+  r["fill_errors"] = p.fill_errors;
+  r["writeback_errors"] = p.writeback_errors;
+  r["resident_pages"] = p.resident_pages;
+  r["peak_resident_pages"] = p.peak_resident_pages;
+  r["footprint_pages"] = p.footprint_pages;
+  r["peak_footprint_pages"] = p.peak_footprint_pages;
+  r["limit_pages"] = p.limit_pages;
+  r["fault_latency_count"] = p.fault_latency.count();
+  r["fault_p50_ns"] = p.fault_latency.p50();
+  r["fault_p99_ns"] = p.fault_latency.p99();
+  r["store_reads"] = s.reads;
+  r["store_writes"] = s.writes;
+  r["store_read_errors"] = s.read_errors;
+  r["store_write_errors"] = s.write_errors;
+  r["store_degraded_reads"] = s.degraded_reads;
+  r["store_decodes"] = s.decodes;
+  r["store_data_loss"] = s.data_loss;
+  r["store_server_failures"] = s.server_failures;
+  r["store_regenerations_done"] = s.regenerations_done;
+  r["store_read_p50_ns"] = s.read_latency.p50();
+  r["store_read_p99_ns"] = s.read_latency.p99();
+  r["elapsed_ns"] = elapsed_ns;
+  r["final"] = final ? 1 : 0;
+  return r;
+}
+
+std::string FormatRunStats(const RunStats& stats, const std::string& error) {
+  std::string out;
+  for (const auto& [k, v] : stats) out += k + " " + std::to_string(v) + "\n";
+  if (!error.empty()) {
+    std::string e = error;
+    for (char& c : e) if (c == '\n') c = ' ';
+    out += "error " + e + "\n";
+  }
+  return out;
+}
+
+RunStats ParseRunStats(std::string_view text, std::string* error) {
+  RunStats r;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    size_t sp = line.find(' ');
+    if (sp == std::string_view::npos) continue;
+    std::string key(line.substr(0, sp));
+    std::string_view val = line.substr(sp + 1);
+    if (key == "error") {
+      if (error) *error = std::string(val);
+      continue;
+    }
+    uint64_t v = 0;
+    bool ok = !val.empty();
+    for (char c : val) {
+      if (c < '0' || c > '9') { ok = false; break; }
+      v = v * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (ok) r[key] = v;
+  }
+  return r;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open " + tmp);
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Status st = ErrnoError("write " + tmp);
+      ::close(fd);
+      return st;
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
+  return Status::Ok();
+}
+
+}  // namespace tessera::kernel_shim

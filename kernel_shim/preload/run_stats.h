@@ -1,0 +1,54 @@
+// The channel between the LD_PRELOAD shim (libtessera_preload.so, inside the paged program)
+// and the launcher (`tessera run`): the environment variables that configure the shim, and the
+// stats file the shim writes (a live snapshot rewritten about twice a second, and a final one
+// at exit). The file is plain text, one `key value` per line, written to a temporary name and
+// renamed, so a reader never sees half a file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "client/page_store.h"
+#include "common/status.h"
+#include "kernel_shim/pager/pager.h"
+
+namespace tessera::kernel_shim {
+
+// Environment variables read by the shim (and removed from the environment it passes on, so
+// programs the paged program starts run unpaged).
+inline constexpr const char* kEnvCluster = "TESSERA_RUN_CLUSTER";  // cluster file (required)
+inline constexpr const char* kEnvToken = "TESSERA_RUN_TOKEN";      // auth token file
+inline constexpr const char* kEnvK = "TESSERA_RUN_K";
+inline constexpr const char* kEnvR = "TESSERA_RUN_R";
+inline constexpr const char* kEnvLocal = "TESSERA_RUN_LOCAL";      // "50%", bytes, or "" (none)
+inline constexpr const char* kEnvRegion = "TESSERA_RUN_REGION";    // paged region, bytes
+inline constexpr const char* kEnvStats = "TESSERA_RUN_STATS";      // final stats file
+inline constexpr const char* kEnvLive = "TESSERA_RUN_LIVE";        // live stats file
+inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
+inline constexpr const char* kPreloadName = "libtessera_preload.so";
+
+// The local-memory setting: a fixed byte cap, or a fraction of the peak footprint.
+struct LocalMemory {
+  uint64_t bytes = 0;    // Fixed cap (0: none).
+  double fraction = 0;   // In (0, 1]; 0: none.
+};
+// "50%" (1..100%), "512M", "2G", "1048576" (K/M/G suffixes, powers of 1024), or "100%"/"" for
+// no limit. InvalidArgument otherwise.
+Result<LocalMemory> ParseLocalMemory(std::string_view text);
+// "64G" etc.: bytes with an optional K/M/G/T suffix (powers of 1024).
+Result<uint64_t> ParseBytes(std::string_view text);
+
+using RunStats = std::map<std::string, uint64_t>;
+
+// The figures the shim publishes. `final` is 1 in the last snapshot written at exit.
+RunStats CollectRunStats(const PagerStats& pager, const client::PageStoreStats& store,
+                         uint64_t elapsed_ns, bool final);
+std::string FormatRunStats(const RunStats& stats, const std::string& error = "");
+// Parses FormatRunStats' output; `error` receives the shim's error line, if any.
+RunStats ParseRunStats(std::string_view text, std::string* error = nullptr);
+// Writes `text` to path.tmp and renames it over `path`. Errno-based status on failure.
+Status WriteFileAtomically(const std::string& path, std::string_view text);
+
+}  // namespace tessera::kernel_shim

@@ -1,0 +1,835 @@
+// libtessera_preload.so: puts an unmodified program's heap in a userfaultfd-paged region.
+//
+// Loaded with LD_PRELOAD by `tessera run` (apps/run), configured by the TESSERA_RUN_* variables
+// of kernel_shim/preload/run_stats.h. What it does:
+//
+//  * At load (constructor) it removes itself and its variables from the environment, so
+//    programs the paged program execs run unpaged; then, on a private thread with every signal
+//    blocked, it creates the erasure-coded PageStore (unique random client id) and a Pager
+//    whose region becomes the heap. That thread stays as the stats publisher.
+//
+//  * Heap: a statically linked jemalloc 5.3 whose public symbols were renamed to tjem_* at
+//    build time (CMakeLists.txt), so this file defines the malloc family and jemalloc's
+//    non-standard API (mallocx, mallctl, ... which redis uses) itself and routes each call:
+//      - program threads: MALLOCX_ARENA(paged arena) | MALLOCX_TCACHE(the thread's explicit
+//        tcache). The paged arena was created with extent hooks that carve extents out of the
+//        pager region (RangeAllocator) and turn purge/decommit/dalloc into Pager::Discard;
+//      - "bypass" threads (the store's and pager's threads, and any code of the shim itself):
+//        jemalloc's ordinary automatic arenas and tcache, i.e. plain memory.
+//    Explicit tcaches keep the two kinds of memory apart: a region pointer is only ever freed
+//    into a paged tcache (or no tcache), a plain pointer only into the automatic one, so a
+//    bypass allocation can never return paged memory (a pager thread faulting on its own
+//    region would deadlock).
+//
+//  * Private anonymous mmap() (read/write, no address hint, not MAP_FIXED/STACK/HUGETLB) from
+//    program threads gets a range of the region; munmap, mremap and madvise(DONTNEED/FREE/
+//    REMOVE) on region ranges are served from it (released ranges are discarded, so a range
+//    handed out always reads as zeros). Everything else goes to the kernel. jemalloc's own
+//    mmap/munmap/madvise calls were renamed to tessera_jemalloc_* and go straight to the
+//    kernel.
+//
+//  * Threads: pthread_create is wrapped only for bypass threads, whose children inherit the
+//    flag. Pager threads block all signals (they inherit the init thread's mask), so the
+//    program's handlers run on program threads.
+//
+//  * fork() (without exec): the shim's fork() first calls Pager::PrepareFork(), which pages
+//    every remote page back in, so the child gets a full private copy of the heap as plain
+//    memory; the child calls ChildAfterFork() (pager inert there) and from then on releases
+//    memory with a plain madvise. If PrepareFork fails, fork() fails with ENOMEM rather than
+//    give the child zero pages. vfork/posix_spawn/system share the parent's memory until exec
+//    (the parent's pager serves any fault meanwhile); after exec the new program is unpaged.
+//
+//  * At exit (library destructor, after the program's own destructors) the final stats are
+//    written for the launcher; a live snapshot is rewritten every 500 ms meanwhile. The pager
+//    and store are deliberately never torn down: the program may still touch its heap from
+//    later exit code, and the process is about to go away.
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "client/remote_store.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "fabric/auth.h"
+#include "kernel_shim/pager/pager.h"
+#include "kernel_shim/preload/range_allocator.h"
+#include "kernel_shim/preload/run_stats.h"
+
+// ---- jemalloc, renamed -------------------------------------------------------------------
+extern "C" {
+struct tjem_extent_hooks;
+typedef void* (*tjem_alloc_fn)(tjem_extent_hooks*, void*, size_t, size_t, bool*, bool*, unsigned);
+typedef bool (*tjem_dalloc_fn)(tjem_extent_hooks*, void*, size_t, bool, unsigned);
+typedef void (*tjem_destroy_fn)(tjem_extent_hooks*, void*, size_t, bool, unsigned);
+typedef bool (*tjem_commit_fn)(tjem_extent_hooks*, void*, size_t, size_t, size_t, unsigned);
+typedef bool (*tjem_split_fn)(tjem_extent_hooks*, void*, size_t, size_t, size_t, bool, unsigned);
+typedef bool (*tjem_merge_fn)(tjem_extent_hooks*, void*, size_t, void*, size_t, bool, unsigned);
+// Same layout as jemalloc 5's extent_hooks_t.
+struct tjem_extent_hooks {
+  tjem_alloc_fn alloc;
+  tjem_dalloc_fn dalloc;
+  tjem_destroy_fn destroy;
+  tjem_commit_fn commit;
+  tjem_commit_fn decommit;
+  tjem_commit_fn purge_lazy;
+  tjem_commit_fn purge_forced;
+  tjem_split_fn split;
+  tjem_merge_fn merge;
+};
+
+void* tjem_malloc(size_t);
+void tjem_free(void*);
+void* tjem_mallocx(size_t, int);
+void* tjem_rallocx(void*, size_t, int);
+size_t tjem_xallocx(void*, size_t, size_t, int);
+size_t tjem_sallocx(const void*, int);
+void tjem_dallocx(void*, int);
+void tjem_sdallocx(void*, size_t, int);
+size_t tjem_nallocx(size_t, int);
+int tjem_mallctl(const char*, void*, size_t*, void*, size_t);
+int tjem_mallctlnametomib(const char*, size_t*, size_t*);
+int tjem_mallctlbymib(const size_t*, size_t, void*, size_t*, void*, size_t);
+void tjem_malloc_stats_print(void (*)(void*, const char*), void*, const char*);
+size_t tjem_malloc_usable_size(void*);
+}
+
+namespace tessera::kernel_shim {
+namespace {
+
+constexpr int MallocxLgAlign(size_t align) { return __builtin_ctzl(align); }
+constexpr int kMallocxZero = 0x40;
+constexpr int MallocxTcache(unsigned tc) { return static_cast<int>((tc + 2) << 8); }
+constexpr int kMallocxTcacheNone = 1 << 8;
+constexpr int MallocxArena(unsigned a) { return static_cast<int>((a + 1) << 20); }
+constexpr size_t kPage = 4096;
+
+// ---- raw system calls ------------------------------------------------------------------
+void* RawMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
+  long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+int RawMunmap(void* addr, size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
+int RawMadvise(void* addr, size_t len, int advice) {
+  return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
+}
+void RawWrite(int fd, const char* s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = ::write(fd, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// ---- process and thread state ------------------------------------------------------------
+// Set once initialisation finished; never cleared (a forked child stays "active" over plain
+// memory).
+std::atomic<bool> g_active{false};
+bool g_child = false;          // This process was forked from the paged one.
+pid_t g_owner_pid = 0;         // The process that owns the pager.
+uintptr_t g_region_base = 0;   // The paged region, constant once active.
+uintptr_t g_region_end = 0;
+unsigned g_paged_arena = 0;
+Pager* g_pager = nullptr;                  // Leaked on purpose (see the file comment).
+client::PageStore* g_store = nullptr;
+RangeAllocator* g_ranges = nullptr;
+pthread_key_t g_tcache_key;
+bool g_tcache_key_ok = false;
+uint64_t g_start_ns = 0;
+std::string* g_stats_path = nullptr;
+std::string* g_live_path = nullptr;
+std::atomic<bool> g_exiting{false};
+std::atomic<uint64_t> g_mmaps{0};
+std::atomic<uint64_t> g_discard_errors{0};
+
+struct ThreadState {
+  bool bypass;        // Allocations and mmaps of this thread use plain memory.
+  bool in_tc_create;  // Creating this thread's tcache (a nested malloc must not recurse).
+  bool tc_dead;       // Thread exit destroyed the tcache: use none from now on.
+  unsigned tc_paged;  // Explicit tcache index + 1 (0: none yet).
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state = {};
+
+class BypassScope {
+ public:
+  BypassScope() : prev_(t_state.bypass) { t_state.bypass = true; }
+  ~BypassScope() { t_state.bypass = prev_; }
+  BypassScope(const BypassScope&) = delete;
+  BypassScope& operator=(const BypassScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+inline bool InRegion(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= g_region_base && a < g_region_end;
+}
+inline bool RangeInRegion(const void* p, size_t len) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= g_region_base && a < g_region_end && len <= g_region_end - a;
+}
+inline bool RangeTouchesRegion(const void* p, size_t len) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return a < g_region_end && a + len > g_region_base;
+}
+inline bool PagedThread() { return g_active.load(std::memory_order_acquire) && !t_state.bypass; }
+
+void DestroyTcache(void*) {
+  if (t_state.tc_paged != 0) {
+    unsigned idx = t_state.tc_paged - 1;
+    t_state.tc_paged = 0;
+    tjem_mallctl("tcache.destroy", nullptr, nullptr, &idx, sizeof(idx));
+  }
+  t_state.tc_dead = true;
+}
+
+// The tcache flag for paged allocations of this thread.
+int PagedTcache() {
+  ThreadState& t = t_state;
+  if (t.tc_paged != 0) return MallocxTcache(t.tc_paged - 1);
+  if (t.tc_dead || t.in_tc_create) return kMallocxTcacheNone;
+  t.in_tc_create = true;
+  unsigned idx = 0;
+  size_t sz = sizeof(idx);
+  if (tjem_mallctl("tcache.create", &idx, &sz, nullptr, 0) == 0) {
+    t.tc_paged = idx + 1;
+    if (g_tcache_key_ok) pthread_setspecific(g_tcache_key, reinterpret_cast<void*>(1));
+  }
+  t.in_tc_create = false;
+  return t.tc_paged != 0 ? MallocxTcache(t.tc_paged - 1) : kMallocxTcacheNone;
+}
+
+inline int PagedFlags() { return MallocxArena(g_paged_arena) | PagedTcache(); }
+
+void* Alloc(size_t n, int extra_flags) {
+  if (n == 0) n = 1;
+  if (PagedThread()) {
+    void* p = tjem_mallocx(n, PagedFlags() | extra_flags);
+    if (p != nullptr) return p;
+    // The region is full: plain memory is better than failing.
+  }
+  void* p = extra_flags == 0 ? tjem_malloc(n) : tjem_mallocx(n, extra_flags);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+void Free(void* p) {
+  if (p == nullptr) return;
+  if (g_active.load(std::memory_order_relaxed) && InRegion(p)) {
+    tjem_dallocx(p, t_state.bypass ? kMallocxTcacheNone : PagedTcache());
+  } else {
+    tjem_free(p);
+  }
+}
+
+void* Realloc(void* p, size_t n, int extra_flags) {
+  if (p == nullptr) return Alloc(n, extra_flags);
+  if (n == 0) n = 1;
+  const bool region = g_active.load(std::memory_order_relaxed) && InRegion(p);
+  const bool paged = PagedThread();
+  if (region == paged) {
+    void* q = paged ? tjem_rallocx(p, n, PagedFlags() | extra_flags)
+                    : tjem_rallocx(p, n, extra_flags);
+    if (q == nullptr) errno = ENOMEM;
+    return q;
+  }
+  // The block moves between plain and paged memory (e.g. allocated before the pager started).
+  void* q = Alloc(n, extra_flags);
+  if (q == nullptr) return nullptr;
+  size_t old = tjem_sallocx(p, 0);
+  memcpy(q, p, old < n ? old : n);
+  Free(p);
+  return q;
+}
+
+void* AlignedAlloc(size_t align, size_t n) {
+  if (align < sizeof(void*)) align = sizeof(void*);
+  return Alloc(n, MallocxLgAlign(align));
+}
+
+// ---- releasing region memory -------------------------------------------------------------
+void DiscardRange(void* addr, size_t len) {
+  if (len == 0) return;
+  if (g_child) {
+    RawMadvise(addr, len, MADV_DONTNEED);
+    return;
+  }
+  BypassScope bypass;
+  Status st = g_pager->Discard(addr, len);
+  if (!st.ok() && g_discard_errors.fetch_add(1) == 0) {
+    RawWrite(2, "tessera preload: Pager::Discard failed: ");
+    RawWrite(2, st.ToString().c_str());
+    RawWrite(2, "\n");
+  }
+}
+
+void ReleaseRange(void* addr, size_t len) {
+  DiscardRange(addr, len);
+  BypassScope bypass;
+  g_ranges->Release(reinterpret_cast<uintptr_t>(addr), len);
+}
+
+// ---- jemalloc extent hooks of the paged arena --------------------------------------------
+void* HookAlloc(tjem_extent_hooks*, void* new_addr, size_t size, size_t alignment, bool* zero,
+                bool* commit, unsigned) {
+  BypassScope bypass;
+  uintptr_t a = 0;
+  if (new_addr != nullptr) {
+    if (!g_ranges->AllocateAt(reinterpret_cast<uintptr_t>(new_addr), size)) return nullptr;
+    a = reinterpret_cast<uintptr_t>(new_addr);
+  } else {
+    a = g_ranges->Allocate(size, alignment);
+    if (a == 0) return nullptr;
+  }
+  // Free ranges always read as zeros (they were discarded when released).
+  *zero = true;
+  *commit = true;
+  return reinterpret_cast<void*>(a);
+}
+bool HookDalloc(tjem_extent_hooks*, void* addr, size_t size, bool, unsigned) {
+  ReleaseRange(addr, size);
+  return false;
+}
+void HookDestroy(tjem_extent_hooks*, void* addr, size_t size, bool, unsigned) {
+  ReleaseRange(addr, size);
+}
+bool HookCommit(tjem_extent_hooks*, void*, size_t, size_t, size_t, unsigned) { return false; }
+bool HookPurge(tjem_extent_hooks*, void* addr, size_t, size_t offset, size_t length, unsigned) {
+  DiscardRange(static_cast<uint8_t*>(addr) + offset, length);
+  return false;
+}
+bool HookSplit(tjem_extent_hooks*, void*, size_t, size_t, size_t, bool, unsigned) { return false; }
+bool HookMerge(tjem_extent_hooks*, void*, size_t, void*, size_t, bool, unsigned) { return false; }
+
+tjem_extent_hooks g_hooks = {HookAlloc,  HookDalloc, HookDestroy, HookCommit, HookPurge,
+                             HookPurge,  HookPurge,  HookSplit,   HookMerge};
+
+// ---- threads -----------------------------------------------------------------------------
+using PthreadCreateFn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+using ForkFn = pid_t (*)();
+std::atomic<PthreadCreateFn> g_real_pthread_create{nullptr};
+std::atomic<ForkFn> g_real_fork{nullptr};
+
+PthreadCreateFn RealPthreadCreate() {
+  PthreadCreateFn f = g_real_pthread_create.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<PthreadCreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+    g_real_pthread_create.store(f, std::memory_order_release);
+  }
+  return f;
+}
+ForkFn RealFork() {
+  ForkFn f = g_real_fork.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    f = reinterpret_cast<ForkFn>(dlsym(RTLD_NEXT, "fork"));
+    g_real_fork.store(f, std::memory_order_release);
+  }
+  return f;
+}
+
+struct BypassStart {
+  void* (*fn)(void*);
+  void* arg;
+};
+void* BypassTrampoline(void* p) {
+  t_state.bypass = true;
+  BypassStart s = *static_cast<BypassStart*>(p);
+  delete static_cast<BypassStart*>(p);
+  return s.fn(s.arg);
+}
+
+// ---- configuration and initialisation ----------------------------------------------------
+struct Config {
+  std::string cluster, token, stats, live, log_level;
+  int k = 4, r = 2;
+  LocalMemory local;
+  uint64_t region = 8ull << 30;
+};
+
+// Copies the shim's variables and removes them (and this library from LD_PRELOAD) from the
+// environment the program and its children see.
+bool TakeConfig(Config* c, std::string* error) {
+  auto take = [](const char* name, std::string* out) {
+    const char* v = getenv(name);
+    if (v == nullptr) return false;
+    *out = v;
+    unsetenv(name);
+    return true;
+  };
+  const bool configured = take(kEnvCluster, &c->cluster);
+  std::string k, r, local, region;
+  take(kEnvToken, &c->token);
+  take(kEnvStats, &c->stats);
+  take(kEnvLive, &c->live);
+  take(kEnvLogLevel, &c->log_level);
+  const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
+  const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
+  if (const char* pre = getenv("LD_PRELOAD")) {
+    std::string kept, entry;
+    std::string all = pre;
+    size_t i = 0;
+    while (i <= all.size()) {
+      size_t j = all.find_first_of(": ", i);
+      if (j == std::string::npos) j = all.size();
+      entry = all.substr(i, j - i);
+      if (!entry.empty() && entry.find(kPreloadName) == std::string::npos) {
+        kept += (kept.empty() ? "" : ":") + entry;
+      }
+      i = j + 1;
+    }
+    if (kept.empty()) unsetenv("LD_PRELOAD");
+    else setenv("LD_PRELOAD", kept.c_str(), 1);
+  }
+  if (!configured) return false;
+  if (has_k) c->k = atoi(k.c_str());
+  if (has_r) c->r = atoi(r.c_str());
+  if (has_local) {
+    auto lm = ParseLocalMemory(local);
+    if (!lm.ok()) {
+      *error = lm.status().ToString();
+      return true;
+    }
+    c->local = *lm;
+  }
+  if (has_region) {
+    auto b = ParseBytes(region);
+    if (!b.ok() || *b < (64ull << 20) || *b % kPage != 0) {
+      *error = "bad " + std::string(kEnvRegion) + " '" + region + "'";
+      return true;
+    }
+    c->region = *b;
+  }
+  return true;
+}
+
+void WriteStats(bool final) {
+  const std::string* path = final ? g_stats_path : g_live_path;
+  if (path == nullptr || path->empty() || g_pager == nullptr) return;
+  BypassScope bypass;
+  auto stats = std::make_unique<PagerStats>(g_pager->Stats());
+  auto sstats = std::make_unique<client::PageStoreStats>(g_store->Stats());
+  RunStats r = CollectRunStats(*stats, *sstats, MonotonicNs() - g_start_ns, final);
+  r["mmaps"] = g_mmaps.load();
+  r["discard_errors"] = g_discard_errors.load();
+  (void)WriteFileAtomically(*path, FormatRunStats(r));
+}
+
+void FailInit(const Config& c, const std::string& message) {
+  RawWrite(2, "tessera preload: cannot page this program: ");
+  RawWrite(2, message.c_str());
+  RawWrite(2, "\n");
+  if (!c.stats.empty()) (void)WriteFileAtomically(c.stats, FormatRunStats({}, message));
+  _exit(1);
+}
+
+struct InitShared {
+  Config* config;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  bool done = false;
+  std::string error;
+};
+
+// The init thread (bypass, all signals blocked): creates the store and the pager, then
+// publishes live stats until the process exits.
+void* InitThread(void* arg) {
+  t_state.bypass = true;
+  auto* sh = static_cast<InitShared*>(arg);
+  const Config& c = *sh->config;
+  std::string error;
+  do {
+    auto servers = client::LoadServers(c.cluster);
+    if (!servers.ok()) {
+      error = "cluster file " + c.cluster + ": " + servers.status().ToString();
+      break;
+    }
+    auto secret = fabric::LoadAuthSecret(c.token, "tessera run");
+    if (!secret.ok()) {
+      error = secret.status().ToString();
+      break;
+    }
+    client::ErasureCodedStoreOptions eo;
+    eo.remote.servers = *servers;
+    eo.remote.secret = *secret;
+    eo.remote.capacity_pages = c.region / kPage;
+    eo.k = c.k;
+    eo.r = c.r;
+    auto store = client::CreateErasureCodedStore(eo);
+    if (!store.ok()) {
+      error = "page store: " + store.status().ToString();
+      break;
+    }
+    PagerOptions po;
+    po.store = store->get();
+    po.region_bytes = c.region;
+    po.local_limit_bytes = c.local.bytes;
+    po.local_fraction = c.local.fraction;
+    auto pager = Pager::Create(po);
+    if (!pager.ok()) {
+      error = "pager: " + pager.status().ToString();
+      break;
+    }
+    g_store = store->release();
+    g_pager = pager->release();
+  } while (false);
+  pthread_mutex_lock(&sh->mu);
+  sh->error = error;
+  sh->done = true;
+  pthread_cond_signal(&sh->cv);
+  pthread_mutex_unlock(&sh->mu);
+  if (!error.empty()) return nullptr;
+  // Live stats publisher.
+  while (!g_exiting.load(std::memory_order_acquire)) {
+    struct timespec ts = {0, 500 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+    if (g_exiting.load(std::memory_order_acquire) || g_child) break;
+    WriteStats(false);
+  }
+  return nullptr;
+}
+
+__attribute__((constructor)) void ShimInit() {
+  RealPthreadCreate();
+  RealFork();
+  g_tcache_key_ok = pthread_key_create(&g_tcache_key, DestroyTcache) == 0;
+  static Config config;  // Lives for the process (read by the init thread).
+  std::string error;
+  if (!TakeConfig(&config, &error)) return;  // Not configured: a plain jemalloc heap.
+  if (!error.empty()) FailInit(config, error);
+  LogLevel level = LogLevel::kWarning;
+  if (!config.log_level.empty()) ParseLogLevel(config.log_level, &level);
+  SetMinLogLevel(level);
+  g_start_ns = MonotonicNs();
+  g_owner_pid = getpid();
+  g_stats_path = new std::string(config.stats);
+  g_live_path = new std::string(config.live);
+
+  InitShared sh;
+  sh.config = &config;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t tid;
+  int rc = RealPthreadCreate()(&tid, nullptr, InitThread, &sh);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) FailInit(config, std::string("cannot start the pager thread: ") + strerror(rc));
+  pthread_detach(tid);
+  pthread_mutex_lock(&sh.mu);
+  while (!sh.done) pthread_cond_wait(&sh.cv, &sh.mu);
+  pthread_mutex_unlock(&sh.mu);
+  if (!sh.error.empty()) FailInit(config, sh.error);
+
+  {
+    BypassScope bypass;
+    g_ranges = new RangeAllocator(reinterpret_cast<uintptr_t>(g_pager->base()), g_pager->size());
+  }
+  // The paged arena: extents from the region, but its metadata (jemalloc's "base": extent
+  // descriptors, slab bitmaps) in plain memory. jemalloc writes metadata while holding locks
+  // that the pager's own threads may need (arenas_lock when a thread first allocates), so
+  // metadata in paged memory could fault with such a lock held and deadlock the pager.
+  // jemalloc 5.3's experimental.arenas_create_ext takes an arena_config_t (same layout here).
+  struct {
+    tjem_extent_hooks* extent_hooks;
+    bool metadata_use_hooks;
+  } arena_config = {&g_hooks, false};
+  unsigned arena = 0;
+  size_t sz = sizeof(arena);
+  g_region_base = reinterpret_cast<uintptr_t>(g_pager->base());
+  g_region_end = g_region_base + g_pager->size();
+  if (tjem_mallctl("experimental.arenas_create_ext", &arena, &sz, &arena_config,
+                   sizeof(arena_config)) != 0) {
+    FailInit(config, "jemalloc: experimental.arenas_create_ext failed (jemalloc 5.3 needed)");
+  }
+  // Freed heap pages go back to the pager (and the store is trimmed) after 1 s, not 10 s:
+  // pages kept for reuse would otherwise count against the local-memory limit.
+  ssize_t dirty_ms = 1000, muzzy_ms = 0;
+  std::string prefix = "arena." + std::to_string(arena) + ".";
+  tjem_mallctl((prefix + "dirty_decay_ms").c_str(), nullptr, nullptr, &dirty_ms, sizeof(dirty_ms));
+  tjem_mallctl((prefix + "muzzy_decay_ms").c_str(), nullptr, nullptr, &muzzy_ms, sizeof(muzzy_ms));
+  g_paged_arena = arena;
+  g_active.store(true, std::memory_order_release);
+}
+
+__attribute__((destructor)) void ShimFini() {
+  if (!g_active.load() || g_child || getpid() != g_owner_pid) return;
+  g_exiting.store(true, std::memory_order_release);
+  WriteStats(true);
+}
+
+// Private anonymous read/write mappings without an address the program asked for.
+bool ShouldPage(void* addr, size_t len, int prot, int flags) {
+  if (!PagedThread() || addr != nullptr || len == 0) return false;
+  if ((flags & MAP_ANONYMOUS) == 0 || (flags & MAP_TYPE) != MAP_PRIVATE) return false;
+  if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB |
+               MAP_32BIT)) {
+    return false;
+  }
+  return prot == (PROT_READ | PROT_WRITE);
+}
+
+}  // namespace
+}  // namespace tessera::kernel_shim
+
+using namespace tessera::kernel_shim;  // NOLINT: the exported C entry points below.
+
+// ---- exported entry points -----------------------------------------------------------------
+extern "C" {
+
+__attribute__((visibility("default"))) void* tessera_jemalloc_mmap(void* addr, size_t len,
+                                                                   int prot, int flags, int fd,
+                                                                   off_t off) {
+  return RawMmap(addr, len, prot, flags, fd, off);
+}
+__attribute__((visibility("default"))) int tessera_jemalloc_munmap(void* addr, size_t len) {
+  return RawMunmap(addr, len);
+}
+__attribute__((visibility("default"))) int tessera_jemalloc_madvise(void* addr, size_t len,
+                                                                    int advice) {
+  return RawMadvise(addr, len, advice);
+}
+
+void* malloc(size_t n) noexcept { return Alloc(n, 0); }
+void free(void* p) noexcept { Free(p); }
+void* calloc(size_t n, size_t m) noexcept {
+  size_t total;
+  if (__builtin_mul_overflow(n, m, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return Alloc(total, kMallocxZero);
+}
+void* realloc(void* p, size_t n) noexcept {
+  if (p != nullptr && n == 0) {
+    Free(p);
+    return nullptr;
+  }
+  return Realloc(p, n, 0);
+}
+int posix_memalign(void** out, size_t align, size_t n) noexcept {
+  if (align < sizeof(void*) || (align & (align - 1)) != 0) return EINVAL;
+  void* p = AlignedAlloc(align, n);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+void* aligned_alloc(size_t align, size_t n) noexcept {
+  if (align == 0 || (align & (align - 1)) != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return AlignedAlloc(align, n);
+}
+void* memalign(size_t align, size_t n) noexcept {
+  if (align == 0) align = 1;
+  if ((align & (align - 1)) != 0) align = size_t{1} << (64 - __builtin_clzl(align));
+  return AlignedAlloc(align, n);
+}
+void* valloc(size_t n) noexcept { return AlignedAlloc(kPage, n); }
+void* pvalloc(size_t n) noexcept {
+  return AlignedAlloc(kPage, (n + kPage - 1) & ~(kPage - 1));
+}
+size_t malloc_usable_size(void* p) noexcept { return p == nullptr ? 0 : tjem_sallocx(p, 0); }
+
+// jemalloc's own API (redis calls mallctl, nallocx, malloc_stats_print). Calls that name an
+// arena or tcache themselves are passed through as they are.
+void* mallocx(size_t n, int flags) {
+  if ((flags & ~0x7f) != 0) return tjem_mallocx(n, flags);
+  return Alloc(n, flags);
+}
+void* rallocx(void* p, size_t n, int flags) {
+  if ((flags & ~0x7f) != 0) return tjem_rallocx(p, n, flags);
+  return Realloc(p, n, flags);
+}
+size_t xallocx(void* p, size_t n, size_t extra, int flags) {
+  return tjem_xallocx(p, n, extra, flags & 0x7f);
+}
+size_t sallocx(const void* p, int flags) { return tjem_sallocx(p, flags); }
+void dallocx(void* p, int flags) {
+  if ((flags & ~0x7f) != 0) return tjem_dallocx(p, flags);
+  Free(p);
+}
+void sdallocx(void* p, size_t, int flags) { dallocx(p, flags); }
+size_t nallocx(size_t n, int flags) { return tjem_nallocx(n, flags); }
+int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen) {
+  return tjem_mallctl(name, oldp, oldlenp, newp, newlen);
+}
+int mallctlnametomib(const char* name, size_t* mibp, size_t* miblenp) {
+  return tjem_mallctlnametomib(name, mibp, miblenp);
+}
+int mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* oldlenp, void* newp,
+                 size_t newlen) {
+  return tjem_mallctlbymib(mib, miblen, oldp, oldlenp, newp, newlen);
+}
+void malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque, const char* opts) {
+  tjem_malloc_stats_print(write_cb, cbopaque, opts);
+}
+
+void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
+  if (ShouldPage(addr, len, prot, flags)) {
+    BypassScope bypass;
+    uintptr_t a = g_ranges->Allocate(len, kPage);
+    if (a != 0) {
+      g_mmaps.fetch_add(1, std::memory_order_relaxed);
+      return reinterpret_cast<void*>(a);
+    }
+    // The region is full: an ordinary mapping.
+  }
+  return RawMmap(addr, len, prot, flags, fd, off);
+}
+void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept
+    __attribute__((alias("mmap")));
+
+int munmap(void* addr, size_t len) noexcept {
+  if (!t_state.bypass && g_active.load(std::memory_order_acquire) && len != 0 &&
+      RangeTouchesRegion(addr, len)) {
+    if (reinterpret_cast<uintptr_t>(addr) % kPage != 0 || !RangeInRegion(addr, len)) {
+      errno = EINVAL;
+      return -1;
+    }
+    ReleaseRange(addr, (len + kPage - 1) & ~(kPage - 1));
+    return 0;
+  }
+  return RawMunmap(addr, len);
+}
+
+int madvise(void* addr, size_t len, int advice) noexcept {
+  if (!t_state.bypass && g_active.load(std::memory_order_acquire) && len != 0 &&
+      RangeTouchesRegion(addr, len)) {
+    if (reinterpret_cast<uintptr_t>(addr) % kPage != 0 || !RangeInRegion(addr, len)) {
+      errno = EINVAL;
+      return -1;
+    }
+    const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
+    switch (advice) {
+      case MADV_DONTNEED:
+      case MADV_FREE:
+      case MADV_REMOVE:
+        DiscardRange(addr, rounded);
+        return 0;
+      case MADV_NORMAL:
+      case MADV_RANDOM:
+      case MADV_SEQUENTIAL:
+      case MADV_WILLNEED:
+      case MADV_HUGEPAGE:
+      case MADV_NOHUGEPAGE:
+      case MADV_DONTDUMP:
+      case MADV_DODUMP:
+      case MADV_COLD:
+      case MADV_PAGEOUT:
+      case MADV_MERGEABLE:
+      case MADV_UNMERGEABLE:
+        return 0;  // Hints: the pager decides what is resident.
+      default:
+        // DONTFORK, WIPEONFORK, HWPOISON, ...: not supported on paged memory.
+        errno = EINVAL;
+        return -1;
+    }
+  }
+  return RawMadvise(addr, len, advice);
+}
+
+void* mremap(void* old_addr, size_t old_size, size_t new_size, int flags, ...) noexcept {
+  void* new_addr = nullptr;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    new_addr = va_arg(ap, void*);
+    va_end(ap);
+  }
+  if (!t_state.bypass && g_active.load(std::memory_order_acquire) &&
+      RangeTouchesRegion(old_addr, old_size == 0 ? 1 : old_size)) {
+    const uintptr_t old = reinterpret_cast<uintptr_t>(old_addr);
+    old_size = (old_size + kPage - 1) & ~(kPage - 1);
+    new_size = (new_size + kPage - 1) & ~(kPage - 1);
+    if (old % kPage != 0 || old_size == 0 || new_size == 0 ||
+        (flags & ~MREMAP_MAYMOVE) != 0 || !RangeInRegion(old_addr, old_size)) {
+      errno = EINVAL;  // MREMAP_FIXED / MREMAP_DONTUNMAP are not supported on paged memory.
+      return MAP_FAILED;
+    }
+    if (new_size <= old_size) {
+      if (new_size < old_size) ReleaseRange(reinterpret_cast<void*>(old + new_size), old_size - new_size);
+      return old_addr;
+    }
+    {
+      BypassScope bypass;
+      if (g_ranges->AllocateAt(old + old_size, new_size - old_size)) return old_addr;
+    }
+    if ((flags & MREMAP_MAYMOVE) == 0) {
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+    uintptr_t a;
+    {
+      BypassScope bypass;
+      a = g_ranges->Allocate(new_size, kPage);
+    }
+    if (a == 0) {
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+    memcpy(reinterpret_cast<void*>(a), old_addr, old_size);
+    ReleaseRange(old_addr, old_size);
+    return reinterpret_cast<void*>(a);
+  }
+  if (flags & MREMAP_FIXED) {
+    return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr));
+  }
+  long r = syscall(SYS_mremap, old_addr, old_size, new_size, flags);
+  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
+}
+
+int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
+                   void* arg) noexcept {
+  PthreadCreateFn real = RealPthreadCreate();
+  if (!t_state.bypass) return real(thread, attr, fn, arg);
+  // A pager/store thread starting a thread: the new one is a bypass thread too.
+  auto* s = new BypassStart{fn, arg};
+  int rc = real(thread, attr, BypassTrampoline, s);
+  if (rc != 0) delete s;
+  return rc;
+}
+
+pid_t fork() noexcept {
+  ForkFn real = RealFork();
+  if (!g_active.load(std::memory_order_acquire) || g_child) return real();
+  {
+    BypassScope bypass;
+    tessera::Status st = g_pager->PrepareFork();
+    if (!st.ok()) {
+      RawWrite(2, "tessera preload: fork refused, the heap could not be paged in: ");
+      RawWrite(2, st.ToString().c_str());
+      RawWrite(2, "\n");
+      g_pager->ParentAfterFork();
+      errno = ENOMEM;
+      return -1;
+    }
+  }
+  pid_t pid = real();
+  if (pid == 0) {
+    g_child = true;
+    g_pager->ChildAfterFork();
+  } else {
+    BypassScope bypass;
+    g_pager->ParentAfterFork();
+  }
+  return pid;
+}
+
+}  // extern "C"
