@@ -218,6 +218,13 @@ int Main(int argc, char** argv) {
                 static_cast<unsigned long long>(e.size_bytes), Human(e.size_bytes).c_str(), uri.c_str());
   }
   std::fflush(stdout);
+  if (::access("/sys/module/nbd", F_OK) != 0) {
+    std::fprintf(stderr,
+                 "tessera nbd: note: this machine has no nbd kernel module loaded "
+                 "(/sys/module/nbd is missing), so /dev/nbdN (and swap on it) is not available "
+                 "here; user-space NBD clients (nbdinfo, nbdcopy, qemu-img, qemu-io) work. Where "
+                 "the module exists: modprobe nbd; nbd-client HOST PORT /dev/nbd0 -N NAME\n");
+  }
 
   unsigned char sig = 0;
   while (::read(pipe_fds[0], &sig, 1) < 0 && errno == EINTR) {
