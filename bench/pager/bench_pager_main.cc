@@ -48,6 +48,8 @@ DEFINE_bool(swap, true, "Compare with Linux swap (swapfile + cgroup-v1 memory li
 DEFINE_bool(run, true, "Also run the workloads under `tessera run` (when it is built)");
 DEFINE_string(sections, "latency,workloads,policy,failure",
               "Comma-separated parts to run: latency, workloads, policy, failure");
+DEFINE_int32(evict_batch, 64, "Pager: pages per eviction batch");
+DEFINE_double(low_watermark, 0.95, "Pager: eviction stops at this fraction of the cap");
 DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local disk)");
 
 namespace tessera {
@@ -207,6 +209,8 @@ InProcess RunInProcess(client::PageStore* store, Pattern pattern, size_t bytes, 
   o.region_bytes = bytes;
   o.local_fraction = fraction >= 1.0 ? 0 : fraction;
   o.min_local_bytes = 1 << 20;
+  o.evict_batch = static_cast<size_t>(FLAGS_evict_batch);
+  o.low_watermark = FLAGS_low_watermark;
   o.victim = policy;
   o.prefetch = prefetch;
   auto pager = kernel_shim::Pager::Create(o);
@@ -489,7 +493,9 @@ int Main(int argc, char** argv) {
       const auto& ps = inproc_stats[key("pager", pat, f)];
       row.Set("pager_faults", ps.faults - ps.zero_fills)
           .Set("pager_writebacks", ps.remote_writes)
-          .Set("prefetch_hits", ps.prefetch_hits);
+          .Set("prefetch_hits", ps.prefetch_hits)
+          .Set("pager_fault_p50_us", ps.fault_latency.p50() / 1e3)
+          .Set("pager_fault_p99_us", ps.fault_latency.p99() / 1e3);
       auto swap = cells.find(key("swap", pat, f));
       auto best = cells.find(key(have_run ? "run" : "pager", pat, f));
       if (swap != cells.end() && swap->second.ok && best != cells.end() && best->second.ok) {
