@@ -55,7 +55,7 @@ const cli::CliSpec kSpec = {
     "[--k 8 --r 2] [--pages 16384] [--ops 2000] [--qd 16] [--reps 3] [--kill] [--peer nbdkit|qemu-nbd] "
     "[--quick] [--json]",
     "Measures sequential and random 4 KB reads and writes (QD1 p50/p99 latency, QD N ops/s)\n"
-    "through libnbd against `tessera nbd` on k+2r local memservers and, in the same run with the\n"
+    "through libnbd against `tessera nbd` on k+2r+1 local memservers and, in the same run with the\n"
     "same client, against a file export served by nbdkit or qemu-nbd; then again with r memservers\n"
     "SIGKILLed. Needs python3-libnbd and nbdkit or qemu-utils (scripts/setup.sh). Prints PASS/MISS for the\n"
     "target: random 4 KB read p50 at QD1 within 1.5x of the file export's.",
@@ -169,10 +169,11 @@ int Main(int argc, char** argv) {
   std::ofstream(driver) << kNbdDriverPy;
 
   const uint64_t bytes = static_cast<uint64_t>(FLAGS_pages) * 4096;
-  // Tessera: k+2r memservers, so r can be killed and their splits re-placed.
+  // Tessera: k+2r+1 memservers, so r can be killed and their splits re-placed (and one more
+  // may be declared failed by a heartbeat timeout on a loaded box without stopping writes).
   client::LocalClusterOptions lo;
   lo.bin_dir = SelfExeDir();
-  lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r);
+  lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r + 1);
   lo.capacity = std::to_string(bytes / static_cast<uint64_t>(FLAGS_k) / (1 << 20) * 3 + 32) + "M";
   std::fprintf(stderr, "tessera bench nbd: starting %zu memservers...\n", lo.servers);
   auto cluster = client::LocalCluster::Start(lo);
