@@ -37,7 +37,10 @@ void MemoryStore::CompleteOne(PageOp* op) {
   Status st;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (op->page >= capacity_) {
+    if (fail_unavailable_ > 0) {
+      fail_unavailable_--;
+      st = Unavailable("page ", op->page, ": injected server loss");
+    } else if (op->page >= capacity_) {
       out_of_range_++;
       st = OutOfRange("page ", op->page, " beyond ", capacity_);
     } else if (op->kind == PageOp::Kind::kRead) {
@@ -125,6 +128,11 @@ void MemoryStore::Release(bool reverse) {
   for (PageOp* op : batch) CompleteOne(op);
   std::lock_guard<std::mutex> lk(mu_);
   cv_.notify_all();
+}
+
+void MemoryStore::FailNextOpsUnavailable(uint64_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  fail_unavailable_ = n;
 }
 
 void MemoryStore::FailReads(PageId page) {

@@ -40,6 +40,8 @@ class MemoryStore : public client::PageStore {
   bool WaitHeld(size_t n, int timeout_ms = 10000);
   void Release(bool reverse);
   void FailReads(client::PageId page);
+  // The next n ops (any kind) fail with Unavailable, as when a server dies under them.
+  void FailNextOpsUnavailable(uint64_t n);
 
   // Direct access to the stored bytes of a page (zeros if never written).
   std::vector<uint8_t> Page(client::PageId page);
@@ -63,6 +65,7 @@ class MemoryStore : public client::PageStore {
   std::mt19937_64 rng_;
   std::unordered_map<client::PageId, std::vector<uint8_t>> pages_;
   std::set<client::PageId> fail_reads_;
+  uint64_t fail_unavailable_ = 0;
   uint64_t trimmed_ = 0, flushes_ = 0, out_of_range_ = 0, reads_ = 0, writes_ = 0, trims_ = 0;
   std::thread thread_;
 };

@@ -641,6 +641,22 @@ TEST_F(NbdServerTest, StructuredRepliesAndStoreErrors) {
   EXPECT_EQ(c->Do(kCmdWrite, 3 * kPageSize, kPageSize, Pattern(kPageSize, 1)).error, 0u);
 }
 
+TEST_F(NbdServerTest, UnavailableOpsAreRetriedThenReportedAsEio) {
+  auto c = Connect();
+  c->Go("disk", false);
+  const std::string a = Pattern(4 * kPageSize, 21);
+  store_->FailNextOpsUnavailable(3);  // Fewer failures than retry rounds: the write succeeds.
+  EXPECT_EQ(c->Do(kCmdWrite, 0, 4 * kPageSize, a).error, 0u);
+  EXPECT_GE(server_->Stats().retried_ops, 3u);
+  store_->FailNextOpsUnavailable(2);
+  EXPECT_EQ(c->Do(kCmdRead, 0, 4 * kPageSize).data, a);
+  store_->FailNextOpsUnavailable(1000);  // The store stays unavailable: EIO, data untouched.
+  EXPECT_EQ(c->Do(kCmdWrite, 0, kPageSize, std::string(kPageSize, 'x')).error, kEIo);
+  EXPECT_EQ(c->Do(kCmdRead, 0, 10).error, kEIo);
+  store_->FailNextOpsUnavailable(0);
+  EXPECT_EQ(c->Do(kCmdRead, 0, 4 * kPageSize).data, a);
+}
+
 TEST_F(NbdServerTest, TrimWriteZeroesFlushAndFua) {
   auto c = Connect();
   c->Go("disk", false);
