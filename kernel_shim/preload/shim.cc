@@ -605,6 +605,15 @@ __attribute__((visibility("default"))) int tessera_jemalloc_madvise(void* addr, 
   return RawMadvise(addr, len, advice);
 }
 
+// For tests and tools: the paged region of this process (false when paging is off, e.g. in
+// a program started without `tessera run`). Find it with dlsym(RTLD_DEFAULT, ...).
+__attribute__((visibility("default"))) bool tessera_preload_region(void** base, size_t* size) {
+  if (!g_active.load(std::memory_order_acquire)) return false;
+  *base = reinterpret_cast<void*>(g_region_base);
+  *size = g_region_end - g_region_base;
+  return true;
+}
+
 void* malloc(size_t n) noexcept { return Alloc(n, 0); }
 void free(void* p) noexcept { Free(p); }
 void* calloc(size_t n, size_t m) noexcept {

@@ -1,0 +1,139 @@
+// Integration tests of the LD_PRELOAD interposer through `tessera run`: each case runs the
+// probe program (tests/run/preload_probe.cc) paged at a few MB of local memory on an embedded
+// cluster, so its heap really goes to real memservers and back, and checks its verdict, the
+// exit code passed through, and the stats the launcher reports.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::BinDir;
+using testing::CommandOutcome;
+using testing::RunCommand;
+using testing::TempDir;
+
+std::string Probe() { return BinDir() + "/tessera-preload-probe"; }
+
+CommandOutcome RunPaged(const std::vector<std::string>& probe_args, const std::string& json = "",
+                        const std::string& local = "6M") {
+  std::vector<std::string> argv = {BinDir() + "/tessera", "run", "--local-memory", local,
+                                   "--region", "1G", "--k", "2", "--r", "1", "--spares", "0"};
+  if (!json.empty()) {
+    argv.push_back("--stats-json");
+    argv.push_back(json);
+  }
+  argv.push_back("--");
+  argv.push_back(Probe());
+  argv.insert(argv.end(), probe_args.begin(), probe_args.end());
+  return RunCommand(argv, 180000, /*keep_stderr=*/true);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The integer value of "key": in the one-line JSON the launcher writes; -1 if absent.
+long long JsonInt(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::stoll(json.substr(at + key.size() + 3));
+}
+
+TEST(Preload, HeapIsPagedAndThreadsSeeTheirBytes) {
+  TempDir tmp;
+  const std::string json = tmp.path() + "/stats.json";
+  auto out = RunPaged({"threads", "6", "2"}, json);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  const std::string j = ReadFile(json);
+  EXPECT_EQ(JsonInt(j, "exit_code"), 0) << j;
+  EXPECT_GT(JsonInt(j, "faults"), 0) << j;
+  EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "nothing went remote at 6M local: " << j;
+  EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
+}
+
+TEST(Preload, MmapMunmapMremapMadviseSemantics) {
+  TempDir tmp;
+  const std::string json = tmp.path() + "/stats.json";
+  auto out = RunPaged({"mmap"}, json);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  const std::string j = ReadFile(json);
+  EXPECT_GT(JsonInt(j, "mmaps"), 0) << j;
+  EXPECT_GT(JsonInt(j, "remote_reads"), 0) << "the 48 MB mapping never came back from the store: " << j;
+  EXPECT_GT(JsonInt(j, "discarded"), 0) << j;
+}
+
+TEST(Preload, ForkWithoutExecGivesTheChildAFullCopy) {
+  // 32 MB of heap at 6 MB local: most of it is remote when the program forks.
+  auto out = RunPaged({"fork", "32"});
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+}
+
+TEST(Preload, ExecedChildrenRunUnpaged) {
+  auto out = RunPaged({"exec"});
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  auto region = RunPaged({"region"});
+  EXPECT_EQ(region.stdout_text, "paged\n");
+}
+
+TEST(Preload, SignalHandlersRunOnProgramThreads) {
+  auto out = RunPaged({"signal"});
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+}
+
+TEST(Run, ExitCodesPassThroughLikeAShell) {
+  EXPECT_EQ(RunPaged({"exit", "0"}).exit_code, 0);
+  EXPECT_EQ(RunPaged({"exit", "7"}).exit_code, 7);
+  EXPECT_EQ(RunPaged({"raise", "9"}).exit_code, 128 + 9);
+  EXPECT_EQ(RunPaged({"raise", "15"}).exit_code, 128 + 15);
+  auto missing = RunCommand({BinDir() + "/tessera", "run", "--", "/no/such/program"}, 30000, true);
+  EXPECT_EQ(missing.exit_code, 127);
+  auto missing_path = RunCommand({BinDir() + "/tessera", "run", "--", "no-such-program-xyz"}, 30000, true);
+  EXPECT_EQ(missing_path.exit_code, 127);
+  auto not_exec = RunCommand({BinDir() + "/tessera", "run", "--", "/etc/hostname"}, 30000, true);
+  EXPECT_EQ(not_exec.exit_code, 126);
+}
+
+TEST(Run, BadFlagsAreUsageErrors) {
+  const std::string t = BinDir() + "/tessera";
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {t, "run", "--local-memory", "0%", "--", "/bin/true"},
+           {t, "run", "--local-memory", "lots", "--", "/bin/true"},
+           {t, "run", "--k", "3", "--", "/bin/true"},
+           {t, "run", "--r", "0", "--", "/bin/true"},
+           {t, "run", "--region", "1M", "--", "/bin/true"},
+           {t, "run", "--no-such-flag", "--", "/bin/true"},
+           {t, "run", "--auth-token-file", "/tmp/x", "--", "/bin/true"},
+           {t, "run"}}) {
+    EXPECT_EQ(RunCommand(args, 30000, true).exit_code, 2) << args[2];
+  }
+  TempDir tmp;
+  auto bad_cluster = RunCommand({t, "run", "--cluster", tmp.path() + "/missing", "--", "/bin/true"},
+                                30000, true);
+  EXPECT_EQ(bad_cluster.exit_code, 2);
+}
+
+TEST(Run, UnreachableClusterIsAClearFailure) {
+  TempDir tmp;
+  const std::string cluster = tmp.path() + "/cluster";
+  {
+    std::ofstream f(cluster);
+    for (int i = 1; i <= 3; ++i) f << "127.0.0.1:" << i << "\n";  // nothing listens there
+  }
+  auto out = RunCommand({BinDir() + "/tessera", "run", "--cluster", cluster, "--k", "2", "--r",
+                         "1", "--", "/bin/true"},
+                        60000, true);
+  EXPECT_EQ(out.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace tessera
