@@ -61,9 +61,15 @@ const cli::CliSpec kSpec = {
     "target: random 4 KB read p50 at QD1 within 1.5x of the file export's.",
     __FILE__};
 
+std::string g_scratch_dir;  // Removed on every exit path, Die() included.
+
 [[noreturn]] void Die(const std::string& msg) {
   std::fprintf(stderr, "tessera bench nbd: %s\n", msg.c_str());
-  std::exit(1);
+  if (!g_scratch_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(g_scratch_dir, ec);
+  }
+  std::exit(1);  // Children (memservers, tessera nbd, the peer) die with us (PR_SET_PDEATHSIG).
 }
 
 std::string Python() {
@@ -158,6 +164,7 @@ int Main(int argc, char** argv) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-bench-nbd-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
   const std::string dir = tmpl;
+  g_scratch_dir = dir;
   struct Cleanup {
     std::string d;
     ~Cleanup() {
