@@ -240,7 +240,8 @@ class PagerImpl final : public Pager {
     bool dirty;
   };
   size_t PickVictims(std::vector<Victim>* out, size_t n);
-  void EvictBatch(const std::vector<Victim>& victims);
+  // Returns the number of failed write-backs (those pages stay resident and dirty).
+  size_t EvictBatch(const std::vector<Victim>& victims);
   // Write-protects a resident dirty page (it stays kDirty): its next write faults and sets kRef.
   void ArmWriteTrap(PageId p);
   void NoteTouched(PageId p) {
@@ -965,7 +966,8 @@ void PagerImpl::WriteDone(PageOp* op) {
   if (self->wb_pending_.fetch_sub(1) == 1) self->wb_pending_.notify_all();
 }
 
-void PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
+size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
+  size_t failures = 0;
   size_t n = victims.size();
   // 1. Write-protect the dirty victims, runs of consecutive pages in one ioctl (clean pages are
   //    mapped write-protected already).
@@ -1026,9 +1028,13 @@ void PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     if (victims[i].dirty) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
-        writeback_errors_.fetch_add(1);
-        TLOG(WARNING) << "pager: write-back of page " << p << " failed ("
-                      << wb_ops_[i].status.ToString() << "); the page stays resident";
+        failures++;
+        uint64_t n_err = writeback_errors_.fetch_add(1) + 1;
+        if ((n_err & (n_err - 1)) == 0) {  // Logged at 1, 2, 4, 8, ... failures.
+          TLOG(WARNING) << "pager: write-back of page " << p << " failed ("
+                        << wb_ops_[i].status.ToString() << "); the page stays resident ("
+                        << n_err << " failed write-backs so far)";
+        }
       }
     }
     for (;;) {
@@ -1076,6 +1082,7 @@ void PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     std::lock_guard<std::mutex> l(events_mu_);
     for (PageId p : kept) resident_events_.push_back(p);
   }
+  return failures;
 }
 
 void PagerImpl::EvictLoop() {
@@ -1104,8 +1111,13 @@ void PagerImpl::EvictLoop() {
                                      static_cast<size_t>(static_cast<double>(r) - low) + 1);
       victims.clear();
       if (PickVictims(&victims, want) == 0) break;
-      EvictBatch(victims);
+      size_t failed = EvictBatch(victims);
       evict_idle_cv_.notify_all();
+      if (failed > 0) {
+        // The store rejects writes: back off instead of spinning on the same pages.
+        std::unique_lock<std::mutex> l(evict_mu_);
+        evict_cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return stopping_.load(); });
+      }
     }
     {
       std::lock_guard<std::mutex> l(evict_mu_);

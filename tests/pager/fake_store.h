@@ -63,6 +63,8 @@ class FakeStore final : public client::PageStore {
     std::lock_guard<std::mutex> l(data_mu_);
     failing_.insert(p);
   }
+  // While set, every write fails with Unavailable (and stores nothing).
+  void FailWrites(bool fail) { fail_writes_.store(fail); }
   uint64_t reads() const { return reads_.load(); }
   uint64_t writes() const { return writes_.load(); }
   uint64_t writes_of(client::PageId p) {
@@ -112,6 +114,10 @@ class FakeStore final : public client::PageStore {
       if (it == data_.end()) std::memset(op->buf, 0, client::kPageSize);
       else std::memcpy(op->buf, it->second.data(), client::kPageSize);
     } else {
+      if (fail_writes_.load()) {
+        op->status = Unavailable("writes failing (injected)");
+        return;
+      }
       writes_++;
       page_writes_[op->page]++;
       auto& v = data_[op->page];
@@ -132,6 +138,7 @@ class FakeStore final : public client::PageStore {
   std::set<client::PageId> failing_;
   uint64_t trims_ = 0;
   std::atomic<uint64_t> reads_{0}, writes_{0};
+  std::atomic<bool> fail_writes_{false};
   std::thread worker_;  // Last: starts after the members above exist.
 };
 

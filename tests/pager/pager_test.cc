@@ -414,5 +414,27 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   EXPECT_LT(smart * 2, fifo) << "smart " << smart << " fifo " << fifo;
 }
 
+
+TEST(PagerTest, FailedWriteBackKeepsPagesResident) {
+  constexpr size_t kPages = 256, kCap = 32;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, false);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < 64; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  store.FailWrites(true);
+  for (size_t p = 64; p < 128; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().writeback_errors > 0; }));
+  // Nothing written while the store refused is lost: those pages stayed resident.
+  for (size_t p = 64; p < 128; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  EXPECT_GT(pager->Stats().resident_pages, kCap);
+  store.FailWrites(false);
+  for (size_t p = 128; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  EXPECT_EQ(pager->Stats().fill_errors, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::kernel_shim
