@@ -12,6 +12,7 @@
 #include <linux/userfaultfd.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -37,11 +38,13 @@
 DEFINE_string(local_memory, "50%",
               "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "
               "size (e.g. 256M, 2G); 100% = no limit");
-DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+r+1 locally)");
+DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+2r locally)");
 DEFINE_string(auth_token_file, "", "Shared-secret file of --cluster");
 DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
 DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
-DEFINE_int32(spares, 1, "Embedded cluster only: memservers beyond k+r (regeneration targets)");
+DEFINE_int32(spares, -1,
+             "Embedded cluster only: memservers beyond k+r (-1: r, so that writes still find "
+             "k+r live servers after r failures)");
 DEFINE_string(region, "8G", "Size of the paged region (virtual; bounds the paged heap)");
 DEFINE_string(stats_json, "", "Write the summary as JSON to this file");
 DEFINE_string(live_stats_file, "",
@@ -59,7 +62,7 @@ const cli::CliSpec kSpec = {
     "[--stats-json FILE] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
     "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
-    "across memservers (an embedded local cluster of k+r+1 servers unless --cluster is given),\n"
+    "across memservers (an embedded local cluster of k+2r servers unless --cluster is given),\n"
     "so the program survives the loss of r servers. Programs it starts with exec run unpaged;\n"
     "a fork without exec gets a full private copy of the heap. Prints a summary at exit and\n"
     "exits with the program's exit code (128+N for a death by signal N, 127 if PROGRAM is not\n"
@@ -202,7 +205,8 @@ int Main(int argc, char** argv) {
   if (FLAGS_k < 1 || FLAGS_k > 16 || 4096 % FLAGS_k != 0) {
     cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
   }
-  if (FLAGS_spares < 0 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in 0..8");
+  if (FLAGS_spares < -1 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in -1..8");
+  if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
   auto local = kernel_shim::ParseLocalMemory(FLAGS_local_memory);
   if (!local.ok()) cli::UsageError(kSpec, "--local-memory: " + local.status().message());
   auto region = kernel_shim::ParseBytes(FLAGS_region);
@@ -324,12 +328,16 @@ int Main(int argc, char** argv) {
   cargv.push_back(nullptr);
 
   const uint64_t t0 = MonotonicNs();
+  const pid_t getpid_before_fork = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     std::fprintf(stderr, "tessera run: fork: %s\n", strerror(errno));
     return 1;
   }
   if (pid == 0) {
+    // The program dies with the launcher (an embedded cluster, and so its memory, would too).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != getpid_before_fork) _exit(1);
     execve(program->c_str(), cargv.data(), cenv.data());
     const int err = errno;
     const char msg[] = "tessera run: exec failed\n";

@@ -16,6 +16,10 @@
 //        pager region (RangeAllocator) and turn purge/decommit/dalloc into Pager::Discard;
 //      - "bypass" threads (the store's and pager's threads, and any code of the shim itself):
 //        jemalloc's ordinary automatic arenas and tcache, i.e. plain memory.
+//      - calls from the C library, the dynamic loader, libm and libgcc (their process-wide
+//        state: time zones, locales, stdio buffers, link maps) get plain memory too: pager
+//        threads use that state under libc locks (localtime() when the store logs), and a
+//        fault there could deadlock the pager. The caller is told by the return address.
 //    Explicit tcaches keep the two kinds of memory apart: a region pointer is only ever freed
 //    into a paged tcache (or no tcache), a plain pointer only into the automatic one, so a
 //    bypass allocation can never return paged memory (a pager thread faulting on its own
@@ -44,6 +48,7 @@
 //    and store are deliberately never torn down: the program may still touch its heap from
 //    later exit code, and the process is about to go away.
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -177,6 +182,42 @@ class BypassScope {
   bool prev_;
 };
 
+// Code of the C library, the dynamic loader and libgcc. Memory they allocate on a program
+// thread (time-zone tables, locale data, stdio buffers, link maps of dlopen()ed libraries,
+// ...) is process-wide state that the pager's and store's own threads use too (e.g. localtime()
+// under a lock when the store logs): if it were paged, a pager thread could fault on it while
+// holding that lock, and the thread that must serve the fault might be waiting for the same
+// lock. So allocations whose caller is in these libraries get plain memory.
+struct CodeRange {
+  uintptr_t start, end;
+};
+constexpr int kMaxCodeRanges = 16;
+CodeRange g_plain_code[kMaxCodeRanges];
+int g_plain_code_count = 0;
+
+inline bool PlainCaller(const void* ra) {
+  auto a = reinterpret_cast<uintptr_t>(ra);
+  for (int i = 0; i < g_plain_code_count; ++i) {
+    if (a >= g_plain_code[i].start && a < g_plain_code[i].end) return true;
+  }
+  return false;
+}
+
+int CollectPlainCode(struct dl_phdr_info* info, size_t, void*) {
+  const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  if (strstr(name, "/libc.so") == nullptr && strstr(name, "/ld-linux") == nullptr &&
+      strstr(name, "/libgcc_s.so") == nullptr && strstr(name, "/libm.so") == nullptr) {
+    return 0;
+  }
+  for (int i = 0; i < info->dlpi_phnum && g_plain_code_count < kMaxCodeRanges; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
+    const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    g_plain_code[g_plain_code_count++] = {start, start + ph.p_memsz};
+  }
+  return 0;
+}
+
 inline bool InRegion(const void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);
   return a >= g_region_base && a < g_region_end;
@@ -218,9 +259,9 @@ int PagedTcache() {
 
 inline int PagedFlags() { return MallocxArena(g_paged_arena) | PagedTcache(); }
 
-void* Alloc(size_t n, int extra_flags) {
+void* Alloc(size_t n, int extra_flags, const void* caller) {
   if (n == 0) n = 1;
-  if (PagedThread()) {
+  if (PagedThread() && !PlainCaller(caller)) {
     void* p = tjem_mallocx(n, PagedFlags() | extra_flags);
     if (p != nullptr) return p;
     // The region is full: plain memory is better than failing.
@@ -239,11 +280,11 @@ void Free(void* p) {
   }
 }
 
-void* Realloc(void* p, size_t n, int extra_flags) {
-  if (p == nullptr) return Alloc(n, extra_flags);
+void* Realloc(void* p, size_t n, int extra_flags, const void* caller) {
+  if (p == nullptr) return Alloc(n, extra_flags, caller);
   if (n == 0) n = 1;
   const bool region = g_active.load(std::memory_order_relaxed) && InRegion(p);
-  const bool paged = PagedThread();
+  const bool paged = PagedThread() && !PlainCaller(caller);
   if (region == paged) {
     void* q = paged ? tjem_rallocx(p, n, PagedFlags() | extra_flags)
                     : tjem_rallocx(p, n, extra_flags);
@@ -251,7 +292,7 @@ void* Realloc(void* p, size_t n, int extra_flags) {
     return q;
   }
   // The block moves between plain and paged memory (e.g. allocated before the pager started).
-  void* q = Alloc(n, extra_flags);
+  void* q = Alloc(n, extra_flags, caller);
   if (q == nullptr) return nullptr;
   size_t old = tjem_sallocx(p, 0);
   memcpy(q, p, old < n ? old : n);
@@ -259,9 +300,9 @@ void* Realloc(void* p, size_t n, int extra_flags) {
   return q;
 }
 
-void* AlignedAlloc(size_t align, size_t n) {
+void* AlignedAlloc(size_t align, size_t n, const void* caller) {
   if (align < sizeof(void*)) align = sizeof(void*);
-  return Alloc(n, MallocxLgAlign(align));
+  return Alloc(n, MallocxLgAlign(align), caller);
 }
 
 // ---- releasing region memory -------------------------------------------------------------
@@ -509,6 +550,7 @@ __attribute__((constructor)) void ShimInit() {
   RealPthreadCreate();
   RealFork();
   g_tcache_key_ok = pthread_key_create(&g_tcache_key, DestroyTcache) == 0;
+  dl_iterate_phdr(CollectPlainCode, nullptr);
   static Config config;  // Lives for the process (read by the init thread).
   std::string error;
   if (!TakeConfig(&config, &error)) return;  // Not configured: a plain jemalloc heap.
@@ -614,7 +656,8 @@ __attribute__((visibility("default"))) bool tessera_preload_region(void** base, 
   return true;
 }
 
-void* malloc(size_t n) noexcept { return Alloc(n, 0); }
+#define TESSERA_CALLER __builtin_return_address(0)
+void* malloc(size_t n) noexcept { return Alloc(n, 0, TESSERA_CALLER); }
 void free(void* p) noexcept { Free(p); }
 void* calloc(size_t n, size_t m) noexcept {
   size_t total;
@@ -622,18 +665,18 @@ void* calloc(size_t n, size_t m) noexcept {
     errno = ENOMEM;
     return nullptr;
   }
-  return Alloc(total, kMallocxZero);
+  return Alloc(total, kMallocxZero, TESSERA_CALLER);
 }
 void* realloc(void* p, size_t n) noexcept {
   if (p != nullptr && n == 0) {
     Free(p);
     return nullptr;
   }
-  return Realloc(p, n, 0);
+  return Realloc(p, n, 0, TESSERA_CALLER);
 }
 int posix_memalign(void** out, size_t align, size_t n) noexcept {
   if (align < sizeof(void*) || (align & (align - 1)) != 0) return EINVAL;
-  void* p = AlignedAlloc(align, n);
+  void* p = AlignedAlloc(align, n, TESSERA_CALLER);
   if (p == nullptr) return ENOMEM;
   *out = p;
   return 0;
@@ -643,16 +686,16 @@ void* aligned_alloc(size_t align, size_t n) noexcept {
     errno = EINVAL;
     return nullptr;
   }
-  return AlignedAlloc(align, n);
+  return AlignedAlloc(align, n, TESSERA_CALLER);
 }
 void* memalign(size_t align, size_t n) noexcept {
   if (align == 0) align = 1;
   if ((align & (align - 1)) != 0) align = size_t{1} << (64 - __builtin_clzl(align));
-  return AlignedAlloc(align, n);
+  return AlignedAlloc(align, n, TESSERA_CALLER);
 }
-void* valloc(size_t n) noexcept { return AlignedAlloc(kPage, n); }
+void* valloc(size_t n) noexcept { return AlignedAlloc(kPage, n, TESSERA_CALLER); }
 void* pvalloc(size_t n) noexcept {
-  return AlignedAlloc(kPage, (n + kPage - 1) & ~(kPage - 1));
+  return AlignedAlloc(kPage, (n + kPage - 1) & ~(kPage - 1), TESSERA_CALLER);
 }
 size_t malloc_usable_size(void* p) noexcept { return p == nullptr ? 0 : tjem_sallocx(p, 0); }
 
@@ -660,11 +703,11 @@ size_t malloc_usable_size(void* p) noexcept { return p == nullptr ? 0 : tjem_sal
 // arena or tcache themselves are passed through as they are.
 void* mallocx(size_t n, int flags) {
   if ((flags & ~0x7f) != 0) return tjem_mallocx(n, flags);
-  return Alloc(n, flags);
+  return Alloc(n, flags, TESSERA_CALLER);
 }
 void* rallocx(void* p, size_t n, int flags) {
   if ((flags & ~0x7f) != 0) return tjem_rallocx(p, n, flags);
-  return Realloc(p, n, flags);
+  return Realloc(p, n, flags, TESSERA_CALLER);
 }
 size_t xallocx(void* p, size_t n, size_t extra, int flags) {
   return tjem_xallocx(p, n, extra, flags & 0x7f);
@@ -825,7 +868,7 @@ pid_t fork() noexcept {
       RawWrite(2, "tessera preload: fork refused, the heap could not be paged in: ");
       RawWrite(2, st.ToString().c_str());
       RawWrite(2, "\n");
-      g_pager->ParentAfterFork();
+      // A failed PrepareFork has already resumed eviction (pager.cc).
       errno = ENOMEM;
       return -1;
     }

@@ -46,13 +46,13 @@ std::string ReadFile(const std::string& path) {
 long long JsonInt(const std::string& json, const std::string& key) {
   size_t at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return -1;
-  return std::stoll(json.substr(at + key.size() + 3));
+  return std::strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
 }
 
 TEST(Preload, HeapIsPagedAndThreadsSeeTheirBytes) {
   TempDir tmp;
   const std::string json = tmp.path() + "/stats.json";
-  auto out = RunPaged({"threads", "6", "2"}, json);
+  auto out = RunPaged({"threads", "4", "2"}, json, "24M");
   ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
   const std::string j = ReadFile(json);
   EXPECT_EQ(JsonInt(j, "exit_code"), 0) << j;

@@ -45,7 +45,7 @@ std::string ReadFile(const std::string& path) {
 long long JsonInt(const std::string& json, const std::string& key) {
   size_t at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return -1;
-  return std::stoll(json.substr(at + key.size() + 3));
+  return std::strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
 }
 
 int FreePort() {
@@ -71,11 +71,12 @@ bool CanConnect(int port) {
   return ok;
 }
 
-// A cluster of k+r+1 memservers the test owns, so it can kill r of them.
+// A cluster of k+2r memservers the test owns, so it can kill r of them and still have the
+// k+r servers a write needs (the store does not write degraded stripes).
 std::unique_ptr<client::LocalCluster> StartCluster() {
   client::LocalClusterOptions lo;
   lo.bin_dir = BinDir();
-  lo.servers = kK + kR + 1;
+  lo.servers = kK + 2 * kR;
   lo.capacity = "2G";
   lo.slab_size = "1M";
   auto c = client::LocalCluster::Start(lo);
@@ -109,7 +110,6 @@ void KillR(client::LocalCluster* cluster) {
 void ExpectPagedCleanly(const std::string& json_path, bool failures) {
   const std::string j = ReadFile(json_path);
   ASSERT_FALSE(j.empty()) << "no --stats-json written";
-  EXPECT_EQ(JsonInt(j, "stats_final"), -1);  // a bool, not an int: present as true/false
   EXPECT_NE(j.find("\"stats_final\":true"), std::string::npos) << j;
   EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "nothing was paged out: " << j;
   EXPECT_GT(JsonInt(j, "remote_reads"), 0) << "nothing was paged back in: " << j;
