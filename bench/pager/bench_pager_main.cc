@@ -547,7 +547,7 @@ int Main(int argc, char** argv) {
   // ---- FIFO vs smart on zipf; prefetch on seq ---------------------------------------------------
   if (want_section("policy")) {
   std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%...\n");
-    std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms;
+    std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms, smart_traps;
     for (int run = 0; run < FLAGS_runs; ++run) {
       InProcess fi = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
       InProcess sm = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
@@ -555,6 +555,7 @@ int Main(int argc, char** argv) {
       smart_f.push_back(static_cast<double>(sm.stats.faults - sm.stats.zero_fills));
       fifo_ms.push_back(fi.outcome.ms);
       smart_ms.push_back(sm.outcome.ms);
+      smart_traps.push_back(static_cast<double>(sm.stats.trap_faults));
     }
     std::vector<double> on_ms, off_ms, hit_rate, issued, hits;
     for (int run = 0; run < FLAGS_runs; ++run) {
@@ -572,6 +573,7 @@ int Main(int argc, char** argv) {
                    .Set("remote_faults", Median(fifo_f)).Set("ms", Median(fifo_ms)));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "zipf, smart victims (2Q+ghost)")
                    .Set("remote_faults", Median(smart_f)).Set("ms", Median(smart_ms))
+                   .Set("trap_faults", Median(smart_traps))
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, prefetch")

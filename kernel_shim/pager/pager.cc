@@ -143,6 +143,25 @@ inline uint64_t WithCtx(uint64_t w, uint32_t ctx) {
   return (w & 0xffffffffull) | (static_cast<uint64_t>(ctx) << kCtxShift);
 }
 
+// One batch of write-backs. Shared by the eviction thread and the ops' callbacks (one reference
+// each); the last to let go deletes it, so a store that completes an op after the eviction
+// thread stopped waiting (see kWritebackTimeoutMs) still writes into live memory.
+struct WbBatch {
+  std::vector<uint8_t> bufs;
+  std::vector<PageOp> ops;
+  std::vector<uint8_t> done;  // Under mu: op i completed (its status may be read).
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t pending = 0;         // Under mu.
+  std::atomic<int> refs{1};
+  void Unref() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
+};
+// The store promises every accepted op completes (its own op timeout is seconds); past this the
+// pager stops waiting, keeps the batch's pages resident and dirty, and goes on.
+constexpr int kWritebackTimeoutMs = 30000;
+
 // A fill context: one op, one page buffer.
 struct FillCtx {
   PageOp op;
@@ -289,13 +308,10 @@ class PagerImpl final : public Pager {
   int evict_paused_ = 0;     // PrepareFork pauses.
   bool evict_running_ = false;
   std::condition_variable evict_idle_cv_;
-  std::atomic<int> wb_pending_{0};
-  std::vector<uint8_t> wb_bufs_;  // Eviction thread only.
-  std::vector<PageOp> wb_ops_;
   std::atomic<uint64_t> max_page_{0};  // One past the highest page ever faulted.
 
   // Counters.
-  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, zero_fills_{0}, remote_reads_{0},
+  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
       remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
       discarded_{0}, fill_errors_{0}, writeback_errors_{0};
   std::atomic<int64_t> resident_{0}, footprint_{0};
@@ -622,6 +638,7 @@ void PagerImpl::HandleWp(PageId p) {
         return;
       case kDirty:
         if (!w.compare_exchange_weak(s, (s | kBusy | kRef) & ~kArmed)) continue;
+        if (s & kArmed) trap_faults_.fetch_add(1);
         Unprotect(p);
         w.fetch_and(~kBusy);
         return;
@@ -962,8 +979,13 @@ void PagerImpl::ArmWriteTrap(PageId p) {
 }
 
 void PagerImpl::WriteDone(PageOp* op) {
-  auto* self = static_cast<PagerImpl*>(op->user);
-  if (self->wb_pending_.fetch_sub(1) == 1) self->wb_pending_.notify_all();
+  auto* batch = static_cast<WbBatch*>(op->user);
+  {
+    std::lock_guard<std::mutex> l(batch->mu);
+    batch->done[static_cast<size_t>(op - batch->ops.data())] = 1;
+    if (--batch->pending == 0) batch->cv.notify_all();
+  }
+  batch->Unref();
 }
 
 size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
@@ -992,39 +1014,56 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
   }
   // 2. Copy the dirty pages out (a write after the protection faults and sets kRedirty) and
   //    write them back in one batch.
-  wb_bufs_.resize(n * kPageSize);
-  wb_ops_.resize(n);
+  auto* batch = new WbBatch();
+  batch->bufs.resize(n * kPageSize);
+  batch->ops.resize(n);
+  batch->done.assign(n, 1);
   std::vector<PageOp*> submit;
   for (size_t i = 0; i < n; ++i) {
     if (!victims[i].dirty) continue;
-    uint8_t* b = wb_bufs_.data() + i * kPageSize;
+    uint8_t* b = batch->bufs.data() + i * kPageSize;
     std::memcpy(b, Addr(victims[i].page), kPageSize);
-    PageOp& op = wb_ops_[i];
-    op = PageOp{};
+    PageOp& op = batch->ops[i];
     op.kind = PageOp::Kind::kWrite;
     op.page = victims[i].page;
     op.buf = b;
     op.done = &PagerImpl::WriteDone;
-    op.user = this;
+    op.user = batch;
+    batch->done[i] = 0;
     submit.push_back(&op);
   }
-  Status submit_status;
+  // Per victim: the write-back's outcome (OK for clean victims).
+  std::vector<Status> wb_status(n);
   if (!submit.empty()) {
-    wb_pending_.store(static_cast<int>(submit.size()));
-    submit_status = o_.store->Submit(submit);
-    if (submit_status.ok()) {
-      for (int v; (v = wb_pending_.load()) != 0;) wb_pending_.wait(v);
+    batch->pending = submit.size();
+    batch->refs.fetch_add(static_cast<int>(submit.size()));
+    Status submit_status = o_.store->Submit(submit);
+    if (!submit_status.ok()) {
+      batch->refs.fetch_sub(static_cast<int>(submit.size()));  // No callback will come.
+      for (size_t i = 0; i < n; ++i) if (victims[i].dirty) wb_status[i] = submit_status;
     } else {
-      for (PageOp* op : submit) op->status = submit_status;
+      std::unique_lock<std::mutex> l(batch->mu);
+      if (!batch->cv.wait_for(l, std::chrono::milliseconds(kWritebackTimeoutMs),
+                              [&] { return batch->pending == 0; })) {
+        TLOG(ERROR) << "pager: " << batch->pending << " write-backs got no completion from the "
+                    << "store in " << kWritebackTimeoutMs / 1000 << " s (a store bug); their "
+                    << "pages stay resident";
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!victims[i].dirty) continue;
+        wb_status[i] = batch->done[i] ? batch->ops[i].status
+                                      : Timeout("no completion from the store");
+      }
     }
   }
+  batch->Unref();
   // 3. Commit: drop each victim unless it was written meanwhile or its write-back failed.
   std::vector<PageId> drop;
   std::vector<PageId> kept;
   for (size_t i = 0; i < n; ++i) {
     PageId p = victims[i].page;
     auto& w = W(p);
-    bool wb_ok = !victims[i].dirty || wb_ops_[i].status.ok();
+    bool wb_ok = wb_status[i].ok();
     if (victims[i].dirty) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
@@ -1032,7 +1071,7 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
         uint64_t n_err = writeback_errors_.fetch_add(1) + 1;
         if ((n_err & (n_err - 1)) == 0) {  // Logged at 1, 2, 4, 8, ... failures.
           TLOG(WARNING) << "pager: write-back of page " << p << " failed ("
-                        << wb_ops_[i].status.ToString() << "); the page stays resident ("
+                        << wb_status[i].ToString() << "); the page stays resident ("
                         << n_err << " failed write-backs so far)";
         }
       }
@@ -1241,6 +1280,7 @@ PagerStats PagerImpl::Stats() const {
   PagerStats s;
   s.faults = faults_.load();
   s.wp_faults = wp_faults_.load();
+  s.trap_faults = trap_faults_.load();
   s.zero_fills = zero_fills_.load();
   s.remote_reads = remote_reads_.load();
   s.remote_writes = remote_writes_.load();

@@ -77,6 +77,8 @@ struct PagerOptions {
 struct PagerStats {
   uint64_t faults = 0;           // Missing-page faults served (excluding duplicates).
   uint64_t wp_faults = 0;        // Write-protect faults (clean page became dirty).
+  uint64_t trap_faults = 0;      // Write-protect faults on the smart policy's write traps (a
+                                 // dirty page re-protected to see whether it is written again).
   uint64_t zero_fills = 0;       // Faults on never-written pages (no store round trip).
   uint64_t remote_reads = 0;     // Pages read from the store (faults and prefetches).
   uint64_t remote_writes = 0;    // Dirty pages written back to the store.
