@@ -457,7 +457,8 @@ int Main(int argc, char** argv) {
         if (have_run) {
           std::vector<std::string> argv = {run_bin, "--cluster", cluster->cluster_file_path(),
                                            "--auth_token_file", cluster->token_path(),
-                                           "--local_memory", Pct(f), "--summary=false",
+                                           "--local_memory", Pct(f), "--k", "8", "--r", "2",
+                                           "--summary=false",
                                            "--progress=false", "--"};
           auto w = workload_argv(pat);
           argv.insert(argv.end(), w.begin(), w.end());
