@@ -85,7 +85,11 @@ struct PagerStats {
   uint64_t clean_drops = 0;      // Clean pages dropped without a write-back.
   uint64_t evictions = 0;        // Pages evicted (written back or dropped).
   uint64_t prefetch_issued = 0;  // Pages read ahead.
-  uint64_t prefetch_hits = 0;    // Prefetched pages later touched before being evicted.
+  // Faults served from a prefetch buffer: prefetched pages wait unmapped in pager-owned buffers
+  // (at most 256 + 2 x prefetch_max_pages of them, not counted as resident) until their first
+  // fault, so a hit is exact (an access, served without a store round trip); unused buffers are
+  // recycled oldest first.
+  uint64_t prefetch_hits = 0;
   uint64_t discarded = 0;        // Pages released by Discard().
   uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).
   uint64_t writeback_errors = 0; // Write-backs the store rejected (page kept resident).
