@@ -175,6 +175,11 @@ class IoThread {
   void PostWriteSplits(Ctx* c, uint64_t mask);
   void AskMore(Ctx* c);
   bool Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local);
+  // Hands the requests Post() collected to the transport in one batch (one submit for all of
+  // them; frames bound for one server leave in one send).
+  void FlushPosts();
+  // Sleeps until a completion, a Submit() (eventfd) or `timeout_ns`.
+  void Sleep(uint64_t timeout_ns);
   void OnCompletion(const fabric::Completion& comp);
   void OnReadSplit(Ctx* c, int split, const Status& st);
   void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
@@ -218,6 +223,8 @@ class IoThread {
   std::vector<Request> reqs_;
   uint32_t free_req_ = 0;
   std::vector<fabric::Completion> comps_;
+  std::vector<fabric::WorkRequest> pending_wrs_;  // Posted by Post(), not yet by FlushPosts().
+  std::vector<fabric::WorkRequest> flushing_;
 
   // Regeneration.
   double regen_tokens_ = 0;
@@ -354,7 +361,8 @@ Status IoThread::Connect() {
   const RemoteStoreOptions& o = store_->opt_;
   fabric::TransportOptions to;
   to.kind = o.transport;
-  const uint32_t reqs = o.max_inflight_pages * static_cast<uint32_t>(lay_.width()) * 2 + 64;
+  // One transport slot per request slot (see Run()), so a flushed batch always fits.
+  const uint32_t reqs = (o.max_inflight_pages + 16) * static_cast<uint32_t>(lay_.width()) * 2;
   to.max_inflight = std::min<uint32_t>(65536, reqs);
   to.ring_entries = 1024;
   TESSERA_ASSIGN_OR_RETURN(t_, fabric::Transport::Create(to));
@@ -402,8 +410,15 @@ void IoThread::Run(std::promise<Status>* started) {
     free_ctx_ = &ctxs_[i];
   }
   free_ctx_count_ = static_cast<int>(nctx);
-  const uint32_t nreq = nctx * static_cast<uint32_t>(lay_.width()) * 2;
+  const uint32_t nreq =
+      std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
   reqs_ = std::vector<Request>(nreq);
+  pending_wrs_.reserve(nreq);
+  flushing_.reserve(nreq);
+  if (Status w = t_->SetWakeFd(event_fd_.get()); !w.ok()) {
+    started->set_value(w);
+    return;
+  }
   for (uint32_t i = 0; i < nreq; ++i) reqs_[i].next_free = i + 1;
   free_req_ = 0;
   comps_.resize(256);
@@ -414,9 +429,11 @@ void IoThread::Run(std::promise<Status>* started) {
   PageOp* op;
   while (queue_.pop(op)) Complete(op, Unavailable("page store is shutting down"), 0);
   Deadline d = Deadline::AfterMs(2000);
+  FlushPosts();
   while (t_->inflight() > 0 && !d.Expired()) {
     size_t n = t_->Wait(comps_, Deadline(MonotonicNs() + 10000000));
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+    FlushPosts();
   }
   for (auto& c : ctxs_) {
     if (c.op != nullptr && !c.finished) {
@@ -454,23 +471,69 @@ void IoThread::Loop() {
     Drain();
     progress |= free_ctx_count_ != before;
     Housekeeping();
+    progress |= !pending_wrs_.empty();
+    FlushPosts();
     if (progress) continue;
-    if (t_->inflight() > 0) {
-      n = t_->Wait(comps_, Deadline(MonotonicNs() + 100000));
-      for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
-      continue;
-    }
-    // Idle: sleep on the eventfd (Submit wakes us), bounded for housekeeping.
-    sleeping_.store(true, std::memory_order_seq_cst);
-    if (queue_.empty() && !stop_.load()) {
-      pollfd p{event_fd_.get(), POLLIN, 0};
-      (void)poll(&p, 1, regen_active_ > 0 ? 1 : 20);
-    }
-    sleeping_.store(false, std::memory_order_relaxed);
-    uint64_t v;
-    ssize_t r = read(event_fd_.get(), &v, sizeof(v));
-    (void)r;
+    // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
+    // also watches the eventfd, so a new op is started at once even while replies are still
+    // out (e.g. a late-binding read's straggler split).
+    Sleep(t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000);
   }
+}
+
+void IoThread::Sleep(uint64_t timeout_ns) {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (queue_.empty() && !stop_.load()) {
+    if (t_->inflight() > 0) {
+      const size_t n = t_->Wait(comps_, Deadline(MonotonicNs() + timeout_ns));
+      sleeping_.store(false, std::memory_order_relaxed);
+      for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+    } else {
+      pollfd p{event_fd_.get(), POLLIN, 0};
+      (void)poll(&p, 1, static_cast<int>(timeout_ns / 1000000));
+    }
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+  uint64_t v;
+  ssize_t r = read(event_fd_.get(), &v, sizeof(v));
+  (void)r;
+}
+
+void IoThread::FlushPosts() {
+  if (pending_wrs_.empty()) return;
+  flushing_.clear();
+  std::swap(flushing_, pending_wrs_);  // Completions handled below may Post() again.
+  // A connection that went down since its requests were collected fails just those requests.
+  size_t live = 0;
+  for (size_t i = 0; i < flushing_.size(); ++i) {
+    if (t_->Connected(flushing_[i].connection)) {
+      flushing_[live++] = flushing_[i];
+    } else {
+      pending_wrs_.push_back(flushing_[i]);  // Parked: failed below.
+    }
+  }
+  std::vector<fabric::WorkRequest> dead;
+  if (!pending_wrs_.empty()) {
+    dead.swap(pending_wrs_);
+    pending_wrs_.reserve(reqs_.size());
+  }
+  flushing_.resize(live);
+  Status st = t_->Post(flushing_);
+  auto fail = [this](const fabric::WorkRequest& wr, const Status& why) {
+    fabric::Completion comp;
+    comp.kind = fabric::CompletionKind::kData;
+    comp.cookie = wr.cookie;
+    comp.connection = wr.connection;
+    comp.status = why;
+    OnCompletion(comp);
+  };
+  if (!st.ok()) {
+    TLOG(WARNING) << store_->name_ << ": posting " << flushing_.size()
+                  << " requests failed: " << st;
+    std::vector<fabric::WorkRequest> failed(flushing_.begin(), flushing_.end());
+    for (const auto& wr : failed) fail(wr, st);
+  }
+  for (const auto& wr : dead) fail(wr, Unavailable("connection to the server is down"));
 }
 
 void IoThread::Drain() {
@@ -535,6 +598,13 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   rq.post_ns = MonotonicNs();
   rq.live = true;
   rq.write = kind == fabric::OpKind::kWrite;
+  if (!t_->Connected(conn_[server])) {
+    rq.live = false;
+    rq.next_free = free_req_;
+    free_req_ = ri;
+    FailServer(server, "connection lost");
+    return false;
+  }
   fabric::WorkRequest wr;
   wr.connection = conn_[server];
   wr.op = kind;
@@ -543,14 +613,7 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   wr.length = static_cast<uint32_t>(lay_.split);
   wr.local = local;
   wr.cookie = ri;
-  Status st = t_->Post(std::span<const fabric::WorkRequest>(&wr, 1));
-  if (!st.ok()) {
-    rq.live = false;
-    rq.next_free = free_req_;
-    free_req_ = ri;
-    if (st.code() == StatusCode::kUnavailable) FailServer(server, st.ToString());
-    return false;
-  }
+  pending_wrs_.push_back(wr);  // Sent by FlushPosts() at the end of this loop iteration.
   ++c->outstanding;
   (kind == fabric::OpKind::kWrite ? store_->stats_.bytes_sent : store_->stats_.bytes_received)
       .fetch_add(lay_.split, std::memory_order_relaxed);

@@ -29,7 +29,7 @@ namespace {
 constexpr uint64_t kControlBit = 1ull << 63;
 constexpr uint64_t kTagRecv = 1;
 constexpr uint64_t kTagSend = 2;
-constexpr uint64_t kTagIgnore = 3;
+constexpr uint64_t kTagWake = 3;  // The SetWakeFd() poll (connection field unused).
 constexpr size_t kInitialRecvBuffer = 256 * 1024;
 
 uint64_t MakeData(uint64_t conn, uint64_t tag) { return (conn << 2) | tag; }
@@ -461,6 +461,14 @@ bool TcpTransport::Reap() {
     int res = cqes[i]->res;
     uint64_t tag = data & 3;
     ConnectionId id = static_cast<ConnectionId>(data >> 2);
+    if (tag == kTagWake) {
+      // Only the current watch counts (not a removed one's last CQE, not the removal's own).
+      if (id == wake_gen_ && wake_fd_ >= 0) {
+        woken_ = true;
+        if ((cqes[i]->flags & IORING_CQE_F_MORE) == 0) wake_armed_ = false;  // Re-armed by Wait.
+      }
+      continue;
+    }
     if (tag == kTagRecv) {
       Conn* c = conns_[id].get();
       c->ops_in_kernel--;
@@ -617,12 +625,38 @@ size_t TcpTransport::Poll(std::span<Completion> out) {
 
 size_t TcpTransport::Wait(std::span<Completion> out, Deadline deadline) {
   if (!ring_enabled_) return Drain(out);  // Never connected: nothing can complete.
+  woken_ = false;
+  ArmWake();
   while (true) {
     size_t n = Poll(out);
     if (n > 0 || out.empty()) return n;
-    if (deadline.Expired()) return 0;
+    if (woken_ || deadline.Expired()) return 0;
     WaitKernel(deadline);
   }
+}
+
+Status TcpTransport::SetWakeFd(int fd) {
+  if (fd < -1) return InvalidArgument("SetWakeFd: bad fd ", fd);
+  if (wake_armed_) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_poll_remove(sqe, MakeData(wake_gen_, kTagWake));
+    io_uring_sqe_set_data64(sqe, MakeData(0, kTagWake));  // Generation 0 is never current.
+    io_uring_submit(&ring_);
+    wake_armed_ = false;
+  }
+  wake_gen_ = wake_gen_ + 1 == (1u << 30) ? 1 : wake_gen_ + 1;
+  wake_fd_ = fd;
+  woken_ = false;
+  return Status::Ok();
+}
+
+void TcpTransport::ArmWake() {
+  if (wake_fd_ < 0 || wake_armed_ || !ring_enabled_) return;
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_poll_multishot(sqe, wake_fd_, POLLIN);
+  io_uring_sqe_set_data64(sqe, MakeData(wake_gen_, kTagWake));
+  wake_armed_ = true;
+  // Submitted by the WaitKernel() that follows.
 }
 
 void TcpTransport::WaitKernel(Deadline deadline) {

@@ -34,6 +34,7 @@ class TcpTransport final : public Transport {
   size_t Poll(std::span<Completion> out) override;
   size_t Wait(std::span<Completion> out, Deadline deadline) override;
   uint32_t inflight() const override { return inflight_; }
+  Status SetWakeFd(int fd) override;
 
   Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
                                       Deadline deadline) override;
@@ -91,6 +92,7 @@ class TcpTransport final : public Transport {
   void MarkDown(ConnectionId id, Status reason);
   void ReleaseConn(ConnectionId id);
   void WaitKernel(Deadline deadline);
+  void ArmWake();
   Result<std::vector<uint8_t>> Control(ConnectionId id, Op op, std::span<const uint8_t> payload,
                                        Deadline deadline);
 
@@ -112,6 +114,11 @@ class TcpTransport final : public Transport {
   std::vector<ConnectionId> touched_;
   std::unordered_map<uint64_t, ControlWait> controls_;
   uint64_t next_control_ = 1;
+  // SetWakeFd(): a multishot poll on the fd; its CQE ends Wait().
+  int wake_fd_ = -1;
+  uint32_t wake_gen_ = 1;  // Tags the current watch's CQEs.
+  bool wake_armed_ = false;
+  bool woken_ = false;
 };
 
 }  // namespace tessera::fabric

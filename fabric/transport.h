@@ -139,6 +139,11 @@ class Transport {
   virtual size_t Wait(std::span<Completion> out, Deadline deadline) = 0;
   // Data ops posted and not yet returned by Poll()/Wait().
   virtual uint32_t inflight() const = 0;
+  // Makes Wait() also return (possibly with 0 completions) soon after `fd` becomes readable, so
+  // another thread can wake the owner sleeping in Wait() (e.g. by writing an eventfd). The
+  // caller owns the fd, keeps it open while it is watched and clears its readiness itself
+  // (read the eventfd); -1 stops watching. Owning thread only.
+  virtual Status SetWakeFd(int fd) = 0;
 
   // Control calls: block until the reply or the deadline (Timeout).
   virtual Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,

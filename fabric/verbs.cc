@@ -56,15 +56,16 @@ Status WaitCmEvent(rdma_event_channel* ch, rdma_cm_event_type want, Deadline dea
   }
 }
 
-Status WaitCompletionChannel(ibv_comp_channel* ch, int timeout_ms) {
-  pollfd p{ch->fd, POLLIN, 0};
-  int rc = ::poll(&p, 1, timeout_ms);
-  if (rc > 0) {
+// Also returns when `wake_fd` (>= 0) is readable; true then.
+bool WaitCompletionChannel(ibv_comp_channel* ch, int timeout_ms, int wake_fd) {
+  pollfd p[2] = {{ch->fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  int rc = ::poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
+  if (rc > 0 && (p[0].revents & POLLIN)) {
     ibv_cq* cq = nullptr;
     void* ctx = nullptr;
     if (ibv_get_cq_event(ch, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
   }
-  return Status::Ok();
+  return rc > 0 && wake_fd >= 0 && (p[1].revents & POLLIN) != 0;
 }
 
 Result<addrinfo*> Resolve(const std::string& host, uint16_t port, bool passive) {
@@ -533,11 +534,16 @@ class VerbsTransport final : public Transport {
       n = Poll(out);
       if (n > 0) return n;
       int ms = std::min(deadline.RemainingMs(), 5);
-      (void)WaitCompletionChannel(comp_channel_, ms < 0 ? 5 : ms);
+      if (WaitCompletionChannel(comp_channel_, ms < 0 ? 5 : ms, wake_fd_)) return Poll(out);
     }
   }
 
   uint32_t inflight() const override { return inflight_; }
+  Status SetWakeFd(int fd) override {
+    if (fd < -1) return InvalidArgument("SetWakeFd: bad fd ", fd);
+    wake_fd_ = fd;
+    return Status::Ok();
+  }
 
   Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
                                       Deadline deadline) override {
@@ -714,6 +720,7 @@ class VerbsTransport final : public Transport {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   uint32_t inflight_ = 0;
+  int wake_fd_ = -1;  // SetWakeFd(): Wait() also returns when it is readable.
   std::deque<Completion> ready_;
   std::vector<ibv_send_wr> wrs_;
   std::vector<ibv_sge> sges_;

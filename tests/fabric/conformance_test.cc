@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -330,6 +331,44 @@ TEST_P(ConformanceTest, HangThenDisconnectCancels) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status.code(), StatusCode::kCancelled) << c[0].status;
   EXPECT_FALSE(a_->Connected(conn_a_));
+}
+
+// SetWakeFd(): another thread ends a Wait() that has replies outstanding (a hung READ here)
+// by making the fd readable; without the fd write the same Wait() runs to its deadline.
+TEST_P(ConformanceTest, WakeFdEndsWaitEarly) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Hang());
+  WorkRequest r{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 5};
+  ASSERT_TRUE(a_->Post({&r, 1}).ok());
+  UniqueFd efd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  ASSERT_TRUE(efd.valid());
+  EXPECT_EQ(a_->SetWakeFd(-2).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(a_->SetWakeFd(efd.get()).ok());
+  Completion buf[4];
+  uint64_t start = MonotonicNs();
+  EXPECT_EQ(a_->Wait(buf, Deadline::AfterMs(100)), 0u);
+  EXPECT_GE(MonotonicNs() - start, 100'000'000u) << "nothing woke it: it must wait out the deadline";
+  for (int round = 0; round < 3; ++round) {  // The watch survives being triggered.
+    std::thread waker([&] {
+      uint64_t one = 1;
+      ASSERT_EQ(write(efd.get(), &one, sizeof(one)), 8);
+    });
+    start = MonotonicNs();
+    EXPECT_EQ(a_->Wait(buf, Deadline::AfterMs(20000)), 0u);
+    EXPECT_LT(MonotonicNs() - start, 10'000'000'000u) << "the fd write must end the Wait";
+    waker.join();
+    uint64_t v;
+    ASSERT_EQ(read(efd.get(), &v, sizeof(v)), 8);
+  }
+  ASSERT_TRUE(a_->SetWakeFd(-1).ok());
+  start = MonotonicNs();
+  EXPECT_EQ(a_->Wait(buf, Deadline::AfterMs(50)), 0u);
+  EXPECT_GE(MonotonicNs() - start, 50'000'000u);
+  EXPECT_TRUE(a_->Disconnect(conn_a_).ok());
+  auto c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kCancelled) << c[0].status;
 }
 
 TEST_P(ConformanceTest, DropClosesTheConnection) {
