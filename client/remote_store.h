@@ -34,8 +34,11 @@
 // the background at regeneration_pages_per_sec; a not-yet-rebuilt split simply fails its CRC.
 // An eviction notice moves just that slab's split the same way. A read with fewer than k good
 // splits fails with DataLoss naming the page; a read racing a write restarts instead.
-// Known limits: splits bound for one server are not coalesced into one request (each split is
-// its own one-sided op; the transport batches a Post into one submit); a read's extra (late)
+// Coalescing: an I/O thread hands the transport all the requests of one loop iteration in one
+// Post(), and the TCP transport sends the splits bound for one server as one READV/WRITEV
+// request (fabric/wire.h), so with many pages in flight a server gets one request per batch
+// instead of one per split (every layout gets this alike).
+// Known limits: a read's extra (late)
 // split to a server that never answers keeps that op's context until the op timeout fails the
 // server, so with a long op timeout a straggler can use up max_inflight_pages.
 #pragma once

@@ -519,7 +519,10 @@ class Server::Impl {
         c->close_after_send = true;
         return;
       }
-      OpPolicy policy = server_->handler_->BeforeOp(c->peer, h.op);
+      // A vectored op is governed like the single-range op it batches (fault injection, ...).
+      const Op policy_op =
+          h.op == Op::kReadV ? Op::kRead : (h.op == Op::kWriteV ? Op::kWrite : h.op);
+      OpPolicy policy = server_->handler_->BeforeOp(c->peer, policy_op);
       switch (policy.action) {
         case OpPolicy::Action::kProceed:
           Execute(c, f, c->pending);
@@ -575,6 +578,9 @@ class Server::Impl {
           AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
           return;
         }
+        case Op::kReadV:
+        case Op::kWriteV:
+          return ExecuteVector(c, f, out);
         case Op::kAllocSlab: {
           auto r = handler->AllocSlab(c->peer, std::get<AllocSlabRequest>(f.body));
           if (!r.ok()) return AppendError(out, h.op, h.request_id, r.status());
@@ -623,6 +629,45 @@ class Server::Impl {
           break;
       }
       AppendError(out, h.op, h.request_id, Internal("op ", OpName(h.op), " reached Execute"));
+    }
+
+    // READV / WRITEV: every range is resolved (ownership and bounds checked by the handler)
+    // before any byte moves, so a bad range fails the whole request and writes nothing.
+    void ExecuteVector(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
+      RequestHandler* handler = server_->handler_;
+      const FrameHeader& h = f.header;
+      const auto& v = std::get<VectorRequest>(f.body);
+      const bool write = h.op == Op::kWriteV;
+      std::array<std::span<uint8_t>, kMaxVectorRanges> mem;
+      for (uint32_t i = 0; i < v.count; ++i) {
+        const VectorRange r = VectorRangeAt(f.data, i);
+        auto m = write ? handler->ResolveWrite(c->peer, WriteRequest{r.slab_id, r.offset, r.length})
+                       : handler->ResolveRead(c->peer, ReadRequest{r.slab_id, r.offset, r.length});
+        if (!m.ok()) {
+          return AppendError(out, h.op, h.request_id,
+                             m.status().WithContext(OpName(h.op) + " range " + std::to_string(i)));
+        }
+        if (m->size() != r.length) {
+          return AppendError(out, h.op, h.request_id,
+                             Internal("handler resolved ", m->size(), " bytes for a range of ",
+                                      r.length));
+        }
+        mem[i] = *m;
+      }
+      if (write) {
+        const uint8_t* src = f.data.data() + size_t{v.count} * VectorRange::kWireSize;
+        for (uint32_t i = 0; i < v.count; ++i) {
+          std::memcpy(mem[i].data(), src, mem[i].size());
+          src += mem[i].size();
+        }
+        AppendHeader(out, h.op, h.request_id, StatusCode::kOk, 0);
+        return;
+      }
+      uint8_t* p = AppendHeader(out, h.op, h.request_id, StatusCode::kOk, v.total_length);
+      for (uint32_t i = 0; i < v.count; ++i) {
+        std::memcpy(p, mem[i].data(), mem[i].size());
+        p += mem[i].size();
+      }
     }
 
     void Flush(Conn* c) {

@@ -366,34 +366,10 @@ Status TcpTransport::Post(std::span<const WorkRequest> batch) {
                              " of ", options_.max_inflight, " in-flight slots free");
   }
   touched_.clear();
-  for (const WorkRequest& wr : batch) {
-    uint32_t slot_index = free_slots_.back();
-    free_slots_.pop_back();
-    Slot& s = slots_[slot_index];
-    s.used = true;
-    s.gen = (s.gen + 1) & 0x7fffffffu;  // Keeps kControlBit clear in the request id.
-    if (s.gen == 0) s.gen = 1;
-    s.cookie = wr.cookie;
-    s.local = wr.local;
-    s.length = wr.length;
-    s.op = wr.op;
-    s.conn = wr.connection;
-    uint64_t request_id = (uint64_t{s.gen} << 32) | slot_index;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const WorkRequest& wr = batch[i];
     Conn* c = conns_[wr.connection].get();
-    if (wr.op == OpKind::kRead) {
-      uint8_t* p = c->pending.Append(kHeaderSize + ReadRequest::kWireSize);
-      EncodeHeader(FrameHeader{Op::kRead, false, request_id, StatusCode::kOk,
-                               static_cast<uint32_t>(ReadRequest::kWireSize)},
-                   p);
-      ReadRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
-    } else {
-      uint8_t* p = c->pending.Append(kHeaderSize + WriteRequest::kWireSize + wr.length);
-      EncodeHeader(FrameHeader{Op::kWrite, false, request_id, StatusCode::kOk,
-                               static_cast<uint32_t>(WriteRequest::kWireSize + wr.length)},
-                   p);
-      WriteRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
-      std::memcpy(p + kHeaderSize + WriteRequest::kWireSize, wr.local, wr.length);
-    }
+    (wr.op == OpKind::kRead ? c->batch_reads : c->batch_writes).push_back(static_cast<uint32_t>(i));
     c->inflight++;
     if (!c->touched) {
       c->touched = true;
@@ -402,11 +378,108 @@ Status TcpTransport::Post(std::span<const WorkRequest> batch) {
   }
   inflight_ += static_cast<uint32_t>(batch.size());
   for (ConnectionId id : touched_) {
-    conns_[id]->touched = false;
+    Conn* c = conns_[id].get();
+    c->touched = false;
+    EncodeGroup(c, batch, c->batch_reads, OpKind::kRead);
+    EncodeGroup(c, batch, c->batch_writes, OpKind::kWrite);
+    c->batch_reads.clear();
+    c->batch_writes.clear();
     Flush(id);
   }
   io_uring_submit(&ring_);
   return Status::Ok();
+}
+
+uint32_t TcpTransport::TakeSlot(const WorkRequest& wr) {
+  uint32_t slot_index = free_slots_.back();
+  free_slots_.pop_back();
+  Slot& s = slots_[slot_index];
+  s.used = true;
+  s.gen = (s.gen + 1) & 0x7fffffffu;  // Keeps kControlBit clear in the request id.
+  if (s.gen == 0) s.gen = 1;
+  s.cookie = wr.cookie;
+  s.local = wr.local;
+  s.length = wr.length;
+  s.op = wr.op;
+  s.conn = wr.connection;
+  s.vector_head = false;
+  s.member = false;
+  s.next = kNoSlot;
+  s.vector_total = 0;
+  return slot_index;
+}
+
+// Appends the frames for `ops` (indices into `batch`, one connection, one kind) to the
+// connection's pending bytes: a plain READ/WRITE for a lone op, else READV/WRITEV frames of up to
+// kMaxVectorRanges ranges and kMaxDataLength bytes each.
+void TcpTransport::EncodeGroup(Conn* c, std::span<const WorkRequest> batch,
+                               const std::vector<uint32_t>& ops, OpKind kind) {
+  const size_t max_ranges = options_.coalesce ? kMaxVectorRanges : 1;
+  size_t i = 0;
+  while (i < ops.size()) {
+    size_t j = i;
+    uint64_t total = 0;
+    while (j < ops.size() && j - i < max_ranges &&
+           total + batch[ops[j]].length <= kMaxDataLength) {
+      total += batch[ops[j]].length;
+      ++j;
+    }
+    if (j - i == 1) {
+      const WorkRequest& wr = batch[ops[i]];
+      const uint32_t slot_index = TakeSlot(wr);
+      const uint64_t request_id = (uint64_t{slots_[slot_index].gen} << 32) | slot_index;
+      if (kind == OpKind::kRead) {
+        uint8_t* p = c->pending.Append(kHeaderSize + ReadRequest::kWireSize);
+        EncodeHeader(FrameHeader{Op::kRead, false, request_id, StatusCode::kOk,
+                                 static_cast<uint32_t>(ReadRequest::kWireSize)},
+                     p);
+        ReadRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
+      } else {
+        uint8_t* p = c->pending.Append(kHeaderSize + WriteRequest::kWireSize + wr.length);
+        EncodeHeader(FrameHeader{Op::kWrite, false, request_id, StatusCode::kOk,
+                                 static_cast<uint32_t>(WriteRequest::kWireSize + wr.length)},
+                     p);
+        WriteRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
+        std::memcpy(p + kHeaderSize + WriteRequest::kWireSize, wr.local, wr.length);
+      }
+      i = j;
+      continue;
+    }
+    const uint32_t n = static_cast<uint32_t>(j - i);
+    const size_t fixed = VectorRequest::kWireSize + size_t{n} * VectorRange::kWireSize;
+    const size_t payload = fixed + (kind == OpKind::kWrite ? total : 0);
+    uint8_t* p = c->pending.Append(kHeaderSize + payload);
+    uint32_t head = kNoSlot;
+    uint32_t prev = kNoSlot;
+    uint8_t* range = p + kHeaderSize + VectorRequest::kWireSize;
+    uint8_t* data = p + kHeaderSize + fixed;
+    for (size_t m = i; m < j; ++m) {
+      const WorkRequest& wr = batch[ops[m]];
+      const uint32_t slot_index = TakeSlot(wr);
+      if (head == kNoSlot) {
+        head = slot_index;
+      } else {
+        slots_[prev].next = slot_index;
+        slots_[slot_index].member = true;
+      }
+      prev = slot_index;
+      VectorRange{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(range);
+      range += VectorRange::kWireSize;
+      if (kind == OpKind::kWrite) {
+        std::memcpy(data, wr.local, wr.length);
+        data += wr.length;
+      }
+    }
+    Slot& hs = slots_[head];
+    hs.vector_head = true;
+    hs.vector_total = static_cast<uint32_t>(total);
+    const uint64_t request_id = (uint64_t{hs.gen} << 32) | head;
+    EncodeHeader(FrameHeader{kind == OpKind::kRead ? Op::kReadV : Op::kWriteV, false, request_id,
+                             StatusCode::kOk, static_cast<uint32_t>(payload)},
+                 p);
+    VectorRequest{n, static_cast<uint32_t>(total)}.EncodeTo(p + kHeaderSize);
+    i = j;
+  }
 }
 
 void TcpTransport::PushCompletion(Completion c) {
@@ -560,13 +633,37 @@ Status TcpTransport::HandleFrame(ConnectionId id, const FrameHeader& h,
   uint32_t slot_index = static_cast<uint32_t>(h.request_id & 0xffffffffu);
   uint32_t gen = static_cast<uint32_t>(h.request_id >> 32);
   if (slot_index >= slots_.size() || !slots_[slot_index].used || slots_[slot_index].gen != gen ||
-      slots_[slot_index].conn != id) {
+      slots_[slot_index].conn != id || slots_[slot_index].member) {
     return ProtocolError("reply to unknown request id ", h.request_id);
   }
   Slot& s = slots_[slot_index];
-  Op want = s.op == OpKind::kRead ? Op::kRead : Op::kWrite;
+  Op want = s.op == OpKind::kRead ? (s.vector_head ? Op::kReadV : Op::kRead)
+                                  : (s.vector_head ? Op::kWriteV : Op::kWrite);
   if (h.op != want) {
     return ProtocolError(OpName(h.op), " reply to a ", OpName(want), " request");
+  }
+  if (s.vector_head) {
+    if (h.status == StatusCode::kOk && want == Op::kReadV && payload.size() != s.vector_total) {
+      return ProtocolError("READV reply of ", payload.size(), " bytes for ", s.vector_total,
+                           " requested");
+    }
+    const Status failure =
+        h.status == StatusCode::kOk
+            ? Status::Ok()
+            : Status(h.status,
+                     std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    size_t off = 0;
+    for (uint32_t m = slot_index; m != kNoSlot;) {
+      Slot& ms = slots_[m];
+      const uint32_t next = ms.next;
+      if (failure.ok() && want == Op::kReadV) {
+        std::memcpy(ms.local, payload.data() + off, ms.length);
+        off += ms.length;
+      }
+      CompleteSlot(m, failure);
+      m = next;
+    }
+    return Status::Ok();
   }
   if (h.status != StatusCode::kOk) {
     CompleteSlot(slot_index,

@@ -61,6 +61,7 @@ class TcpTransport final : public Transport {
     ByteBuffer pending;
     ByteBuffer sending;
     size_t send_off = 0;
+    std::vector<uint32_t> batch_reads, batch_writes;  // Post(): this batch's ops, by kind.
   };
   struct Slot {
     bool used = false;
@@ -70,7 +71,14 @@ class TcpTransport final : public Transport {
     uint32_t length = 0;
     void* local = nullptr;
     uint64_t cookie = 0;
+    // Vectored request: the head slot (whose id the frame carries) chains its members through
+    // `next` in range order; members are never answered by id.
+    bool vector_head = false;
+    bool member = false;
+    uint32_t next = kNoSlot;
+    uint32_t vector_total = 0;  // Head: sum of the ranges' lengths.
   };
+  static constexpr uint32_t kNoSlot = ~0u;
   struct ControlWait {
     ConnectionId conn = 0;
     Op op = Op::kStats;
@@ -80,6 +88,9 @@ class TcpTransport final : public Transport {
   };
 
   io_uring_sqe* Sqe();
+  uint32_t TakeSlot(const WorkRequest& wr);
+  void EncodeGroup(Conn* c, std::span<const WorkRequest> batch, const std::vector<uint32_t>& ops,
+                   OpKind kind);
   Status CheckConn(ConnectionId id) const;
   void ArmRecv(ConnectionId id);
   void Flush(ConnectionId id);

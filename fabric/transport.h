@@ -52,6 +52,11 @@ struct TransportOptions {
   uint32_t ring_entries = 256;  // io_uring SQ entries (TCP).
   // Verbs: signal every Nth send WR (selective signalling); 1..64.
   uint32_t signal_interval = 16;
+  // TCP: ops of one Post() batch bound for the same connection and of the same kind travel as
+  // one vectored request (READV/WRITEV, up to kMaxVectorRanges ranges), completed together;
+  // each op still gets its own completion. A batch op that is alone for its connection is a
+  // plain READ/WRITE. (Verbs posts the whole batch as one WR chain either way.)
+  bool coalesce = true;
 };
 
 struct Endpoint {

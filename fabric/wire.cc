@@ -49,9 +49,19 @@ SizeRule RequestRule(Op op) {
     case Op::kFault: return {FaultRequest::kWireSize, FaultRequest::kWireSize};
     case Op::kNotice: return {1, 0};  // Never a request: min > max rejects every size.
     case Op::kGoodbye: return {0, 0};
+    case Op::kReadV:
+      return {VectorRequest::kWireSize + VectorRange::kWireSize,
+              VectorRequest::kWireSize + VectorRange::kWireSize * kMaxVectorRanges};
+    case Op::kWriteV:
+      return {VectorRequest::kWireSize + VectorRange::kWireSize + 1,
+              VectorRequest::kWireSize + VectorRange::kWireSize * kMaxVectorRanges +
+                  kMaxDataLength};
   }
   return {1, 0};
 }
+static_assert(VectorRequest::kWireSize + VectorRange::kWireSize * kMaxVectorRanges +
+                  kMaxDataLength <= kMaxPayloadLength,
+              "a full WRITEV must fit in one frame");
 
 SizeRule ResponseRule(Op op) {
   switch (op) {
@@ -67,6 +77,8 @@ SizeRule ResponseRule(Op op) {
     case Op::kFault: return {0, 0};
     case Op::kNotice: return {Notice::kWireSize, Notice::kWireSize};
     case Op::kGoodbye: return {0, 0};
+    case Op::kReadV: return {1, kMaxDataLength};
+    case Op::kWriteV: return {0, 0};
   }
   return {1, 0};
 }
@@ -89,6 +101,8 @@ std::string OpName(Op op) {
     case Op::kFault: return "FAULT";
     case Op::kNotice: return "NOTICE";
     case Op::kGoodbye: return "GOODBYE";
+    case Op::kReadV: return "READV";
+    case Op::kWriteV: return "WRITEV";
   }
   return "UNKNOWN(" + std::to_string(static_cast<unsigned>(op)) + ")";
 }
@@ -343,6 +357,34 @@ void WriteRequest::EncodeTo(uint8_t* out) const { EncodeRw(*this, out); }
 Result<WriteRequest> WriteRequest::Decode(std::span<const uint8_t> b) {
   return DecodeRw<WriteRequest>("WRITE", b);
 }
+void VectorRange::EncodeTo(uint8_t* out) const { EncodeRw(*this, out); }
+Result<VectorRange> VectorRange::Decode(std::span<const uint8_t> b) {
+  return DecodeRw<VectorRange>("vector range", b);
+}
+VectorRange VectorRangeAt(std::span<const uint8_t> data, uint32_t i) {
+  const uint8_t* p = data.data() + size_t{i} * VectorRange::kWireSize;
+  VectorRange r;
+  r.slab_id = GetU64(p);
+  r.offset = GetU64(p + 8);
+  r.length = GetU32(p + 16);
+  return r;
+}
+
+void VectorRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, count);
+  PutU32(out + 4, total_length);
+}
+Result<VectorRequest> VectorRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("vector request", kWireSize, b.size());
+  VectorRequest v;
+  v.count = GetU32(b.data());
+  v.total_length = GetU32(b.data() + 4);
+  if (v.count == 0 || v.count > kMaxVectorRanges) {
+    return ProtocolError("vector request: count ", v.count, " outside 1..", kMaxVectorRanges);
+  }
+  TESSERA_RETURN_IF_ERROR(CheckDataLength("vector request total", v.total_length));
+  return v;
+}
 
 void HeartbeatResponse::EncodeTo(uint8_t* out) const {
   PutU64(out, server_time_ns);
@@ -488,6 +530,38 @@ Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction directi
       }
       case Op::kInvoke: TESSERA_RETURN_IF_ERROR(DecodeFixed<InvokeRequest>(&f, payload)); break;
       case Op::kFault: TESSERA_RETURN_IF_ERROR(DecodeFixed<FaultRequest>(&f, payload)); break;
+      case Op::kReadV:
+      case Op::kWriteV: {
+        TESSERA_RETURN_IF_ERROR(DecodeFixed<VectorRequest>(&f, payload));
+        const auto& v = std::get<VectorRequest>(f.body);
+        const char* name = h.op == Op::kReadV ? "READV" : "WRITEV";
+        const size_t ranges = size_t{v.count} * VectorRange::kWireSize;
+        if (f.data.size() < ranges) {
+          return ProtocolError(name, ": ", v.count, " ranges need ", ranges, " bytes, ",
+                               f.data.size(), " follow");
+        }
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < v.count; ++i) {
+          TESSERA_ASSIGN_OR_RETURN(
+              VectorRange r,
+              VectorRange::Decode(f.data.subspan(size_t{i} * VectorRange::kWireSize,
+                                                 VectorRange::kWireSize)));
+          if (r.offset + r.length < r.offset) {
+            return ProtocolError(name, ": range ", i, " offset + length overflows");
+          }
+          sum += r.length;
+        }
+        if (sum != v.total_length) {
+          return ProtocolError(name, ": total_length ", v.total_length, " but the ranges add up to ",
+                               sum);
+        }
+        const size_t want = h.op == Op::kWriteV ? ranges + v.total_length : ranges;
+        if (f.data.size() != want) {
+          return ProtocolError(name, ": ", want - ranges, " data bytes expected after the ranges, ",
+                               f.data.size() - ranges, " follow");
+        }
+        break;
+      }
       case Op::kStats:
       case Op::kHeartbeat:
       case Op::kGoodbye:
@@ -505,6 +579,8 @@ Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction directi
       case Op::kFreeSlab:
       case Op::kRead:
       case Op::kWrite:
+      case Op::kReadV:
+      case Op::kWriteV:
       case Op::kStats:
       case Op::kInvoke:
       case Op::kFault:

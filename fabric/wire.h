@@ -68,8 +68,10 @@ enum class Op : uint16_t {
   kFault = 10,
   kNotice = 11,
   kGoodbye = 12,
+  kReadV = 13,   // Vectored READ: several ranges, one request, one reply.
+  kWriteV = 14,  // Vectored WRITE.
 };
-inline constexpr uint16_t kMaxOpValue = 12;
+inline constexpr uint16_t kMaxOpValue = 14;
 
 // "HELLO", "READ", ... ("UNKNOWN(n)" for other values).
 std::string OpName(Op op);
@@ -194,6 +196,34 @@ struct WriteRequest {
   static Result<WriteRequest> Decode(std::span<const uint8_t> b);
 };
 
+// READV / WRITEV (coalescing: a client sends the small reads or writes it has for one server
+// as one request). Request payload: this fixed part, then `count` VectorRange entries, then for
+// WRITEV the data of every range back to back (total_length bytes). READV response payload: the
+// data of every range back to back (total_length bytes); WRITEV response: empty. All or nothing:
+// the server checks every range (ownership, bounds) before it reads or writes any of them, and a
+// bad range fails the whole request with that range's error (nothing is written).
+inline constexpr uint32_t kMaxVectorRanges = 128;
+struct VectorRequest {
+  static constexpr size_t kWireSize = 4 + 4;
+  uint32_t count = 0;         // 1 .. kMaxVectorRanges.
+  uint32_t total_length = 0;  // Sum of the ranges' lengths, 1 .. kMaxDataLength.
+  void EncodeTo(uint8_t* out) const;
+  static Result<VectorRequest> Decode(std::span<const uint8_t> b);
+};
+// One range of a READV/WRITEV; same layout as ReadRequest.
+struct VectorRange {
+  static constexpr size_t kWireSize = 8 + 8 + 4 + 4;
+  uint64_t slab_id = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;  // 1 .. kMaxDataLength.
+  // 4 bytes of zero padding.
+  void EncodeTo(uint8_t* out) const;
+  static Result<VectorRange> Decode(std::span<const uint8_t> b);
+};
+// The i-th range of a parsed READV/WRITEV (ParsedFrame::data starts with the ranges). Only for
+// frames ParseFrame accepted (every range was validated there).
+VectorRange VectorRangeAt(std::span<const uint8_t> data, uint32_t i);
+
 struct HeartbeatResponse {
   static constexpr size_t kWireSize = 8 + 8 + 8 + 4 + 4 + 4 + 4;
   uint64_t server_time_ns = 0;  // Server's CLOCK_MONOTONIC.
@@ -262,12 +292,13 @@ struct Notice {
 
 // A fully validated frame. `body` is the decoded fixed part (monostate for ops without one);
 // `data` views the variable bytes that follow it inside the parsed buffer (READ response data,
-// WRITE data, STATS text, INVOKE args/result, an error message).
+// WRITE data, STATS text, INVOKE args/result, an error message; READV/WRITEV requests: the
+// ranges, then the WRITEV data).
 struct ParsedFrame {
   FrameHeader header;
   std::variant<std::monostate, HelloRequest, ChallengeResponse, AuthRequest, AuthOkResponse,
                AllocSlabRequest, AllocSlabResponse, FreeSlabRequest, ReadRequest, WriteRequest,
-               HeartbeatResponse, InvokeRequest, FaultRequest, Notice>
+               HeartbeatResponse, InvokeRequest, FaultRequest, Notice, VectorRequest>
       body;
   std::span<const uint8_t> data;
   size_t frame_size = 0;  // kHeaderSize + payload_len.

@@ -194,6 +194,103 @@ TEST_P(ConformanceTest, ManyInFlightInBatches) {
   }
 }
 
+// Coalescing (TCP): the ops of one Post() for one connection travel as one READV/WRITEV per
+// kind, yet each completes on its own with its own bytes; with coalescing off, one frame each.
+TEST_P(ConformanceTest, CoalescedBatchCompletesEveryOpWithItsOwnBytes) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "coalescing is a TCP framing choice";
+  for (bool coalesce : {true, false}) {
+    SCOPED_TRACE(coalesce ? "coalesce" : "no coalescing");
+    TransportOptions o;
+    o.kind = GetParam();
+    o.coalesce = coalesce;
+    auto t = Transport::Create(o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ConnectionId conn = ConnectOrDie(**t, kClientA);
+    uint64_t slab = Alloc(**t, conn);
+    constexpr int kOps = kMaxVectorRanges + 3;  // Two frames per kind when coalescing.
+    std::vector<WorkRequest> batch;
+    for (int i = 0; i < kOps; ++i) {
+      // Ranges of varying size, out of address order, so a mix-up shows.
+      const uint32_t len = 64 + (i % 5) * 32;
+      uint8_t* src = buf_.data() + i * 512;
+      std::memset(src, (i * 7 + 1) & 0xff, len);
+      batch.push_back({conn, OpKind::kWrite, slab, uint64_t(kOps - 1 - i) * 256, len, src,
+                       uint64_t(i)});
+    }
+    const int before = fx_->handler_.before_ops.load();
+    ASSERT_TRUE((*t)->Post(batch).ok());
+    auto done = WaitData(**t, kOps);
+    ASSERT_EQ(done.size(), size_t(kOps));
+    for (auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+    std::vector<WorkRequest> reads;
+    uint8_t* dst = buf_.data() + 512 * 1024;
+    std::memset(dst, 0, kOps * 512);
+    for (int i = 0; i < kOps; ++i) {
+      reads.push_back({conn, OpKind::kRead, slab, uint64_t(kOps - 1 - i) * 256, batch[i].length,
+                       dst + i * 512, uint64_t(1000 + i)});
+    }
+    ASSERT_TRUE((*t)->Post(reads).ok());
+    done = WaitData(**t, kOps);
+    ASSERT_EQ(done.size(), size_t(kOps));
+    for (auto& c : done) ASSERT_TRUE(c.status.ok()) << c.status;
+    for (int i = 0; i < kOps; ++i) {
+      ASSERT_EQ(std::memcmp(dst + i * 512, buf_.data() + i * 512, batch[i].length), 0) << i;
+      EXPECT_EQ(dst[i * 512 + batch[i].length], 0) << "op " << i << " got bytes past its range";
+    }
+    EXPECT_EQ(fx_->handler_.before_ops.load() - before, coalesce ? 4 : 2 * kOps);
+  }
+}
+
+// A vectored request is all or nothing: one bad range fails every op of that frame with the
+// server's error, and none of its writes lands; other connections' and later batches are fine.
+TEST_P(ConformanceTest, CoalescedBatchWithABadRangeFailsWholeAndWritesNothing) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "coalescing is a TCP framing choice";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  const uint64_t slab_size = fx_->handler_.slab_size();
+  std::memset(buf_.data(), 0x5a, 4096);
+  std::vector<WorkRequest> batch = {
+      {conn_a_, OpKind::kWrite, slab, 0, 512, buf_.data(), 1},
+      {conn_a_, OpKind::kWrite, slab, slab_size - 256, 512, buf_.data() + 512, 2},  // Past the end.
+      {conn_a_, OpKind::kWrite, slab, 1024, 512, buf_.data() + 1024, 3},
+      {conn_a_, OpKind::kRead, slab, 8192, 512, buf_.data() + 8192, 4},
+      {conn_a_, OpKind::kRead, slab + 1000, 0, 512, buf_.data() + 16384, 5},  // No such slab.
+  };
+  ASSERT_TRUE(a_->Post(batch).ok());
+  auto done = WaitData(*a_, 5);
+  ASSERT_EQ(done.size(), 5u);
+  for (auto& c : done) {
+    if (c.cookie <= 3) {
+      EXPECT_EQ(c.status.code(), StatusCode::kOutOfRange) << c.cookie << ": " << c.status;
+    } else {
+      EXPECT_EQ(c.status.code(), StatusCode::kNotFound) << c.cookie << ": " << c.status;
+    }
+  }
+  EXPECT_TRUE(a_->Connected(conn_a_)) << "a refused request is not a broken connection";
+  // Nothing of the failed WRITEV landed.
+  std::vector<WorkRequest> check = {{conn_a_, OpKind::kRead, slab, 0, 2048, buf_.data() + 32768, 9}};
+  ASSERT_TRUE(a_->Post(check).ok());
+  done = WaitData(*a_, 1);
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].status.ok()) << done[0].status;
+  for (int i = 0; i < 2048; ++i) ASSERT_EQ(buf_[32768 + i], 0) << "byte " << i << " was written";
+}
+
+// A delayed or hung READV delays or hangs all of its ops, like the single-range op it batches.
+TEST_P(ConformanceTest, FaultPoliciesApplyToVectoredOps) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Hang());
+  std::vector<WorkRequest> reads = {{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 1},
+                                    {conn_a_, OpKind::kRead, slab, 512, 512, buf_.data() + 512, 2}};
+  ASSERT_TRUE(a_->Post(reads).ok());
+  Completion out[4];
+  EXPECT_EQ(a_->Wait(out, Deadline::AfterMs(100)), 0u) << "a hung READV must not complete";
+  EXPECT_TRUE(a_->Disconnect(conn_a_).ok());
+  auto c = WaitData(*a_, 2);
+  ASSERT_EQ(c.size(), 2u);
+  for (auto& x : c) EXPECT_EQ(x.status.code(), StatusCode::kCancelled) << x.status;
+}
+
 TEST_P(ConformanceTest, FullQueueIsResourceExhaustedAndNothingIsPosted) {
   auto t = MakeTransport(8);
   ConnectionId c = ConnectOrDie(*t, kClientA);

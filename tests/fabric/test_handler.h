@@ -43,6 +43,7 @@ class TestHandler : public RequestHandler {
   std::atomic<int> connects{0};
   std::atomic<int> disconnects{0};
   std::atomic<int> faults{0};
+  std::atomic<int> before_ops{0};  // Requests the engine ran BeforeOp for (one per frame).
 
   void OnConnect(const PeerInfo&) override { connects++; }
   void OnDisconnect(const PeerInfo&) override { disconnects++; }
@@ -104,6 +105,7 @@ class TestHandler : public RequestHandler {
     return Status::Ok();
   }
   OpPolicy BeforeOp(const PeerInfo&, Op op) override {
+    before_ops++;
     std::lock_guard<std::mutex> lock(mu_);
     return policies_[static_cast<size_t>(op)];
   }

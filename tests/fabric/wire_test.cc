@@ -258,6 +258,93 @@ TEST(WireTest, RejectsEveryMalformedPayloadField) {
   ExpectRejected(BuildRawFrame(FrameHeader{Op::kAuth, false, 1}, data), Direction::kRequest, "must be 32");
 }
 
+// READV/WRITEV: the fixed part, the ranges, then (WRITEV) the data; every field is validated.
+std::vector<uint8_t> Ranges(std::initializer_list<VectorRange> ranges,
+                            std::span<const uint8_t> data = {}) {
+  std::vector<uint8_t> out(ranges.size() * VectorRange::kWireSize);
+  size_t i = 0;
+  for (const VectorRange& r : ranges) r.EncodeTo(out.data() + VectorRange::kWireSize * i++);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+TEST(WireTest, VectoredOpsRoundTrip) {
+  auto ranges = Ranges({{1, 0, 512}, {7, 4096, 100}, {1, 512, 8}});
+  VectorRequest rv = RoundTrip(Op::kReadV, false, VectorRequest{3, 620}, ranges);
+  EXPECT_EQ(rv.count, 3u);
+  EXPECT_EQ(rv.total_length, 620u);
+  auto f = ParseFrame(BuildFrame(FrameHeader{Op::kReadV, false, 5}, VectorRequest{3, 620}, ranges),
+                      Direction::kRequest);
+  ASSERT_TRUE(f.ok()) << f.status();
+  VectorRange r1 = VectorRangeAt(f->data, 1);
+  EXPECT_EQ(r1.slab_id, 7u);
+  EXPECT_EQ(r1.offset, 4096u);
+  EXPECT_EQ(r1.length, 100u);
+  std::vector<uint8_t> data(620, 0xab);
+  auto wranges = Ranges({{1, 0, 512}, {7, 4096, 100}, {1, 512, 8}}, data);
+  RoundTrip(Op::kWriteV, false, VectorRequest{3, 620}, wranges);
+  // Responses: READV carries the data, WRITEV nothing.
+  auto resp = ParseFrame(BuildRawFrame(FrameHeader{Op::kReadV, true, 5}, data), Direction::kResponse);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->data.size(), 620u);
+  EXPECT_TRUE(ParseFrame(BuildRawFrame(FrameHeader{Op::kWriteV, true, 5}), Direction::kResponse).ok());
+  ExpectRejected(BuildRawFrame(FrameHeader{Op::kWriteV, true, 5}, data), Direction::kResponse,
+                 "must be 0");
+  ExpectRejected(BuildRawFrame(FrameHeader{Op::kReadV, true, 5}), Direction::kResponse, "");
+  EXPECT_EQ(OpName(Op::kReadV), "READV");
+  EXPECT_EQ(OpName(Op::kWriteV), "WRITEV");
+}
+
+TEST(WireTest, RejectsEveryMalformedVectorField) {
+  auto one = Ranges({{1, 0, 512}});
+  // count 0, count beyond the limit, total 0, total beyond the limit.
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{0, 512}, one),
+                 Direction::kRequest, "count");
+  std::vector<uint8_t> many((kMaxVectorRanges + 1) * VectorRange::kWireSize);
+  for (uint32_t i = 0; i <= kMaxVectorRanges; ++i) {
+    VectorRange{1, 0, 1}.EncodeTo(many.data() + i * VectorRange::kWireSize);
+  }
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1},
+                            VectorRequest{kMaxVectorRanges + 1, kMaxVectorRanges + 1}, many),
+                 Direction::kRequest, "");
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{1, 0}, one),
+                 Direction::kRequest, "length");
+  // The ranges do not add up to total_length.
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{1, 511}, one),
+                 Direction::kRequest, "add up");
+  // Fewer range bytes than count says; trailing bytes after a READV's ranges.
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{2, 1024}, one),
+                 Direction::kRequest, "ranges need");
+  std::vector<uint8_t> trailing = one;
+  trailing.push_back(0);
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{1, 512}, trailing),
+                 Direction::kRequest, "");
+  // A bad range: slab 0, zero length, overflowing offset, non-zero padding.
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{2, 1024},
+                            Ranges({{1, 0, 512}, {0, 0, 512}})),
+                 Direction::kRequest, "slab_id");
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{2, 512},
+                            Ranges({{1, 0, 512}, {1, 0, 0}})),
+                 Direction::kRequest, "length");
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{1, 512},
+                            Ranges({{1, UINT64_MAX - 10, 512}})),
+                 Direction::kRequest, "overflows");
+  auto padded = Ranges({{1, 0, 512}});
+  padded[21] = 1;
+  ExpectRejected(BuildFrame(FrameHeader{Op::kReadV, false, 1}, VectorRequest{1, 512}, padded),
+                 Direction::kRequest, "padding");
+  // WRITEV: data shorter / longer than total_length; no data at all.
+  std::vector<uint8_t> d511(511, 1), d513(513, 1);
+  ExpectRejected(BuildFrame(FrameHeader{Op::kWriteV, false, 1}, VectorRequest{1, 512},
+                            Ranges({{1, 0, 512}}, d511)),
+                 Direction::kRequest, "data bytes expected");
+  ExpectRejected(BuildFrame(FrameHeader{Op::kWriteV, false, 1}, VectorRequest{1, 512},
+                            Ranges({{1, 0, 512}}, d513)),
+                 Direction::kRequest, "data bytes expected");
+  ExpectRejected(BuildFrame(FrameHeader{Op::kWriteV, false, 1}, VectorRequest{1, 512}, one),
+                 Direction::kRequest, "");
+}
+
 TEST(WireTest, OpNames) {
   EXPECT_EQ(OpName(Op::kAllocSlab), "ALLOC_SLAB");
   EXPECT_EQ(OpName(static_cast<Op>(99)), "UNKNOWN(99)");
