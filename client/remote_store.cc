@@ -232,6 +232,8 @@ class IoThread {
   int regen_inflight_ = 0;
   uint64_t last_timeout_scan_ns_ = 0;
   std::atomic<uint64_t> unsettled_{0};
+  uint64_t poll_ns_ = 0;           // RemoteStoreOptions::poll_us.
+  uint64_t last_progress_ns_ = 0;  // When polling without progress began (0: not polling).
 
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
   LatencyHistogram read_hist_, write_hist_;
@@ -462,6 +464,7 @@ uint8_t* IoThread::SplitBuf(Ctx* c, int j) {
 
 void IoThread::Loop() {
   last_tick_ns_ = MonotonicNs();
+  poll_ns_ = uint64_t{store_->opt_.poll_us} * 1000;
   while (!stop_.load(std::memory_order_acquire)) {
     bool progress = false;
     size_t n = t_->Poll(comps_);
@@ -473,7 +476,16 @@ void IoThread::Loop() {
     Housekeeping();
     progress |= !pending_wrs_.empty();
     FlushPosts();
-    if (progress) continue;
+    if (progress) {
+      last_progress_ns_ = 0;
+      continue;
+    }
+    if (poll_ns_ > 0) {
+      const uint64_t now = MonotonicNs();
+      if (last_progress_ns_ == 0) last_progress_ns_ = now;
+      if (now - last_progress_ns_ < poll_ns_) continue;  // Keep polling a little longer.
+      last_progress_ns_ = 0;
+    }
     // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
     // also watches the eventfd, so a new op is started at once even while replies are still
     // out (e.g. a late-binding read's straggler split).
@@ -1048,7 +1060,8 @@ void IoThread::HandleLocalFailures() {
     if (local_failed_[i] || !store_->failed_[i].load()) continue;
     local_failed_[i] = 1;
     // In-flight ops to it complete with Cancelled (reads then ask other splits, writes re-place).
-    (void)t_->Disconnect(conn_[i]);
+    // No GOODBYE exchange: a stopped server would hold this thread for its whole timeout.
+    (void)t_->Abort(conn_[i]);
     for (Slab& s : slabs_) {
       if (!s.allocated) continue;
       for (int j = 0; j < lay_.width(); ++j) {
@@ -1213,6 +1226,7 @@ Status RemoteStore::Init() {
     return InvalidArgument("max_inflight_pages must be 8..16384");
   }
   if (o.capacity_pages == 0) return InvalidArgument("capacity_pages must be > 0");
+  if (o.poll_us > 1000) return InvalidArgument("poll_us must be 0..1000");
   if (o.heartbeat_interval_ms == 0 || o.heartbeat_timeout_ms == 0 || o.op_timeout_ms == 0) {
     return InvalidArgument("heartbeat and op timeouts must be > 0");
   }

@@ -85,6 +85,11 @@ struct RemoteStoreOptions {
   uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
   int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.
   uint32_t max_inflight_pages = 256;  // Pages in flight per I/O thread (8..16384).
+  // After its last bit of work an I/O thread keeps polling (completions, new ops) for this long
+  // before it sleeps (0..1000). Sleeping means the next op or reply has to wake it, which costs
+  // tens of microseconds on a virtual machine; polling costs CPU the servers on a shared box
+  // would otherwise get.
+  uint32_t poll_us = 0;
 
   // Failure detection. A server is declared failed on connection loss, when a heartbeat gets
   // no reply within heartbeat_timeout_ms, or when one of its data ops gets no reply within

@@ -306,6 +306,13 @@ Status TcpTransport::Disconnect(ConnectionId id) {
   return Status::Ok();
 }
 
+Status TcpTransport::Abort(ConnectionId id) {
+  TESSERA_RETURN_IF_ERROR(CheckConn(id));
+  conns_[id]->goodbye = true;  // Our own close: not logged as a failure.
+  MarkDown(id, Cancelled("connection aborted by Abort()"));
+  return Status::Ok();
+}
+
 Result<ServerInfo> TcpTransport::Info(ConnectionId id) const {
   if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
   return conns_[id]->info;

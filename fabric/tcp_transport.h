@@ -27,6 +27,7 @@ class TcpTransport final : public Transport {
   Result<ConnectionId> ConnectWithAuth(const Endpoint& endpoint, const ConnectOptions& options,
                                        AuthOkResponse* auth_ok);
   Status Disconnect(ConnectionId connection) override;
+  Status Abort(ConnectionId connection) override;
   Result<ServerInfo> Info(ConnectionId connection) const override;
   bool Connected(ConnectionId connection) const override;
   Status RegisterMemory(void* addr, size_t length) override;

@@ -126,6 +126,9 @@ class Transport {
   virtual Result<ConnectionId> Connect(const Endpoint& endpoint, const ConnectOptions& options) = 0;
   // Sends GOODBYE and closes; in-flight ops of that connection complete with Cancelled.
   virtual Status Disconnect(ConnectionId connection) = 0;
+  // Closes at once, without the GOODBYE exchange Disconnect() waits for (a peer declared dead,
+  // e.g. a stopped process, may never answer); in-flight ops complete with Cancelled.
+  virtual Status Abort(ConnectionId connection) = 0;
   virtual Result<ServerInfo> Info(ConnectionId connection) const = 0;
   // False once the connection failed or was closed.
   virtual bool Connected(ConnectionId connection) const = 0;

@@ -389,6 +389,12 @@ class VerbsTransport final : public Transport {
     return tcp_.Disconnect(conns_[id].tcp);
   }
 
+  Status Abort(ConnectionId id) override {
+    TESSERA_RETURN_IF_ERROR(CheckConn(id));
+    FailConn(id, Cancelled("connection aborted by Abort()"));
+    return tcp_.Abort(conns_[id].tcp);
+  }
+
   Result<ServerInfo> Info(ConnectionId id) const override {
     if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
     TESSERA_ASSIGN_OR_RETURN(ServerInfo info, tcp_.Info(conns_[id].tcp));

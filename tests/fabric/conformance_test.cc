@@ -468,6 +468,22 @@ TEST_P(ConformanceTest, WakeFdEndsWaitEarly) {
   EXPECT_EQ(c[0].status.code(), StatusCode::kCancelled) << c[0].status;
 }
 
+TEST_P(ConformanceTest, AbortCancelsInFlightOpsAtOnce) {
+  if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
+  uint64_t slab = Alloc(*a_, conn_a_);
+  fx_->handler_.SetPolicy(Op::kRead, OpPolicy::Hang());
+  WorkRequest r{conn_a_, OpKind::kRead, slab, 0, 512, buf_.data(), 6};
+  ASSERT_TRUE(a_->Post({&r, 1}).ok());
+  EXPECT_TRUE(a_->Abort(conn_a_).ok());
+  EXPECT_FALSE(a_->Connected(conn_a_));
+  auto c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status.code(), StatusCode::kCancelled) << c[0].status;
+  EXPECT_EQ(a_->Post({&r, 1}).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(a_->Abort(conn_a_).code(), StatusCode::kUnavailable) << "already closed";
+  EXPECT_EQ(a_->Abort(12345).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_P(ConformanceTest, DropClosesTheConnection) {
   if (GetParam() == TransportKind::kRdma) GTEST_SKIP() << "one-sided RDMA bypasses BeforeOp";
   uint64_t slab = Alloc(*a_, conn_a_);
