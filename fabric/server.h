@@ -97,7 +97,8 @@ class RequestHandler {
     return Unsupported("fault injection is not enabled on this server");
   }
 
-  // Consulted for every authenticated request before it runs (not for GOODBYE).
+  // Consulted for every authenticated request before it runs (not for GOODBYE). A READV/WRITEV
+  // is one request: it is consulted once, with Op::kRead / Op::kWrite.
   virtual OpPolicy BeforeOp(const PeerInfo& peer, Op op) {
     (void)peer;
     (void)op;

@@ -285,6 +285,7 @@ Result<std::string> MemServerHandler::FlipBits(const FaultSpec& spec) {
 
 fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
   (void)peer;
+  if (op == Op::kRead || op == Op::kWrite) metrics_.CountDataRequest();
   FaultState::Decision d = faults_.Decide(static_cast<uint16_t>(op), MonotonicNs());
   if (d.drop) {
     metrics_.CountFaulted();
@@ -346,6 +347,7 @@ std::string MemServerHandler::StatsText() {
     o << "ops_" << OpSlotName(static_cast<OpSlot>(i)) << " " << metrics_.ops(static_cast<OpSlot>(i))
       << "\n";
   }
+  o << "data_requests " << metrics_.data_requests() << "\n";
   o << "errors_total " << metrics_.total_errors() << "\n";
   char rate[32];
   std::snprintf(rate, sizeof(rate), "%.1f", metrics_.ops_per_sec());

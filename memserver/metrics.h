@@ -51,6 +51,10 @@ class ServerMetrics {
   void AddBytesRead(uint64_t n) { bytes_read_.fetch_add(n, std::memory_order_relaxed); }
   void AddBytesWritten(uint64_t n) { bytes_written_.fetch_add(n, std::memory_order_relaxed); }
   void CountFaulted() { faulted_ops_.fetch_add(1, std::memory_order_relaxed); }
+  // READ/WRITE requests as they arrived (a READV/WRITEV is one request of many ranges; each
+  // range counts as one read/write op).
+  void CountDataRequest() { data_requests_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t data_requests() const { return data_requests_.load(std::memory_order_relaxed); }
   void RecordServiceNs(uint64_t ns) { service_.Record(ns); }
   void Connected() { connections_.fetch_add(1, std::memory_order_relaxed); }
   void Disconnected() { connections_.fetch_sub(1, std::memory_order_relaxed); }
@@ -76,7 +80,7 @@ class ServerMetrics {
  private:
   std::array<std::atomic<uint64_t>, kOps> ops_{};
   std::array<std::atomic<uint64_t>, kOps> errors_{};
-  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, faulted_ops_{0};
+  std::atomic<uint64_t> bytes_read_{0}, bytes_written_{0}, faulted_ops_{0}, data_requests_{0};
   std::atomic<int64_t> connections_{0};
   AtomicLatencyHistogram service_;
 

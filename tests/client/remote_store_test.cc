@@ -242,6 +242,84 @@ TEST(RemoteStoreTest, SigkillRServersUnderMixedLoadLosesNothing) {
   VerifyAll(store, versions);
 }
 
+// Sum of a STATS counter over the cluster's live servers.
+uint64_t SumServerStat(const LocalCluster& c, const std::string& key,
+                       const std::vector<size_t>& skip = {}) {
+  auto t = fabric::CreateTcpTransport(fabric::TransportOptions{});
+  EXPECT_TRUE(t.ok()) << t.status();
+  uint64_t sum = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
+    fabric::ConnectOptions co;
+    co.secret = c.secret();
+    co.client_id = 777;
+    auto conn = (*t)->Connect(c.endpoints()[i], co);
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    if (!conn.ok()) continue;
+    auto text = (*t)->Stats(*conn, Deadline::AfterMs(kWaitMs));
+    EXPECT_TRUE(text.ok()) << text.status();
+    if (!text.ok()) continue;
+    const size_t at = text->find("\n" + key + " ");
+    EXPECT_NE(at, std::string::npos) << key << " missing from " << *text;
+    if (at != std::string::npos) sum += std::stoull(text->substr(at + key.size() + 2));
+  }
+  return sum;
+}
+
+// Many pages in flight: splits for one server travel coalesced (READV/WRITEV, far fewer requests
+// than splits). A server SIGKILLed while a big write batch is in flight, another while a big
+// read batch is: every write is acknowledged, every page reads back right.
+TEST(RemoteStoreTest, CoalescedBatchesSurviveKillsMidBatch) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 1536;
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(*cluster, kPages);
+  o.k = 4;
+  o.r = 2;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  std::vector<uint8_t> bufs(kPages * kPageSize);
+  std::vector<PageId> ids(kPages);
+  for (PageId p = 0; p < kPages; ++p) {
+    ids[p] = p;
+    Fill(p, 1, bufs.data() + p * kPageSize);
+  }
+  // 1. One batch of every page, no failure: count requests against splits.
+  const uint64_t requests_before = SumServerStat(*cluster, "data_requests");
+  ASSERT_TRUE(store->WritePages(ids.data(), kPages, bufs.data()).ok());
+  const uint64_t requests = SumServerStat(*cluster, "data_requests") - requests_before;
+  const uint64_t splits = kPages * 6;
+  EXPECT_LT(requests * 4, splits) << requests << " requests for " << splits
+                                  << " split writes: splits were not coalesced";
+
+  // 2. Version 2 of every page in one batch; a server dies while it is in flight.
+  for (PageId p = 0; p < kPages; ++p) Fill(p, 2, bufs.data() + p * kPageSize);
+  std::mt19937 rng(7);
+  std::vector<size_t> victims = {rng() % 6};
+  victims.push_back((victims[0] + 1 + rng() % 5) % 6);
+  std::thread killer([&] { EXPECT_TRUE(cluster->Kill(victims[0]).ok()); });
+  Status w = store->WritePages(ids.data(), kPages, bufs.data());
+  killer.join();
+  ASSERT_TRUE(w.ok()) << w;
+
+  // 3. Read every page back in one batch while a second server dies.
+  std::vector<uint8_t> got(kPages * kPageSize);
+  std::thread killer2([&] { EXPECT_TRUE(cluster->Kill(victims[1]).ok()); });
+  Status r = store->ReadPages(ids.data(), kPages, got.data());
+  killer2.join();
+  ASSERT_TRUE(r.ok()) << r;
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_TRUE(Matches(p, 2, got.data() + p * kPageSize)) << "page " << p;
+  }
+  std::vector<uint32_t> versions(kPages, 2);
+  VerifyAll(store, versions);
+  auto st = store->Stats();
+  EXPECT_EQ(st.data_loss, 0u);
+  EXPECT_EQ(st.read_errors + st.write_errors, 0u);
+}
+
 TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
