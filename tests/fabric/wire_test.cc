@@ -273,8 +273,9 @@ TEST(WireTest, VectoredOpsRoundTrip) {
   VectorRequest rv = RoundTrip(Op::kReadV, false, VectorRequest{3, 620}, ranges);
   EXPECT_EQ(rv.count, 3u);
   EXPECT_EQ(rv.total_length, 620u);
-  auto f = ParseFrame(BuildFrame(FrameHeader{Op::kReadV, false, 5}, VectorRequest{3, 620}, ranges),
-                      Direction::kRequest);
+  const std::vector<uint8_t> frame =
+      BuildFrame(FrameHeader{Op::kReadV, false, 5}, VectorRequest{3, 620}, ranges);
+  auto f = ParseFrame(frame, Direction::kRequest);  // f->data views `frame`.
   ASSERT_TRUE(f.ok()) << f.status();
   VectorRange r1 = VectorRangeAt(f->data, 1);
   EXPECT_EQ(r1.slab_id, 7u);
@@ -284,7 +285,8 @@ TEST(WireTest, VectoredOpsRoundTrip) {
   auto wranges = Ranges({{1, 0, 512}, {7, 4096, 100}, {1, 512, 8}}, data);
   RoundTrip(Op::kWriteV, false, VectorRequest{3, 620}, wranges);
   // Responses: READV carries the data, WRITEV nothing.
-  auto resp = ParseFrame(BuildRawFrame(FrameHeader{Op::kReadV, true, 5}, data), Direction::kResponse);
+  const std::vector<uint8_t> resp_frame = BuildRawFrame(FrameHeader{Op::kReadV, true, 5}, data);
+  auto resp = ParseFrame(resp_frame, Direction::kResponse);
   ASSERT_TRUE(resp.ok()) << resp.status();
   EXPECT_EQ(resp->data.size(), 620u);
   EXPECT_TRUE(ParseFrame(BuildRawFrame(FrameHeader{Op::kWriteV, true, 5}), Direction::kResponse).ok());
