@@ -270,7 +270,9 @@ int Main(int argc, char** argv) {
   client::LocalClusterOptions lo;
   lo.bin_dir = bin;
   lo.servers = 10;
-  lo.capacity = std::to_string(std::max<uint64_t>(64, capacity_pages * kPageSize / 8 / (1 << 20) * 3 + 16)) + "M";
+  // Generous: every `tessera run` of the bench leaves its slabs behind until the servers stop
+  // (its heap addresses spread over an 8 GiB region), and a full server fails write-backs.
+  lo.capacity = std::to_string(std::max<uint64_t>(1024, capacity_pages * kPageSize / 8 / (1 << 20) * 3 + 16)) + "M";
   lo.slab_size = "1M";
   auto cluster_or = client::LocalCluster::Start(lo);
   if (!cluster_or.ok()) {

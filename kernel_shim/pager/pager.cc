@@ -308,7 +308,8 @@ class PagerImpl final : public Pager {
   int evict_paused_ = 0;     // PrepareFork pauses.
   bool evict_running_ = false;
   std::condition_variable evict_idle_cv_;
-  std::atomic<uint64_t> max_page_{0};  // One past the highest page ever faulted.
+  std::atomic<uint64_t> max_page_{0};
+  std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.  // One past the highest page ever faulted.
 
   // Counters.
   std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
@@ -871,6 +872,9 @@ void PagerImpl::MaybeKickEviction() {
 void PagerImpl::Throttle() {
   uint64_t cap = LimitPages();
   if (cap == 0) return;
+  // Write-backs failing (the store refuses writes): the cap cannot be kept; waiting would only
+  // slow the program down to no purpose.
+  if (evict_failing_.load(std::memory_order_relaxed)) return;
   uint64_t hard = cap + std::max<uint64_t>(2 * o_.evict_batch, cap / 8);
   std::unique_lock<std::mutex> l(evict_mu_);
   for (int i = 0; i < 20 && static_cast<uint64_t>(resident_.load()) > hard; ++i) {
@@ -1151,6 +1155,7 @@ void PagerImpl::EvictLoop() {
       victims.clear();
       if (PickVictims(&victims, want) == 0) break;
       size_t failed = EvictBatch(victims);
+      evict_failing_.store(failed > 0);
       evict_idle_cv_.notify_all();
       if (failed > 0) {
         // The store rejects writes: back off instead of spinning on the same pages.
