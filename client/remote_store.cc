@@ -191,6 +191,7 @@ class IoThread {
   void FailServer(uint32_t server, const std::string& why);
   void HandleLocalFailures();
   void ReplaceSplit(Slab& s, int j);
+  void ReplaceSplitOnce(Slab& s, int j);
   Status AllocateSlab(Slab& s);
   void Housekeeping();
   void Regenerate(uint64_t now);
@@ -233,6 +234,9 @@ class IoThread {
   uint64_t last_timeout_scan_ns_ = 0;
   std::atomic<uint64_t> unsettled_{0};
   uint64_t poll_ns_ = 0;           // RemoteStoreOptions::poll_us.
+  // A recent MonotonicNs() for request timestamps (refreshed every loop iteration, every op
+  // start and after blocking control calls): one clock read per op instead of one per split.
+  uint64_t now_ns_ = 0;
   uint64_t last_progress_ns_ = 0;  // When polling without progress began (0: not polling).
 
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
@@ -466,6 +470,7 @@ void IoThread::Loop() {
   last_tick_ns_ = MonotonicNs();
   poll_ns_ = uint64_t{store_->opt_.poll_us} * 1000;
   while (!stop_.load(std::memory_order_acquire)) {
+    now_ns_ = MonotonicNs();
     bool progress = false;
     size_t n = t_->Poll(comps_);
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
@@ -569,6 +574,7 @@ void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
 
 void IoThread::StartOp(PageOp* op) {
   const uint64_t now = MonotonicNs();
+  now_ns_ = now;
   if (op->page >= store_->opt_.capacity_pages) {
     Complete(op,
              OutOfRange("page " + std::to_string(op->page) + " is beyond the store's " +
@@ -607,7 +613,7 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   rq.ctx = c;
   rq.split = split;
   rq.server = server;
-  rq.post_ns = MonotonicNs();
+  rq.post_ns = now_ns_;
   rq.live = true;
   rq.write = kind == fabric::OpKind::kWrite;
   if (!t_->Connected(conn_[server])) {
@@ -851,6 +857,7 @@ void IoThread::StartWrite(Ctx* c) {
   Slab& s = slabs_[c->slab];
   if (!s.allocated) {
     Status st = AllocateSlab(s);
+    now_ns_ = MonotonicNs();  // The control calls may have blocked.
     if (!st.ok()) {
       c->finished = true;
       Complete(c->op, st, c->start_ns);
@@ -1072,6 +1079,11 @@ void IoThread::HandleLocalFailures() {
 }
 
 void IoThread::ReplaceSplit(Slab& s, int j) {
+  ReplaceSplitOnce(s, j);
+  now_ns_ = MonotonicNs();  // AllocSlab / FreeSlab may have blocked.
+}
+
+void IoThread::ReplaceSplitOnce(Slab& s, int j) {
   const uint32_t old = s.server[j].load(std::memory_order_relaxed);
   std::vector<placement::ServerId> current(lay_.width());
   for (int i = 0; i < lay_.width(); ++i) current[i] = s.server[i].load();

@@ -8,8 +8,8 @@ namespace {
 
 class LocalBenchCluster final : public BenchCluster {
  public:
-  explicit LocalBenchCluster(std::unique_ptr<client::LocalCluster> cluster)
-      : cluster_(std::move(cluster)) {}
+  LocalBenchCluster(std::unique_ptr<client::LocalCluster> cluster, uint32_t poll_us)
+      : cluster_(std::move(cluster)), poll_us_(poll_us) {}
 
   Result<std::unique_ptr<client::PageStore>> MakeStore(const std::string& kind,
                                                        uint64_t pages) override {
@@ -19,6 +19,7 @@ class LocalBenchCluster final : public BenchCluster {
     }
     remote.secret = cluster_->secret();
     remote.capacity_pages = pages;
+    remote.poll_us = poll_us_;
     if (kind == "ec" || kind == "ec-d0") {
       client::ErasureCodedStoreOptions o;
       o.remote = remote;
@@ -53,13 +54,15 @@ class LocalBenchCluster final : public BenchCluster {
 
  private:
   std::unique_ptr<client::LocalCluster> cluster_;
+  uint32_t poll_us_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<BenchCluster>> BenchCluster::Start(int servers, const std::string& bin_dir,
                                                           uint64_t capacity_bytes,
-                                                          uint64_t slab_bytes) {
+                                                          uint64_t slab_bytes,
+                                                          uint32_t poll_us) {
   if (servers < 1) return InvalidArgument("need at least one server, got ", servers);
   client::LocalClusterOptions o;
   o.bin_dir = bin_dir;
@@ -68,7 +71,7 @@ Result<std::unique_ptr<BenchCluster>> BenchCluster::Start(int servers, const std
   o.slab_size = std::to_string(slab_bytes / 1024) + "K";
   o.fault_injection = true;
   TESSERA_ASSIGN_OR_RETURN(auto cluster, client::LocalCluster::Start(o));
-  return std::unique_ptr<BenchCluster>(new LocalBenchCluster(std::move(cluster)));
+  return std::unique_ptr<BenchCluster>(new LocalBenchCluster(std::move(cluster), poll_us));
 }
 
 }  // namespace tessera::bench

@@ -21,8 +21,10 @@ class BenchCluster {
  public:
   // Starts `servers` memservers (with fault injection) through the `tessera` executable in
   // bin_dir; each holds capacity_bytes in slabs of slab_bytes.
+  // Remote stores it makes get RemoteStoreOptions::poll_us = poll_us (all layouts alike).
   static Result<std::unique_ptr<BenchCluster>> Start(int servers, const std::string& bin_dir,
-                                                     uint64_t capacity_bytes, uint64_t slab_bytes);
+                                                     uint64_t capacity_bytes, uint64_t slab_bytes,
+                                                     uint32_t poll_us = 0);
   virtual ~BenchCluster() = default;
 
   // kind: "ec" (RS(8,2), delta 1), "ec-d0" (delta 0), "rep2", "rep3", "single".

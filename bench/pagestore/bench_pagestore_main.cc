@@ -57,6 +57,9 @@ DEFINE_string(stores, "ec,ec-d0,rep2,rep3,single,single+disk,ssd",
 DEFINE_string(scenarios, "normal,straggler,failed", "Scenarios: normal, straggler, failed");
 DEFINE_int32(straggler_us, 200, "Reply delay of the straggler server, microseconds");
 DEFINE_string(ssd_dir, "/var/tmp", "Directory for the local-SSD files (a temp dir inside it)");
+DEFINE_int32(poll_us, 0,
+             "RemoteStoreOptions::poll_us for every remote store (0..1000): how long an I/O "
+             "thread keeps polling before it sleeps");
 
 namespace {
 
@@ -74,7 +77,7 @@ using tessera::client::PageStore;
 const tessera::cli::CliSpec kSpec = {
     "tessera bench pagestore",
     "[--quick] [--json] [--reps N] [--pages N] [--qds 1,..,64] [--stores LIST] "
-    "[--scenarios normal,straggler,failed] [--ssd_dir DIR]",
+    "[--scenarios normal,straggler,failed] [--ssd_dir DIR] [--poll_us N]",
     "4 KB page latency (p50/p99/p999 at QD1) and throughput (QD 1..64) of the PageStore\n"
     "layouts in one run over 10 real memservers on loopback: EC(8,2) with late binding (delta 1)\n"
     "and without (delta 0), 2- and 3-way replication, single copy, single copy + asynchronous\n"
@@ -194,6 +197,9 @@ int main(int argc, char** argv) {
   if (FLAGS_servers < 1 || FLAGS_servers > 64) {
     tessera::cli::UsageError(kSpec, "--servers must be in 1..64");
   }
+  if (FLAGS_poll_us < 0 || FLAGS_poll_us > 1000) {
+    tessera::cli::UsageError(kSpec, "--poll_us must be 0..1000");
+  }
   if (FLAGS_duration_ms < 1 || FLAGS_lat_ops < 1 || FLAGS_straggler_us < 0) {
     tessera::cli::UsageError(kSpec, "--duration_ms and --lat_ops must be positive");
   }
@@ -242,7 +248,8 @@ int main(int argc, char** argv) {
     uint64_t slab = 1ull << 20;
     uint64_t per_server = std::max<uint64_t>(64ull << 20, total / FLAGS_servers * 2);
     per_server = (per_server + slab - 1) / slab * slab;
-    auto c = BenchCluster::Start(FLAGS_servers, tessera::SelfExeDir(), per_server, slab);
+    auto c = BenchCluster::Start(FLAGS_servers, tessera::SelfExeDir(), per_server, slab,
+                                 static_cast<uint32_t>(FLAGS_poll_us));
     if (!c.ok()) Die("starting the memservers", c.status());
     cluster = std::move(c).value();
   }

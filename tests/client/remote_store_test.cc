@@ -320,6 +320,28 @@ TEST(RemoteStoreTest, CoalescedBatchesSurviveKillsMidBatch) {
   EXPECT_EQ(st.read_errors + st.write_errors, 0u);
 }
 
+// poll_us: the I/O thread polls before sleeping; same results, and out-of-range values refused.
+TEST(RemoteStoreTest, PollingIoThreadRoundTripsAndBadPollIsRefused) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(*cluster, 256);
+  o.k = 4;
+  o.r = 2;
+  o.remote.poll_us = 1001;
+  auto bad = CreateErasureCodedStore(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+  o.remote.poll_us = 200;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  WriteAll(s->get(), 256);
+  for (PageId p = 0; p < 256; p += 3) ASSERT_TRUE(WriteVersion(s->get(), p, 2).ok());
+  std::vector<uint32_t> versions(256, 1);
+  for (PageId p = 0; p < 256; p += 3) versions[p] = 2;
+  VerifyAll(s->get(), versions);
+}
+
 TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);

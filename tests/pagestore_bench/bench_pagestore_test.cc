@@ -95,6 +95,7 @@ TEST(BenchPagestoreTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--stores", "ssd,ssd"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--scenarios", "flood"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--no_such_flag"}).exit_code, 2);
+  EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--poll_us", "5000"}).exit_code, 2);
 }
 
 }  // namespace
