@@ -159,6 +159,10 @@ Outcome RunWorkloadProcess(const std::vector<std::string>& argv, int timeout_s =
   auto ws = proc->Wait(Deadline::AfterMs(30000));
   if (!line.ok()) {
     out.error = "no result line: " + line.status().ToString();
+    if (ws.ok() && WIFSIGNALED(*ws)) {
+      out.error += " (killed by signal " + std::to_string(WTERMSIG(*ws)) +
+                   (WTERMSIG(*ws) == SIGKILL ? ", e.g. the OOM killer)" : ")");
+    }
     return out;
   }
   if (!ws.ok() || !WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) {
@@ -424,10 +428,14 @@ int Main(int argc, char** argv) {
   // are charged to whoever touched them first, so 1.5 MiB.
   const uint64_t kProcessAllowance = 3 << 19;
 
+  // One configuration: the runs that finished (a failed run, e.g. the kernel's OOM killer
+  // under swap, is counted and reported, and the median is taken over the others).
   struct Cell {
     std::vector<double> ms;
     uint64_t checksum = 0;
-    bool ok = true;
+    bool ok = false;
+    int failures = 0;
+    bool mixed = false;
     std::string error;
     double Med() const { return Median(ms); }
   };
@@ -438,10 +446,13 @@ int Main(int argc, char** argv) {
   auto note = [&](const std::string& k, const Outcome& o) {
     Cell& c = cells[k];
     if (!o.ok) {
-      c.ok = false;
+      c.failures++;
       c.error = o.error;
+      std::fprintf(stderr, "\n%s: run failed: %s\n", k.c_str(), o.error.c_str());
       return;
     }
+    if (c.ok && c.checksum != o.checksum) c.mixed = true;  // Runs disagree: a mismatch.
+    c.ok = true;
     c.ms.push_back(o.ms);
     c.checksum = o.checksum;
   };
@@ -492,6 +503,7 @@ int Main(int argc, char** argv) {
       Report::Row row;
       row.Set("suite", "pager-workload").Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
       row.Set("plain_ms", local.ok ? local.Med() : -1.0);
+      int failed_runs = 0;
       for (const char* mode : {"pager", "run", "swap"}) {
         auto it = cells.find(key(mode, pat, f));
         if (it == cells.end()) {
@@ -499,14 +511,15 @@ int Main(int argc, char** argv) {
           continue;
         }
         const Cell& c = it->second;
+        failed_runs += c.failures;
         if (!c.ok) {
           row.Set(std::string(mode) + "_ms", "error");
-          std::fprintf(stderr, "%s: %s\n", key(mode, pat, f).c_str(), c.error.c_str());
           continue;
         }
         row.Set(std::string(mode) + "_ms", c.Med());
-        if (local.ok && c.checksum != local.checksum) checksums_agree = false;
+        if (c.mixed || (local.ok && c.checksum != local.checksum)) checksums_agree = false;
       }
+      row.Set("failed_runs", failed_runs);
       const auto& ps = inproc_stats[key("pager", pat, f)];
       row.Set("pager_faults", ps.faults - ps.zero_fills)
           .Set("pager_writebacks", ps.remote_writes)
