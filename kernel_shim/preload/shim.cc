@@ -65,6 +65,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "client/remote_store.h"
@@ -885,3 +886,92 @@ pid_t fork() noexcept {
 }
 
 }  // extern "C"
+
+// ---- C++ operator new/delete ------------------------------------------------------------
+// Defined here (and exported) rather than left to libstdc++: a program linked against a
+// malloc library that also defines them (Debian's redis-server links libjemalloc.so.2, which
+// does) would otherwise allocate from that library and free into ours.
+namespace {
+
+void* NewImpl(size_t n, size_t align, bool nothrow, const void* caller) {
+  for (;;) {
+    void* p = align > alignof(std::max_align_t)
+                  ? tessera::kernel_shim::AlignedAlloc(align, n, caller)
+                  : tessera::kernel_shim::Alloc(n, 0, caller);
+    if (p != nullptr) return p;
+    std::new_handler h = std::get_new_handler();
+    if (h == nullptr) {
+      if (nothrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    h();
+  }
+}
+
+}  // namespace
+
+#define TESSERA_EXPORT __attribute__((visibility("default")))
+TESSERA_EXPORT void* operator new(size_t n) { return NewImpl(n, 0, false, TESSERA_CALLER); }
+TESSERA_EXPORT void* operator new[](size_t n) { return NewImpl(n, 0, false, TESSERA_CALLER); }
+TESSERA_EXPORT void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return NewImpl(n, 0, true, TESSERA_CALLER);
+  } catch (...) {
+    return nullptr;
+  }
+}
+TESSERA_EXPORT void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return NewImpl(n, 0, true, TESSERA_CALLER);
+  } catch (...) {
+    return nullptr;
+  }
+}
+TESSERA_EXPORT void* operator new(size_t n, std::align_val_t a) {
+  return NewImpl(n, static_cast<size_t>(a), false, TESSERA_CALLER);
+}
+TESSERA_EXPORT void* operator new[](size_t n, std::align_val_t a) {
+  return NewImpl(n, static_cast<size_t>(a), false, TESSERA_CALLER);
+}
+TESSERA_EXPORT void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return NewImpl(n, static_cast<size_t>(a), true, TESSERA_CALLER);
+  } catch (...) {
+    return nullptr;
+  }
+}
+TESSERA_EXPORT void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return NewImpl(n, static_cast<size_t>(a), true, TESSERA_CALLER);
+  } catch (...) {
+    return nullptr;
+  }
+}
+TESSERA_EXPORT void operator delete(void* p) noexcept { tessera::kernel_shim::Free(p); }
+TESSERA_EXPORT void operator delete[](void* p) noexcept { tessera::kernel_shim::Free(p); }
+TESSERA_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete(void* p, size_t) noexcept { tessera::kernel_shim::Free(p); }
+TESSERA_EXPORT void operator delete[](void* p, size_t) noexcept { tessera::kernel_shim::Free(p); }
+TESSERA_EXPORT void operator delete(void* p, std::align_val_t) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete[](void* p, std::align_val_t) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete(void* p, size_t, std::align_val_t) noexcept {
+  tessera::kernel_shim::Free(p);
+}
+TESSERA_EXPORT void operator delete[](void* p, size_t, std::align_val_t) noexcept {
+  tessera::kernel_shim::Free(p);
+}

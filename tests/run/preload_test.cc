@@ -4,6 +4,8 @@
 // exit code passed through, and the stats the launcher reports.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -133,6 +135,30 @@ TEST(Run, UnreachableClusterIsAClearFailure) {
                          "1", "--", "/bin/true"},
                         60000, true);
   EXPECT_EQ(out.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// As an unprivileged user on a machine with vm.unprivileged_userfaultfd=0 and a root-only
+// /dev/userfaultfd, `tessera run` must say why it cannot page and exit non-zero.
+TEST(Run, SaysSoWhenUserfaultfdIsUnavailable) {
+  std::ifstream sysctl("/proc/sys/vm/unprivileged_userfaultfd");
+  int unprivileged = 1;
+  sysctl >> unprivileged;
+  if (geteuid() != 0 || unprivileged != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root, vm.unprivileged_userfaultfd=0 and setpriv to run as nobody";
+  }
+  auto out = RunCommand({"/bin/sh", "-c",
+                         "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                             BinDir() + "/tessera run -- /bin/true 2>&1"},
+                        30000);
+  EXPECT_EQ(out.exit_code, 1);
+  EXPECT_NE(out.stdout_text.find("userfaultfd is not available"), std::string::npos)
+      << out.stdout_text;
 }
 
 }  // namespace
