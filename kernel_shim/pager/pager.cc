@@ -462,7 +462,7 @@ void PagerImpl::FaultLoop(int index) {
         std::lock_guard<std::mutex> l(handoff_mu_);
         handed.swap(handoff_);
       }
-      for (auto [p, w] : handed) HandleMissing(p, w, MonotonicNs(), nullptr);
+      for (auto [p, w] : handed) HandleMissing(p, w, 0, nullptr);  // Counted already.
       handed.clear();
     }
     if (!(fds[0].revents & POLLIN)) continue;
