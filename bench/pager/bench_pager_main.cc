@@ -265,6 +265,20 @@ int Main(int argc, char** argv) {
   if (FLAGS_fault_samples < 10 || FLAGS_fault_samples > 1000000) {
     cli::UsageError(kSpec, "--fault_samples must be in [10, 1000000]");
   }
+  if (FLAGS_evict_batch < 1 || FLAGS_evict_batch > 4096) {
+    cli::UsageError(kSpec, "--evict_batch must be in [1, 4096]");
+  }
+  if (!(FLAGS_low_watermark > 0 && FLAGS_low_watermark <= 1)) {
+    cli::UsageError(kSpec, "--low_watermark must be in (0, 1]");
+  }
+  {
+    std::stringstream ss(FLAGS_sections);
+    for (std::string s; std::getline(ss, s, ',');) {
+      if (s != "latency" && s != "workloads" && s != "policy" && s != "failure") {
+        cli::UsageError(kSpec, "--sections: unknown section '" + s + "'");
+      }
+    }
+  }
   const std::string bin = SelfExeDir();
   const size_t bytes = static_cast<size_t>(FLAGS_mib) << 20;
   const uint64_t lat_pages = static_cast<uint64_t>(FLAGS_fault_samples) + 512;
