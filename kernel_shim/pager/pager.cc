@@ -235,7 +235,7 @@ class PagerImpl final : public Pager {
   void Wake(PageId p);
   void Unprotect(PageId p);
   void Poison(PageId p, const Status& why);
-  void BecameResident(PageId p);
+  void BecameResident(PageId p);  // Counters only.
   void RecordLatency(uint64_t t0);
   // Accounts, COPYs `src` to page p (owned by the caller in kFilling) and publishes its state
   // (kDirty if writable else kClean, plus `in_store`). On failure the page goes back to kRemote
@@ -532,6 +532,12 @@ bool PagerImpl::MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in
   }
   W(p).store(in_store | (writable ? kDirty : kClean));
   RecordLatency(t0);
+  // Bookkeeping off the latency path (the COPY has woken the faulting thread already).
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    resident_events_.push_back(p);
+  }
+  MaybeKickEviction();
   return true;
 }
 
@@ -544,15 +550,10 @@ void PagerImpl::RecordLatency(uint64_t t0) {
 
 // Accounting for a page about to be mapped (done before the COPY so that the woken thread
 // sees consistent stats; undone by Unresident if the COPY fails).
-void PagerImpl::BecameResident(PageId p) {
+void PagerImpl::BecameResident(PageId) {
   int64_t r = resident_.fetch_add(1) + 1;
   uint64_t pr = peak_resident_.load();
   while (static_cast<uint64_t>(r) > pr && !peak_resident_.compare_exchange_weak(pr, r)) {}
-  {
-    std::lock_guard<std::mutex> l(events_mu_);
-    resident_events_.push_back(p);
-  }
-  MaybeKickEviction();
 }
 
 static void AddFootprint(std::atomic<int64_t>& fp, std::atomic<uint64_t>& peak, int64_t d) {
