@@ -73,6 +73,7 @@ namespace {
 
 constexpr int kMaxWidth = coding::kMaxSplits;
 constexpr uint32_t kNoServer = ~0u;
+constexpr size_t kMaxServersForMedian = 4096;
 
 bool IsConnectionError(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled ||
@@ -215,6 +216,13 @@ class IoThread {
   std::unique_ptr<fabric::Transport> t_;
   std::vector<fabric::ConnectionId> conn_;
   std::vector<uint8_t> local_failed_;
+  // Reply latency per server (EWMA, 1/8 weight, from this thread's data ops) and which servers
+  // are much slower than the rest (ClassifySlow(), every kClassifyEvery completions): reads ask
+  // their splits last.
+  std::vector<uint64_t> latency_ewma_ns_;
+  std::vector<uint8_t> slow_;
+  uint32_t since_classify_ = 0;
+  void ClassifySlow();
   uint64_t seen_failure_epoch_ = 0;
   std::vector<Slab> slabs_;
   std::vector<Ctx> ctxs_;
@@ -392,6 +400,8 @@ Status IoThread::Connect() {
     }
   }
   local_failed_.assign(o.servers.size(), 0);
+  latency_ewma_ns_.assign(o.servers.size(), 0);
+  slow_.assign(o.servers.size(), 0);
   return Status::Ok();
 }
 
@@ -673,13 +683,23 @@ void IoThread::AskMore(Ctx* c) {
   Slab& s = slabs_[c->slab];
   const int want = (c->finished ? 0 : lay_.k + (c->bad == 0 ? lay_.delta : 0));
   int have = std::popcount(c->good) + c->outstanding;
-  for (int pass = 0; pass < 2 && have < want; ++pass) {
+  // Pass 0: settled splits on servers that answer normally (data splits first, so an
+  // undisturbed read needs no decode); pass 1: settled splits on servers currently much slower
+  // than the others (a straggler is asked only when the others do not suffice); pass 2: splits
+  // whose regeneration has not reached this page yet.
+  for (int pass = 0; pass < 3 && have < want; ++pass) {
     for (int j = 0; j < lay_.width() && have < want; ++j) {
       const uint64_t bit = 1ull << j;
       if ((c->asked & bit) != 0) continue;
       if (c->regen_split == j) continue;
       const bool settled = s.regen_cursor[j] > c->pidx;
-      if ((pass == 0) != settled) continue;
+      if (!settled) {
+        if (pass != 2) continue;
+      } else {
+        const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+        const bool slow = server < slow_.size() && slow_[server];
+        if (pass != (slow ? 1 : 0)) continue;
+      }
       c->asked |= bit;
       if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
         ++have;
@@ -1018,6 +1038,12 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   rq.next_free = free_req_;
   free_req_ = static_cast<uint32_t>(comp.cookie);
   --c->outstanding;
+  if (comp.status.ok() && server < latency_ewma_ns_.size()) {
+    const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
+    uint64_t& e = latency_ewma_ns_[server];
+    e = e == 0 ? sample : e - e / 8 + sample / 8;
+    if (++since_classify_ >= 64) ClassifySlow();
+  }
   if (!comp.status.ok() && IsConnectionError(comp.status)) {
     FailServer(rq.server, comp.status.ToString());
   }
@@ -1026,6 +1052,28 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     MaybeRelease(c);
   } else {
     OnWriteSplit(c, split, server, comp.status);
+  }
+}
+
+// A server is slow when its reply latency is more than twice the (lower) median of the live
+// servers' and more than 100 us above it (a loaded box's jitter is not a straggler). Runs every
+// 64 completions and at least every millisecond while completions arrive.
+void IoThread::ClassifySlow() {
+  since_classify_ = 0;
+  uint64_t v[kMaxServersForMedian];
+  size_t n = 0;
+  for (size_t i = 0; i < latency_ewma_ns_.size() && n < kMaxServersForMedian; ++i) {
+    if (!local_failed_[i] && latency_ewma_ns_[i] != 0) v[n++] = latency_ewma_ns_[i];
+  }
+  if (n < 2) return;
+  std::nth_element(v, v + (n - 1) / 2, v + n);
+  const uint64_t median = v[(n - 1) / 2];  // The lower median (of two servers: the faster).
+  for (size_t i = 0; i < latency_ewma_ns_.size(); ++i) {
+    uint64_t& e = latency_ewma_ns_[i];
+    slow_[i] = e > 2 * median && e > median + 100000;
+    // A slow server's splits are rarely read, so its estimate would go stale: let it drift
+    // down so the server is tried again now and then (writes and those reads refresh it).
+    if (slow_[i]) e -= e / 128;
   }
 }
 
@@ -1195,6 +1243,7 @@ void IoThread::Housekeeping() {
   // Op timeouts: scan at most every millisecond.
   if (now - last_timeout_scan_ns_ > 1000000) {
     last_timeout_scan_ns_ = now;
+    if (since_classify_ > 0) ClassifySlow();
     const uint64_t limit = static_cast<uint64_t>(store_->opt_.op_timeout_ms) * 1000000;
     if (t_->inflight() > 0) {
       for (const Request& rq : reqs_) {

@@ -114,6 +114,8 @@ struct ErasureCodedStoreOptions {
   int r = 2;  // Parity splits (1..4 with k + r <= 20). The page survives r lost splits.
   // Late binding: a read asks k + delta splits (data splits first) and finishes with the first
   // k good ones; 0 asks exactly k (a straggler then stalls the read until the op timeout).
+  // Splits on a server whose replies are much slower than the others' (EWMA > 2x the median
+  // and > median + 100 us) are asked last, for every layout (replication picks another copy).
   int delta = 1;
   AckPolicy ack = AckPolicy::kAll;
 };
