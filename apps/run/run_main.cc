@@ -307,6 +307,11 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
   };
+  // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.
+  if (!gflags::GetCommandLineFlagInfoOrDie("log_level").is_default) {
+    env.push_back(std::string(kernel_shim::kEnvLogLevel) + "=" +
+                  gflags::GetCommandLineFlagInfoOrDie("log_level").current_value);
+  }
   const char* old_preload = getenv("LD_PRELOAD");
   env.push_back(std::string("LD_PRELOAD=") + real_lib +
                 (old_preload && *old_preload ? std::string(":") + old_preload : ""));

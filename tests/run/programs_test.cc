@@ -191,7 +191,7 @@ void SortTest(bool kill) {
   setenv("LC_ALL", "C", 1);
   TempDir tmp;
   const std::string in = tmp.path() + "/in", want = tmp.path() + "/want", got = tmp.path() + "/got";
-  WriteSortInput(in, 700000);  // ~40 MB
+  WriteSortInput(in, 400000);  // ~23 MB
   auto ref = RunCommand({"/usr/bin/sort", "-S", "100M", in, "-o", want}, 120000);
   ASSERT_EQ(ref.exit_code, 0);
   std::unique_ptr<client::LocalCluster> cluster;
@@ -232,7 +232,7 @@ TEST(Programs, SortAtHalfLocalMemoryMatchesUnpaged) { SortTest(false); }
 TEST(Programs, SortSurvivesRMemserversKilledHalfWay) { SortTest(true); }
 
 // ---- redis-server ---------------------------------------------------------------------------
-constexpr int kKeys = 100000;
+constexpr int kKeys = 60000;
 
 // Starts redis (paged when `prefix` is non-empty), loads it (killing r servers of `cluster`
 // at half), runs redis-benchmark, and returns "LOADER-DIGEST DEBUG-DIGEST".
