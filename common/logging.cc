@@ -25,6 +25,17 @@ const char* LevelChar(LogLevel l) {
   return "?";
 }
 
+// The local UTC offset when first needed (daylight-saving changes during a run are ignored).
+long UtcOffsetSeconds() {
+  static const long offset = [] {
+    time_t now = time(nullptr);
+    tm tmv;
+    localtime_r(&now, &tmv);
+    return tmv.tm_gmtoff;
+  }();
+  return offset;
+}
+
 const char* Basename(const char* path) {
   const char* slash = std::strrchr(path, '/');
   return slash ? slash + 1 : path;
@@ -47,11 +58,14 @@ namespace internal {
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  tm tmv;
-  localtime_r(&ts.tv_sec, &tmv);
+  // Local time of day from a UTC offset read once: localtime_r() takes glibc's tzset lock on
+  // every call, and a logging pager/store thread must never wait on a lock that a paged program
+  // thread may hold while it faults (the LD_PRELOAD shim runs this code inside programs).
+  const long day_s = static_cast<long>((ts.tv_sec + UtcOffsetSeconds()) % 86400 + 86400) % 86400;
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%02d:%02d:%02d.%06ld %5ld ", LevelChar(level), tmv.tm_hour,
-                tmv.tm_min, tmv.tm_sec, ts.tv_nsec / 1000, static_cast<long>(syscall(SYS_gettid)));
+  std::snprintf(buf, sizeof(buf), "%s%02ld:%02ld:%02ld.%06ld %5ld ", LevelChar(level),
+                day_s / 3600, day_s / 60 % 60, day_s % 60, ts.tv_nsec / 1000,
+                static_cast<long>(syscall(SYS_gettid)));
   os_ << buf << Basename(file) << ':' << line << "] ";
 }
 
