@@ -39,7 +39,7 @@ trap cleanup EXIT
 echo "== 1. local run: $PY workload.py $RECORDS"
 start=$(date +%s.%N)
 "$PY" "$WORKLOAD" "$RECORDS" >"$WORK/local.out"
-local_s=$(echo "$(date +%s.%N) - $start" | bc)
+local_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 LOCAL_DIGEST=$(grep '^tessera-workload: records' "$WORK/local.out")
 
 echo "== 2. starting $((K + R + 1)) memservers on loopback"
@@ -76,7 +76,7 @@ set +e
   done
 rc=${PIPESTATUS[0]}
 set -e
-paged_s=$(echo "$(date +%s.%N) - $start" | bc)
+paged_s=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 cat "$WORK/run.err" >&2
 PAGED_DIGEST=$(grep '^tessera-workload: records' "$WORK/paged.out" || true)
 
