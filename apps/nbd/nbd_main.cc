@@ -1,6 +1,6 @@
 // `tessera nbd`: serves the resilient page store as Network Block Device exports.
 //
-// Without --cluster it starts an embedded local cluster (k+r+1 real memservers on loopback,
+// Without --cluster it starts an embedded local cluster (k+2r real memservers on loopback,
 // one spare for regeneration) and tears it down on SIGINT/SIGTERM; with --cluster it uses the
 // servers of a cluster file. Each export is a page-aligned range of one erasure-coded store.
 // Prints `nbd export "NAME" SIZE bytes (...) on nbd://HOST:PORT/NAME` per export once ready.
@@ -49,7 +49,7 @@ const cli::CliSpec kSpec = {
     "[--k 8 --r 2] [--listen HOST:PORT | --unix PATH]",
     "Serves the erasure-coded page store as Network Block Device exports (fixed newstyle,\n"
     "structured replies, READ/WRITE/FUA/FLUSH/TRIM/WRITE_ZEROES, multi-connection). Without\n"
-    "--cluster it starts k+r+1 memservers on loopback and stops them on SIGINT/SIGTERM.\n"
+    "--cluster it starts k+2r memservers on loopback and stops them on SIGINT/SIGTERM.\n"
     "Any NBD client works: nbdinfo/nbdsh/nbdcopy nbd://127.0.0.1:10809/tessera, qemu-img,\n"
     "qemu-io; as swap on a machine with the nbd kernel module:\n"
     "  modprobe nbd; nbd-client 127.0.0.1 10809 /dev/nbd0 -N tessera; mkswap /dev/nbd0;\n"
@@ -129,7 +129,8 @@ int Main(int argc, char** argv) {
     }
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
-    lo.servers = static_cast<size_t>(FLAGS_k + FLAGS_r + 1);
+    // k+2r, like `tessera run`: after r failures, new slabs still find k+r live servers.
+    lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r);
     // Each server holds 1/k of the pages it is given splits of; every server may get splits
     // of any page, so give each room for total/k plus slab rounding and the spare's share.
     const uint64_t per_server_mb = total_pages * client::kPageSize / static_cast<uint64_t>(FLAGS_k) / (1 << 20);

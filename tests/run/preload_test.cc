@@ -19,6 +19,8 @@ namespace {
 using testing::BinDir;
 using testing::CommandOutcome;
 using testing::RunCommand;
+using testing::JsonInt;
+using testing::ReadFile;
 using testing::TempDir;
 
 std::string Probe() { return BinDir() + "/tessera-preload-probe"; }
@@ -37,19 +39,7 @@ CommandOutcome RunPaged(const std::vector<std::string>& probe_args, const std::s
   return RunCommand(argv, 180000, /*keep_stderr=*/true);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-// The integer value of "key": in the one-line JSON the launcher writes; -1 if absent.
-long long JsonInt(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return -1;
-  return std::strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
-}
 
 TEST(Preload, HeapIsPagedAndThreadsSeeTheirBytes) {
   TempDir tmp;

@@ -29,24 +29,15 @@ namespace {
 
 using testing::BinDir;
 using testing::RunCommand;
+using testing::JsonInt;
+using testing::ReadFile;
 using testing::TempDir;
 
 constexpr int kK = 4, kR = 2;
 const std::string kPython = "/usr/bin/python3";
 const std::string kDir = TESSERA_RUN_TEST_DIR;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-long long JsonInt(const std::string& json, const std::string& key) {
-  size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return -1;
-  return std::strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
-}
 
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -22,6 +22,13 @@ CommandOutcome RunCommand(const std::vector<std::string>& argv, int timeout_ms =
 // Runs build/bin/tessera with the given arguments.
 CommandOutcome RunTessera(const std::vector<std::string>& args, int timeout_ms = 60000);
 
+// The whole content of a file ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// The integer value of "key": in one-line JSON such as `tessera run --stats-json` writes;
+// -1 if the key is absent.
+long long JsonInt(const std::string& json, const std::string& key);
+
 // A fresh temporary directory, removed (recursively) on destruction.
 class TempDir {
  public:
