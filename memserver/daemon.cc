@@ -40,6 +40,7 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   MemServerHandler::Options ho;
   ho.fault_injection = options.fault_injection;
   ho.headroom_bytes = options.headroom_bytes;
+  ho.orphan_grace_ns = options.orphan_grace_ns;
   d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
 
   d->source_ = std::make_unique<MeminfoSource>(options.meminfo_path);
@@ -83,7 +84,11 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
              << (d->pool_->huge_pages() ? " (huge pages)" : "") << ", headroom "
              << FormatSize(options.headroom_bytes) << ", transport "
              << (d->server_->rdma_enabled() ? "tcp+rdma" : "tcp")
-             << (options.fault_injection ? ", fault injection allowed" : "");
+             << (options.fault_injection ? ", fault injection allowed" : "")
+             << ", orphan grace "
+             << (options.orphan_grace_ns == 0
+                     ? std::string("off")
+                     : std::to_string(options.orphan_grace_ns / 1000000) + " ms");
   return d;
 }
 
@@ -91,6 +96,7 @@ MemServerDaemon::~MemServerDaemon() { Shutdown(); }
 
 void MemServerDaemon::TickOnce() {
   monitor_->Tick();
+  handler_->ReclaimOrphans(MonotonicNs());
   handler_->metrics().UpdateRates(MonotonicNs());
 }
 

@@ -42,6 +42,8 @@ struct DaemonOptions {
   std::string meminfo_path = "/proc/meminfo";
   uint64_t monitor_interval_ns = 200ull * 1000000;
   uint64_t eviction_grace_ns = 2000ull * 1000000;
+  // Slabs of a client with no open connection for this long are freed (0: never).
+  uint64_t orphan_grace_ns = 30000ull * 1000000;
   double smoothing = 0.5;
 };
 

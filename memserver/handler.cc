@@ -85,12 +85,87 @@ Status MemServerHandler::RegisterFunction(uint32_t function_id, std::string name
 
 void MemServerHandler::OnConnect(const PeerInfo& peer) {
   metrics_.Connected();
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    Lease& l = leases_[peer.client_id];
+    ++l.connections;
+    l.idle_since_ns = 0;
+  }
   TLOG(DEBUG) << "client " << peer.client_id << " connected from " << peer.address;
 }
 
 void MemServerHandler::OnDisconnect(const PeerInfo& peer) {
   metrics_.Disconnected();
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    auto it = leases_.find(peer.client_id);
+    if (it != leases_.end() && --it->second.connections <= 0) {
+      if (options_.orphan_grace_ns == 0) {
+        leases_.erase(it);  // No lease to run: forget the owner.
+      } else {
+        it->second.connections = 0;
+        it->second.idle_since_ns = MonotonicNs();
+      }
+    }
+  }
   TLOG(DEBUG) << "client " << peer.client_id << " (" << peer.address << ") disconnected";
+}
+
+uint64_t MemServerHandler::ReclaimOrphans(uint64_t now_ns) {
+  const uint64_t grace = options_.orphan_grace_ns;
+  if (grace == 0) return 0;
+  uint64_t freed_total = 0;
+  std::vector<SlabPool::SlabInfo> slabs;
+  bool listed = false;
+  // Under the lease lock: a reconnect either happens before (the owner is not idle) or after
+  // the owner's slabs are gone (it then finds them missing, as after an eviction).
+  std::lock_guard<std::mutex> lock(leases_mu_);
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const Lease& l = it->second;
+    if (l.connections > 0 || l.idle_since_ns == 0 || now_ns - l.idle_since_ns < grace) {
+      ++it;
+      continue;
+    }
+    const OwnerId owner = it->first;
+    const uint64_t idle_ns = now_ns - l.idle_since_ns;
+    it = leases_.erase(it);
+    if (!listed) {
+      slabs = pool_->AllocatedSlabs();
+      listed = true;
+    }
+    uint64_t freed = 0;
+    for (const auto& s : slabs) {
+      if (s.owner != owner) continue;
+      if (pool_->Free(owner, s.slab_id).ok()) ++freed;
+    }
+    if (freed > 0) {
+      owners_reclaimed_.fetch_add(1, std::memory_order_relaxed);
+      slabs_reclaimed_.fetch_add(freed, std::memory_order_relaxed);
+      TLOG(INFO) << "client " << owner << " has had no connection for "
+                 << idle_ns / 1000000 << " ms (--orphan_grace "
+                 << grace / 1000000 << " ms): freed its " << freed << " slabs";
+    }
+    freed_total += freed;
+  }
+  return freed_total;
+}
+
+MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
+  LeaseStats out;
+  out.owners_reclaimed = owners_reclaimed_.load(std::memory_order_relaxed);
+  out.slabs_reclaimed = slabs_reclaimed_.load(std::memory_order_relaxed);
+  std::vector<SlabPool::SlabInfo> slabs = pool_->AllocatedSlabs();
+  std::lock_guard<std::mutex> lock(leases_mu_);
+  for (const auto& [owner, l] : leases_) {
+    if (l.connections > 0) continue;
+    for (const auto& s : slabs) {
+      if (s.owner == owner) {
+        ++out.orphaned_owners;
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
@@ -342,6 +417,11 @@ std::string MemServerHandler::StatsText() {
   o << "eviction_notices " << ms.notices_sent << "\n";
   o << "evictions_released_early " << ms.released_early << "\n";
   o << "connections " << (server ? server->connection_count() : 0) << "\n";
+  const LeaseStats ls = lease_stats();
+  o << "orphan_grace_ms " << options_.orphan_grace_ns / 1000000 << "\n";
+  o << "orphaned_owners " << ls.orphaned_owners << "\n";
+  o << "orphan_owners_reclaimed " << ls.owners_reclaimed << "\n";
+  o << "orphan_slabs_reclaimed " << ls.slabs_reclaimed << "\n";
   o << "ops_total " << metrics_.total_ops() << "\n";
   for (int i = 0; i < ServerMetrics::kOps; ++i) {
     o << "ops_" << OpSlotName(static_cast<OpSlot>(i)) << " " << metrics_.ops(static_cast<OpSlot>(i))
@@ -391,6 +471,15 @@ std::string MemServerHandler::PrometheusText() {
   o << "tessera_memserver_slabs{state=\"evicting\"} " << c.evicting_slabs << "\n";
   o << "tessera_memserver_slabs{state=\"limit\"} " << c.limit_slabs << "\n";
   o << "tessera_memserver_slabs{state=\"max\"} " << c.max_slabs << "\n";
+  const LeaseStats ls = lease_stats();
+  metric("orphaned_owners", "gauge",
+         "Clients holding slabs with no open connection (their lease is running out).");
+  o << "tessera_memserver_orphaned_owners " << ls.orphaned_owners << "\n";
+  metric("orphan_owners_reclaimed_total", "counter",
+         "Clients whose slabs were freed after --orphan_grace without a connection.");
+  o << "tessera_memserver_orphan_owners_reclaimed_total " << ls.owners_reclaimed << "\n";
+  metric("orphan_slabs_reclaimed_total", "counter", "Slabs freed by expired client leases.");
+  o << "tessera_memserver_orphan_slabs_reclaimed_total " << ls.slabs_reclaimed << "\n";
   metric("slab_size_bytes", "gauge", "Size of one slab.");
   o << "tessera_memserver_slab_size_bytes " << pool_->slab_bytes() << "\n";
   metric("capacity_bytes", "gauge", "Configured capacity.");

@@ -8,8 +8,12 @@
 // EvictionSink: eviction decisions become NOTICEs to the owning client through the Server.
 //
 // Slabs outlive connections: a client that reconnects with the same client_id keeps its slabs
-// (the resilience layer above relies on that after a network blip). Memory held by clients
-// that never return is reclaimed by the resource monitor under memory pressure.
+// (the resilience layer above relies on that after a network blip). Leases: an owner with no
+// open connection for `orphan_grace_ns` (--orphan_grace) loses all its slabs
+// (ReclaimOrphans(), driven by the daemon's monitor tick): a client that died (SIGKILL, a
+// paged program that exited without tearing its store down) does not hold memory forever. A
+// reconnect within the grace cancels the countdown. Memory is also reclaimed by the resource
+// monitor under memory pressure.
 //
 // Ownership: borrows the pool (must outlive the handler); the Server and the monitor are
 // attached after construction (AttachServer/AttachMonitor, before Server::Start) and must
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -40,6 +45,13 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   struct Options {
     bool fault_injection = false;  // Accept FAULT requests (and the fault INVOKE function).
     uint64_t headroom_bytes = 0;  // Reported in STATS.
+    // Slabs of an owner with no open connection for this long are freed. 0: never.
+    uint64_t orphan_grace_ns = 0;
+  };
+  struct LeaseStats {
+    uint64_t orphaned_owners = 0;   // Owners now holding slabs with no connection open.
+    uint64_t owners_reclaimed = 0;  // Owners whose lease ran out (since start).
+    uint64_t slabs_reclaimed = 0;   // Slabs freed by expired leases (since start).
   };
   // An offload function: gets the caller and the argument bytes, returns the result bytes
   // (<= fabric::kMaxDataLength). Runs on an I/O thread: keep it short.
@@ -83,6 +95,11 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   // The wire FAULT request as a FaultSpec.
   static Result<FaultSpec> FromWire(const fabric::FaultRequest& req);
 
+  // Frees the slabs of every owner whose last connection closed at least orphan_grace_ns
+  // before `now_ns` (MonotonicNs()). Returns the number of slabs freed. Any thread.
+  uint64_t ReclaimOrphans(uint64_t now_ns);
+  LeaseStats lease_stats();
+
   std::string StatsText();
   std::string PrometheusText();
   ServerMetrics& metrics() { return metrics_; }
@@ -99,6 +116,15 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   fabric::MemoryRegistration registration_;  // Set before Start().
   FaultState faults_;
   ServerMetrics metrics_;
+
+  // Open connections per owner, and since when an owner has none (0 while it has some).
+  struct Lease {
+    int64_t connections = 0;
+    uint64_t idle_since_ns = 0;
+  };
+  std::mutex leases_mu_;
+  std::map<OwnerId, Lease> leases_;  // Under leases_mu_.
+  std::atomic<uint64_t> owners_reclaimed_{0}, slabs_reclaimed_{0};
 
   struct Registered {
     std::string name;

@@ -28,6 +28,10 @@ DEFINE_int32(io_threads, 1, "Network I/O threads (1..64)");
 DEFINE_bool(fault_injection, false,
             "Accept `tessera fault` requests (for resilience experiments; off by default)");
 DEFINE_string(eviction_grace, "2s", "Time an owner gets to move an evicted slab's data");
+DEFINE_string(orphan_grace, "30s",
+              "Slabs of a client that has had no open connection for this long are freed (its "
+              "process died or exited without releasing them); a reconnect within it keeps them. "
+              "0 = never free them. Checked every --monitor_interval");
 DEFINE_string(monitor_interval, "200ms", "How often free host memory is sampled");
 DEFINE_string(meminfo_path, "/proc/meminfo",
               "Where MemAvailable is read (tests point it at a file they write)");
@@ -96,6 +100,13 @@ int main(int argc, char** argv) {
   o.fault_injection = FLAGS_fault_injection;
   o.eviction_grace_ns = DurationFlag("eviction_grace", FLAGS_eviction_grace);
   o.monitor_interval_ns = DurationFlag("monitor_interval", FLAGS_monitor_interval);
+  if (FLAGS_orphan_grace == "0") {
+    o.orphan_grace_ns = 0;
+  } else {
+    auto grace = tessera::memserver::ParseDurationNs(FLAGS_orphan_grace);
+    if (!grace.ok()) UsageError(kSpec, "--orphan_grace: " + grace.status().message());
+    o.orphan_grace_ns = *grace;
+  }
   o.meminfo_path = FLAGS_meminfo_path;
 
   auto secret = tessera::fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera memserver");

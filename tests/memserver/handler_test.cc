@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "common/clock.h"
+
 namespace tessera::memserver {
 namespace {
 
@@ -167,6 +169,68 @@ TEST_F(HandlerTest, StatsAndPrometheusText) {
   EXPECT_EQ(hb->slabs_free, 3u);
   EXPECT_EQ(hb->free_bytes, 3 * kSlab);
   EXPECT_EQ(hb->total_bytes, 4 * kSlab);
+}
+
+
+// Leases: the handler counts connections per owner; ReclaimOrphans(now) frees the slabs of
+// owners with none open for the grace. Time is passed in, so no waiting is needed.
+TEST(HandlerLeaseTest, OrphansAreFreedAfterTheGraceOnly) {
+  SlabPool::Options o;
+  o.slab_bytes = kSlab;
+  o.capacity_bytes = 8 * kSlab;
+  auto pool = SlabPool::Create(o);
+  ASSERT_TRUE(pool.ok());
+  MemServerHandler::Options ho;
+  ho.orphan_grace_ns = 1000000000;  // 1 s
+  MemServerHandler h(pool->get(), ho);
+  fabric::PeerInfo alice, bob, carol;
+  alice.client_id = 1;
+  bob.client_id = 2;
+  carol.client_id = 3;
+  for (auto* p : {&alice, &bob, &carol}) h.OnConnect(*p);
+  for (auto* p : {&alice, &alice, &bob, &carol}) ASSERT_TRUE(h.AllocSlab(*p, {}).ok());
+  h.OnConnect(alice);  // A second connection of alice.
+  h.OnDisconnect(alice);
+  const uint64_t late = MonotonicNs() + 5000000000ull;
+  EXPECT_EQ(h.ReclaimOrphans(late), 0u) << "alice still has a connection open";
+  h.OnDisconnect(alice);
+  h.OnDisconnect(carol);
+  EXPECT_EQ(h.lease_stats().orphaned_owners, 2u);
+  EXPECT_EQ(h.ReclaimOrphans(MonotonicNs()), 0u) << "within the grace";
+  h.OnConnect(carol);  // Carol is back in time.
+  EXPECT_EQ(h.ReclaimOrphans(late), 2u);  // Alice's two slabs.
+  EXPECT_EQ((*pool)->SlabsOwnedBy(1), 0u);
+  EXPECT_EQ((*pool)->SlabsOwnedBy(2), 1u);
+  EXPECT_EQ((*pool)->SlabsOwnedBy(3), 1u);
+  const auto ls = h.lease_stats();
+  EXPECT_EQ(ls.owners_reclaimed, 1u);
+  EXPECT_EQ(ls.slabs_reclaimed, 2u);
+  EXPECT_EQ(ls.orphaned_owners, 0u);
+  const std::string stats = h.StatsText();
+  EXPECT_NE(stats.find("orphan_grace_ms 1000\n"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("orphan_slabs_reclaimed 2\n"), std::string::npos) << stats;
+  const std::string prom = h.PrometheusText();
+  EXPECT_NE(prom.find("tessera_memserver_orphan_slabs_reclaimed_total 2\n"), std::string::npos);
+  EXPECT_NE(prom.find("tessera_memserver_orphaned_owners 0\n"), std::string::npos);
+  // Alice comes back after the reclaim: she starts from nothing, and can allocate again.
+  h.OnConnect(alice);
+  EXPECT_TRUE(h.AllocSlab(alice, {}).ok());
+}
+
+TEST(HandlerLeaseTest, GraceZeroNeverFrees) {
+  SlabPool::Options o;
+  o.slab_bytes = kSlab;
+  o.capacity_bytes = 2 * kSlab;
+  auto pool = SlabPool::Create(o);
+  ASSERT_TRUE(pool.ok());
+  MemServerHandler h(pool->get(), MemServerHandler::Options{});
+  fabric::PeerInfo alice;
+  alice.client_id = 1;
+  h.OnConnect(alice);
+  ASSERT_TRUE(h.AllocSlab(alice, {}).ok());
+  h.OnDisconnect(alice);
+  EXPECT_EQ(h.ReclaimOrphans(MonotonicNs() + 3600000000000ull), 0u);
+  EXPECT_EQ((*pool)->SlabsOwnedBy(1), 1u);
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -174,6 +176,58 @@ struct Client {
 
   std::vector<fabric::Notice> notices;
 };
+
+// The lease test's client process: this test binary started again with
+// TESSERA_TEST_LEASE_CHILD=PORT:CLIENT_ID:SLABS. It allocates SLABS slabs, writes one byte in
+// each, prints "allocated N" and then waits to be SIGKILLed (it never releases anything).
+// Runs from a static initializer, before gtest's main.
+int RunLeaseChildIfAsked() {
+  const char* spec = std::getenv("TESSERA_TEST_LEASE_CHILD");
+  if (spec == nullptr) return 0;
+  unsigned port = 0, slabs = 0;
+  unsigned long long id = 0;
+  if (std::sscanf(spec, "%u:%llu:%u", &port, &id, &slabs) != 3) _exit(3);
+  auto c = Client::Connect(static_cast<uint16_t>(port), kSecret, id);
+  if (!c.ok()) {
+    std::fprintf(stderr, "lease child: %s\n", c.status().ToString().c_str());
+    _exit(4);
+  }
+  for (unsigned i = 0; i < slabs; ++i) {
+    auto slab = c->Alloc();
+    uint8_t v = 0x77;
+    if (!slab.ok() || !c->Op(OpKind::kWrite, *slab, 0, &v, 1).ok()) _exit(5);
+  }
+  std::printf("allocated %u\n", slabs);
+  std::fflush(stdout);
+  for (;;) pause();
+}
+[[maybe_unused]] const int kLeaseChild = RunLeaseChildIfAsked();
+
+// A numeric field of the server's STATS text (fetched with an observer connection).
+Result<uint64_t> StatField(uint16_t port, const std::string& key) {
+  TESSERA_ASSIGN_OR_RETURN(Client c, Client::Connect(port, kSecret, 0x0b5e77e7));
+  TESSERA_ASSIGN_OR_RETURN(std::string text, c.t->Stats(c.conn, Deadline::AfterMs(5000)));
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex("(^|\n)" + key + " ([0-9]+)"))) {
+    return NotFound("no ", key, " in STATS");
+  }
+  return std::stoull(m[2].str());
+}
+
+// Polls STATS (bounded) until `key` reaches `want`.
+void WaitStat(uint16_t port, const std::string& key, uint64_t want, int timeout_ms) {
+  Deadline d = Deadline::AfterMs(static_cast<uint64_t>(timeout_ms));
+  uint64_t last = 0;
+  for (;;) {
+    auto v = StatField(port, key);
+    ASSERT_TRUE(v.ok()) << v.status();
+    last = *v;
+    if (last == want) return;
+    ASSERT_FALSE(d.Expired()) << key << " is " << last << ", expected " << want << " within "
+                              << timeout_ms << " ms";
+    poll(nullptr, 0, 20);  // Pace the STATS requests (the deadline bounds the wait).
+  }
+}
 
 class MemServerIntegrationTest : public ::testing::Test {
  protected:
@@ -576,6 +630,92 @@ TEST(MemServerProcessTest, RdmaWithoutADeviceIsAClearError) {
                                20000);
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_EQ(o.stdout_text.find("listening on"), std::string::npos);
+}
+
+
+// Leases (--orphan_grace): a SIGKILLed client's slabs are freed after the grace; a client that
+// stays connected, and one that reconnects within the grace, keep theirs.
+TEST(MemServerProcessTest, OrphanedSlabsAreFreedAfterTheGraceOthersAreKept) {
+  TokenFile token(kSecret);
+  auto server = StartServer(token.path(), {"--orphan_grace=1500ms", "--monitor_interval=50ms"});
+  ASSERT_TRUE(server.has_value());
+  const uint16_t port = server->port;
+  EXPECT_EQ(*StatField(port, "orphan_grace_ms"), 1500u);
+
+  // The client process that dies.
+  auto child = Subprocess::Start(
+      {"/proc/self/exe"},
+      {.capture_stdout = true,
+       .extra_env = {"TESSERA_TEST_LEASE_CHILD=" + std::to_string(port) + ":41:3"}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto line = child->WaitForLine("allocated ", Deadline::AfterMs(10000));
+  ASSERT_TRUE(line.ok()) << "lease child: " << line.status();
+
+  // A client that stays connected, and one that drops its connection and comes back at once.
+  auto stay = Client::Connect(port, kSecret, 42);
+  ASSERT_TRUE(stay.ok()) << stay.status();
+  auto stay_slab = stay->Alloc();
+  ASSERT_TRUE(stay_slab.ok());
+  uint8_t a = 0xa1, b = 0xb2, r = 0;
+  ASSERT_TRUE(stay->Op(OpKind::kWrite, *stay_slab, 100, &a, 1).ok());
+  uint64_t back_slab = 0;
+  {
+    auto first = Client::Connect(port, kSecret, 43);
+    ASSERT_TRUE(first.ok());
+    back_slab = *first->Alloc();
+    ASSERT_TRUE(first->Op(OpKind::kWrite, back_slab, 200, &b, 1).ok());
+  }  // Disconnected: its countdown starts.
+  auto back = Client::Connect(port, kSecret, 43);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*StatField(port, "slabs_allocated"), 5u);
+
+  ASSERT_TRUE(child->Signal(SIGKILL).ok());
+  ASSERT_TRUE(child->Wait(Deadline::AfterMs(5000)).ok());
+  // Orphaned until the grace runs out, then freed (bounded poll of STATS).
+  WaitStat(port, "orphan_slabs_reclaimed", 3, 20000);
+  EXPECT_EQ(*StatField(port, "orphan_owners_reclaimed"), 1u);
+  EXPECT_EQ(*StatField(port, "slabs_allocated"), 2u);
+  EXPECT_EQ(*StatField(port, "orphaned_owners"), 0u);
+  // More than the grace has passed since client 43 disconnected, but it came back in time.
+  ASSERT_TRUE(stay->Op(OpKind::kRead, *stay_slab, 100, &r, 1).ok());
+  EXPECT_EQ(r, a);
+  ASSERT_TRUE(back->Op(OpKind::kRead, back_slab, 200, &r, 1).ok());
+  EXPECT_EQ(r, b);
+
+  // Client 43 leaves for good: its slab goes too, client 42's stays.
+  back->t.reset();
+  WaitStat(port, "orphan_slabs_reclaimed", 4, 20000);
+  EXPECT_EQ(*StatField(port, "slabs_allocated"), 1u);
+  ASSERT_TRUE(stay->Op(OpKind::kRead, *stay_slab, 100, &r, 1).ok());
+  EXPECT_EQ(r, a);
+}
+
+TEST(MemServerProcessTest, OrphanGraceZeroNeverFreesAndBadValuesAreRefused) {
+  TokenFile token(kSecret);
+  auto bad = testing::RunCommand({BinDir() + "/tessera", "memserver", "--port=0",
+                                  "--orphan_grace=soon", "--auth_token_file=" + token.path()},
+                                 20000);
+  EXPECT_EQ(bad.exit_code, 2) << bad.stdout_text;
+  auto server = StartServer(token.path(), {"--orphan_grace=0", "--monitor_interval=20ms"});
+  ASSERT_TRUE(server.has_value());
+  EXPECT_EQ(*StatField(server->port, "orphan_grace_ms"), 0u);
+  {
+    auto c = Client::Connect(server->port, kSecret, 51);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Alloc().ok());
+  }
+  // Two seconds of the server's own clock (uptime_s, bounded poll) with the monitor ticking
+  // every 20 ms: with the lease off, the disconnected client keeps its slab.
+  const uint64_t t0 = *StatField(server->port, "uptime_s");
+  Deadline d = Deadline::AfterMs(10000);
+  while (*StatField(server->port, "uptime_s") < t0 + 2) {
+    ASSERT_FALSE(d.Expired()) << "server uptime does not advance";
+    poll(nullptr, 0, 50);
+  }
+  auto again = Client::Connect(server->port, kSecret, 51);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*StatField(server->port, "slabs_allocated"), 1u);
+  EXPECT_EQ(*StatField(server->port, "orphan_slabs_reclaimed"), 0u);
 }
 
 }  // namespace
