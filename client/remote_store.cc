@@ -114,6 +114,7 @@ struct Ctx {
   bool acked = false;
   bool repairing = false;
   bool released = false;
+  bool slab_ref = false;  // Counted in its slab's refs (see IoThread::Attach).
   uint64_t retried = 0;  // Write splits already posted a second time.
   Ctx* next_write = nullptr;  // Writes of the same page queued behind this one.
   Ctx* next_free = nullptr;
@@ -140,8 +141,31 @@ struct Slab {
   std::vector<uint32_t> seq;
   std::vector<uint8_t> written;
   std::vector<Ctx*> busy;  // The write in flight on each page (head of its queue).
+  // A trim arrived while a write of the page was in flight (and no write was queued after the
+  // trim): the page reads as zeros and becomes never-written when that write settles.
+  std::vector<uint8_t> trim_after;
+  uint32_t written_count = 0;  // Pages with written[p] set.
+  uint32_t refs = 0;           // Op contexts (user ops, regeneration) using this slab.
+  bool free_wanted = false;    // A trim touched it: free the remote slabs once nothing is left.
   Slab() {
     for (auto& s : server) s.store(kNoServer, std::memory_order_relaxed);
+  }
+};
+
+// Trims travel through the I/O threads' op queues (so they are ordered with the writes
+// submitted before them) as PageOps of this internal kind; Submit() never accepts it from a
+// caller (ValidateBatch refuses unknown kinds). op->page is the first page, op->user the job.
+constexpr PageOp::Kind kTrimKind = static_cast<PageOp::Kind>(0x7f);
+struct TrimJob {
+  uint64_t count = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0;
+  static void Done(PageOp* op) {
+    auto* job = static_cast<TrimJob*>(op->user);
+    std::lock_guard<std::mutex> lock(job->mu);
+    --job->left;
+    job->cv.notify_all();
   }
 };
 
@@ -149,7 +173,7 @@ struct SharedStats {
   std::atomic<uint64_t> reads{0}, writes{0}, read_errors{0}, write_errors{0}, trims{0},
       degraded_reads{0}, decodes{0}, corruptions_detected{0}, corruptions_repaired{0},
       data_loss{0}, server_failures{0}, regenerations_done{0}, regenerations_pending{0},
-      bytes_sent{0}, bytes_received{0};
+      bytes_sent{0}, bytes_received{0}, slabs_freed{0};
 };
 
 class IoThread {
@@ -194,6 +218,18 @@ class IoThread {
   void ReplaceSplit(Slab& s, int j);
   void ReplaceSplitOnce(Slab& s, int j);
   Status AllocateSlab(Slab& s);
+  // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
+  // with no written page give their remote slabs back.
+  void DoTrim(PageId first, uint64_t count);
+  void Unwrite(Slab& s, uint32_t p);
+  void MaybeFreeSlab(Slab& s);
+  // Frees every allocated slab's remote slabs (clean shutdown), bounded by `d`.
+  void FreeAllSlabs(const Deadline& d);
+  void Attach(Ctx* c, uint32_t slab) {
+    c->slab = slab;
+    c->slab_ref = true;
+    ++slabs_[slab].refs;
+  }
   void Housekeeping();
   void Regenerate(uint64_t now);
   void OnNotice(const fabric::Completion& comp);
@@ -443,7 +479,14 @@ void IoThread::Run(std::promise<Status>* started) {
   Loop();
   // Shutdown: fail queued ops, then give in-flight ones a bounded time to finish.
   PageOp* op;
-  while (queue_.pop(op)) Complete(op, Unavailable("page store is shutting down"), 0);
+  while (queue_.pop(op)) {
+    if (op->kind == kTrimKind) {
+      op->status = Unavailable("page store is shutting down");
+      op->done(op);
+      continue;
+    }
+    Complete(op, Unavailable("page store is shutting down"), 0);
+  }
   Deadline d = Deadline::AfterMs(2000);
   FlushPosts();
   while (t_->inflight() > 0 && !d.Expired()) {
@@ -451,13 +494,19 @@ void IoThread::Run(std::promise<Status>* started) {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     FlushPosts();
   }
+  bool all_settled = true;
   for (auto& c : ctxs_) {
     if (c.op != nullptr && !c.finished) {
       c.finished = true;
       Complete(c.op, Unavailable("page store is shutting down"), c.start_ns);
       c.op = nullptr;
     }
+    if (!c.released && c.outstanding > 0) all_settled = false;
   }
+  // A clean shutdown gives the remote memory back at once (the memservers would otherwise keep
+  // it until the owner's lease runs out, see --orphan_grace). Bounded: a server that does not
+  // answer keeps its slabs until its lease reclaims them.
+  if (all_settled) FreeAllSlabs(Deadline::AfterMs(2000));
   t_.reset();
 }
 
@@ -592,12 +641,18 @@ void IoThread::StartOp(PageOp* op) {
              now);
     return;
   }
+  if (op->kind == kTrimKind) {
+    DoTrim(op->page, static_cast<TrimJob*>(op->user)->count);
+    op->status = Status::Ok();
+    op->done(op);
+    return;
+  }
   Ctx* c = NewCtx();
   c->op = op;
   c->page = op->page;
   c->start_ns = now;
   const uint64_t ls = op->page / store_->pages_per_slab_;
-  c->slab = static_cast<uint32_t>(ls / store_->opt_.io_threads);
+  Attach(c, static_cast<uint32_t>(ls / store_->opt_.io_threads));
   c->pidx = static_cast<uint32_t>(op->page % store_->pages_per_slab_);
   if (op->kind == PageOp::Kind::kRead) {
     c->kind = Ctx::Kind::kRead;
@@ -662,7 +717,11 @@ void IoThread::StartRead(Ctx* c) {
   }
   if (Ctx* w = s.busy[c->pidx]) {
     while (w->next_write != nullptr) w = w->next_write;
-    std::memcpy(c->op->buf, w->buf, kPageSize);  // Newest data, possibly not yet acked.
+    if (s.trim_after[c->pidx]) {
+      std::memset(c->op->buf, 0, kPageSize);  // Trimmed after the write in flight.
+    } else {
+      std::memcpy(c->op->buf, w->buf, kPageSize);  // Newest data, possibly not yet acked.
+    }
     c->finished = true;
     Complete(c->op, Status::Ok(), c->start_ns);
     c->op = nullptr;
@@ -846,29 +905,85 @@ Status IoThread::AllocateSlab(Slab& s) {
   }
   s.id = ls;
   const size_t pps = store_->pages_per_slab_;
+  // A server that does not answer an allocation within the op timeout is declared failed, as
+  // for data ops; a split whose server failed or refused (full) is placed on the replacement
+  // placement chooses, a few times at most, instead of failing the write.
+  constexpr int kMaxReplacements = 3;
+  const uint32_t attempt_ms =
+      std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
   for (int j = 0; j < lay_.width(); ++j) {
-    const uint32_t server = servers[j];
-    auto r = t_->AllocSlab(conn_[server], {}, Deadline::AfterMs(store_->opt_.control_timeout_ms));
-    if (!r.ok()) {
-      if (IsConnectionError(r.status())) FailServer(server, r.status().ToString());
+    Status last;
+    bool done = false;
+    for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
+      const uint32_t server = servers[j];
+      if (!local_failed_[server] && !store_->failed_[server].load()) {
+        auto r = t_->AllocSlab(conn_[server], {}, Deadline::AfterMs(attempt_ms));
+        if (r.ok()) {
+          s.server[j].store(server, std::memory_order_relaxed);
+          s.remote[j] = r->slab_id;
+          s.regen_cursor[j] = static_cast<uint32_t>(pps);
+          done = true;
+          break;
+        }
+        last = r.status();
+        if (IsConnectionError(r.status())) FailServer(server, r.status().ToString());
+      } else {
+        last = Unavailable("server is failed");
+      }
+      if (attempt == kMaxReplacements) break;
+      // Re-place split j (servers[j] stays in `servers` until replaced: never chosen again).
+      std::lock_guard<std::mutex> lock(store_->mu_);
+      auto rep = store_->policy_->ChooseReplacement(*store_->snap_, ls, servers, j,
+                                                    store_->load_);
+      if (!rep.ok()) {
+        auto fresh = store_->policy_->Place(*store_->snap_, ls + attempt + 1, store_->load_);
+        if (fresh.ok()) {
+          for (placement::ServerId id : *fresh) {
+            if (std::find(servers.begin(), servers.end(), id) == servers.end()) {
+              rep = id;
+              break;
+            }
+          }
+        }
+      }
+      if (!rep.ok()) break;
+      TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
+                 << store_->opt_.servers[server].endpoint.ToString() << " could not allocate ("
+                 << last << "); placing it on "
+                 << store_->opt_.servers[*rep].endpoint.ToString();
+      if (store_->load_[server] > 0) store_->load_[server]--;
+      store_->load_[*rep]++;
+      servers[j] = *rep;
+    }
+    if (!done) {
       // Roll back what we took.
       for (int i = 0; i < j; ++i) {
-        (void)t_->FreeSlab(conn_[s.server[i].load()], s.remote[i],
-                           Deadline::AfterMs(store_->opt_.control_timeout_ms));
+        const uint32_t srv = s.server[i].load();
+        if (!local_failed_[srv] && !store_->failed_[srv].load()) {
+          (void)t_->FreeSlab(conn_[srv], s.remote[i], Deadline::AfterMs(attempt_ms));
+        }
         s.server[i].store(kNoServer);
       }
+      {
+        std::lock_guard<std::mutex> lock(store_->mu_);
+        for (auto id : servers) {
+          if (store_->load_[id] > 0) store_->load_[id]--;
+        }
+      }
       return Unavailable("cannot allocate a slab on " +
-                         store_->opt_.servers[server].endpoint.ToString() + ": " +
-                         r.status().ToString());
+                         store_->opt_.servers[servers[j]].endpoint.ToString() + ": " +
+                         last.ToString());
     }
-    s.server[j].store(server, std::memory_order_relaxed);
-    s.remote[j] = r->slab_id;
-    s.regen_cursor[j] = static_cast<uint32_t>(pps);
   }
   s.crc.assign(pps * lay_.width(), 0);
-  s.seq.assign(pps, 0);
+  // Sequences only ever grow (also across a free and a reallocation), so an op context that
+  // saw an older incarnation of a page never mistakes it for the current one.
+  if (s.seq.size() != pps) s.seq.assign(pps, 0);
   s.written.assign(pps, 0);
   s.busy.assign(pps, nullptr);
+  s.trim_after.assign(pps, 0);
+  s.written_count = 0;
+  s.free_wanted = false;
   s.allocated = true;
   return Status::Ok();
 }
@@ -889,6 +1004,7 @@ void IoThread::StartWrite(Ctx* c) {
   if (Ctx* w = s.busy[c->pidx]; w != nullptr && w != c) {
     while (w->next_write != nullptr) w = w->next_write;
     w->next_write = c;  // Started when the writes before it are settled.
+    s.trim_after[c->pidx] = 0;  // This write comes after any trim of the page.
     return;
   }
   s.busy[c->pidx] = c;
@@ -913,6 +1029,7 @@ void IoThread::StartWrite(Ctx* c) {
       }
     }
   }
+  if (!s.written[c->pidx]) ++s.written_count;
   s.written[c->pidx] = 1;
   c->asked = (W == 64 ? ~0ull : (1ull << W) - 1);
   c->good = c->bad = 0;
@@ -990,7 +1107,7 @@ void IoThread::AckWrite(Ctx* c, Status st) {
   if (!st.ok()) {
     // The page is not readable as written: forget it rather than return wrong bytes.
     Slab& s = slabs_[c->slab];
-    s.written[c->pidx] = 0;
+    if (s.written[c->pidx]) Unwrite(s, c->pidx);
   }
   Complete(c->op, st, c->start_ns);
   c->op = nullptr;
@@ -1009,6 +1126,10 @@ void IoThread::WriteSettled(Ctx* c) {
   Slab& s = slabs_[c->slab];
   Ctx* next = c->next_write;
   s.busy[c->pidx] = next;
+  if (next == nullptr && s.trim_after[c->pidx]) {
+    s.trim_after[c->pidx] = 0;
+    if (s.written[c->pidx]) Unwrite(s, c->pidx);
+  }
   MaybeRelease(c);
   if (next != nullptr) StartWrite(next);
 }
@@ -1019,6 +1140,100 @@ void IoThread::MaybeRelease(Ctx* c) {
   c->next_free = free_ctx_;
   free_ctx_ = c;
   ++free_ctx_count_;
+  if (c->slab_ref) {
+    c->slab_ref = false;
+    Slab& s = slabs_[c->slab];
+    if (--s.refs == 0 && s.free_wanted) MaybeFreeSlab(s);
+  }
+}
+
+// ---- trims and slab release ----
+
+void IoThread::Unwrite(Slab& s, uint32_t p) {
+  s.written[p] = 0;
+  --s.written_count;
+  ++s.seq[p];  // Reads and regenerations in flight on the old contents see the change.
+  // The page no longer needs rebuilding on splits whose regeneration has not reached it.
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (s.regen_cursor[j] <= p) {
+      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void IoThread::DoTrim(PageId first, uint64_t count) {
+  if (count == 0 || first >= store_->opt_.capacity_pages) return;
+  const uint64_t last = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);  // excl.
+  const uint64_t pps = store_->pages_per_slab_;
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  for (uint64_t ls = first / pps; ls * pps < last; ++ls) {
+    if (ls % T != static_cast<uint64_t>(index_)) continue;
+    Slab& s = slabs_[ls / T];
+    if (!s.allocated) continue;
+    const uint64_t base = ls * pps;
+    const uint32_t p0 = static_cast<uint32_t>(std::max(first, base) - base);
+    const uint32_t p1 = static_cast<uint32_t>(std::min(last, base + pps) - base);
+    for (uint32_t p = p0; p < p1; ++p) {
+      if (s.busy[p] != nullptr) {
+        s.trim_after[p] = 1;  // Applied when the write(s) before the trim settle.
+      } else if (s.written[p]) {
+        Unwrite(s, p);
+      }
+    }
+    s.free_wanted = true;
+    MaybeFreeSlab(s);
+  }
+}
+
+void IoThread::MaybeFreeSlab(Slab& s) {
+  if (!s.allocated || !s.free_wanted || s.written_count > 0 || s.refs > 0) return;
+  const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
+  std::array<std::pair<uint32_t, uint64_t>, kMaxWidth> remotes{};
+  // Unpublish first: from here on a write to this logical slab allocates a fresh set, and a
+  // server failure noticed during the frees below does not try to re-place these splits.
+  s.allocated = false;
+  s.free_wanted = false;
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (s.regen_cursor[j] < pps) --regen_active_;  // No written page is left to rebuild.
+    s.regen_cursor[j] = pps;
+    remotes[j] = {s.server[j].load(std::memory_order_relaxed), s.remote[j]};
+    s.server[j].store(kNoServer, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t server = remotes[j].first;
+      if (server != kNoServer && store_->load_[server] > 0) store_->load_[server]--;
+    }
+  }
+  const uint32_t ms = std::min<uint32_t>(store_->opt_.control_timeout_ms, 1000);
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint32_t server = remotes[j].first;
+    if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
+    Status st = t_->FreeSlab(conn_[server], remotes[j].second, Deadline::AfterMs(ms));
+    if (!st.ok()) {
+      // Not fatal: the data is unreachable from now on; the server reclaims the slab when this
+      // client's lease ends.
+      TLOG(DEBUG) << store_->name_ << ": cannot free slab " << remotes[j].second << " on "
+                  << store_->opt_.servers[server].endpoint.ToString() << ": " << st;
+      if (IsConnectionError(st)) FailServer(server, st.ToString());
+    }
+  }
+  store_->stats_.slabs_freed.fetch_add(1, std::memory_order_relaxed);
+  now_ns_ = MonotonicNs();  // The control calls may have blocked.
+}
+
+void IoThread::FreeAllSlabs(const Deadline& d) {
+  for (Slab& s : slabs_) {
+    if (!s.allocated) continue;
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
+      if (d.Expired() || !t_->Connected(conn_[server])) continue;
+      (void)t_->FreeSlab(conn_[server], s.remote[j], d);
+    }
+    s.allocated = false;
+  }
 }
 
 // ---- completions, failures ----
@@ -1223,7 +1438,7 @@ void IoThread::Regenerate(uint64_t now) {
         Ctx* c = NewCtx();
         c->kind = Ctx::Kind::kRegen;
         c->page = s.id * pps + p;
-        c->slab = static_cast<uint32_t>(&s - slabs_.data());
+        Attach(c, static_cast<uint32_t>(&s - slabs_.data()));
         c->pidx = p;
         c->regen_split = j;
         c->seq = s.seq[p];
@@ -1424,15 +1639,31 @@ Status RemoteStore::Trim(PageId first, uint64_t count) {
   if (first > opt_.capacity_pages || count > opt_.capacity_pages - first) {
     return OutOfRange("trim range beyond the store's capacity");
   }
-  // Trimming is a write of zeros for pages that hold data (keeps every page's invariants in
-  // one place: the owning I/O thread).
-  std::vector<PageId> pages;
-  for (uint64_t p = first; p < first + count; ++p) pages.push_back(p);
-  std::vector<uint8_t> zeros(kPageSize * std::min<uint64_t>(count, 256));
-  for (size_t i = 0; i < pages.size(); i += 256) {
-    const size_t n = std::min<size_t>(256, pages.size() - i);
-    TESSERA_RETURN_IF_ERROR(WritePages(pages.data() + i, n, zeros.data()));
+  if (count == 0) return Status::Ok();
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  // Each I/O thread marks the pages of its slabs never-written (they read as zeros without a
+  // round trip) and frees the remote slabs of logical slabs left with no written page. The
+  // trim goes through the same queues as page ops, so it is ordered after every write
+  // submitted before this call; a write submitted after it is stored normally (a freed
+  // logical slab is allocated afresh).
+  TrimJob job;
+  job.count = count;
+  const size_t T = threads_.size();
+  std::vector<PageOp> ops(T);
+  job.left = static_cast<int>(T);
+  for (size_t i = 0; i < T; ++i) {
+    ops[i].kind = kTrimKind;
+    ops[i].page = first;
+    ops[i].buf = nullptr;
+    ops[i].done = &TrimJob::Done;
+    ops[i].user = &job;
+    threads_[i]->Enqueue(&ops[i]);
   }
+  {
+    std::unique_lock<std::mutex> lock(job.mu);
+    job.cv.wait(lock, [&] { return job.left == 0; });
+  }
+  for (const PageOp& op : ops) TESSERA_RETURN_IF_ERROR(op.status);
   stats_.trims.fetch_add(count);
   return Status::Ok();
 }

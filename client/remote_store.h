@@ -34,6 +34,15 @@
 // the background at regeneration_pages_per_sec; a not-yet-rebuilt split simply fails its CRC.
 // An eviction notice moves just that slab's split the same way. A read with fewer than k good
 // splits fails with DataLoss naming the page; a read racing a write restarts instead.
+// Trim and release: Trim() marks pages never-written in the client's table (they read as zeros
+// without a round trip; nothing is written remotely) and, when no page of a logical slab is left
+// written, FREEs its k+r remote slabs; the next write there allocates a fresh set. Trims go
+// through the I/O threads' op queues, so they are ordered after writes submitted before them;
+// a slab is freed only once no op of it is in flight. Destroying the store FREEs every slab it
+// holds (bounded to 2 s; what a server does not free, its --orphan_grace lease reclaims).
+// Slab allocation: a server that fails or does not answer an ALLOC within the op timeout is
+// declared failed and the split is placed on placement's replacement (up to 3 times), so a
+// write needing a new slab does not fail because one server died unnoticed.
 // Coalescing: an I/O thread hands the transport all the requests of one loop iteration in one
 // Post(), and the TCP transport sends the splits bound for one server as one READV/WRITEV
 // request (fabric/wire.h), so with many pages in flight a server gets one request per batch
