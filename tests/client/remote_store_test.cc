@@ -892,5 +892,35 @@ TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared
   ASSERT_TRUE(cluster->Cont(1).ok());
 }
 
+
+// Trimming slabs whose lost splits are still being regenerated: the pending rebuilds are
+// dropped with the pages, the slabs are freed on the live servers, and new writes work.
+TEST(RemoteStoreTest, TrimDuringRegenerationDropsThePendingRebuilds) {
+  auto cluster = StartCluster(4);
+  ASSERT_NE(cluster, nullptr);
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(*cluster, 128);  // 4 logical slabs of 32 pages.
+  o.remote.regeneration_pages_per_sec = 1;  // Rebuilds stay pending while we trim.
+  o.k = 2;
+  o.r = 1;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, 128);
+  ASSERT_TRUE(cluster->Kill(0).ok());
+  // Declared failed on its next heartbeat; its splits are then re-placed, pending rebuild.
+  WaitFor([&] { return store->Stats().regenerations_pending > 0; }, "rebuilds pending");
+  ASSERT_TRUE(store->Trim(0, 64).ok());   // Two slabs whole.
+  ASSERT_TRUE(store->Trim(64, 16).ok());  // Half of the third.
+  const uint64_t left = store->Stats().regenerations_pending;
+  ASSERT_TRUE(store->Trim(80, 48).ok());  // The rest.
+  EXPECT_EQ(store->Stats().regenerations_pending, 0u) << "before the last trim: " << left;
+  ExpectZeros(store, 0, 128);
+  WriteAll(store, 128);
+  std::vector<uint32_t> v(128, 1);
+  VerifyAll(store, v);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::client
