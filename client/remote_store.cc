@@ -238,7 +238,8 @@ class IoThread {
   // Source of write split j: copies all come from the one page at the start of the buffer.
   uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
   int regen_active_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
-  uint64_t regen_failures_ = 0;  // Pages this thread could not regenerate (logged at 1, 2, 4, ...).
+  uint64_t regen_failures_ = 0;
+  uint64_t alloc_replacements_ = 0;  // New-slab splits placed on a replacement server.  // Pages this thread could not regenerate (logged at 1, 2, 4, ...).
 
   RemoteStore* store_;
   const int index_;
@@ -947,10 +948,14 @@ Status IoThread::AllocateSlab(Slab& s) {
         }
       }
       if (!rep.ok()) break;
-      TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
-                 << store_->opt_.servers[server].endpoint.ToString() << " could not allocate ("
-                 << last << "); placing it on "
-                 << store_->opt_.servers[*rep].endpoint.ToString();
+      const uint64_t n = ++alloc_replacements_;
+      if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
+        TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
+                   << store_->opt_.servers[server].endpoint.ToString() << " could not allocate ("
+                   << last << "); placing it on "
+                   << store_->opt_.servers[*rep].endpoint.ToString() << " (" << n
+                   << " splits re-placed so far on this thread)";
+      }
       if (store_->load_[server] > 0) store_->load_[server]--;
       store_->load_[*rep]++;
       servers[j] = *rep;

@@ -922,5 +922,34 @@ TEST(RemoteStoreTest, TrimDuringRegenerationDropsThePendingRebuilds) {
   EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
+
+// A server that refuses allocations (full: ResourceExhausted) is not declared failed; the new
+// slab's split goes to a replacement and the write succeeds.
+TEST(RemoteStoreTest, NewSlabAvoidsAServerThatRefusesAllocations) {
+  auto cluster = StartCluster(4);
+  ASSERT_NE(cluster, nullptr);
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(*cluster, 32 * 8);
+  o.k = 2;
+  o.r = 1;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  ASSERT_TRUE(cluster->Fault(2, {"refuse-alloc"}).ok());
+  for (PageId sl = 0; sl < 8; ++sl) {
+    Status st = WriteVersion(store, sl * 32 + 3, 1);
+    ASSERT_TRUE(st.ok()) << "logical slab " << sl << ": " << st;
+    auto servers = ServersOfPage(*store, sl * 32);
+    ASSERT_TRUE(servers.ok());
+    EXPECT_EQ(std::count(servers->begin(), servers->end(), 2u), 0) << "slab " << sl;
+  }
+  uint8_t buf[kPageSize];
+  for (PageId sl = 0; sl < 8; ++sl) {
+    ASSERT_TRUE(store->ReadPage(sl * 32 + 3, buf).ok());
+    ASSERT_TRUE(Matches(sl * 32 + 3, 1, buf));
+  }
+  EXPECT_EQ(store->Stats().server_failures, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::client
