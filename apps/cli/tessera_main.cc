@@ -34,6 +34,7 @@ const Subcommand kSubcommands[] = {
     {"bench pagestore", "page store latency/throughput: EC vs replication vs local SSD"},
     {"bench pager", "paging of unmodified workloads vs kernel swap"},
     {"bench nbd", "NBD export vs a file-backed NBD server"},
+    {"bench trim", "freeing remote memory with Trim vs overwriting it with zeros"},
 };
 
 bool IsExecutable(const std::string& path) {

@@ -1,4 +1,4 @@
-// tessera-bench-trim: what a trim of written pages costs.
+// `tessera bench trim`: what a trim of written pages costs.
 //
 // Starts --servers memservers on loopback (LocalCluster) and an EC(k,r) store of --size bytes.
 // Each run writes every page (QD 256 batches), then trims the whole range in --chunk pieces
@@ -41,7 +41,7 @@ using tessera::cli::CliSpec;
 using tessera::cli::UsageError;
 
 const CliSpec kSpec = {
-    "tessera-bench-trim",
+    "tessera bench trim",
     "[--size 2G] [--chunk 64M] [--runs 3] [--k 8 --r 2 --servers 10]",
     "Times PageStore::Trim of a range of written pages (pages forgotten, empty slabs freed on\n"
     "the memservers) against overwriting the range with zero pages, on loopback memservers.",
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   lo.extra_flags = {"--headroom=0"};
   auto cluster = client::LocalCluster::Start(lo);
   if (!cluster.ok()) {
-    std::fprintf(stderr, "tessera-bench-trim: %s\n", cluster.status().ToString().c_str());
+    std::fprintf(stderr, "tessera bench trim: %s\n", cluster.status().ToString().c_str());
     return 1;
   }
   client::ErasureCodedStoreOptions o;
