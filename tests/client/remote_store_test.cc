@@ -511,10 +511,23 @@ TEST(RemoteStoreTest, BitFlipsAreDetectedAndRepaired) {
     auto x = store->Stats();
     return x.corruptions_repaired >= x.corruptions_detected;
   }, "repairs");
-  // A second pass finds nothing new: the bad splits were rewritten.
-  const uint64_t detected = store->Stats().corruptions_detected;
-  VerifyAll(store, versions);
-  EXPECT_EQ(store->Stats().corruptions_detected, detected);
+  // A later pass finds nothing new: the bad splits were rewritten. Reads ask splits on a
+  // server that answers much slower than the others last, so under load a pass may read a
+  // split the previous one skipped (and find it bad, and repair it): allow a few passes.
+  uint64_t detected = store->Stats().corruptions_detected;
+  bool clean = false;
+  for (int pass = 0; pass < 5 && !clean; ++pass) {
+    VerifyAll(store, versions);
+    WaitFor([&] {
+      auto x = store->Stats();
+      return x.corruptions_repaired >= x.corruptions_detected;
+    }, "repairs");
+    const uint64_t now = store->Stats().corruptions_detected;
+    clean = now == detected;
+    detected = now;
+  }
+  EXPECT_TRUE(clean) << "every pass found new bad splits: repairs are not being stored";
+  EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
 TEST(RemoteStoreTest, EvictionNoticeMovesSplitsAndLosesNothing) {
