@@ -47,6 +47,15 @@ RemoteStoreOptions RemoteOptions(const LocalCluster& c, uint64_t pages) {
   return o;
 }
 
+// RS(k,r) over every server of `c`, with the other settings at their defaults.
+ErasureCodedStoreOptions EcOptions(const LocalCluster& c, uint64_t pages, int k, int r) {
+  ErasureCodedStoreOptions o;
+  o.remote = RemoteOptions(c, pages);
+  o.k = k;
+  o.r = r;
+  return o;
+}
+
 // Page content: a function of (page, version), so every page's hash can be checked.
 void Fill(PageId page, uint32_t version, uint8_t* out) {
   uint64_t x = page * 0x9E3779B97F4A7C15ull + version * 0xC2B2AE3D27D4EB4Full + 1;
@@ -100,10 +109,7 @@ TEST(RemoteStoreTest, RoundTripEveryLayout) {
   constexpr uint64_t kPages = 200;
   std::vector<std::unique_ptr<PageStore>> stores;
   {
-    ErasureCodedStoreOptions o;
-    o.remote = RemoteOptions(*cluster, kPages);
-    o.k = 4;
-    o.r = 2;
+    ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
     auto s = CreateErasureCodedStore(o);
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_DOUBLE_EQ((*s)->memory_overhead(), 1.5);
@@ -204,10 +210,7 @@ TEST(RemoteStoreTest, SigkillRServersUnderMixedLoadLosesNothing) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 512;
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -274,10 +277,7 @@ TEST(RemoteStoreTest, CoalescedBatchesSurviveKillsMidBatch) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 1536;
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -355,10 +355,7 @@ TEST(RemoteStoreTest, ReadsAvoidAServerThatIsMuchSlowerThanTheOthers) {
 TEST(RemoteStoreTest, PollingIoThreadRoundTripsAndBadPollIsRefused) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, 256);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, 256, 4, 2);
   o.remote.poll_us = 1001;
   auto bad = CreateErasureCodedStore(o);
   ASSERT_FALSE(bad.ok());
@@ -377,10 +374,7 @@ TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) 
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 1024;  // 16 logical slabs of 64 pages.
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -423,10 +417,7 @@ TEST(RemoteStoreTest, SigstopStragglerReadsCompleteByLateBinding) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 256;
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   o.delta = 1;
   // Long timeouts: only late binding can make reads complete while the server is stopped.
   o.remote.op_timeout_ms = 60000;
@@ -459,10 +450,7 @@ TEST(RemoteStoreTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenera
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 4;
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   o.remote.heartbeat_interval_ms = 20;
   o.remote.heartbeat_timeout_ms = 200;
   o.remote.op_timeout_ms = 60000;  // Only the heartbeat can declare the failure.
@@ -489,10 +477,7 @@ TEST(RemoteStoreTest, BitFlipsAreDetectedAndRepaired) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 4;  // Every split slot of 4 logical slabs is written.
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   // delta 0: every read asks exactly the data splits, so a second pass reads the same splits
   // and must find them repaired (with delta 1 a late extra split may be checked in one pass
   // and not the other).
@@ -534,10 +519,7 @@ TEST(RemoteStoreTest, EvictionNoticeMovesSplitsAndLosesNothing) {
   auto cluster = StartCluster(8);  // Spare servers to move the evicted splits to.
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 6;
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, kPages);
-  o.k = 4;
-  o.r = 2;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -846,10 +828,7 @@ TEST(RemoteStoreTest, TrimConcurrentWithWritesLosesNoWrite) {
 TEST(RemoteStoreTest, DestroyingTheStoreFreesItsSlabs) {
   auto cluster = StartCluster(3);
   ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, 128);
-  o.k = 2;
-  o.r = 1;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, 128, 2, 1);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   WriteAll(s->get(), 128);
@@ -941,10 +920,7 @@ TEST(RemoteStoreTest, TrimDuringRegenerationDropsThePendingRebuilds) {
 TEST(RemoteStoreTest, NewSlabAvoidsAServerThatRefusesAllocations) {
   auto cluster = StartCluster(4);
   ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(*cluster, 32 * 8);
-  o.k = 2;
-  o.r = 1;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, 32 * 8, 2, 1);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
