@@ -134,6 +134,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
       Subprocess::Options so;
       so.capture_stdout = true;
       so.quiet_stderr = options.quiet;
+      so.own_process_group = options.own_process_group;
       TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, so));
       im->procs.push_back(std::move(p));
       auto line = im->procs.back().WaitForLine(

@@ -42,6 +42,10 @@ struct LocalClusterOptions {
   std::vector<std::string> extra_flags;  // Appended to every server's command line.
   int start_timeout_ms = 10000;  // Bound on each server printing its `listening on` line.
   bool quiet = true;             // Servers' stderr to /dev/null and --log_level=warning.
+  // Each server in a process group of its own: signals meant for the owner's group (^C on a
+  // terminal, `timeout`) do not stop the servers before the owner has stopped what uses them
+  // (`tessera run` forwards the signal to its program, waits for it, then stops the cluster).
+  bool own_process_group = true;
 };
 
 class LocalCluster {

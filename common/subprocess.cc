@@ -68,6 +68,7 @@ Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, Optio
     // long-lived thread.)
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
+    if (options.own_process_group) ::setpgid(0, 0);
     if (std::strchr(cargv[0], '/') != nullptr) {
       ::execve(cargv[0], cargv.data(), cenv.data());
     } else {

@@ -26,6 +26,9 @@ class Subprocess {
     bool capture_stdout = false;  // Else inherited.
     bool quiet_stderr = false;    // Send the child's stderr to /dev/null.
     std::vector<std::string> extra_env;  // "NAME=value" entries added to the environment.
+    // Start the child in a process group of its own, so signals sent to the caller's group
+    // (^C on a terminal, `timeout`, `kill -- -PGID`) do not reach it; its owner stops it.
+    bool own_process_group = false;
   };
 
   Subprocess() = default;

@@ -52,6 +52,10 @@ DEFINE_string(live_stats_file, "",
               "and tests; default: a private temporary file)");
 DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
 DEFINE_bool(summary, true, "Print the summary to stderr at exit");
+DEFINE_double(term_grace, 10,
+              "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
+              "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
+              "program is gone, so its shutdown handlers can still read its paged heap");
 
 namespace tessera {
 namespace {
@@ -59,7 +63,7 @@ namespace {
 const cli::CliSpec kSpec = {
     "tessera run",
     "[--local-memory 50%|BYTES] [--cluster FILE --auth-token-file F] [--k 4 --r 2] "
-    "[--stats-json FILE] -- PROGRAM [ARGS...]",
+    "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
     "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
     "across memservers (an embedded local cluster of k+2r servers unless --cluster is given),\n"
@@ -72,9 +76,15 @@ const cli::CliSpec kSpec = {
     -1};
 
 pid_t g_child = -1;
+// Set when a termination request (SIGTERM, SIGHUP) arrived: the program then has --term_grace
+// seconds to exit before it gets SIGKILL.
+volatile sig_atomic_t g_term_requested = 0;
 
 void ForwardSignal(int sig, siginfo_t* info, void*) {
-  // Signals from the terminal (^C, ^\) already reach the program (same process group).
+  if (sig == SIGTERM || sig == SIGHUP) g_term_requested = 1;
+  // Signals from the terminal (^C, ^\) already reach the program (same process group). The
+  // embedded memservers are in process groups of their own, so they are not stopped before
+  // the program (see LocalClusterOptions::own_process_group).
   if (info != nullptr && info->si_code == SI_KERNEL) return;
   if (g_child > 0) kill(g_child, sig);
 }
@@ -207,6 +217,9 @@ int Main(int argc, char** argv) {
   }
   if (FLAGS_spares < -1 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in -1..8");
   if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
+  if (!(FLAGS_term_grace >= 0 && FLAGS_term_grace <= 3600)) {
+    cli::UsageError(kSpec, "--term-grace must be in [0, 3600] seconds");
+  }
   auto local = kernel_shim::ParseLocalMemory(FLAGS_local_memory);
   if (!local.ok()) cli::UsageError(kSpec, "--local-memory: " + local.status().message());
   auto region = kernel_shim::ParseBytes(FLAGS_region);
@@ -359,6 +372,8 @@ int Main(int argc, char** argv) {
   bool progress_shown = false;
   int wstatus = 0;
   uint64_t last_progress = 0;
+  uint64_t term_at = 0;  // When the first termination request was seen (0: none).
+  bool killed_after_grace = false;
   for (;;) {
     pid_t w = waitpid(pid, &wstatus, WNOHANG);
     if (w == pid) break;
@@ -368,6 +383,16 @@ int Main(int argc, char** argv) {
     }
     usleep(50 * 1000);  // Polling the child's exit and the live stats; not synchronisation.
     const uint64_t now = MonotonicNs();
+    if (g_term_requested && term_at == 0) term_at = now;
+    if (term_at != 0 && !killed_after_grace &&
+        static_cast<double>(now - term_at) / 1e9 > FLAGS_term_grace) {
+      std::fprintf(stderr,
+                   "%stessera run: the program did not exit within --term-grace %.1f s of the "
+                   "termination signal; sending SIGKILL\n",
+                   progress_shown ? "\r\033[K" : "", FLAGS_term_grace);
+      kill(pid, SIGKILL);
+      killed_after_grace = true;
+    }
     if (tty && now - t0 > 3'000'000'000ull && now - last_progress > 1'000'000'000ull) {
       last_progress = now;
       PrintProgress(kernel_shim::ParseRunStats(ReadFile(live_path)), (now - t0) / 1e9);
