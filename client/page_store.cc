@@ -52,6 +52,11 @@ Status RunBatch(PageStore* store, PageOp::Kind kind, const PageId* pages, size_t
 
 }  // namespace
 
+Result<std::vector<size_t>> PageStore::ServersOfPage(PageId page) const {
+  (void)page;
+  return InvalidArgument("not a remote store: " + name());
+}
+
 Status PageStore::ValidateBatch(std::span<PageOp* const> ops) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const PageOp* op = ops[i];

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/histogram.h"
 #include "common/status.h"
@@ -90,6 +91,11 @@ class PageStore {
   virtual Status Flush() = 0;
 
   virtual PageStoreStats Stats() const = 0;
+
+  // Where page `page` lives: indices into the store's server list of the servers holding it,
+  // in the store's split order (for tests and tools). Remote stores override this; the default
+  // is InvalidArgument ("not a remote store").
+  virtual Result<std::vector<size_t>> ServersOfPage(PageId page) const;
 
   // The checks every Submit() makes before accepting a batch: InvalidArgument naming the first
   // op that is null or has no buffer, no callback or an unknown kind. Page ranges are checked

@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,12 @@ struct RemoteStoreOptions {
   std::string secret;                 // Shared secret of the cluster (fabric/auth.h).
   uint64_t client_id = 0;             // 0: a random non-zero id is drawn.
   fabric::TransportKind transport = fabric::TransportKind::kAuto;
+  // Makes every Transport the store uses (its I/O threads', the heartbeat monitor's, the slab
+  // size probe's). Empty: fabric::Transport::Create. Tests pass a factory that wraps the real
+  // transport to inject faults (client/testing/fault_injecting_transport.h). Called from the
+  // store's threads; must be thread-safe.
+  std::function<Result<std::unique_ptr<fabric::Transport>>(const fabric::TransportOptions&)>
+      transport_factory;
 
   uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
   int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.
@@ -149,7 +156,7 @@ Result<std::vector<RemoteServer>> LoadServers(const std::string& cluster_file);
 
 // Indices (into the options' server list) of the servers holding page `page`'s splits, split
 // order (for tests and tools). NotFound before the page's slab exists; InvalidArgument when
-// `store` is not a remote store. Any thread.
+// `store` is not a remote store. Any thread. (Same as store.ServersOfPage(page).)
 Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
 
 }  // namespace tessera::client

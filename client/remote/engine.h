@@ -1,0 +1,361 @@
+// The remote PageStore engine's shared types (internal to client/remote/; see
+// client/remote_store.h for the layouts, the CRC design and the threading model).
+//
+// The engine is one class per I/O thread (IoThread) and one per store (RemoteStore). Their
+// methods are implemented in one file per concern, the way eRPC splits rpc_impl/:
+//   io_thread.cc         thread start, connection setup, the loop, posting, completions
+//   read_path.cc         split layout: k+delta reads, verification, decode, repair of corrupt splits
+//   write_path.cc        split layout: slab allocation, encode, k+r writes, acknowledgement
+//   trim.cc              trims and freeing remote slabs
+//   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
+//   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
+//   server_list.cc       server lists, cluster files, option names
+//   store.cc             RemoteStore: validation, start, Submit/Flush/Stats, the factories
+//
+// Threads: everything an IoThread owns (its transport, op contexts, request slots, slab table,
+// ...) is touched by that thread only, without locks. What other threads touch is marked
+// per field below: atomics, or the mutex named next to the field.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/lockfree/queue.hpp>
+
+#include "client/page_store.h"
+#include "client/remote_store.h"
+#include "coding/codec.h"
+#include "common/clock.h"
+#include "common/fd.h"
+#include "common/histogram.h"
+#include "fabric/transport.h"
+#include "placement/membership.h"
+
+namespace tessera::client::remote {
+
+constexpr int kMaxWidth = coding::kMaxSplits;
+constexpr uint32_t kNoServer = ~0u;
+constexpr size_t kMaxServersForMedian = 4096;
+
+inline bool IsConnectionError(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled ||
+         s.code() == StatusCode::kTimeout;
+}
+
+// Logs the 1st, 2nd, 4th, 8th, ... occurrence of a repeated event (counter is the count after
+// this occurrence).
+inline bool LogThisOne(uint64_t count) { return count != 0 && (count & (count - 1)) == 0; }
+
+// What a store is: (k data splits, r redundant splits, how redundancy is computed, and how
+// pages map onto splits).
+struct Layout {
+  int k = 1;
+  int r = 0;
+  bool copies = false;  // Replication: every split is the whole page.
+  size_t split = kPageSize;  // Bytes per split (copies: one page).
+  int delta = 0;             // Extra splits asked by a read.
+  AckPolicy ack = AckPolicy::kAll;
+  int width() const { return k + r; }
+};
+
+class RemoteStore;
+class IoThread;
+
+// One page op in progress (user read/write, or an internal regeneration).
+// Owned by one IoThread.
+struct Ctx {
+  enum class Kind : uint8_t {
+    kRead,   // A user read.
+    kWrite,  // A user write (split layout: the k+r split writes of one page).
+    kRegen   // Rebuild one split onto a replacement server.
+  };
+  Kind kind = Kind::kRead;
+  PageOp* op = nullptr;
+  PageId page = 0;
+  uint32_t slab = 0;  // Index into the thread's slab table.
+  uint32_t pidx = 0;  // Page index inside the slab.
+  uint64_t start_ns = 0;
+  uint32_t seq = 0;  // Page write sequence when the op started.
+  uint8_t* buf = nullptr;  // width * split bytes (copies: one page, all splits alias it).
+  std::array<uint32_t, kMaxWidth> crcs{};
+  uint64_t asked = 0;    // Splits requested (read) / to store (write).
+  uint64_t good = 0;     // Read: verified splits. Write: stored splits.
+  uint64_t bad = 0;      // Failed or mismatching splits.
+  uint64_t corrupt = 0;  // CRC mismatches on live servers.
+  int outstanding = 0;   // Requests posted and not completed.
+  int regen_split = -1;
+  bool finished = false;  // The logical op is over (user notified).
+  bool acked = false;
+  bool repairing = false;
+  bool released = false;
+  bool slab_ref = false;  // Counted in its slab's refs (see IoThread::Attach).
+  uint64_t retried = 0;  // Write splits already posted a second time.
+  Ctx* next_write = nullptr;  // Writes of the same page queued behind this one.
+  Ctx* next_free = nullptr;
+};
+
+// One posted WorkRequest (its index is the cookie). Owned by one IoThread.
+struct Request {
+  Ctx* ctx = nullptr;
+  int split = 0;
+  uint32_t server = 0;
+  uint64_t post_ns = 0;
+  uint32_t next_free = 0;
+  bool live = false;
+  bool write = false;
+};
+
+// A logical slab: width remote slabs on width servers of one placement group, and the metadata
+// of what it stores. Owned by one IoThread, except `server`, which ServersOfPage() reads from
+// any thread (atomic, relaxed: a tool's snapshot).
+struct Slab {
+  bool allocated = false;
+  uint64_t id = 0;  // Logical slab number (unique in the store; placement's key).
+  std::array<std::atomic<uint32_t>, kMaxWidth> server;
+  std::array<uint64_t, kMaxWidth> remote{};
+  std::array<uint32_t, kMaxWidth> regen_cursor{};  // Pages/rows below are rebuilt; pps = complete.
+  std::vector<uint32_t> crc;  // pps * width.
+  std::vector<uint32_t> seq;
+  std::vector<uint8_t> written;
+  std::vector<Ctx*> busy;  // The write in flight on each page (head of its queue).
+  // A trim arrived while a write of the page was in flight (and no write was queued after the
+  // trim): the page reads as zeros and becomes never-written when that write settles.
+  std::vector<uint8_t> trim_after;
+  uint32_t written_count = 0;  // Pages with written[p] set.
+  uint32_t refs = 0;           // Op contexts (user ops, regeneration) using this slab.
+  bool free_wanted = false;    // A trim touched it: free the remote slabs once nothing is left.
+  Slab() {
+    for (auto& s : server) s.store(kNoServer, std::memory_order_relaxed);
+  }
+};
+
+// A Trim() in progress: one QueueItem per I/O thread points at it; each thread applies the trim
+// to its own pages and calls Done().
+struct TrimJob {
+  PageId first = 0;
+  uint64_t count = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0;          // Guarded by mu.
+  Status status;         // Guarded by mu: the first error.
+  void Done(Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (status.ok() && !st.ok()) status = std::move(st);
+    --left;
+    cv.notify_all();
+  }
+};
+
+// What travels through an I/O thread's queue: a page op, or a trim (its own kind, so a trim is
+// ordered after the writes submitted before it).
+struct QueueItem {
+  enum class Kind : uint8_t { kPage, kTrim };
+  Kind kind = Kind::kPage;
+  PageOp* op = nullptr;     // kPage.
+  TrimJob* trim = nullptr;  // kTrim.
+};
+
+// Counters every thread updates (relaxed atomics; read by Stats()).
+struct SharedStats {
+  std::atomic<uint64_t> reads{0}, writes{0}, read_errors{0}, write_errors{0}, trims{0},
+      degraded_reads{0}, decodes{0}, corruptions_detected{0}, corruptions_repaired{0},
+      data_loss{0}, server_failures{0}, regenerations_done{0}, regenerations_pending{0},
+      bytes_sent{0}, bytes_received{0}, slabs_freed{0};
+};
+
+class IoThread {
+ public:
+  IoThread(RemoteStore* store, int index);
+  ~IoThread();
+  // Spawns the thread, connects, returns the connect status. Owner thread (the store's).
+  Status Start();
+  void RequestStop();
+  // Any thread.
+  void Enqueue(QueueItem item);
+  void Wake();
+  void CopyHistograms(LatencyHistogram* read, LatencyHistogram* write);
+  Result<std::vector<size_t>> ServersOf(PageId page) const;
+  // Number of acknowledged writes whose splits are not all stored yet (any thread).
+  uint64_t unsettled() const { return unsettled_.load(std::memory_order_acquire); }
+
+ private:
+  // ---- io_thread.cc ----
+  void Run(std::promise<Status>* started);
+  Status Connect();
+  void Loop();
+  void Drain();
+  void StartOp(PageOp* op);
+  bool Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local);
+  // Hands the requests Post() collected to the transport in one batch (one submit for all of
+  // them; frames bound for one server leave in one send).
+  void FlushPosts();
+  // Sleeps until a completion, a Submit() (eventfd) or `timeout_ns`.
+  void Sleep(uint64_t timeout_ns);
+  void OnCompletion(const fabric::Completion& comp);
+  void Complete(PageOp* op, Status st, uint64_t start_ns);
+  void MaybeRelease(Ctx* c);
+  Ctx* NewCtx();
+  uint8_t* SplitBuf(Ctx* c, int j);
+  // Source of write split j: copies all come from the one page at the start of the buffer.
+  uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
+  void Attach(Ctx* c, uint32_t slab) {
+    c->slab = slab;
+    c->slab_ref = true;
+    ++slabs_[slab].refs;
+  }
+  // ---- read_path.cc (split layout and copies) ----
+  void StartRead(Ctx* c);
+  void AskMore(Ctx* c);
+  void OnReadSplit(Ctx* c, int split, const Status& st);
+  void FinishRead(Ctx* c, Status st);
+  // ---- write_path.cc (split layout and copies) ----
+  Status AllocateSlab(Slab& s);
+  void StartWrite(Ctx* c);
+  void PostWriteSplits(Ctx* c, uint64_t mask);
+  void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
+  void WriteSettled(Ctx* c);
+  void AckWrite(Ctx* c, Status st);
+  // ---- trim.cc ----
+  // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
+  // with no written page give their remote slabs back.
+  void DoTrim(PageId first, uint64_t count);
+  void Unwrite(Slab& s, uint32_t p);
+  void MaybeFreeSlab(Slab& s);
+  // Frees every allocated slab's remote slabs (clean shutdown), bounded by `d`.
+  void FreeAllSlabs(const Deadline& d);
+  // ---- recovery.cc ----
+  void FailServer(uint32_t server, const std::string& why);
+  void HandleLocalFailures();
+  void ReplaceSplit(Slab& s, int j);
+  void ReplaceSplitOnce(Slab& s, int j);
+  void Housekeeping();
+  void Regenerate(uint64_t now);
+  void OnNotice(const fabric::Completion& comp);
+  // ---- failure_detector.cc ----
+  void ClassifySlow();
+
+  RemoteStore* const store_;
+  const int index_;
+  const Layout lay_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};      // Any thread sets; the I/O thread reads.
+  std::atomic<bool> sleeping_{false};  // The I/O thread sets; Enqueue() reads (to wake it).
+  UniqueFd event_fd_;                  // Written by any thread (Wake), read by the I/O thread.
+  boost::lockfree::queue<QueueItem> queue_{4096};  // MPSC: any thread pushes, I/O thread pops.
+  std::atomic<uint64_t> unsettled_{0};  // I/O thread writes, Flush() reads.
+
+  // Everything below: the I/O thread only (set up in Run() before the loop starts).
+  std::unique_ptr<fabric::Transport> t_;
+  std::vector<fabric::ConnectionId> conn_;
+  std::vector<uint8_t> local_failed_;
+  // Reply latency per server (EWMA, 1/8 weight, from this thread's data ops) and which servers
+  // are much slower than the rest (ClassifySlow(), every 64 completions): reads ask their
+  // splits last.
+  std::vector<uint64_t> latency_ewma_ns_;
+  std::vector<uint8_t> slow_;
+  uint32_t since_classify_ = 0;
+  uint64_t seen_failure_epoch_ = 0;
+  // The slab table: logical slab ls lives at index ls / io_threads of thread ls % io_threads.
+  std::vector<Slab> slabs_;
+  std::vector<Ctx> ctxs_;
+  std::vector<uint8_t> bufs_;
+  Ctx* free_ctx_ = nullptr;
+  int free_ctx_count_ = 0;
+  std::vector<Request> reqs_;
+  uint32_t free_req_ = 0;
+  std::vector<fabric::Completion> comps_;
+  std::vector<fabric::WorkRequest> pending_wrs_;  // Posted by Post(), not yet by FlushPosts().
+  std::vector<fabric::WorkRequest> flushing_;
+
+  // Regeneration.
+  int regen_active_ = 0;  // (slab, split) pairs whose regeneration cursor is not at the end.
+  uint64_t regen_failures_ = 0;  // Pages this thread could not regenerate (logged at 1, 2, 4..).
+  uint64_t alloc_replacements_ = 0;  // New-slab splits placed on a replacement server.
+  uint64_t no_replacement_ = 0;      // Splits left without a replacement (logged at 1, 2, 4..).
+  double regen_tokens_ = 0;
+  uint64_t last_tick_ns_ = 0;
+  int regen_inflight_ = 0;
+  uint64_t last_timeout_scan_ns_ = 0;
+  uint64_t poll_ns_ = 0;           // RemoteStoreOptions::poll_us.
+  // A recent MonotonicNs() for request timestamps (refreshed every loop iteration, every op
+  // start and after blocking control calls): one clock read per op instead of one per split.
+  uint64_t now_ns_ = 0;
+  uint64_t last_progress_ns_ = 0;  // When polling without progress began (0: not polling).
+
+  std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
+  LatencyHistogram read_hist_, write_hist_;  // Guarded by hist_mu_.
+};
+
+class RemoteStore final : public PageStore {
+ public:
+  RemoteStore(const RemoteStoreOptions& o, Layout lay, std::string name)
+      : opt_(o), lay_(lay), name_(std::move(name)) {}
+  ~RemoteStore() override { Shutdown(); }
+
+  Status Init();
+  void Shutdown();
+
+  std::string name() const override { return name_; }
+  uint64_t capacity_pages() const override { return opt_.capacity_pages; }
+  double memory_overhead() const override {
+    return static_cast<double>(lay_.width()) / static_cast<double>(lay_.k);
+  }
+  Status Submit(std::span<PageOp* const> ops) override;
+  Status Trim(PageId first, uint64_t count) override;
+  Status Flush() override;
+  PageStoreStats Stats() const override;
+  Result<std::vector<size_t>> ServersOfPage(PageId page) const override;
+
+  // Which I/O thread owns page `page` (by logical slab).
+  size_t ThreadOf(PageId page) const;
+
+  // Creates a transport through the options' factory (or fabric::Transport::Create).
+  Result<std::unique_ptr<fabric::Transport>> NewTransport(const fabric::TransportOptions& to) const;
+
+  // Marks a server failed (idempotent): reconfigures placement and wakes every I/O thread.
+  // Any thread.
+  void MarkFailed(uint32_t server, const std::string& why);
+
+  // Immutable after Init() (read by every thread).
+  const RemoteStoreOptions opt_;
+  const Layout lay_;
+  const std::string name_;
+  std::optional<coding::Codec> codec_;
+  uint64_t slab_size_ = 0;
+  uint64_t pages_per_slab_ = 0;  // Pages per logical slab (slots per remote slab).
+  uint64_t num_slabs_ = 0;       // Logical slabs.
+  uint64_t client_id_ = 0;
+
+  // Atomics shared by every thread.
+  std::unique_ptr<std::atomic<bool>[]> failed_;
+  std::atomic<uint64_t> failure_epoch_{0};
+  mutable SharedStats stats_;
+
+  // Membership, placement and slab counts per server: control path, under mu_.
+  std::mutex mu_;
+  placement::SnapshotPtr snap_;      // Guarded by mu_.
+  placement::PlacementPtr policy_;   // Guarded by mu_.
+  std::vector<uint64_t> load_;       // Guarded by mu_.
+
+  // Set up by Init(), cleared by Shutdown() (the store's owner thread).
+  std::vector<std::unique_ptr<IoThread>> threads_;
+
+ private:
+  // ---- failure_detector.cc ----
+  void MonitorLoop();
+  std::thread monitor_;
+  std::atomic<bool> monitor_stop_{false};
+  std::mutex monitor_mu_;               // Pairs with monitor_cv_ (monitor_stop_ wake-ups).
+  std::condition_variable monitor_cv_;
+};
+
+}  // namespace tessera::client::remote

@@ -1,0 +1,425 @@
+// IoThread: start, connection setup, the loop (poll, drain the queue, housekeeping, flush posts,
+// sleep), posting requests and dispatching their completions. Layout-independent.
+#include "client/remote/engine.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+IoThread::IoThread(RemoteStore* store, int index)
+    : store_(store), index_(index), lay_(store->lay_) {}
+
+IoThread::~IoThread() {
+  RequestStop();
+}
+
+void IoThread::RequestStop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  Wake();
+  thread_.join();
+}
+
+void IoThread::Wake() {
+  if (!event_fd_.valid()) return;
+  uint64_t one = 1;
+  ssize_t n = write(event_fd_.get(), &one, sizeof(one));
+  (void)n;
+}
+
+void IoThread::Enqueue(QueueItem item) {
+  while (!queue_.push(item)) {
+  }  // push() allocates a node beyond the reserve; it fails only when memory is exhausted.
+  if (sleeping_.load(std::memory_order_seq_cst)) Wake();
+}
+
+Status IoThread::Start() {
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return ErrnoError("eventfd");
+  event_fd_ = UniqueFd(fd);
+  std::promise<Status> started;
+  auto fut = started.get_future();
+  thread_ = std::thread([this, &started] { Run(&started); });
+  Status st = fut.get();
+  if (!st.ok()) {
+    stop_.store(true);
+    thread_.join();
+  }
+  return st;
+}
+
+Status IoThread::Connect() {
+  const RemoteStoreOptions& o = store_->opt_;
+  fabric::TransportOptions to;
+  to.kind = o.transport;
+  // One transport slot per request slot (see Run()), so a flushed batch always fits.
+  const uint32_t reqs = (o.max_inflight_pages + 16) * static_cast<uint32_t>(lay_.width()) * 2;
+  to.max_inflight = std::min<uint32_t>(65536, reqs);
+  to.ring_entries = 1024;
+  TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
+  fabric::ConnectOptions co;
+  co.secret = o.secret;
+  co.client_id = store_->client_id_;
+  for (size_t i = 0; i < o.servers.size(); ++i) {
+    co.deadline = Deadline::AfterMs(o.connect_timeout_ms);
+    auto c = t_->Connect(o.servers[i].endpoint, co);
+    if (!c.ok()) {
+      return Unavailable("cannot connect to " + o.servers[i].endpoint.ToString() + ": " +
+                         c.status().ToString());
+    }
+    conn_.push_back(*c);
+    TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
+    if (info.slab_size != store_->slab_size_) {
+      return InvalidArgument("servers disagree on the slab size: " +
+                             std::to_string(info.slab_size) + " at " +
+                             o.servers[i].endpoint.ToString() + " vs " +
+                             std::to_string(store_->slab_size_));
+    }
+  }
+  local_failed_.assign(o.servers.size(), 0);
+  latency_ewma_ns_.assign(o.servers.size(), 0);
+  slow_.assign(o.servers.size(), 0);
+  return Status::Ok();
+}
+
+void IoThread::Run(std::promise<Status>* started) {
+  Status st = Connect();
+  if (!st.ok()) {
+    started->set_value(st);
+    return;
+  }
+  // The slab size is known once thread 0 connected; Init() starts the others after it.
+  const uint64_t pps = store_->pages_per_slab_;
+  const int T = store_->opt_.io_threads;
+  const uint64_t mine = (store_->num_slabs_ + T - 1 - index_) / T;
+  slabs_ = std::vector<Slab>(mine);
+  const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
+  const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;
+  ctxs_ = std::vector<Ctx>(nctx);
+  bufs_.assign(per * nctx, 0);
+  for (uint32_t i = 0; i < nctx; ++i) {
+    ctxs_[i].buf = bufs_.data() + per * i;
+    ctxs_[i].next_free = free_ctx_;
+    free_ctx_ = &ctxs_[i];
+  }
+  free_ctx_count_ = static_cast<int>(nctx);
+  const uint32_t nreq =
+      std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
+  reqs_ = std::vector<Request>(nreq);
+  pending_wrs_.reserve(nreq);
+  flushing_.reserve(nreq);
+  if (Status w = t_->SetWakeFd(event_fd_.get()); !w.ok()) {
+    started->set_value(w);
+    return;
+  }
+  for (uint32_t i = 0; i < nreq; ++i) reqs_[i].next_free = i + 1;
+  free_req_ = 0;
+  comps_.resize(256);
+  (void)pps;
+  started->set_value(Status::Ok());
+  Loop();
+  // Shutdown: fail queued ops, then give in-flight ones a bounded time to finish.
+  QueueItem item;
+  while (queue_.pop(item)) {
+    if (item.kind == QueueItem::Kind::kTrim) {
+      item.trim->Done(Unavailable("page store is shutting down"));
+      continue;
+    }
+    Complete(item.op, Unavailable("page store is shutting down"), 0);
+  }
+  Deadline d = Deadline::AfterMs(2000);
+  FlushPosts();
+  while (t_->inflight() > 0 && !d.Expired()) {
+    size_t n = t_->Wait(comps_, Deadline(MonotonicNs() + 10000000));
+    for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+    FlushPosts();
+  }
+  bool all_settled = true;
+  for (auto& c : ctxs_) {
+    if (c.op != nullptr && !c.finished) {
+      c.finished = true;
+      Complete(c.op, Unavailable("page store is shutting down"), c.start_ns);
+      c.op = nullptr;
+    }
+    if (!c.released && c.outstanding > 0) all_settled = false;
+  }
+  // A clean shutdown gives the remote memory back at once (the memservers would otherwise keep
+  // it until the owner's lease runs out, see --orphan_grace). Bounded: a server that does not
+  // answer keeps its slabs until its lease reclaims them.
+  if (all_settled) FreeAllSlabs(Deadline::AfterMs(2000));
+  t_.reset();
+}
+
+Ctx* IoThread::NewCtx() {
+  Ctx* c = free_ctx_;
+  if (c == nullptr) return nullptr;
+  free_ctx_ = c->next_free;
+  --free_ctx_count_;
+  uint8_t* buf = c->buf;
+  *c = Ctx{};
+  c->buf = buf;
+  return c;
+}
+
+uint8_t* IoThread::SplitBuf(Ctx* c, int j) {
+  return c->buf + static_cast<size_t>(j) * lay_.split;
+}
+
+void IoThread::Loop() {
+  last_tick_ns_ = MonotonicNs();
+  poll_ns_ = uint64_t{store_->opt_.poll_us} * 1000;
+  while (!stop_.load(std::memory_order_acquire)) {
+    now_ns_ = MonotonicNs();
+    bool progress = false;
+    size_t n = t_->Poll(comps_);
+    for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+    progress |= n > 0;
+    const int before = free_ctx_count_;
+    Drain();
+    progress |= free_ctx_count_ != before;
+    Housekeeping();
+    progress |= !pending_wrs_.empty();
+    FlushPosts();
+    if (progress) {
+      last_progress_ns_ = 0;
+      continue;
+    }
+    if (poll_ns_ > 0) {
+      const uint64_t now = MonotonicNs();
+      if (last_progress_ns_ == 0) last_progress_ns_ = now;
+      if (now - last_progress_ns_ < poll_ns_) continue;  // Keep polling a little longer.
+      last_progress_ns_ = 0;
+    }
+    // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
+    // also watches the eventfd, so a new op is started at once even while replies are still
+    // out (e.g. a late-binding read's straggler split).
+    Sleep(t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000);
+  }
+}
+
+void IoThread::Sleep(uint64_t timeout_ns) {
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (queue_.empty() && !stop_.load()) {
+    if (t_->inflight() > 0) {
+      const size_t n = t_->Wait(comps_, Deadline(MonotonicNs() + timeout_ns));
+      sleeping_.store(false, std::memory_order_relaxed);
+      for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+    } else {
+      pollfd p{event_fd_.get(), POLLIN, 0};
+      (void)poll(&p, 1, static_cast<int>(timeout_ns / 1000000));
+    }
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+  uint64_t v;
+  ssize_t r = read(event_fd_.get(), &v, sizeof(v));
+  (void)r;
+}
+
+void IoThread::FlushPosts() {
+  if (pending_wrs_.empty()) return;
+  flushing_.clear();
+  std::swap(flushing_, pending_wrs_);  // Completions handled below may Post() again.
+  // A connection that went down since its requests were collected fails just those requests.
+  size_t live = 0;
+  for (size_t i = 0; i < flushing_.size(); ++i) {
+    if (t_->Connected(flushing_[i].connection)) {
+      flushing_[live++] = flushing_[i];
+    } else {
+      pending_wrs_.push_back(flushing_[i]);  // Parked: failed below.
+    }
+  }
+  std::vector<fabric::WorkRequest> dead;
+  if (!pending_wrs_.empty()) {
+    dead.swap(pending_wrs_);
+    pending_wrs_.reserve(reqs_.size());
+  }
+  flushing_.resize(live);
+  Status st = t_->Post(flushing_);
+  auto fail = [this](const fabric::WorkRequest& wr, const Status& why) {
+    fabric::Completion comp;
+    comp.kind = fabric::CompletionKind::kData;
+    comp.cookie = wr.cookie;
+    comp.connection = wr.connection;
+    comp.status = why;
+    OnCompletion(comp);
+  };
+  if (!st.ok()) {
+    TLOG(WARNING) << store_->name_ << ": posting " << flushing_.size()
+                  << " requests failed: " << st;
+    std::vector<fabric::WorkRequest> failed(flushing_.begin(), flushing_.end());
+    for (const auto& wr : failed) fail(wr, st);
+  }
+  for (const auto& wr : dead) fail(wr, Unavailable("connection to the server is down"));
+}
+
+void IoThread::Drain() {
+  QueueItem item;
+  while (free_ctx_ != nullptr && queue_.pop(item)) {
+    if (item.kind == QueueItem::Kind::kTrim) {
+      DoTrim(item.trim->first, item.trim->count);
+      item.trim->Done(Status::Ok());
+      now_ns_ = MonotonicNs();  // FreeSlab calls may have blocked.
+    } else {
+      StartOp(item.op);
+    }
+  }
+}
+
+void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
+  const bool read = op->kind == PageOp::Kind::kRead;
+  if (start_ns != 0) {
+    const uint64_t lat = MonotonicNs() - start_ns;
+    std::lock_guard<std::mutex> lock(hist_mu_);
+    (read ? read_hist_ : write_hist_).Record(lat);
+  }
+  SharedStats& s = store_->stats_;
+  (read ? s.reads : s.writes).fetch_add(1, std::memory_order_relaxed);
+  if (!st.ok()) (read ? s.read_errors : s.write_errors).fetch_add(1, std::memory_order_relaxed);
+  op->status = std::move(st);
+  op->done(op);
+}
+
+void IoThread::StartOp(PageOp* op) {
+  const uint64_t now = MonotonicNs();
+  now_ns_ = now;
+  if (op->page >= store_->opt_.capacity_pages) {
+    Complete(op,
+             OutOfRange("page " + std::to_string(op->page) + " is beyond the store's " +
+                        std::to_string(store_->opt_.capacity_pages) + " pages"),
+             now);
+    return;
+  }
+  Ctx* c = NewCtx();
+  c->op = op;
+  c->page = op->page;
+  c->start_ns = now;
+  const uint64_t ls = op->page / store_->pages_per_slab_;
+  Attach(c, static_cast<uint32_t>(ls / store_->opt_.io_threads));
+  c->pidx = static_cast<uint32_t>(op->page % store_->pages_per_slab_);
+  if (op->kind == PageOp::Kind::kRead) {
+    c->kind = Ctx::Kind::kRead;
+    StartRead(c);
+  } else {
+    c->kind = Ctx::Kind::kWrite;
+    std::memcpy(c->buf, op->buf, kPageSize);  // The caller's buffer is free once acked.
+    StartWrite(c);
+  }
+}
+
+bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
+  Slab& s = slabs_[c->slab];
+  const uint32_t server = s.server[split].load(std::memory_order_relaxed);
+  if (server == kNoServer || local_failed_[server] ||
+      store_->failed_[server].load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (free_req_ >= reqs_.size()) return false;
+  const uint32_t ri = free_req_;
+  Request& rq = reqs_[ri];
+  free_req_ = rq.next_free;
+  rq.ctx = c;
+  rq.split = split;
+  rq.server = server;
+  rq.post_ns = now_ns_;
+  rq.live = true;
+  rq.write = kind == fabric::OpKind::kWrite;
+  if (!t_->Connected(conn_[server])) {
+    rq.live = false;
+    rq.next_free = free_req_;
+    free_req_ = ri;
+    FailServer(server, "connection lost");
+    return false;
+  }
+  fabric::WorkRequest wr;
+  wr.connection = conn_[server];
+  wr.op = kind;
+  wr.slab_id = s.remote[split];
+  wr.remote_offset = static_cast<uint64_t>(c->pidx) * lay_.split;
+  wr.length = static_cast<uint32_t>(lay_.split);
+  wr.local = local;
+  wr.cookie = ri;
+  pending_wrs_.push_back(wr);  // Sent by FlushPosts() at the end of this loop iteration.
+  ++c->outstanding;
+  (kind == fabric::OpKind::kWrite ? store_->stats_.bytes_sent : store_->stats_.bytes_received)
+      .fetch_add(lay_.split, std::memory_order_relaxed);
+  return true;
+}
+
+void IoThread::MaybeRelease(Ctx* c) {
+  if (!c->finished || c->outstanding > 0 || c->released) return;
+  c->released = true;
+  c->next_free = free_ctx_;
+  free_ctx_ = c;
+  ++free_ctx_count_;
+  if (c->slab_ref) {
+    c->slab_ref = false;
+    Slab& s = slabs_[c->slab];
+    if (--s.refs == 0 && s.free_wanted) MaybeFreeSlab(s);
+  }
+}
+
+
+// ---- completions, failures ----
+
+void IoThread::OnCompletion(const fabric::Completion& comp) {
+  if (comp.kind == fabric::CompletionKind::kNotice) {
+    OnNotice(comp);
+    return;
+  }
+  if (comp.cookie >= reqs_.size() || !reqs_[comp.cookie].live) return;
+  Request& rq = reqs_[comp.cookie];
+  Ctx* c = rq.ctx;
+  const int split = rq.split;
+  const bool was_write = rq.write;
+  const uint32_t server = rq.server;
+  rq.live = false;
+  rq.next_free = free_req_;
+  free_req_ = static_cast<uint32_t>(comp.cookie);
+  --c->outstanding;
+  if (comp.status.ok() && server < latency_ewma_ns_.size()) {
+    const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
+    uint64_t& e = latency_ewma_ns_[server];
+    e = e == 0 ? sample : e - e / 8 + sample / 8;
+    if (++since_classify_ >= 64) ClassifySlow();
+  }
+  if (!comp.status.ok() && IsConnectionError(comp.status)) {
+    FailServer(rq.server, comp.status.ToString());
+  }
+  if (!was_write) {
+    OnReadSplit(c, split, comp.status);
+    MaybeRelease(c);
+  } else {
+    OnWriteSplit(c, split, server, comp.status);
+  }
+}
+
+// A server is slow when its reply latency is more than twice the (lower) median of the live
+// servers' and more than 100 us above it (a loaded box's jitter is not a straggler). Runs every
+
+void IoThread::CopyHistograms(LatencyHistogram* read, LatencyHistogram* write) {
+  std::lock_guard<std::mutex> lock(hist_mu_);
+  read->Merge(read_hist_);
+  write->Merge(write_hist_);
+}
+
+Result<std::vector<size_t>> IoThread::ServersOf(PageId page) const {
+  const uint64_t ls = page / store_->pages_per_slab_;
+  const uint64_t i = ls / store_->opt_.io_threads;
+  std::vector<size_t> out;
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint32_t s =
+        i < slabs_.size() ? slabs_[i].server[j].load(std::memory_order_relaxed) : kNoServer;
+    if (s == kNoServer) return NotFound("page " + std::to_string(page) + " has no slab yet");
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace tessera::client::remote

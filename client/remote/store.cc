@@ -1,0 +1,244 @@
+// RemoteStore: option validation, start-up (slab size probe, placement, I/O threads), Submit,
+// Flush, Stats, and the public factories.
+#include "client/remote/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+#include "fabric/auth.h"
+
+namespace tessera::client::remote {
+
+Status RemoteStore::Init() {
+  const RemoteStoreOptions& o = opt_;
+  if (o.servers.size() < static_cast<size_t>(lay_.width())) {
+    return InvalidArgument("need at least " + std::to_string(lay_.width()) +
+                           " servers for " + name_ + ", got " +
+                           std::to_string(o.servers.size()));
+  }
+  if (o.io_threads < 1 || o.io_threads > 16) return InvalidArgument("io_threads must be 1..16");
+  if (o.max_inflight_pages < 8 || o.max_inflight_pages > 16384) {
+    return InvalidArgument("max_inflight_pages must be 8..16384");
+  }
+  if (o.capacity_pages == 0) return InvalidArgument("capacity_pages must be > 0");
+  if (o.poll_us > 1000) return InvalidArgument("poll_us must be 0..1000");
+  if (o.heartbeat_interval_ms == 0 || o.heartbeat_timeout_ms == 0 || o.op_timeout_ms == 0) {
+    return InvalidArgument("heartbeat and op timeouts must be > 0");
+  }
+  if (!lay_.copies) {
+    TESSERA_ASSIGN_OR_RETURN(auto codec, coding::Codec::Create(lay_.k, lay_.r));
+    codec_.emplace(std::move(codec));
+  }
+  client_id_ = o.client_id;
+  while (client_id_ == 0) {
+    uint8_t b[8];
+    TESSERA_RETURN_IF_ERROR(fabric::RandomBytes(b));
+    std::memcpy(&client_id_, b, 8);
+  }
+  failed_.reset(new std::atomic<bool>[o.servers.size()]);
+  for (size_t i = 0; i < o.servers.size(); ++i) failed_[i].store(false);
+
+  // The slab size is needed for the slab table: probe it with a short-lived transport.
+  {
+    fabric::TransportOptions to;
+    to.kind = o.transport;
+    TESSERA_ASSIGN_OR_RETURN(auto t, NewTransport(to));
+    fabric::ConnectOptions co;
+    co.secret = o.secret;
+    co.client_id = client_id_;
+    co.deadline = Deadline::AfterMs(o.connect_timeout_ms);
+    auto c = t->Connect(o.servers[0].endpoint, co);
+    if (!c.ok()) {
+      return Unavailable("cannot connect to " + o.servers[0].endpoint.ToString() + ": " +
+                         c.status().ToString());
+    }
+    TESSERA_ASSIGN_OR_RETURN(auto info, t->Info(*c));
+    slab_size_ = info.slab_size;
+  }
+  if (slab_size_ < lay_.split) return InvalidArgument("server slab size is below one split");
+  pages_per_slab_ = slab_size_ / lay_.split;
+  num_slabs_ = (o.capacity_pages + pages_per_slab_ - 1) / pages_per_slab_;
+
+  std::vector<placement::ServerInfo> infos;
+  for (size_t i = 0; i < o.servers.size(); ++i) {
+    placement::ServerInfo si;
+    si.id = static_cast<placement::ServerId>(i);
+    si.address = o.servers[i].endpoint.ToString();
+    si.capacity_slabs = 1 << 20;
+    si.free_slabs = si.capacity_slabs;
+    si.rack = o.servers[i].rack;
+    infos.push_back(si);
+  }
+  TESSERA_ASSIGN_OR_RETURN(snap_, placement::MembershipSnapshot::Create(1, std::move(infos)));
+  placement::PolicySpec spec = o.placement;
+  spec.k = lay_.copies ? 1 : lay_.k;
+  spec.r = lay_.copies ? 0 : lay_.r;
+  spec.replicas = lay_.width();
+  if (lay_.copies) {
+    if (spec.kind == placement::PolicyKind::kCodingSets) {
+      // CodingSets groups k+r servers; for copies use groups of `copies` servers.
+      spec.k = 1;
+      spec.r = lay_.width() - 1;
+    }
+  }
+  auto pol = placement::CreatePolicy(spec, snap_);
+  if (!pol.ok() && lay_.copies) {
+    // CodingSets needs parity; a single copy falls back to random replication of 1.
+    spec.kind = placement::PolicyKind::kRandomReplication;
+    pol = placement::CreatePolicy(spec, snap_);
+  }
+  if (!pol.ok()) return pol.status();
+  policy_ = *pol;
+  if (policy_->width() != lay_.width()) {
+    return InvalidArgument("placement " + policy_->name() + " places " +
+                           std::to_string(policy_->width()) + " servers per slab, layout needs " +
+                           std::to_string(lay_.width()));
+  }
+  load_.assign(o.servers.size(), 0);
+
+  for (int i = 0; i < o.io_threads; ++i) threads_.push_back(std::make_unique<IoThread>(this, i));
+  for (auto& t : threads_) TESSERA_RETURN_IF_ERROR(t->Start());
+  monitor_ = std::thread([this] { MonitorLoop(); });
+  return Status::Ok();
+}
+
+
+Status RemoteStore::Submit(std::span<PageOp* const> ops) {
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(ops));
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  const uint64_t T = threads_.size();
+  for (PageOp* op : ops) {
+    const uint64_t ls = op->page >= opt_.capacity_pages ? 0 : op->page / pages_per_slab_;
+    QueueItem item;
+    item.op = op;
+    threads_[ls % T]->Enqueue(item);
+  }
+  return Status::Ok();
+}
+
+
+Status RemoteStore::Flush() {
+  // Wait (bounded by the op timeout plus slack) until no acknowledged write has splits left.
+  const Deadline d = Deadline::AfterMs(opt_.op_timeout_ms * 3 + opt_.control_timeout_ms);
+  for (;;) {
+    uint64_t left = 0;
+    for (const auto& t : threads_) left += t->unsettled();
+    if (left == 0) return Status::Ok();
+    if (d.Expired()) {
+      return Timeout("Flush: " + std::to_string(left) + " writes still being stored");
+    }
+    std::this_thread::yield();
+  }
+}
+
+PageStoreStats RemoteStore::Stats() const {
+  PageStoreStats s;
+  s.reads = stats_.reads.load();
+  s.writes = stats_.writes.load();
+  s.read_errors = stats_.read_errors.load();
+  s.write_errors = stats_.write_errors.load();
+  s.trims = stats_.trims.load();
+  s.degraded_reads = stats_.degraded_reads.load();
+  s.decodes = stats_.decodes.load();
+  s.corruptions_detected = stats_.corruptions_detected.load();
+  s.corruptions_repaired = stats_.corruptions_repaired.load();
+  s.data_loss = stats_.data_loss.load();
+  s.server_failures = stats_.server_failures.load();
+  s.regenerations_done = stats_.regenerations_done.load();
+  const int64_t pending = static_cast<int64_t>(stats_.regenerations_pending.load());
+  s.regenerations_pending = pending < 0 ? 0 : static_cast<uint64_t>(pending);
+  s.bytes_sent = stats_.bytes_sent.load();
+  s.bytes_received = stats_.bytes_received.load();
+  for (const auto& t : threads_) t->CopyHistograms(&s.read_latency, &s.write_latency);
+  return s;
+}
+
+
+Result<std::vector<size_t>> RemoteStore::ServersOfPage(PageId page) const {
+  if (page >= opt_.capacity_pages) return OutOfRange("page beyond capacity");
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  return threads_[ThreadOf(page)]->ServersOf(page);
+}
+
+size_t RemoteStore::ThreadOf(PageId page) const {
+  return static_cast<size_t>((page / pages_per_slab_) % static_cast<uint64_t>(opt_.io_threads));
+}
+
+Result<std::unique_ptr<fabric::Transport>> RemoteStore::NewTransport(
+    const fabric::TransportOptions& to) const {
+  if (opt_.transport_factory) return opt_.transport_factory(to);
+  return fabric::Transport::Create(to);
+}
+
+void RemoteStore::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(monitor_mu_);
+    monitor_stop_.store(true);
+  }
+  monitor_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+  for (auto& t : threads_) t->RequestStop();
+  threads_.clear();
+}
+
+}  // namespace tessera::client::remote
+
+namespace tessera::client {
+
+using remote::Layout;
+using remote::RemoteStore;
+
+Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
+    const ErasureCodedStoreOptions& options) {
+  if (options.delta < 0 || options.delta > options.r) {
+    return InvalidArgument("delta must be 0..r (" + std::to_string(options.r) + ")");
+  }
+  Layout lay;
+  lay.k = options.k;
+  lay.r = options.r;
+  lay.copies = false;
+  if (options.k < 1 || options.k > coding::kMaxDataSplits || kPageSize % options.k != 0) {
+    return InvalidArgument("k must divide 4096 and be at most 32");
+  }
+  if (options.r < 1 || options.r > coding::kMaxParitySplits) {
+    return InvalidArgument("r must be 1..4");
+  }
+  lay.split = kPageSize / static_cast<size_t>(options.k);
+  lay.delta = options.delta;
+  lay.ack = options.ack;
+  std::string name = "ec(" + std::to_string(options.k) + "," + std::to_string(options.r) +
+                     ") delta=" + std::to_string(options.delta) +
+                     " ack=" + AckPolicyName(options.ack);
+  auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
+  TESSERA_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<PageStore>(std::move(store));
+}
+
+Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOptions& options) {
+  if (options.copies < 1 || options.copies > 5) return InvalidArgument("copies must be 1..5");
+  if (options.read_fanout < 1 || options.read_fanout > options.copies) {
+    return InvalidArgument("read_fanout must be 1..copies");
+  }
+  Layout lay;
+  lay.k = 1;
+  lay.r = options.copies - 1;
+  lay.copies = true;
+  lay.split = kPageSize;
+  lay.delta = options.read_fanout - 1;
+  lay.ack = options.ack;
+  std::string name = options.copies == 1
+                         ? std::string("single-copy")
+                         : "replication(" + std::to_string(options.copies) + ") ack=" +
+                               AckPolicyName(options.ack);
+  auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
+  TESSERA_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<PageStore>(std::move(store));
+}
+
+
+Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page) {
+  return store.ServersOfPage(page);
+}
+
+}  // namespace tessera::client

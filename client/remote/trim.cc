@@ -1,0 +1,132 @@
+// Trims and slab release: pages become never-written in the client's tables, and logical
+// slabs left with no written page give their remote slabs back (FREE); a clean shutdown frees
+// everything.
+#include "client/remote/engine.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+void IoThread::Unwrite(Slab& s, uint32_t p) {
+  s.written[p] = 0;
+  --s.written_count;
+  ++s.seq[p];  // Reads and regenerations in flight on the old contents see the change.
+  // The page no longer needs rebuilding on splits whose regeneration has not reached it.
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (s.regen_cursor[j] <= p) {
+      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void IoThread::DoTrim(PageId first, uint64_t count) {
+  if (count == 0 || first >= store_->opt_.capacity_pages) return;
+  const uint64_t last = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);  // excl.
+  const uint64_t pps = store_->pages_per_slab_;
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  for (uint64_t ls = first / pps; ls * pps < last; ++ls) {
+    if (ls % T != static_cast<uint64_t>(index_)) continue;
+    Slab& s = slabs_[ls / T];
+    if (!s.allocated) continue;
+    const uint64_t base = ls * pps;
+    const uint32_t p0 = static_cast<uint32_t>(std::max(first, base) - base);
+    const uint32_t p1 = static_cast<uint32_t>(std::min(last, base + pps) - base);
+    for (uint32_t p = p0; p < p1; ++p) {
+      if (s.busy[p] != nullptr) {
+        s.trim_after[p] = 1;  // Applied when the write(s) before the trim settle.
+      } else if (s.written[p]) {
+        Unwrite(s, p);
+      }
+    }
+    s.free_wanted = true;
+    MaybeFreeSlab(s);
+  }
+}
+
+void IoThread::MaybeFreeSlab(Slab& s) {
+  if (!s.allocated || !s.free_wanted || s.written_count > 0 || s.refs > 0) return;
+  const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
+  std::array<std::pair<uint32_t, uint64_t>, kMaxWidth> remotes{};
+  // Unpublish first: from here on a write to this logical slab allocates a fresh set, and a
+  // server failure noticed during the frees below does not try to re-place these splits.
+  s.allocated = false;
+  s.free_wanted = false;
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (s.regen_cursor[j] < pps) --regen_active_;  // No written page is left to rebuild.
+    s.regen_cursor[j] = pps;
+    remotes[j] = {s.server[j].load(std::memory_order_relaxed), s.remote[j]};
+    s.server[j].store(kNoServer, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t server = remotes[j].first;
+      if (server != kNoServer && store_->load_[server] > 0) store_->load_[server]--;
+    }
+  }
+  const uint32_t ms = std::min<uint32_t>(store_->opt_.control_timeout_ms, 1000);
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint32_t server = remotes[j].first;
+    if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
+    Status st = t_->FreeSlab(conn_[server], remotes[j].second, Deadline::AfterMs(ms));
+    if (!st.ok()) {
+      // Not fatal: the data is unreachable from now on; the server reclaims the slab when this
+      // client's lease ends.
+      TLOG(DEBUG) << store_->name_ << ": cannot free slab " << remotes[j].second << " on "
+                  << store_->opt_.servers[server].endpoint.ToString() << ": " << st;
+      if (IsConnectionError(st)) FailServer(server, st.ToString());
+    }
+  }
+  store_->stats_.slabs_freed.fetch_add(1, std::memory_order_relaxed);
+  now_ns_ = MonotonicNs();  // The control calls may have blocked.
+}
+
+void IoThread::FreeAllSlabs(const Deadline& d) {
+  for (Slab& s : slabs_) {
+    if (!s.allocated) continue;
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
+      if (d.Expired() || !t_->Connected(conn_[server])) continue;
+      (void)t_->FreeSlab(conn_[server], s.remote[j], d);
+    }
+    s.allocated = false;
+  }
+}
+
+
+Status RemoteStore::Trim(PageId first, uint64_t count) {
+  if (first > opt_.capacity_pages || count > opt_.capacity_pages - first) {
+    return OutOfRange("trim range beyond the store's capacity");
+  }
+  if (count == 0) return Status::Ok();
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  // Each I/O thread marks the pages of its slabs never-written (they read as zeros without a
+  // round trip) and frees the remote slabs of logical slabs left with no written page. The
+  // trim goes through the same queues as page ops, so it is ordered after every write
+  // submitted before this call; a write submitted after it is stored normally (a freed
+  // logical slab is allocated afresh).
+  TrimJob job;
+  job.first = first;
+  job.count = count;
+  const size_t T = threads_.size();
+  job.left = static_cast<int>(T);
+  for (size_t t = 0; t < T; ++t) {
+    QueueItem item;
+    item.kind = QueueItem::Kind::kTrim;
+    item.trim = &job;
+    threads_[t]->Enqueue(item);
+  }
+  {
+    std::unique_lock<std::mutex> lock(job.mu);
+    job.cv.wait(lock, [&] { return job.left == 0; });
+  }
+  TESSERA_RETURN_IF_ERROR(job.status);
+  stats_.trims.fetch_add(count);
+  return Status::Ok();
+}
+
+
+}  // namespace tessera::client::remote

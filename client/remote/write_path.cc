@@ -1,0 +1,262 @@
+// Split layout (and copies) write path: allocate the logical slab's k+r remote slabs on first
+// use, encode (CRC per split), post k+r split writes, re-place splits whose server failed,
+// acknowledge per the AckPolicy, and start the next queued write of the page once settled.
+#include "client/remote/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+Status IoThread::AllocateSlab(Slab& s) {
+  const uint64_t ls = static_cast<uint64_t>(&s - slabs_.data()) * store_->opt_.io_threads +
+                      index_;
+  std::vector<placement::ServerId> servers;
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    auto p = store_->policy_->Place(*store_->snap_, ls, store_->load_);
+    if (!p.ok()) return Unavailable("no placement for slab " + std::to_string(ls) + ": " +
+                                    p.status().ToString());
+    servers = *p;
+    for (auto id : servers) store_->load_[id]++;
+  }
+  s.id = ls;
+  const size_t pps = store_->pages_per_slab_;
+  // A server that does not answer an allocation within the op timeout is declared failed, as
+  // for data ops; a split whose server failed or refused (full) is placed on the replacement
+  // placement chooses, a few times at most, instead of failing the write.
+  constexpr int kMaxReplacements = 3;
+  const uint32_t attempt_ms =
+      std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
+  for (int j = 0; j < lay_.width(); ++j) {
+    Status last;
+    bool done = false;
+    for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
+      const uint32_t server = servers[j];
+      if (!local_failed_[server] && !store_->failed_[server].load()) {
+        auto r = t_->AllocSlab(conn_[server], {}, Deadline::AfterMs(attempt_ms));
+        if (r.ok()) {
+          s.server[j].store(server, std::memory_order_relaxed);
+          s.remote[j] = r->slab_id;
+          s.regen_cursor[j] = static_cast<uint32_t>(pps);
+          done = true;
+          break;
+        }
+        last = r.status();
+        if (IsConnectionError(r.status())) FailServer(server, r.status().ToString());
+      } else {
+        last = Unavailable("server is failed");
+      }
+      if (attempt == kMaxReplacements) break;
+      // Re-place split j (servers[j] stays in `servers` until replaced: never chosen again).
+      std::lock_guard<std::mutex> lock(store_->mu_);
+      auto rep = store_->policy_->ChooseReplacement(*store_->snap_, ls, servers, j,
+                                                    store_->load_);
+      if (!rep.ok()) {
+        auto fresh = store_->policy_->Place(*store_->snap_, ls + attempt + 1, store_->load_);
+        if (fresh.ok()) {
+          for (placement::ServerId id : *fresh) {
+            if (std::find(servers.begin(), servers.end(), id) == servers.end()) {
+              rep = id;
+              break;
+            }
+          }
+        }
+      }
+      if (!rep.ok()) break;
+      const uint64_t n = ++alloc_replacements_;
+      if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
+        TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
+                   << store_->opt_.servers[server].endpoint.ToString() << " could not allocate ("
+                   << last << "); placing it on "
+                   << store_->opt_.servers[*rep].endpoint.ToString() << " (" << n
+                   << " splits re-placed so far on this thread)";
+      }
+      if (store_->load_[server] > 0) store_->load_[server]--;
+      store_->load_[*rep]++;
+      servers[j] = *rep;
+    }
+    if (!done) {
+      // Roll back what we took.
+      for (int i = 0; i < j; ++i) {
+        const uint32_t srv = s.server[i].load();
+        if (!local_failed_[srv] && !store_->failed_[srv].load()) {
+          (void)t_->FreeSlab(conn_[srv], s.remote[i], Deadline::AfterMs(attempt_ms));
+        }
+        s.server[i].store(kNoServer);
+      }
+      {
+        std::lock_guard<std::mutex> lock(store_->mu_);
+        for (auto id : servers) {
+          if (store_->load_[id] > 0) store_->load_[id]--;
+        }
+      }
+      return Unavailable("cannot allocate a slab on " +
+                         store_->opt_.servers[servers[j]].endpoint.ToString() + ": " +
+                         last.ToString());
+    }
+  }
+  s.crc.assign(pps * lay_.width(), 0);
+  // Sequences only ever grow (also across a free and a reallocation), so an op context that
+  // saw an older incarnation of a page never mistakes it for the current one.
+  if (s.seq.size() != pps) s.seq.assign(pps, 0);
+  s.written.assign(pps, 0);
+  s.busy.assign(pps, nullptr);
+  s.trim_after.assign(pps, 0);
+  s.written_count = 0;
+  s.free_wanted = false;
+  s.allocated = true;
+  return Status::Ok();
+}
+
+void IoThread::StartWrite(Ctx* c) {
+  Slab& s = slabs_[c->slab];
+  if (!s.allocated) {
+    Status st = AllocateSlab(s);
+    now_ns_ = MonotonicNs();  // The control calls may have blocked.
+    if (!st.ok()) {
+      c->finished = true;
+      Complete(c->op, st, c->start_ns);
+      c->op = nullptr;
+      MaybeRelease(c);
+      return;
+    }
+  }
+  if (Ctx* w = s.busy[c->pidx]; w != nullptr && w != c) {
+    while (w->next_write != nullptr) w = w->next_write;
+    w->next_write = c;  // Started when the writes before it are settled.
+    s.trim_after[c->pidx] = 0;  // This write comes after any trim of the page.
+    return;
+  }
+  s.busy[c->pidx] = c;
+  const int W = lay_.width();
+  if (lay_.copies) {
+    const uint32_t crc = coding::Crc32c(WriteBuf(c, 0), kPageSize);
+    for (int j = 0; j < W; ++j) c->crcs[j] = crc;
+  } else {
+    uint8_t* parity[coding::kMaxParitySplits];
+    for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+    store_->codec_->EncodeWithCrcs(c->buf, parity, c->crcs.data());
+  }
+  // Publish: reads from now on are served from this ctx until it settles, then verify against
+  // these CRCs.
+  s.seq[c->pidx]++;
+  c->seq = s.seq[c->pidx];
+  std::memcpy(&s.crc[static_cast<size_t>(c->pidx) * W], c->crcs.data(), sizeof(uint32_t) * W);
+  if (!s.written[c->pidx]) {
+    for (int j = 0; j < W; ++j) {
+      if (s.regen_cursor[j] <= c->pidx) {
+        store_->stats_.regenerations_pending.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (!s.written[c->pidx]) ++s.written_count;
+  s.written[c->pidx] = 1;
+  c->asked = (W == 64 ? ~0ull : (1ull << W) - 1);
+  c->good = c->bad = 0;
+  unsettled_.fetch_add(1, std::memory_order_relaxed);
+  PostWriteSplits(c, c->asked);
+}
+
+void IoThread::PostWriteSplits(Ctx* c, uint64_t mask) {
+  Slab& s = slabs_[c->slab];
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint64_t bit = 1ull << j;
+    if ((mask & bit) == 0) continue;
+    if (Post(c, j, fabric::OpKind::kWrite, WriteBuf(c, j))) continue;
+    // Its server is failed: re-place the split and post it there.
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    if (server != kNoServer && store_->failed_[server].load()) {
+      HandleLocalFailures();
+    }
+    if (!Post(c, j, fabric::OpKind::kWrite, WriteBuf(c, j))) c->bad |= bit;
+  }
+  if (c->outstanding == 0) WriteSettled(c);
+  else if (!c->acked && lay_.ack == AckPolicy::kFirstK && std::popcount(c->good) >= lay_.k) {
+    AckWrite(c, Status::Ok());
+  }
+}
+
+void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st) {
+  const uint64_t bit = 1ull << split;
+  if (c->kind != Ctx::Kind::kWrite) {  // A repair or regeneration write.
+    if (st.ok()) {
+      if (c->kind == Ctx::Kind::kRegen) {
+        store_->stats_.regenerations_done.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        store_->stats_.corruptions_repaired.fetch_add(1, std::memory_order_relaxed);
+      }
+    } else if (IsConnectionError(st)) {
+      // The replacement's server failed too; the split will be re-placed and rebuilt.
+    }
+    MaybeRelease(c);
+    return;
+  }
+  if (st.ok()) {
+    c->good |= bit;
+  } else {
+    // Re-place: the server is failed (connection loss / timeout) or dropped the slab.
+    Slab& s = slabs_[c->slab];
+    if (IsConnectionError(st)) FailServer(server, st.ToString());  // Idempotent.
+    if ((c->retried & bit) == 0 &&
+        (s.server[split].load(std::memory_order_relaxed) != server ||
+         (server != kNoServer && !store_->failed_[server].load()))) {
+      // Moved to a replacement (or the server is fine and refused once): retry once there.
+      c->retried |= bit;
+      if (!Post(c, split, fabric::OpKind::kWrite, WriteBuf(c, split))) c->bad |= bit;
+    } else {
+      c->bad |= bit;
+    }
+  }
+  if (!c->acked) {
+    const int stored = std::popcount(c->good);
+    const bool all_done = c->outstanding == 0;
+    if ((lay_.ack == AckPolicy::kFirstK && stored >= lay_.k) ||
+        (all_done && stored >= lay_.k)) {
+      AckWrite(c, Status::Ok());
+    } else if (all_done) {
+      AckWrite(c, Unavailable("page " + std::to_string(c->page) + ": only " +
+                              std::to_string(stored) + " of " + std::to_string(lay_.width()) +
+                              " splits could be stored"));
+    }
+  }
+  if (c->outstanding == 0) WriteSettled(c);
+}
+
+void IoThread::AckWrite(Ctx* c, Status st) {
+  c->acked = true;
+  if (!st.ok()) {
+    // The page is not readable as written: forget it rather than return wrong bytes.
+    Slab& s = slabs_[c->slab];
+    if (s.written[c->pidx]) Unwrite(s, c->pidx);
+  }
+  Complete(c->op, st, c->start_ns);
+  c->op = nullptr;
+}
+
+void IoThread::WriteSettled(Ctx* c) {
+  if (!c->acked) {
+    const int stored = std::popcount(c->good);
+    AckWrite(c, stored >= lay_.k ? Status::Ok()
+                                 : Unavailable("page " + std::to_string(c->page) + ": only " +
+                                               std::to_string(stored) +
+                                               " splits could be stored"));
+  }
+  c->finished = true;
+  unsettled_.fetch_sub(1, std::memory_order_release);
+  Slab& s = slabs_[c->slab];
+  Ctx* next = c->next_write;
+  s.busy[c->pidx] = next;
+  if (next == nullptr && s.trim_after[c->pidx]) {
+    s.trim_after[c->pidx] = 0;
+    if (s.written[c->pidx]) Unwrite(s, c->pidx);
+  }
+  MaybeRelease(c);
+  if (next != nullptr) StartWrite(next);
+}
+
+
+}  // namespace tessera::client::remote
