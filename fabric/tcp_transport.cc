@@ -5,22 +5,14 @@
 // fixed table; the request_id is (generation << 32 | slot), so a reply is matched in O(1) and a
 // stale or forged id is detected. Control calls use ids with the top bit set. The fast path
 // (Post/Poll) allocates nothing once buffers have grown to the working-set size.
-#include <fcntl.h>
-#include <liburing.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <unordered_map>
 
-#include "common/fd.h"
 #include "common/logging.h"
-#include "fabric/auth.h"
+#include "fabric/frame_builder.h"
+#include "fabric/socket.h"
 #include "fabric/tcp_transport.h"
 
 namespace tessera::fabric {
@@ -30,116 +22,8 @@ constexpr uint64_t kControlBit = 1ull << 63;
 constexpr uint64_t kTagRecv = 1;
 constexpr uint64_t kTagSend = 2;
 constexpr uint64_t kTagWake = 3;  // The SetWakeFd() poll (connection field unused).
-constexpr size_t kInitialRecvBuffer = 256 * 1024;
 
 uint64_t MakeData(uint64_t conn, uint64_t tag) { return (conn << 2) | tag; }
-
-// Blocking helpers for the handshake, bounded by a deadline (poll + non-blocking socket).
-Status WaitFd(int fd, short events, Deadline deadline, const char* what) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    int ms = deadline.RemainingMs();
-    if (ms == 0) return Timeout(what, ": deadline passed");
-    int rc = ::poll(&p, 1, ms);
-    if (rc > 0) return Status::Ok();
-    if (rc == 0) return Timeout(what, ": deadline passed");
-    if (errno != EINTR) return ErrnoError("poll");
-  }
-}
-
-Status SendAll(int fd, std::span<const uint8_t> data, Deadline deadline) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      TESSERA_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, "handshake send"));
-      continue;
-    }
-    return Unavailable("handshake send failed: ", n < 0 ? strerror(errno) : "closed");
-  }
-  return Status::Ok();
-}
-
-Status RecvAll(int fd, uint8_t* out, size_t len, Deadline deadline) {
-  size_t off = 0;
-  while (off < len) {
-    ssize_t n = ::recv(fd, out + off, len - off, 0);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) return Unavailable("server closed the connection during the handshake");
-    if (errno == EAGAIN || errno == EINTR) {
-      TESSERA_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, "handshake receive"));
-      continue;
-    }
-    return Unavailable("handshake receive failed: ", strerror(errno));
-  }
-  return Status::Ok();
-}
-
-// Receives one whole response frame; returns its bytes.
-Result<std::vector<uint8_t>> RecvFrame(int fd, Deadline deadline) {
-  std::vector<uint8_t> buf(kHeaderSize);
-  TESSERA_RETURN_IF_ERROR(RecvAll(fd, buf.data(), kHeaderSize, deadline));
-  TESSERA_ASSIGN_OR_RETURN(FrameHeader h, DecodeHeader(buf, Direction::kResponse));
-  buf.resize(kHeaderSize + h.payload_len);
-  TESSERA_RETURN_IF_ERROR(RecvAll(fd, buf.data() + kHeaderSize, h.payload_len, deadline));
-  return buf;
-}
-
-Status ErrorFromFrame(const ParsedFrame& f) {
-  return Status(f.header.status,
-                std::string(reinterpret_cast<const char*>(f.data.data()), f.data.size()));
-}
-
-Result<UniqueFd> ConnectTcp(const Endpoint& ep, Deadline deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port = std::to_string(ep.port);
-  int rc = getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0) return Unavailable("cannot resolve '", ep.host, "': ", gai_strerror(rc));
-  Status last = Unavailable("no address for ", ep.ToString());
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                         ai->ai_protocol));
-    if (!fd) {
-      last = ErrnoError("socket");
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        last = Unavailable("connect to ", ep.ToString(), ": ", strerror(errno));
-        continue;
-      }
-      Status st = WaitFd(fd.get(), POLLOUT, deadline, "connect");
-      if (!st.ok()) {
-        freeaddrinfo(res);
-        return Timeout("connect to ", ep.ToString(), " timed out");
-      }
-      int err = 0;
-      socklen_t len = sizeof(err);
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        last = Unavailable("connect to ", ep.ToString(), ": ", strerror(err));
-        continue;
-      }
-    }
-    freeaddrinfo(res);
-    return fd;
-  }
-  freeaddrinfo(res);
-  return last;
-}
 
 }  // namespace
 
@@ -148,30 +32,27 @@ Result<UniqueFd> ConnectTcp(const Endpoint& ep, Deadline deadline) {
 TcpTransport::TcpTransport(const TransportOptions& options) : options_(options) {}
 
 TcpTransport::~TcpTransport() {
-  if (!ring_ready_) return;
-  for (auto& c : conns_) {
-    if (c->fd) ::shutdown(c->fd.get(), SHUT_RDWR);
-  }
-  // Wait until the kernel holds none of our buffers, then tear the ring down.
+  if (!ring_.ready()) return;
+  for (auto& c : conns_) c->io.Shutdown();
+  // Wait until the kernel holds none of our buffers; ~IoRing then tears the ring down.
   Deadline limit = Deadline::AfterMs(5000);
   while (!limit.Expired()) {
     bool busy = false;
-    for (auto& c : conns_) busy |= c->ops_in_kernel > 0;
+    for (auto& c : conns_) busy |= c->io.ops_in_kernel() > 0;
     if (!busy) break;
-    __kernel_timespec ts{0, 10 * 1000 * 1000};
-    io_uring_cqe* cqe = nullptr;
-    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    ring_.SubmitAndWait(10 * 1000 * 1000);
     io_uring_cqe* cqes[64];
-    unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+    unsigned n = io_uring_peek_batch_cqe(ring_.get(), cqes, 64);
     for (unsigned i = 0; i < n; ++i) {
       uint64_t data = io_uring_cqe_get_data64(cqes[i]);
       uint64_t tag = data & 3;
       uint64_t id = data >> 2;
-      if ((tag == kTagRecv || tag == kTagSend) && id < conns_.size()) conns_[id]->ops_in_kernel--;
+      if (id >= conns_.size()) continue;
+      if (tag == kTagRecv) conns_[id]->io.OnRecvDone();
+      if (tag == kTagSend) conns_[id]->io.OnSendDone(cqes[i]->res);
     }
-    io_uring_cq_advance(&ring_, n);
+    io_uring_cq_advance(ring_.get(), n);
   }
-  io_uring_queue_exit(&ring_);
 }
 
 Status TcpTransport::Init() {
@@ -181,35 +62,13 @@ Status TcpTransport::Init() {
   if (options_.ring_entries < 8 || options_.ring_entries > 32768) {
     return InvalidArgument("ring_entries must be in 8..32768, got ", options_.ring_entries);
   }
-  io_uring_params params{};
-  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
-  int rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
-  defer_taskrun_ = rc >= 0;
-  if (rc < 0) {  // Kernels before 6.1: plain ring, completions interrupt the poller.
-    params = io_uring_params{};
-    rc = io_uring_queue_init_params(options_.ring_entries, &ring_, &params);
-    ring_enabled_ = true;
-  }
-  if (rc < 0) {
-    errno = -rc;
-    return ErrnoError("io_uring_queue_init(", options_.ring_entries, ")");
-  }
-  ring_ready_ = true;
+  TESSERA_RETURN_IF_ERROR(ring_.Init(options_.ring_entries));
   slots_.resize(options_.max_inflight);
   free_slots_.reserve(options_.max_inflight);
   for (uint32_t i = options_.max_inflight; i > 0; --i) free_slots_.push_back(i - 1);
   ready_.resize(options_.max_inflight + 64);
   touched_.reserve(64);
   return Status::Ok();
-}
-
-io_uring_sqe* TcpTransport::Sqe() {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  while (sqe == nullptr) {
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
-  }
-  return sqe;
 }
 
 Result<ConnectionId> TcpTransport::Connect(const Endpoint& endpoint, const ConnectOptions& options) {
@@ -221,70 +80,25 @@ Result<ConnectionId> TcpTransport::Connect(const Endpoint& endpoint, const Conne
 Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
                                                    const ConnectOptions& options,
                                                    AuthOkResponse* auth_ok) {
-  if (options.client_id == 0) return InvalidArgument("client_id must be non-zero");
-  if (options.secret.empty()) return InvalidArgument("secret must be non-empty");
   if (conns_.size() >= (1u << 30)) return ResourceExhausted("too many connections");
-  if (!ring_enabled_) {
-    // io_uring_enable_rings() is declared but not exported by liburing 2.3: register directly.
-    if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr,
-                  0) < 0) {
-      return ErrnoError("io_uring_register(ENABLE_RINGS)");
-    }
-    ring_enabled_ = true;
-  }
-  Deadline deadline = options.deadline;
-  TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(endpoint, deadline));
-
-  HandshakeTranscript t;
-  t.client_id = options.client_id;
-  TESSERA_RETURN_IF_ERROR(RandomBytes(t.client_nonce));
-  HelloRequest hello;
-  hello.client_nonce = t.client_nonce;
-  hello.client_id = options.client_id;
-  TESSERA_RETURN_IF_ERROR(SendAll(fd.get(), BuildFrame(FrameHeader{Op::kHello, false, 1}, hello),
-                                  deadline));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, RecvFrame(fd.get(), deadline));
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, ParseFrame(bytes, Direction::kResponse));
-  if (f.header.op != Op::kHello || f.header.request_id != 1) {
-    return ProtocolError("expected CHALLENGE, got ", OpName(f.header.op));
-  }
-  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f).WithContext("HELLO refused");
-  const auto& ch = std::get<ChallengeResponse>(f.body);
-  t.server_nonce = ch.server_nonce;
-  t.server_id = ch.server_id;
-  AuthRequest auth;
-  auth.client_mac = ClientMac(options.secret, t);
-  TESSERA_RETURN_IF_ERROR(SendAll(fd.get(), BuildFrame(FrameHeader{Op::kAuth, false, 2}, auth),
-                                  deadline));
-  TESSERA_ASSIGN_OR_RETURN(bytes, RecvFrame(fd.get(), deadline));
-  TESSERA_ASSIGN_OR_RETURN(f, ParseFrame(bytes, Direction::kResponse));
-  if (f.header.op != Op::kAuth || f.header.request_id != 2) {
-    return ProtocolError("expected AUTH_OK, got ", OpName(f.header.op));
-  }
-  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f);
-  *auth_ok = std::get<AuthOkResponse>(f.body);
-  if (!MacEqual(auth_ok->server_mac, ServerMac(options.secret, t))) {
-    return PermissionDenied("server ", endpoint.ToString(),
-                            " failed to authenticate: its MAC does not match our secret");
-  }
+  TESSERA_RETURN_IF_ERROR(ring_.EnableOnThisThread());
+  TESSERA_ASSIGN_OR_RETURN(ClientSocket sock, ConnectAndAuthenticate(endpoint, options));
+  *auth_ok = sock.login.auth_ok;
   // The ring does the I/O from now on; io_uring polls blocking sockets itself.
-  int fl = ::fcntl(fd.get(), F_GETFL);
-  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0) return ErrnoError("fcntl");
+  TESSERA_RETURN_IF_ERROR(SetBlocking(sock.fd.get(), true));
 
   auto c = std::make_unique<Conn>();
-  c->fd = std::move(fd);
+  c->io = FramedConnection(std::move(sock.fd));
+  c->io.ReserveSendBuffers(64 * 1024);
   c->up = true;
-  c->info.server_id = t.server_id;
+  c->info.server_id = sock.login.server_id;
   c->info.slab_size = auth_ok->slab_size;
   c->info.capacity_bytes = auth_ok->capacity_bytes;
   c->info.endpoint = endpoint;
-  c->in = FrameReader(kInitialRecvBuffer);
-  c->pending.reserve(64 * 1024);
-  c->sending.reserve(64 * 1024);
   ConnectionId id = static_cast<ConnectionId>(conns_.size());
   conns_.push_back(std::move(c));
   ArmRecv(id);
-  io_uring_submit(&ring_);
+  ring_.Submit();
   return id;
 }
 
@@ -329,30 +143,14 @@ Status TcpTransport::RegisterMemory(void* addr, size_t length) {
 
 void TcpTransport::ArmRecv(ConnectionId id) {
   Conn* c = conns_[id].get();
-  if (!c->up || c->recv_armed) return;
-  std::span<uint8_t> space = c->in.RecvSpace();
-  io_uring_sqe* sqe = Sqe();
-  io_uring_prep_recv(sqe, c->fd.get(), space.data(), space.size(), 0);
-  io_uring_sqe_set_data64(sqe, MakeData(id, kTagRecv));
-  c->recv_armed = true;
-  c->ops_in_kernel++;
+  if (!c->up) return;
+  c->io.ArmRecv(ring_, MakeData(id, kTagRecv));
 }
 
 void TcpTransport::Flush(ConnectionId id) {
   Conn* c = conns_[id].get();
-  if (!c->up || c->send_armed) return;
-  if (c->send_off == c->sending.size()) {
-    c->sending.clear();
-    c->send_off = 0;
-    if (c->pending.empty()) return;
-    swap(c->sending, c->pending);
-  }
-  io_uring_sqe* sqe = Sqe();
-  io_uring_prep_send(sqe, c->fd.get(), c->sending.data() + c->send_off,
-                     c->sending.size() - c->send_off, MSG_NOSIGNAL);
-  io_uring_sqe_set_data64(sqe, MakeData(id, kTagSend));
-  c->send_armed = true;
-  c->ops_in_kernel++;
+  if (!c->up) return;
+  c->io.Flush(ring_, MakeData(id, kTagSend));
 }
 
 Status TcpTransport::Post(std::span<const WorkRequest> batch) {
@@ -393,7 +191,7 @@ Status TcpTransport::Post(std::span<const WorkRequest> batch) {
     c->batch_writes.clear();
     Flush(id);
   }
-  io_uring_submit(&ring_);
+  ring_.Submit();
   return Status::Ok();
 }
 
@@ -436,13 +234,13 @@ void TcpTransport::EncodeGroup(Conn* c, std::span<const WorkRequest> batch,
       const uint32_t slot_index = TakeSlot(wr);
       const uint64_t request_id = (uint64_t{slots_[slot_index].gen} << 32) | slot_index;
       if (kind == OpKind::kRead) {
-        uint8_t* p = c->pending.Append(kHeaderSize + ReadRequest::kWireSize);
+        uint8_t* p = c->io.pending.Append(kHeaderSize + ReadRequest::kWireSize);
         EncodeHeader(FrameHeader{Op::kRead, false, request_id, StatusCode::kOk,
                                  static_cast<uint32_t>(ReadRequest::kWireSize)},
                      p);
         ReadRequest{wr.slab_id, wr.remote_offset, wr.length}.EncodeTo(p + kHeaderSize);
       } else {
-        uint8_t* p = c->pending.Append(kHeaderSize + WriteRequest::kWireSize + wr.length);
+        uint8_t* p = c->io.pending.Append(kHeaderSize + WriteRequest::kWireSize + wr.length);
         EncodeHeader(FrameHeader{Op::kWrite, false, request_id, StatusCode::kOk,
                                  static_cast<uint32_t>(WriteRequest::kWireSize + wr.length)},
                      p);
@@ -455,7 +253,7 @@ void TcpTransport::EncodeGroup(Conn* c, std::span<const WorkRequest> batch,
     const uint32_t n = static_cast<uint32_t>(j - i);
     const size_t fixed = VectorRequest::kWireSize + size_t{n} * VectorRange::kWireSize;
     const size_t payload = fixed + (kind == OpKind::kWrite ? total : 0);
-    uint8_t* p = c->pending.Append(kHeaderSize + payload);
+    uint8_t* p = c->io.pending.Append(kHeaderSize + payload);
     uint32_t head = kNoSlot;
     uint32_t prev = kNoSlot;
     uint8_t* range = p + kHeaderSize + VectorRequest::kWireSize;
@@ -527,13 +325,13 @@ void TcpTransport::CompleteSlot(uint32_t slot_index, Status status) {
 }
 
 bool TcpTransport::Reap() {
-  if (!ring_enabled_) return false;  // Nothing was ever connected.
+  if (!ring_.enabled()) return false;  // Nothing was ever connected.
   io_uring_cqe* cqes[128];
-  unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 128);
-  if (n == 0 && defer_taskrun_) {
+  unsigned n = io_uring_peek_batch_cqe(ring_.get(), cqes, 128);
+  if (n == 0 && ring_.defer_taskrun()) {
     // Run the deferred completions (one io_uring_enter, like a non-blocking recv()).
-    io_uring_get_events(&ring_);
-    n = io_uring_peek_batch_cqe(&ring_, cqes, 128);
+    ring_.GetEvents();
+    n = io_uring_peek_batch_cqe(ring_.get(), cqes, 128);
   }
   if (n == 0) return false;
   for (unsigned i = 0; i < n; ++i) {
@@ -550,27 +348,23 @@ bool TcpTransport::Reap() {
       continue;
     }
     if (tag == kTagRecv) {
-      Conn* c = conns_[id].get();
-      c->ops_in_kernel--;
-      c->recv_armed = false;
+      conns_[id]->io.OnRecvDone();
       OnRecv(id, res);
     } else if (tag == kTagSend) {
       Conn* c = conns_[id].get();
-      c->ops_in_kernel--;
-      c->send_armed = false;
+      c->io.OnSendDone(res);
       if (c->up) {
         if (res < 0 && res != -EAGAIN && res != -EINTR) {
           MarkDown(id, Unavailable("send to ", c->info.endpoint.ToString(), ": ", strerror(-res)));
         } else {
-          if (res > 0) c->send_off += static_cast<size_t>(res);
           Flush(id);
         }
       }
     }
-    if (conns_[id]->ops_in_kernel == 0 && !conns_[id]->up) ReleaseConn(id);
+    if (conns_[id]->io.ops_in_kernel() == 0 && !conns_[id]->up) ReleaseConn(id);
   }
-  io_uring_cq_advance(&ring_, n);
-  if (io_uring_sq_ready(&ring_) > 0) io_uring_submit(&ring_);
+  io_uring_cq_advance(ring_.get(), n);
+  if (io_uring_sq_ready(ring_.get()) > 0) ring_.Submit();
   return true;
 }
 
@@ -593,9 +387,9 @@ void TcpTransport::OnRecv(ConnectionId id, int res) {
     MarkDown(id, Unavailable("recv from ", c->info.endpoint.ToString(), ": ", strerror(-res)));
     return;
   }
-  c->in.Commit(static_cast<size_t>(res));
+  c->io.in.Commit(static_cast<size_t>(res));
   while (c->up) {
-    auto next = c->in.Next(Direction::kResponse);
+    auto next = c->io.in.Next(Direction::kResponse);
     if (!next.ok()) {
       MarkDown(id, next.status().WithContext("malformed frame from " + c->info.endpoint.ToString()));
       return;
@@ -607,7 +401,7 @@ void TcpTransport::OnRecv(ConnectionId id, int res) {
       MarkDown(id, st.WithContext("bad frame from " + c->info.endpoint.ToString()));
       return;
     }
-    c->in.Consume(frame);
+    c->io.in.Consume(frame);
   }
   ArmRecv(id);
 }
@@ -696,7 +490,7 @@ void TcpTransport::MarkDown(ConnectionId id, Status reason) {
   if (reason.code() != StatusCode::kCancelled) {
     TLOG(INFO) << "fabric: connection " << id << " down: " << reason.ToString();
   }
-  ::shutdown(c->fd.get(), SHUT_RDWR);
+  c->io.Shutdown();
   if (c->inflight > 0) {
     for (uint32_t i = 0; i < slots_.size(); ++i) {
       if (slots_[i].used && slots_[i].conn == id) CompleteSlot(i, reason);
@@ -708,16 +502,10 @@ void TcpTransport::MarkDown(ConnectionId id, Status reason) {
       w.failure = reason;
     }
   }
-  if (c->ops_in_kernel == 0) ReleaseConn(id);
+  if (c->io.ops_in_kernel() == 0) ReleaseConn(id);
 }
 
-void TcpTransport::ReleaseConn(ConnectionId id) {
-  Conn* c = conns_[id].get();
-  c->fd.Reset();
-  c->in = FrameReader();  // Frees the receive window.
-  c->pending.Release();
-  c->sending.Release();
-}
+void TcpTransport::ReleaseConn(ConnectionId id) { conns_[id]->io.Release(); }
 
 size_t TcpTransport::Poll(std::span<Completion> out) {
   if (ready_count_ >= out.size()) return Drain(out);
@@ -728,7 +516,7 @@ size_t TcpTransport::Poll(std::span<Completion> out) {
 }
 
 size_t TcpTransport::Wait(std::span<Completion> out, Deadline deadline) {
-  if (!ring_enabled_) return Drain(out);  // Never connected: nothing can complete.
+  if (!ring_.enabled()) return Drain(out);  // Never connected: nothing can complete.
   woken_ = false;
   ArmWake();
   while (true) {
@@ -742,10 +530,10 @@ size_t TcpTransport::Wait(std::span<Completion> out, Deadline deadline) {
 Status TcpTransport::SetWakeFd(int fd) {
   if (fd < -1) return InvalidArgument("SetWakeFd: bad fd ", fd);
   if (wake_armed_) {
-    io_uring_sqe* sqe = Sqe();
+    io_uring_sqe* sqe = ring_.Sqe();
     io_uring_prep_poll_remove(sqe, MakeData(wake_gen_, kTagWake));
     io_uring_sqe_set_data64(sqe, MakeData(0, kTagWake));  // Generation 0 is never current.
-    io_uring_submit(&ring_);
+    ring_.Submit();
     wake_armed_ = false;
   }
   wake_gen_ = wake_gen_ + 1 == (1u << 30) ? 1 : wake_gen_ + 1;
@@ -755,8 +543,8 @@ Status TcpTransport::SetWakeFd(int fd) {
 }
 
 void TcpTransport::ArmWake() {
-  if (wake_fd_ < 0 || wake_armed_ || !ring_enabled_) return;
-  io_uring_sqe* sqe = Sqe();
+  if (wake_fd_ < 0 || wake_armed_ || !ring_.enabled()) return;
+  io_uring_sqe* sqe = ring_.Sqe();
   io_uring_prep_poll_multishot(sqe, wake_fd_, POLLIN);
   io_uring_sqe_set_data64(sqe, MakeData(wake_gen_, kTagWake));
   wake_armed_ = true;
@@ -767,10 +555,7 @@ void TcpTransport::WaitKernel(Deadline deadline) {
   uint64_t now = MonotonicNs();
   uint64_t left = deadline.at_ns() > now ? deadline.at_ns() - now : 0;
   if (left > 100'000'000) left = 100'000'000;  // Re-check at least every 100 ms.
-  __kernel_timespec ts{static_cast<int64_t>(left / 1000000000ull),
-                       static_cast<int64_t>(left % 1000000000ull)};
-  io_uring_cqe* cqe = nullptr;
-  io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  ring_.SubmitAndWait(left);
 }
 
 Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
@@ -782,12 +567,12 @@ Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
   w.conn = id;
   w.op = op;
   Conn* c = conns_[id].get();
-  uint8_t* p = c->pending.Append(kHeaderSize + payload.size());
+  uint8_t* p = c->io.pending.Append(kHeaderSize + payload.size());
   EncodeHeader(FrameHeader{op, false, rid, StatusCode::kOk, static_cast<uint32_t>(payload.size())},
                p);
   if (!payload.empty()) std::memcpy(p + kHeaderSize, payload.data(), payload.size());
   Flush(id);
-  io_uring_submit(&ring_);
+  ring_.Submit();
   while (true) {
     while (Reap()) {
     }
@@ -816,7 +601,7 @@ std::vector<uint8_t> Encoded(const T& body) {
 // Checks the reply's status; returns the parsed frame (views into `frame`).
 Result<ParsedFrame> Checked(const std::vector<uint8_t>& frame) {
   TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, ParseFrame(frame, Direction::kResponse));
-  if (f.header.status != StatusCode::kOk) return ErrorFromFrame(f);
+  if (f.header.status != StatusCode::kOk) return StatusFromErrorFrame(f);
   return f;
 }
 }  // namespace

@@ -2,15 +2,13 @@
 // Declared here so the verbs transport can reuse it for its control connections.
 #pragma once
 
-#include <liburing.h>
-
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
-#include "common/fd.h"
-#include "fabric/byte_buffer.h"
-#include "fabric/frame_reader.h"
+#include "fabric/framed_connection.h"
+#include "fabric/handshake.h"
+#include "fabric/io_ring.h"
 #include "fabric/transport.h"
 
 namespace tessera::fabric {
@@ -48,20 +46,13 @@ class TcpTransport final : public Transport {
 
  private:
   struct Conn {
-    UniqueFd fd;
+    FramedConnection io;
     ServerInfo info;
     bool up = false;
     Status down_reason;
-    int ops_in_kernel = 0;
-    bool recv_armed = false;
-    bool send_armed = false;
     bool touched = false;
     bool goodbye = false;  // Disconnect() sent GOODBYE: the server's close is expected.
     uint32_t inflight = 0;
-    FrameReader in;
-    ByteBuffer pending;
-    ByteBuffer sending;
-    size_t send_off = 0;
     std::vector<uint32_t> batch_reads, batch_writes;  // Post(): this batch's ops, by kind.
   };
   struct Slot {
@@ -88,7 +79,6 @@ class TcpTransport final : public Transport {
     std::vector<uint8_t> frame;
   };
 
-  io_uring_sqe* Sqe();
   uint32_t TakeSlot(const WorkRequest& wr);
   void EncodeGroup(Conn* c, std::span<const WorkRequest> batch, const std::vector<uint32_t>& ops,
                    OpKind kind);
@@ -109,13 +99,10 @@ class TcpTransport final : public Transport {
                                        Deadline deadline);
 
   TransportOptions options_;
-  io_uring ring_{};
-  bool ring_ready_ = false;
-  // The ring is created disabled and enabled by the first Connect(), so the thread that uses
-  // the transport becomes its single issuer. With deferred task work the kernel never
-  // interrupts the polling thread; Poll() collects completions by entering the kernel itself.
-  bool ring_enabled_ = false;
-  bool defer_taskrun_ = false;
+  // Enabled by the first Connect(), so the thread that uses the transport becomes its single
+  // issuer. With deferred task work the kernel never interrupts the polling thread; Poll()
+  // collects completions by entering the kernel itself.
+  IoRing ring_;
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;

@@ -1,0 +1,51 @@
+// Internal to fabric/: Server::Impl, the state the Server facade (fabric/server.h) and its I/O
+// threads (fabric/server_io_thread.h) share: options, the handler, the listening threads, the
+// optional verbs listener, the handshake configuration and the connection counters.
+//
+// Ownership: owned by Server; owns the I/O threads and the verbs listener.
+// Threads: the public methods are the facade's (thread-safe as documented there); the I/O
+// threads read options_, handler_, handshake_ and verbs_ (immutable after Start()) and update
+// the atomic counters.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "fabric/handshake.h"
+#include "fabric/server.h"
+#include "fabric/server_io_thread.h"
+#include "fabric/verbs.h"
+
+namespace tessera::fabric {
+
+class Server::Impl {
+ public:
+  Impl(ServerOptions options, RequestHandler* handler);
+  ~Impl();
+
+  Status Init();
+  Status Start();
+  void Stop(Deadline grace);
+  Status Notify(std::optional<uint64_t> client_id, const Notice& notice);
+  Status Disconnect(uint64_t client_id);
+  Result<MemoryRegistration> RegisterMemory(void* addr, size_t length);
+
+  ServerOptions options_;
+  RequestHandler* handler_;
+  uint64_t server_id_ = 0;
+  uint16_t port_ = 0;
+  ServerHandshakeConfig handshake_;  // Final once Start() has run.
+  std::vector<std::unique_ptr<ServerIoThread>> threads_;
+  std::unique_ptr<VerbsListener> verbs_;
+  bool verbs_started_ = false;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stopped_{false};
+  std::mutex stop_mu_;
+  std::atomic<uint64_t> next_conn_id_{1};
+  std::atomic<uint32_t> open_connections_{0};
+};
+
+}  // namespace tessera::fabric
