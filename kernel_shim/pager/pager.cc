@@ -189,6 +189,12 @@ Result<UniqueFd> OpenUffd() {
   return UniqueFd(fd);
 }
 
+// Zero-fill fault-around: at most this many neighbours per fault, copied from kZeroRun.
+constexpr size_t kMaxFaultAround = 64;
+alignas(4096) const uint8_t kZeroRun[(kMaxFaultAround + 1) * kPageSize] = {};
+
+bool IsAllZero(const uint8_t* page) { return std::memcmp(page, kZeroRun, kPageSize) == 0; }
+
 // Probation holds 1/8 of the cap (new pages prove themselves there; measured on zipf(0.99):
 // 1/10 faults 0.86x FIFO, 1/4 0.89x).
 constexpr size_t kProbationDivisor = 8;
@@ -224,7 +230,17 @@ class PagerImpl final : public Pager {
   uint8_t* Addr(PageId p) const { return base() + p * kPageSize; }
 
   void FaultLoop(int index);
-  void HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream* stream);
+  // Serves a missing fault on page p. With `sync_buf` (a fault thread's own page buffer) a
+  // remote page is read on this thread and mapped here; without, the read is submitted and the
+  // store's completion callback maps it.
+  void HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream* stream,
+                     uint8_t* sync_buf = nullptr);
+  // Claims (kNever -> kFilling) up to zero_fault_around_pages never-written pages after p,
+  // within the cap; returns how many (a contiguous run p+1..p+n).
+  size_t ClaimZeroNeighbours(PageId p);
+  // Maps zeros writable at p (owned, kFilling) and its n claimed neighbours in one UFFDIO_COPY
+  // and publishes them kDirty (never stored: a victim still all zeros is dropped unwritten).
+  void MapZeroRun(PageId p, size_t n, uint64_t in_store, uint64_t t0);
   void HandleWp(PageId p);
   void StartFill(PageId p, FillCtx* c, uint64_t t0);
   void CompleteFill(FillCtx* c);
@@ -312,6 +328,7 @@ class PagerImpl final : public Pager {
   std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.  // One past the highest page ever faulted.
 
   // Counters.
+  std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0};
   std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
       remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
       discarded_{0}, fill_errors_{0}, writeback_errors_{0};
@@ -446,6 +463,9 @@ void PagerImpl::FaultLoop(int index) {
   std::vector<std::pair<PageId, uint64_t>> missing;  // page, write flag
   std::vector<PageId> wps;
   std::vector<std::pair<PageId, bool>> handed;
+  // This thread's page buffer for the reads it serves itself (fault_thread_reads).
+  alignas(64) static thread_local uint8_t sync_page[kPageSize];
+  uint8_t* const sync_buf = o_.fault_thread_reads ? sync_page : nullptr;
   while (!stopping_.load(std::memory_order_relaxed)) {
     pollfd fds[2] = {{uffd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
     int n = ::poll(fds, 2, -1);
@@ -505,7 +525,13 @@ void PagerImpl::FaultLoop(int index) {
       std::sort(wps.begin(), wps.end());
       wps.erase(std::unique(wps.begin(), wps.end()), wps.end());
       if (!missing.empty()) Throttle();
-      for (auto& [p, w] : missing) HandleMissing(p, w != 0, t0, o_.prefetch ? &stream : nullptr);
+      // Several faults in one batch (threads faulting at once): all but the last are submitted
+      // to the store, so their reads overlap; the last is served on this thread.
+      for (size_t i = 0; i < missing.size(); ++i) {
+        HandleMissing(missing[i].first, missing[i].second != 0, t0,
+                      o_.prefetch ? &stream : nullptr,
+                      i + 1 == missing.size() ? sync_buf : nullptr);
+      }
       for (PageId p : wps) HandleWp(p);
       if (static_cast<size_t>(got) < sizeof msgs) break;
     }
@@ -562,9 +588,9 @@ static void AddFootprint(std::atomic<int64_t>& fp, std::atomic<uint64_t>& peak, 
   while (f > 0 && static_cast<uint64_t>(f) > pk && !peak.compare_exchange_weak(pk, f)) {}
 }
 
-void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream* stream) {
+void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream* stream,
+                              uint8_t* sync_buf) {
   auto& w = W(p);
-  static const uint8_t kZeros[kPageSize] = {};
   NoteTouched(p);
   for (;;) {
     uint64_t s = w.load();
@@ -573,13 +599,28 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream*
         if (!w.compare_exchange_weak(s, With(s, kFilling))) continue;
         if (t0) faults_.fetch_add(1);
         zero_fills_.fetch_add(1);
-        AddFootprint(footprint_, peak_footprint_, 1);
-        if (!MapPage(p, kZeros, write, s & kInStore, t0)) {
-          AddFootprint(footprint_, peak_footprint_, -1);
-        }
+        MapZeroRun(p, s == kNever ? ClaimZeroNeighbours(p) : 0, s & kInStore, t0);
         return;
       }
       case kRemote: {
+        if (sync_buf != nullptr) {
+          // Served end to end on this thread: read, map, then read ahead while the program
+          // runs again.
+          uint64_t want = With(s, kFilling) | (write ? kFillWrite : 0);
+          if (!w.compare_exchange_strong(s, want)) continue;
+          if (t0) faults_.fetch_add(1);
+          remote_reads_.fetch_add(1);
+          Status st = o_.store->ReadPage(p, sync_buf);
+          if (!st.ok()) {
+            Poison(p, st);
+          } else if (MapPage(p, sync_buf, write, kInStore, t0) && t0) {
+            uint64_t dt = MonotonicNs() - t0;
+            std::lock_guard<std::mutex> l(hist_mu_);
+            remote_fault_latency_.Record(dt);
+          }
+          if (stream) MaybePrefetch(p, stream);
+          return;
+        }
         FillCtx* c = GetCtx(false);
         uint64_t want = With(s, kFilling) | (write ? kFillWrite : 0);
         if (!w.compare_exchange_strong(s, want)) {
@@ -621,6 +662,79 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, PrefetchStream*
         return;
     }
   }
+}
+
+size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
+  size_t want = std::min(o_.zero_fault_around_pages, kMaxFaultAround);
+  if (want == 0) return 0;
+  if (uint64_t cap = LimitPages(); cap > 0) {
+    const int64_t room = static_cast<int64_t>(cap) - resident_.load() - 1;
+    want = std::min<size_t>(want, static_cast<size_t>(std::max<int64_t>(0, room)));
+  }
+  size_t n = 0;
+  for (; n < want && p + 1 + n < pages_; ++n) {
+    uint64_t z = kNever;
+    if (!W(p + 1 + n).compare_exchange_strong(z, kFilling)) break;
+  }
+  if (n > 0) NoteTouched(p + n);
+  return n;
+}
+
+void PagerImpl::MapZeroRun(PageId p, size_t n, uint64_t in_store, uint64_t t0) {
+  const size_t total = n + 1;
+  AddFootprint(footprint_, peak_footprint_, static_cast<int64_t>(total));
+  {
+    int64_t r = resident_.fetch_add(static_cast<int64_t>(total)) + static_cast<int64_t>(total);
+    uint64_t pr = peak_resident_.load();
+    while (static_cast<uint64_t>(r) > pr && !peak_resident_.compare_exchange_weak(pr, r)) {}
+  }
+  // One UFFDIO_COPY for the run; it may map a prefix and ask for the rest again (EAGAIN).
+  size_t mapped = 0;
+  for (int attempt = 0; mapped < total && attempt < 100000; ++attempt) {
+    uffdio_copy c{};
+    c.dst = reinterpret_cast<uintptr_t>(Addr(p + mapped));
+    c.src = reinterpret_cast<uintptr_t>(kZeroRun);
+    c.len = (total - mapped) * kPageSize;
+    c.mode = 0;  // Writable: a write needs no write-protect fault (see IsAllZero in eviction).
+    if (::ioctl(uffd_.get(), UFFDIO_COPY, &c) == 0) {
+      mapped = total;
+      break;
+    }
+    const int err = errno;
+    if (c.copy > 0) {
+      mapped += static_cast<size_t>(c.copy) / kPageSize;
+      continue;
+    }
+    if (err == EAGAIN) {
+      sched_yield();
+      continue;
+    }
+    TLOG(ERROR) << "pager: UFFDIO_COPY of zeros at page " << p + mapped << " failed: "
+                << strerror(err);
+    break;
+  }
+  for (size_t i = 0; i < total; ++i) {
+    const PageId q = p + i;
+    if (i < mapped) {
+      W(q).store((i == 0 ? in_store : 0) | kDirty);
+      continue;
+    }
+    // Not mapped: back to what it was; a fault waiting on it is woken to fault again.
+    W(q).store(i == 0 && in_store ? (kRemote | kInStore) : kNever);
+    Wake(q);
+  }
+  if (mapped < total) {
+    resident_.fetch_sub(static_cast<int64_t>(total - mapped));
+    AddFootprint(footprint_, peak_footprint_, -static_cast<int64_t>(total - mapped));
+  }
+  if (mapped == 0) return;
+  zero_fill_around_.fetch_add(mapped - 1);
+  RecordLatency(t0);
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    for (size_t i = 0; i < mapped; ++i) resident_events_.push_back(p + i);
+  }
+  MaybeKickEviction();
 }
 
 void PagerImpl::HandleWp(PageId p) {
@@ -931,7 +1045,7 @@ size_t PagerImpl::PickVictims(std::vector<Victim>* out, size_t n) {
           q.push_back(p);
           continue;
         }
-        if (St(s) == kDirty) ArmWriteTrap(p);
+        if (St(s) == kDirty && o_.write_traps) ArmWriteTrap(p);
         if (from_probation) {
           protected_.push_back(p);
           it->second = 2;
@@ -943,7 +1057,9 @@ size_t PagerImpl::PickVictims(std::vector<Victim>* out, size_t n) {
       if (!(s & kArmed)) {
         // Never observed: set the write trap (dirty pages are mapped writable; clean ones are
         // write-protected already) and look again when it comes round.
-        if (w.compare_exchange_strong(s, s | kArmed) && St(s) == kDirty) ArmWriteTrap(p);
+        if (w.compare_exchange_strong(s, s | kArmed) && St(s) == kDirty && o_.write_traps) {
+          ArmWriteTrap(p);
+        }
         q.push_back(p);
         continue;
       }
@@ -974,6 +1090,7 @@ size_t PagerImpl::PickVictims(std::vector<Victim>* out, size_t n) {
 }
 
 void PagerImpl::ArmWriteTrap(PageId p) {
+  traps_armed_.fetch_add(1, std::memory_order_relaxed);
   uffdio_writeprotect wp{};
   wp.range = {reinterpret_cast<uintptr_t>(Addr(p)), kPageSize};
   wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
@@ -1024,10 +1141,17 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
   batch->ops.resize(n);
   batch->done.assign(n, 1);
   std::vector<PageOp*> submit;
+  // Victims never stored whose bytes are still all zeros (zero-filled, never written): dropped
+  // without a write-back, back to never-written.
+  std::vector<uint8_t> zero(n, 0);
   for (size_t i = 0; i < n; ++i) {
     if (!victims[i].dirty) continue;
     uint8_t* b = batch->bufs.data() + i * kPageSize;
     std::memcpy(b, Addr(victims[i].page), kPageSize);
+    if (!(W(victims[i].page).load() & kInStore) && IsAllZero(b)) {
+      zero[i] = 1;
+      continue;
+    }
     PageOp& op = batch->ops[i];
     op.kind = PageOp::Kind::kWrite;
     op.page = victims[i].page;
@@ -1045,7 +1169,7 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     Status submit_status = o_.store->Submit(submit);
     if (!submit_status.ok()) {
       batch->refs.fetch_sub(static_cast<int>(submit.size()));  // No callback will come.
-      for (size_t i = 0; i < n; ++i) if (victims[i].dirty) wb_status[i] = submit_status;
+      for (size_t i = 0; i < n; ++i) if (victims[i].dirty && !zero[i]) wb_status[i] = submit_status;
     } else {
       std::unique_lock<std::mutex> l(batch->mu);
       if (!batch->cv.wait_for(l, std::chrono::milliseconds(kWritebackTimeoutMs),
@@ -1055,7 +1179,7 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
                     << "pages stay resident";
       }
       for (size_t i = 0; i < n; ++i) {
-        if (!victims[i].dirty) continue;
+        if (!victims[i].dirty || zero[i]) continue;
         wb_status[i] = batch->done[i] ? batch->ops[i].status
                                       : Timeout("no completion from the store");
       }
@@ -1063,13 +1187,13 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
   }
   batch->Unref();
   // 3. Commit: drop each victim unless it was written meanwhile or its write-back failed.
-  std::vector<PageId> drop;
+  std::vector<size_t> drop;  // Indices into victims.
   std::vector<PageId> kept;
   for (size_t i = 0; i < n; ++i) {
     PageId p = victims[i].page;
     auto& w = W(p);
     bool wb_ok = wb_status[i].ok();
-    if (victims[i].dirty) {
+    if (victims[i].dirty && !zero[i]) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
         failures++;
@@ -1083,7 +1207,7 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     }
     for (;;) {
       uint64_t s = w.load();
-      uint64_t in_store = (victims[i].dirty && wb_ok) ? kInStore : 0;
+      uint64_t in_store = (victims[i].dirty && !zero[i] && wb_ok) ? kInStore : 0;
       if (!wb_ok || (s & kRedirty)) {
         // Keep it: dirty (the write-back is stale or missing).
         if (!w.compare_exchange_weak(s, (With(s, kDirty) & ~kRedirty) | in_store)) continue;
@@ -1091,12 +1215,13 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
         break;
       }
       if (!w.compare_exchange_weak(s, With(s, kDropping) | in_store)) continue;
-      drop.push_back(p);
+      drop.push_back(i);
       break;
     }
   }
   // 4. MADV_DONTNEED the dropped pages, runs in one call.
-  std::vector<PageId> sorted = drop;
+  std::vector<PageId> sorted;
+  for (size_t i : drop) sorted.push_back(victims[i].page);
   std::sort(sorted.begin(), sorted.end());
   for (size_t k = 0; k < sorted.size();) {
     size_t j = k;
@@ -1107,7 +1232,8 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     k = j + 1;
   }
   // 5. End the transitions; resolve faults that arrived meanwhile.
-  for (PageId p : drop) {
+  for (size_t i : drop) {
+    const PageId p = victims[i].page;
     auto& w = W(p);
     uint64_t s = w.load();
     uint64_t fin;
@@ -1117,9 +1243,8 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     resident_.fetch_sub(1);
     evictions_.fetch_add(1);
     if (!(s & kInStore)) AddFootprint(footprint_, peak_footprint_, -1);
-    bool was_dirty = false;
-    for (const Victim& v : victims) if (v.page == p) { was_dirty = v.dirty; break; }
-    if (!was_dirty) clean_drops_.fetch_add(1);
+    if (zero[i]) zero_drops_.fetch_add(1);
+    else if (!victims[i].dirty) clean_drops_.fetch_add(1);
     ResolveWaiters(p, s);
   }
   if (!kept.empty()) {
@@ -1288,6 +1413,9 @@ PagerStats PagerImpl::Stats() const {
   s.wp_faults = wp_faults_.load();
   s.trap_faults = trap_faults_.load();
   s.zero_fills = zero_fills_.load();
+  s.zero_fill_around = zero_fill_around_.load();
+  s.zero_drops = zero_drops_.load();
+  s.traps_armed = traps_armed_.load();
   s.remote_reads = remote_reads_.load();
   s.remote_writes = remote_writes_.load();
   s.clean_drops = clean_drops_.load();
@@ -1338,6 +1466,9 @@ Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
   }
   if (o.fault_threads < 1 || o.fault_threads > 8) {
     return InvalidArgument("PagerOptions.fault_threads must be in [1, 8]");
+  }
+  if (o.zero_fault_around_pages > kMaxFaultAround) {
+    return InvalidArgument("PagerOptions.zero_fault_around_pages must be <= ", kMaxFaultAround);
   }
   if (o.prefetch_max_pages > 1024) {
     return InvalidArgument("PagerOptions.prefetch_max_pages must be <= 1024");

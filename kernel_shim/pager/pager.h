@@ -8,7 +8,9 @@
 // only touched pages cost memory) and registers it with userfaultfd in missing + write-protect
 // mode. Page i of the region is PageId i of the store, so the store's capacity_pages() must
 // cover the region. Every page is in one of these states:
-//   never written  - first touch is served with zeros, no store round trip;
+//   never written  - first touch is served with zeros, no store round trip (mapped writable,
+//                    with up to zero_fault_around_pages never-written neighbours; such a page
+//                    still all zeros when evicted is dropped without a write-back);
 //   resident clean - mapped write-protected; its latest content is in the store;
 //   resident dirty - mapped writable (a write-protect fault marked it dirty);
 //   remote         - not mapped; its content is in the store (a fault reads it back).
@@ -69,9 +71,21 @@ struct PagerOptions {
   size_t evict_batch = 64;             // Pages per batched write-protect / write-back / madvise.
 
   VictimPolicy victim = VictimPolicy::kSmart;
+  // kSmart only: write-protect resident dirty pages as they come round ("write traps") so that
+  // a later write shows the page is in use. False: only first writes to clean pages and the
+  // ghost list inform the policy (no trap ioctls, no trap faults).
+  bool write_traps = true;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
   int fault_threads = 1;               // Threads reading userfaultfd messages (1..8).
+  // Zero-fill fault-around: a fault on a never-written page also maps up to this many
+  // never-written pages after it (one UFFDIO_COPY), within the cap, so sequential first touches
+  // cost one userfaultfd round trip per window. 0 disables; at most 64.
+  size_t zero_fault_around_pages = 16;
+  // A fault thread serves a missing fault end to end: it reads the page with the store's
+  // blocking ReadPage on its own thread and maps it (no hand-off to a store callback). False:
+  // the read is submitted and the store's completion callback maps the page.
+  bool fault_thread_reads = true;
 };
 
 struct PagerStats {
@@ -79,7 +93,10 @@ struct PagerStats {
   uint64_t wp_faults = 0;        // Write-protect faults (clean page became dirty).
   uint64_t trap_faults = 0;      // Write-protect faults on the smart policy's write traps (a
                                  // dirty page re-protected to see whether it is written again).
+  uint64_t traps_armed = 0;      // Write traps set (one UFFDIO_WRITEPROTECT each).
   uint64_t zero_fills = 0;       // Faults on never-written pages (no store round trip).
+  uint64_t zero_fill_around = 0; // Never-written neighbours mapped with such a fault.
+  uint64_t zero_drops = 0;       // Never-stored victims still all zeros: dropped, not written.
   uint64_t remote_reads = 0;     // Pages read from the store (faults and prefetches).
   uint64_t remote_writes = 0;    // Dirty pages written back to the store.
   uint64_t clean_drops = 0;      // Clean pages dropped without a write-back.

@@ -58,6 +58,8 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["faults"] = p.faults;
   r["wp_faults"] = p.wp_faults;
   r["zero_fills"] = p.zero_fills;
+  r["zero_fill_around"] = p.zero_fill_around;
+  r["zero_drops"] = p.zero_drops;
   r["remote_reads"] = p.remote_reads;
   r["remote_writes"] = p.remote_writes;
   r["clean_drops"] = p.clean_drops;

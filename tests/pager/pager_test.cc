@@ -35,8 +35,9 @@ bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
 
 std::unique_ptr<Pager> MakePager(FakeStore* store, size_t pages, uint64_t limit_pages = 0,
                                  VictimPolicy policy = VictimPolicy::kSmart,
-                                 bool prefetch = true) {
+                                 bool prefetch = true, size_t zero_around = 16) {
   PagerOptions o;
+  o.zero_fault_around_pages = zero_around;
   o.store = store;
   o.region_bytes = pages * kPage;
   o.local_limit_bytes = limit_pages * kPage;
@@ -84,7 +85,7 @@ TEST(PagerTest, CreateRejectsBadOptions) {
 
 TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
   FakeStore store(256);
-  auto pager = MakePager(&store, 256);
+  auto pager = MakePager(&store, 256, 0, VictimPolicy::kSmart, true, /*zero_around=*/0);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
   // Read faults first: zeros.
@@ -98,12 +99,57 @@ TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
   PagerStats s = pager->Stats();
   EXPECT_EQ(s.faults, 32u);
   EXPECT_EQ(s.zero_fills, 32u);
-  EXPECT_EQ(s.wp_faults, 16u);  // The 16 pages first read, then written.
+  EXPECT_EQ(s.wp_faults, 0u);  // Zero fills are mapped writable: a write after a read is free.
+  EXPECT_EQ(s.zero_fill_around, 0u);
   EXPECT_EQ(s.resident_pages, 32u);
   EXPECT_EQ(s.footprint_pages, 32u);
   EXPECT_EQ(s.fault_latency.count(), 32u);
   EXPECT_EQ(store.reads(), 0u);
   EXPECT_EQ(store.writes(), 0u);  // No limit: nothing evicted.
+}
+
+TEST(PagerTest, ZeroFillFaultAroundMapsAWindowPerFault) {
+  constexpr size_t kPages = 256;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, 0, VictimPolicy::kSmart, true, /*zero_around=*/16);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);  // Sequential first touches.
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  PagerStats s = pager->Stats();
+  // One fault per window of 17 pages (the faulting page and 16 neighbours).
+  EXPECT_EQ(s.faults, (kPages + 16) / 17);
+  EXPECT_EQ(s.zero_fills, s.faults);
+  EXPECT_EQ(s.zero_fill_around, kPages - s.faults);
+  EXPECT_EQ(s.resident_pages, kPages);
+  EXPECT_EQ(s.footprint_pages, kPages);
+  EXPECT_EQ(s.wp_faults, 0u);
+  EXPECT_EQ(store.reads(), 0u);
+}
+
+TEST(PagerTest, FaultAroundStaysWithinTheCapAndZeroPagesAreDroppedUnwritten) {
+  constexpr size_t kPages = 512, kCap = 64;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kSmart, true, /*zero_around=*/64);
+  ASSERT_TRUE(pager);
+  const uint8_t* b = pager->base();
+  // Read-only first touches: every page zero, none ever written, so eviction writes nothing.
+  for (size_t p = 0; p < kPages; ++p) {
+    for (size_t off = 0; off < kPage; off += 1024) ASSERT_EQ(b[p * kPage + off], 0) << p;
+    ASSERT_LE(pager->Stats().resident_pages, kCap + 2 * 16 + kCap / 8)
+        << "fault-around mapped beyond the cap at page " << p;
+  }
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  PagerStats s = pager->Stats();
+  EXPECT_GT(s.zero_fill_around, 0u);
+  EXPECT_LT(s.faults, kPages / 2) << "fault-around did not batch the first touches";
+  EXPECT_GT(s.zero_drops, 0u);
+  EXPECT_EQ(s.remote_writes, 0u);
+  EXPECT_EQ(store.writes(), 0u) << "all-zero never-stored pages were written back";
+  // Dropped zero pages are never-written again: zeros, without a store read.
+  for (size_t p = 0; p < kPages; ++p) ASSERT_EQ(b[p * kPage + 100], 0) << p;
+  EXPECT_EQ(store.reads(), 0u);
+  EXPECT_LT(s.footprint_pages, kPages) << "dropped zero pages still count as footprint";
 }
 
 TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
