@@ -275,8 +275,20 @@ class PagerImpl final : public Pager {
     bool dirty;
   };
   size_t PickVictims(std::vector<Victim>* out, size_t n);
-  // Returns the number of failed write-backs (those pages stay resident and dirty).
-  size_t EvictBatch(const std::vector<Victim>& victims);
+  // One eviction batch in flight: its victims (kEvicting), which of them were all-zero never
+  // stored pages (dropped unwritten), and the write-backs submitted for the others.
+  struct EvictJob {
+    std::vector<Victim> victims;
+    std::vector<uint8_t> zero;
+    WbBatch* batch = nullptr;  // One reference held by the job.
+    Status submit_status;      // Submit() refused the write-backs (no callbacks will come).
+    bool submitted = false;
+  };
+  // Write-protects and copies out the victims and submits their write-backs; does not wait.
+  std::unique_ptr<EvictJob> StartEvict(std::vector<Victim> victims);
+  // Waits (bounded) for the job's write-backs, then drops the victims or keeps the ones
+  // written meanwhile or whose write-back failed. Returns the number of failed write-backs.
+  size_t FinishEvict(EvictJob* job);
   // Write-protects a resident dirty page (it stays kDirty): its next write faults and sets kRef.
   void ArmWriteTrap(PageId p);
   void NoteTouched(PageId p) {
@@ -1110,8 +1122,10 @@ void PagerImpl::WriteDone(PageOp* op) {
   batch->Unref();
 }
 
-size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
-  size_t failures = 0;
+std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> victims_in) {
+  auto job = std::make_unique<EvictJob>();
+  job->victims = std::move(victims_in);
+  const std::vector<Victim>& victims = job->victims;
   size_t n = victims.size();
   // 1. Write-protect the dirty victims, runs of consecutive pages in one ioctl (clean pages are
   //    mapped write-protected already).
@@ -1143,7 +1157,8 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
   std::vector<PageOp*> submit;
   // Victims never stored whose bytes are still all zeros (zero-filled, never written): dropped
   // without a write-back, back to never-written.
-  std::vector<uint8_t> zero(n, 0);
+  job->zero.assign(n, 0);
+  std::vector<uint8_t>& zero = job->zero;
   for (size_t i = 0; i < n; ++i) {
     if (!victims[i].dirty) continue;
     uint8_t* b = batch->bufs.data() + i * kPageSize;
@@ -1161,16 +1176,34 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     batch->done[i] = 0;
     submit.push_back(&op);
   }
-  // Per victim: the write-back's outcome (OK for clean victims).
-  std::vector<Status> wb_status(n);
+  job->batch = batch;
   if (!submit.empty()) {
     batch->pending = submit.size();
     batch->refs.fetch_add(static_cast<int>(submit.size()));
-    Status submit_status = o_.store->Submit(submit);
-    if (!submit_status.ok()) {
+    job->submit_status = o_.store->Submit(submit);
+    if (!job->submit_status.ok()) {
       batch->refs.fetch_sub(static_cast<int>(submit.size()));  // No callback will come.
-      for (size_t i = 0; i < n; ++i) if (victims[i].dirty && !zero[i]) wb_status[i] = submit_status;
     } else {
+      job->submitted = true;
+    }
+  }
+  return job;
+}
+
+size_t PagerImpl::FinishEvict(EvictJob* job) {
+  size_t failures = 0;
+  const std::vector<Victim>& victims = job->victims;
+  const std::vector<uint8_t>& zero = job->zero;
+  const size_t n = victims.size();
+  WbBatch* batch = job->batch;
+  // Per victim: the write-back's outcome (OK for clean and all-zero victims).
+  std::vector<Status> wb_status(n);
+  if (!job->submit_status.ok()) {
+    for (size_t i = 0; i < n; ++i) {
+      if (victims[i].dirty && !zero[i]) wb_status[i] = job->submit_status;
+    }
+  } else if (job->submitted) {
+    {
       std::unique_lock<std::mutex> l(batch->mu);
       if (!batch->cv.wait_for(l, std::chrono::milliseconds(kWritebackTimeoutMs),
                               [&] { return batch->pending == 0; })) {
@@ -1186,6 +1219,7 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
     }
   }
   batch->Unref();
+  job->batch = nullptr;
   // 3. Commit: drop each victim unless it was written meanwhile or its write-back failed.
   std::vector<size_t> drop;  // Indices into victims.
   std::vector<PageId> kept;
@@ -1255,7 +1289,21 @@ size_t PagerImpl::EvictBatch(const std::vector<Victim>& victims) {
 }
 
 void PagerImpl::EvictLoop() {
-  std::vector<Victim> victims;
+  // Up to kEvictPipeline batches are in flight at once: the next batch is picked, protected and
+  // submitted while earlier write-backs are on the wire, so eviction keeps up with a fault
+  // stream and faults wait (Throttle) only when the cap truly cannot be kept.
+  constexpr size_t kEvictPipeline = 4;
+  std::deque<std::unique_ptr<EvictJob>> inflight;
+  int64_t inflight_pages = 0;
+  auto finish_oldest = [&]() -> size_t {
+    std::unique_ptr<EvictJob> job = std::move(inflight.front());
+    inflight.pop_front();
+    inflight_pages -= static_cast<int64_t>(job->victims.size());
+    size_t failed = FinishEvict(job.get());
+    evict_failing_.store(failed > 0);
+    evict_idle_cv_.notify_all();
+    return failed;
+  };
   while (true) {
     {
       std::unique_lock<std::mutex> l(evict_mu_);
@@ -1274,21 +1322,26 @@ void PagerImpl::EvictLoop() {
         if (evict_paused_ > 0) break;
       }
       double low = o_.low_watermark * static_cast<double>(cap);
-      int64_t r = resident_.load();
+      int64_t r = resident_.load() - inflight_pages;  // What stays once the jobs commit.
       if (static_cast<double>(r) <= low) break;
       size_t want = std::min<size_t>(o_.evict_batch,
                                      static_cast<size_t>(static_cast<double>(r) - low) + 1);
-      victims.clear();
-      if (PickVictims(&victims, want) == 0) break;
-      size_t failed = EvictBatch(victims);
-      evict_failing_.store(failed > 0);
-      evict_idle_cv_.notify_all();
-      if (failed > 0) {
+      std::vector<Victim> victims;
+      if (PickVictims(&victims, want) == 0) {
+        if (inflight.empty()) break;
+        finish_oldest();  // Its kept pages may become victims again.
+        continue;
+      }
+      inflight_pages += static_cast<int64_t>(victims.size());
+      inflight.push_back(StartEvict(std::move(victims)));
+      if (inflight.size() >= kEvictPipeline && finish_oldest() > 0) {
         // The store rejects writes: back off instead of spinning on the same pages.
+        while (!inflight.empty()) finish_oldest();
         std::unique_lock<std::mutex> l(evict_mu_);
         evict_cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return stopping_.load(); });
       }
     }
+    while (!inflight.empty()) finish_oldest();
     {
       std::lock_guard<std::mutex> l(evict_mu_);
       evict_running_ = false;

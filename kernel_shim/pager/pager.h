@@ -14,7 +14,9 @@
 //   resident clean - mapped write-protected; its latest content is in the store;
 //   resident dirty - mapped writable (a write-protect fault marked it dirty);
 //   remote         - not mapped; its content is in the store (a fault reads it back).
-// Eviction write-protects a batch of victims, writes the dirty ones back (one batched Submit),
+// Eviction write-protects a batch of victims, writes the dirty ones back (one batched Submit;
+// up to 4 batches in flight, so write-backs overlap and a fault waits only when eviction cannot
+// keep the cap),
 // and MADV_DONTNEEDs them once the store acknowledged; clean victims are dropped without a
 // write-back. A write that races with eviction keeps the page (it is never dropped with data
 // newer than the store's copy). Eviction runs when the resident set exceeds the high watermark
