@@ -52,3 +52,16 @@ endif()
 # Jerasure is only the peer in `tessera bench coding`.
 tessera_require_lib(JERASURE Jerasure jerasure.h libjerasure-dev)
 tessera_require_lib(GF_COMPLETE gf_complete gf_complete.h libgf-complete-dev)
+
+# The Parameter Service (apps/paramsvc): Highway for its summation kernels, nlohmann-json for
+# its STATUS output and bench JSON.
+find_package(hwy QUIET)
+if(NOT hwy_FOUND)
+  message(FATAL_ERROR "Tessera needs Highway: install the Debian package 'libhwy-dev'")
+endif()
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  find_package(nlohmann_json 3 QUIET)
+  if(NOT nlohmann_json_FOUND)
+    message(FATAL_ERROR "Tessera needs nlohmann-json: install the Debian package 'nlohmann-json3-dev'")
+  endif()
+endif()

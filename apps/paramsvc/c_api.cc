@@ -1,0 +1,124 @@
+// A C API over the Parameter Service client, for the Python package (ctypes) and any language
+// with a C FFI. One handle per worker; a handle is not thread-safe. Errors: functions return 0
+// on success, a negative StatusCode on failure; tps_last_error() gives the message of the last
+// failure on this thread.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/paramsvc/client.h"
+
+namespace {
+thread_local std::string g_error;
+
+int Fail(const tessera::Status& s) {
+  g_error = s.ToString();
+  return -static_cast<int>(s.code());
+}
+
+struct Handle {
+  std::unique_ptr<tessera::paramsvc::Client> client;
+};
+}  // namespace
+
+extern "C" {
+
+const char* tps_last_error() { return g_error.c_str(); }
+
+// Connects; reconnect_ms > 0 makes the client ride out a restart of the aggregation server.
+void* tps_connect(const char* host, int port, const char* secret, int timeout_ms, int reconnect_ms) {
+  tessera::paramsvc::ClientOptions o;
+  o.host = host;
+  if (port <= 0 || port > 65535) {
+    g_error = "bad port";
+    return nullptr;
+  }
+  o.port = static_cast<uint16_t>(port);
+  o.secret = secret;
+  o.op_timeout_ms = timeout_ms;
+  o.reconnect_ms = reconnect_ms;
+  auto c = tessera::paramsvc::Client::Connect(o);
+  if (!c.ok()) {
+    Fail(c.status());
+    return nullptr;
+  }
+  auto* h = new Handle;
+  h->client = std::move(*c);
+  return h;
+}
+
+void tps_close(void* h) { delete static_cast<Handle*>(h); }
+
+// Registers/joins the job described by `spec_json` (see JobSpecFromJson) as worker `rank`.
+int tps_join(void* h, const char* spec_json, int rank) {
+  auto spec = tessera::paramsvc::JobSpecFromJson(spec_json);
+  if (!spec.ok()) return Fail(spec.status());
+  if (rank < 0) return Fail(tessera::InvalidArgument("negative rank"));
+  tessera::Status s = static_cast<Handle*>(h)->client->Join(*spec, static_cast<uint32_t>(rank));
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_num_tensors(void* h) {
+  return static_cast<int>(static_cast<Handle*>(h)->client->spec().tensors.size());
+}
+
+int tps_set_params(void* h, const void* const* params) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  tessera::Status s = c->SetParams({params, c->spec().tensors.size()});
+  if (s.code() == tessera::StatusCode::kAlreadyExists) return 1;  // Already trained: pull instead.
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_push_pull(void* h, const void* const* grads, void* const* params) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  const size_t n = c->spec().tensors.size();
+  tessera::Status s = c->PushPull({grads, n}, {params, n});
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_push(void* h, const void* const* grads) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  tessera::Status s = c->Push({grads, c->spec().tensors.size()});
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_pull(void* h, void* const* params, int wait) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  tessera::Status s = c->Pull({params, c->spec().tensors.size()}, wait != 0);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_barrier(void* h, unsigned long long iteration) {
+  tessera::Status s = static_cast<Handle*>(h)->client->Barrier(iteration);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int tps_release(void* h) {
+  tessera::Status s = static_cast<Handle*>(h)->client->Release();
+  return s.ok() ? 0 : Fail(s);
+}
+
+// Fills counters[7]: pushes, applied, dropped, late, max_staleness, rollbacks, reconnects.
+void tps_counters(void* h, unsigned long long* out) {
+  const auto& c = static_cast<Handle*>(h)->client->counters();
+  const unsigned long long v[7] = {c.pushes, c.applied, c.dropped, c.late, c.max_staleness,
+                                   c.rollbacks, c.reconnects};
+  std::memcpy(out, v, sizeof(v));
+}
+
+unsigned long long tps_min_version(void* h) { return static_cast<Handle*>(h)->client->min_version(); }
+
+// The service's STATUS JSON into buf (truncated to len-1); returns the full length or < 0.
+long long tps_status(void* h, char* buf, long long len) {
+  auto r = static_cast<Handle*>(h)->client->StatusJson();
+  if (!r.ok()) return Fail(r.status());
+  if (len > 0) {
+    const size_t n = std::min<size_t>(r->size(), static_cast<size_t>(len - 1));
+    std::memcpy(buf, r->data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<long long>(r->size());
+}
+
+}  // extern "C"

@@ -1,0 +1,213 @@
+// The Parameter Service wire protocol (its own, beside the fabric's: page traffic and model
+// aggregation do not share a socket or a process; see apps/paramsvc/server.h).
+//
+// Every message is a 24-byte header followed by `payload_len` bytes, little-endian:
+//   u32 magic 'TPSV' | u8 version (1) | u8 op | u16 status (replies; 0 in requests)
+//   u32 payload_len (<= kMaxPayload) | u32 job (0: none) | u64 request_id
+// A reply carries the request's op and request_id. A reply with status != 0 carries the error
+// message as its payload. Every field of every message is checked by the Decode functions
+// below (a frame that fails them gets a ProtocolError/InvalidArgument reply naming the field,
+// and a frame whose header is bad closes the connection: its length cannot be trusted).
+//
+// A connection starts with the fabric's mutual HMAC handshake (fabric/auth.h): HELLO
+// {client_nonce, client_id} -> {server_nonce, server_id}; AUTH {ClientMac} -> {ServerMac}.
+// No other op is accepted before AUTH succeeds.
+//
+// Thread safety: pure functions over values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "apps/paramsvc/kernels.h"
+#include "common/status.h"
+
+namespace tessera::paramsvc {
+
+inline constexpr uint32_t kMagic = 0x56535054;  // "TPSV"
+inline constexpr uint8_t kWireVersion = 1;
+inline constexpr size_t kHeaderSize = 24;
+inline constexpr uint32_t kMaxPayload = (64u << 20) + 4096;  // A 64 MiB partition plus fields.
+inline constexpr uint32_t kMaxPartitionBytes = 64u << 20;
+inline constexpr uint32_t kMaxWorkers = 1024;
+inline constexpr uint32_t kMaxTensors = 65536;
+inline constexpr uint64_t kMaxModelBytes = 16ull << 30;
+inline constexpr size_t kMaxNameLength = 256;
+
+enum class Op : uint8_t {
+  kError = 0,      // Reply only (status != 0): a connection-level error; the server then closes
+  kHello = 1,
+  kAuth = 2,
+  kRegister = 3,   // JobSpec -> JobLayout (joins the job when one of that name and spec exists)
+  kPush = 4,       // PushRequest -> PushReply
+  kPull = 5,       // PullRequest -> PullReply
+  kBarrier = 6,    // BarrierRequest -> empty
+  kStatus = 7,     // empty -> JSON text (see Server::StatusJson)
+  kSetParams = 8,  // SetParamsRequest -> empty (initial values; only before the first update)
+  kRelease = 9,    // empty (job in header) -> empty: the job departs, its state is freed
+  kMigrate = 10,   // MigrateRequest -> empty: move a partition to a core at its next boundary
+  kCores = 11,     // CoresRequest -> empty: change the service's core budget
+};
+const char* OpName(uint8_t op);
+
+struct Header {
+  uint8_t op = 0;
+  uint16_t status = 0;
+  uint32_t payload_len = 0;
+  uint32_t job = 0;
+  uint64_t request_id = 0;
+};
+void EncodeHeader(const Header& h, uint8_t* out);
+// ProtocolError for a bad magic, version, unknown op or oversized payload.
+Result<Header> DecodeHeader(std::span<const uint8_t> bytes);
+
+enum class Mode : uint8_t { kSync = 0, kAsync = 1, kBounded = 2 };
+enum class LatePolicy : uint8_t { kDrop = 0, kAggregate = 1 };
+enum class OptimizerKind : uint8_t { kSgd = 0, kAdam = 1 };
+const char* ModeName(Mode m);
+// "sync", "async", "bounded(s)" / "bounded:s" -> mode and s.
+Result<std::pair<Mode, uint32_t>> ParseMode(std::string_view text);
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<uint64_t> shape;  // 1..8 dims, each >= 1
+  uint64_t elements() const;
+};
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+};
+
+struct JobSpec {
+  std::string name;  // 1..256 bytes, unique per service
+  uint32_t workers = 1;
+  Mode mode = Mode::kSync;
+  uint32_t staleness = 0;  // s of bounded(s)
+  LatePolicy late = LatePolicy::kDrop;
+  OptimizerSpec optimizer;
+  uint32_t partition_bytes = 4u <<20;  // Upper bound of a partition's fp32 size (4 KiB..64 MiB)
+  std::vector<TensorSpec> tensors;
+
+  std::vector<uint8_t> Encode() const;
+  static Result<JobSpec> Decode(std::span<const uint8_t> b);
+  // Every field in range (what Decode checks after parsing); also used by clients.
+  Status Validate() const;
+  bool SameModel(const JobSpec& o) const;  // Same tensors, workers, mode and optimizer.
+};
+
+struct PartitionInfo {
+  uint32_t tensor = 0;
+  uint64_t offset = 0;  // First element within the tensor
+  uint32_t count = 0;   // Elements
+};
+// Splits the spec's tensors into partitions of at most partition_bytes / 4 elements.
+std::vector<PartitionInfo> PartitionModel(const JobSpec& spec);
+
+struct JobLayout {
+  uint32_t job = 0;
+  std::vector<PartitionInfo> partitions;
+  std::vector<uint8_t> Encode() const;
+  static Result<JobLayout> Decode(std::span<const uint8_t> b);
+};
+
+struct PushRequest {
+  static constexpr size_t kFixed = 4 + 4 + 8 + 1 + 3 + 4;
+  uint32_t worker = 0;
+  uint32_t partition = 0;
+  uint64_t version = 0;  // Model version the gradient was computed on
+  DType dtype = DType::kF32;
+  uint32_t count = 0;
+  std::span<const uint8_t> data;  // count * DTypeSize(dtype) bytes (a view into the frame)
+  void EncodeFixed(uint8_t* out) const;
+  static Result<PushRequest> Decode(std::span<const uint8_t> b);
+};
+
+enum class PushOutcome : uint8_t {
+  kPending = 0,     // Added to the current round (sync/bounded): applied when the round closes
+  kApplied = 1,     // Applied now (async, or it closed its round)
+  kDropped = 2,     // Bounded mode: staleness > s and late policy drop
+  kLateQueued = 3,  // Bounded mode: staleness > s, aggregated with other late pushes
+};
+struct PushReply {
+  static constexpr size_t kWireSize = 1 + 3 + 4 + 8;
+  PushOutcome outcome = PushOutcome::kPending;
+  uint32_t staleness = 0;
+  uint64_t version = 0;  // The partition's version after this push
+  void EncodeTo(uint8_t* out) const;
+  static Result<PushReply> Decode(std::span<const uint8_t> b);
+};
+
+struct PullRequest {
+  static constexpr size_t kWireSize = 4 + 1 + 3 + 8 + 4;
+  uint32_t partition = 0;
+  DType dtype = DType::kF32;   // The dtype to return (the tensor's, or fp32)
+  uint64_t min_version = 0;    // Wait until the partition's version reaches this
+  uint32_t timeout_ms = 0;     // Bound of that wait (<= 600000)
+  void EncodeTo(uint8_t* out) const;
+  static Result<PullRequest> Decode(std::span<const uint8_t> b);
+};
+struct PullReply {
+  static constexpr size_t kFixed = 8 + 4 + 1 + 3;
+  uint64_t version = 0;
+  uint32_t count = 0;
+  DType dtype = DType::kF32;
+  std::span<const uint8_t> data;
+  static Result<PullReply> Decode(std::span<const uint8_t> b);
+};
+
+struct BarrierRequest {
+  static constexpr size_t kWireSize = 4 + 4 + 8;
+  uint32_t worker = 0;
+  uint32_t timeout_ms = 0;
+  uint64_t iteration = 0;
+  void EncodeTo(uint8_t* out) const;
+  static Result<BarrierRequest> Decode(std::span<const uint8_t> b);
+};
+
+struct SetParamsRequest {
+  static constexpr size_t kFixed = 4 + 1 + 3 + 4;
+  uint32_t partition = 0;
+  DType dtype = DType::kF32;
+  uint32_t count = 0;
+  std::span<const uint8_t> data;
+  void EncodeFixed(uint8_t* out) const;
+  static Result<SetParamsRequest> Decode(std::span<const uint8_t> b);
+};
+
+struct MigrateRequest {
+  static constexpr size_t kWireSize = 8;
+  uint32_t partition = 0;
+  uint32_t core = 0;
+  void EncodeTo(uint8_t* out) const;
+  static Result<MigrateRequest> Decode(std::span<const uint8_t> b);
+};
+
+struct CoresRequest {
+  static constexpr size_t kWireSize = 8;
+  uint32_t max_cores = 0;  // 1..256
+  uint32_t elastic = 1;    // 0: keep max_cores active (a static server), 1: pack
+  void EncodeTo(uint8_t* out) const;
+  static Result<CoresRequest> Decode(std::span<const uint8_t> b);
+};
+
+// Little-endian helpers.
+inline void Put16(uint8_t* p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
+inline void Put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = v >> (8 * i); }
+inline void Put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = v >> (8 * i); }
+inline uint16_t Get16(const uint8_t* p) { return p[0] | (p[1] << 8); }
+inline uint32_t Get32(const uint8_t* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+inline uint64_t Get64(const uint8_t* p) {
+  return static_cast<uint64_t>(Get32(p)) | (static_cast<uint64_t>(Get32(p + 4)) << 32);
+}
+
+}  // namespace tessera::paramsvc

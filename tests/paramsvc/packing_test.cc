@@ -1,0 +1,50 @@
+#include "apps/paramsvc/packing.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace tessera::paramsvc {
+namespace {
+
+std::vector<double> Loads(const std::vector<PackItem>& items, const PackResult& r) {
+  std::vector<double> used(r.cores, 0.0);
+  for (size_t i = 0; i < items.size(); ++i) used.at(r.core[i]) += items[i].load;
+  return used;
+}
+
+TEST(ParamsvcPacking, FewestCoresUnderTheTarget) {
+  std::vector<PackItem> items;
+  for (double l : {0.3, 0.3, 0.2, 0.2, 0.1, 0.1, 0.05, 0.05}) items.push_back({l, -1});
+  PackResult r = PackPartitions(items, 0.7, 8);
+  EXPECT_EQ(r.cores, 2);  // 1.3 of load under 0.7 per core.
+  for (double u : Loads(items, r)) EXPECT_LE(u, 0.7 + 1e-9);
+}
+
+TEST(ParamsvcPacking, StickyAssignmentsAvoidMoves) {
+  std::vector<PackItem> items = {{0.2, 0}, {0.2, 1}, {0.2, 1}, {0.1, 0}};
+  PackResult r = PackPartitions(items, 0.7, 4);
+  EXPECT_EQ(r.cores, 2);
+  EXPECT_EQ(r.moves, 0);
+  EXPECT_EQ(r.core, (std::vector<int>{0, 1, 1, 0}));
+}
+
+TEST(ParamsvcPacking, ShrinksWhenLoadDropsAndOverloadsOnlyBeyondMaxCores) {
+  std::vector<PackItem> items = {{0.1, 0}, {0.1, 1}, {0.1, 2}, {0.1, 3}};
+  PackResult r = PackPartitions(items, 0.7, 4);
+  EXPECT_EQ(r.cores, 1);
+  EXPECT_EQ(r.moves, 3);
+  std::vector<PackItem> heavy(5, PackItem{0.6, -1});
+  r = PackPartitions(heavy, 0.7, 2);
+  EXPECT_EQ(r.cores, 2);
+  auto used = Loads(heavy, r);
+  EXPECT_NEAR(used[0] + used[1], 3.0, 1e-9);
+  EXPECT_LE(std::abs(used[0] - used[1]), 0.6 + 1e-9);  // Least-loaded overflow.
+  std::vector<PackItem> big = {{1.5, -1}, {0.1, -1}};
+  r = PackPartitions(big, 0.7, 4);
+  EXPECT_EQ(r.cores, 2);  // A heavy partition gets a core of its own.
+  EXPECT_NE(r.core[0], r.core[1]);
+}
+
+}  // namespace
+}  // namespace tessera::paramsvc

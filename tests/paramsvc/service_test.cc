@@ -1,0 +1,452 @@
+// The Parameter Service in-process (a real Server on a loopback socket) with real clients.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/io.h"
+#include "apps/paramsvc/server.h"
+
+namespace tessera::paramsvc {
+namespace {
+
+constexpr char kSecret[] = "paramsvc-test-secret-0123456789";
+
+std::unique_ptr<Server> StartServer(int cores = 2, uint32_t rebalance_ms = 200, bool elastic = true) {
+  auto fd = Server::Listen("127.0.0.1", 0);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  ServerOptions o;
+  o.secret = kSecret;
+  o.max_cores = cores;
+  o.rebalance_ms = rebalance_ms;
+  o.elastic = elastic;
+  auto s = Server::Start(o, std::move(*fd));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+std::unique_ptr<Client> Connect(const Server& s) {
+  ClientOptions o;
+  o.port = s.port();
+  o.secret = kSecret;
+  o.op_timeout_ms = 20000;
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+JobSpec IntSpec(const std::string& name, uint32_t workers, Mode mode = Mode::kSync,
+                uint32_t staleness = 0) {
+  JobSpec s;
+  s.name = name;
+  s.workers = workers;
+  s.mode = mode;
+  s.staleness = staleness;
+  s.optimizer.lr = static_cast<float>(workers);  // p -= sum of the round's gradients, exactly
+  s.partition_bytes = 4096;                      // 1024 elements per partition
+  s.tensors = {{"w", DType::kF32, {50, 50}}, {"h", DType::kF16, {1500}}, {"b", DType::kBF16, {700}}};
+  return s;
+}
+
+// Host-side tensors of a spec (fp16/bf16 as raw 16-bit values).
+struct Tensors {
+  std::vector<std::vector<uint8_t>> bufs;
+  explicit Tensors(const JobSpec& s) {
+    for (const auto& t : s.tensors) bufs.emplace_back(t.elements() * DTypeSize(t.dtype));
+  }
+  std::vector<const void*> cptrs() const {
+    std::vector<const void*> v;
+    for (auto& b : bufs) v.push_back(b.data());
+    return v;
+  }
+  std::vector<void*> ptrs() {
+    std::vector<void*> v;
+    for (auto& b : bufs) v.push_back(b.data());
+    return v;
+  }
+  void Set(const JobSpec& s, size_t t, uint64_t i, float value) {
+    FromF32(bufs[t].data() + i * DTypeSize(s.tensors[t].dtype), &value, s.tensors[t].dtype, 1);
+  }
+  float Get(const JobSpec& s, size_t t, uint64_t i) const {
+    float f;
+    ToF32(&f, bufs[t].data() + i * DTypeSize(s.tensors[t].dtype), s.tensors[t].dtype, 1);
+    return f;
+  }
+};
+
+float F(uint64_t v, uint32_t w) { return static_cast<float>((v + w) % 3); }
+
+// Fills each partition's gradient with F(its version, worker).
+void FillGrads(const Client& c, uint32_t w, Tensors* g) {
+  const JobSpec& s = c.spec();
+  for (uint32_t p = 0; p < c.layout().partitions.size(); ++p) {
+    const auto& pi = c.layout().partitions[p];
+    for (uint64_t i = 0; i < pi.count; ++i) g->Set(s, pi.tensor, pi.offset + i, F(c.version(p), w));
+  }
+}
+
+// Runs `iters` sync iterations of worker w; rank 0 sets every parameter to 250 first.
+void SyncWorker(const Server& srv, const JobSpec& spec, uint32_t w, int iters,
+                std::vector<uint64_t>* final_versions, Tensors* final_params) {
+  auto c = Connect(srv);
+  ASSERT_TRUE(c->Join(spec, w).ok());
+  Tensors params(spec), grads(spec);
+  if (w == 0) {
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      for (uint64_t i = 0; i < spec.tensors[t].elements(); ++i) params.Set(spec, t, i, 250.0f);
+    }
+    ASSERT_TRUE(c->SetParams(params.cptrs()).ok());
+  }
+  ASSERT_TRUE(c->Barrier(0).ok());
+  auto pp = params.ptrs();
+  ASSERT_TRUE(c->Pull(pp, false).ok());
+  for (int it = 0; it < iters; ++it) {
+    FillGrads(*c, w, &grads);
+    Status s = c->PushPull(grads.cptrs(), pp);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  if (final_versions) {
+    final_versions->clear();
+    for (uint32_t p = 0; p < c->layout().partitions.size(); ++p) final_versions->push_back(c->version(p));
+  }
+  if (final_params) *final_params = params;
+}
+
+// Every element of partition p must be 250 - sum_{v < V_p} sum_w F(v, w).
+void ExpectExact(const Client& c, const std::vector<uint64_t>& versions, const Tensors& params,
+                 uint32_t workers) {
+  const JobSpec& s = c.spec();
+  for (uint32_t p = 0; p < c.layout().partitions.size(); ++p) {
+    float want = 250.0f;
+    for (uint64_t v = 0; v < versions[p]; ++v) {
+      for (uint32_t w = 0; w < workers; ++w) want -= F(v, w);
+    }
+    const auto& pi = c.layout().partitions[p];
+    for (uint64_t i = 0; i < pi.count; ++i) {
+      ASSERT_EQ(params.Get(s, pi.tensor, pi.offset + i), want)
+          << "partition " << p << " element " << i << " version " << versions[p];
+    }
+  }
+}
+
+TEST(ParamsvcService, SyncSumsAreExactForFp32Fp16Bf16) {
+  auto srv = StartServer();
+  const JobSpec spec = IntSpec("exact", 4);
+  constexpr int kIters = 20;
+  std::vector<std::thread> th;
+  std::vector<uint64_t> versions;
+  Tensors result(spec);
+  for (uint32_t w = 0; w < 4; ++w) {
+    th.emplace_back([&, w] {
+      SyncWorker(*srv, spec, w, kIters, w == 0 ? &versions : nullptr, w == 0 ? &result : nullptr);
+    });
+  }
+  for (auto& t : th) t.join();
+  auto c = Connect(*srv);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  ASSERT_EQ(versions, std::vector<uint64_t>(c->layout().partitions.size(), kIters));
+  ExpectExact(*c, versions, result, 4);
+  auto ctr = srv->Counters(c->job());
+  ASSERT_TRUE(ctr.ok());
+  const uint64_t parts = c->layout().partitions.size();
+  EXPECT_EQ(ctr->pushes, 4 * kIters * parts);
+  EXPECT_EQ(ctr->applied, 4 * kIters * parts);
+  EXPECT_EQ(ctr->updates, kIters * parts);
+  EXPECT_EQ(ctr->pending, 0u);
+  EXPECT_EQ(ctr->dropped, 0u);
+}
+
+TEST(ParamsvcService, BadRequestsGetClearErrorsAndOtherJobsAreUnaffected) {
+  auto srv = StartServer();
+  const JobSpec good = IntSpec("healthy", 2);
+  // The healthy job trains in the background while another client sends bad requests.
+  std::vector<uint64_t> versions;
+  Tensors result(good);
+  std::thread w0([&] { SyncWorker(*srv, good, 0, 30, &versions, &result); });
+  std::thread w1([&] { SyncWorker(*srv, good, 1, 30, nullptr, nullptr); });
+
+  auto c = Connect(*srv);
+  JobSpec bad = IntSpec("victim", 1);
+  bad.tensors[0].shape = {4, 0};
+  EXPECT_NE(c->Join(bad, 0).message().find("dim of 0"), std::string::npos);
+  // A malformed REGISTER straight on the wire (bad dtype byte).
+  auto enc = IntSpec("raw", 1).Encode();
+  enc[enc.size() - 10] = 9;  // The last tensor's dtype byte.
+  auto r = c->Call(Op::kRegister, 0, enc);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("dtype"), std::string::npos) << r.status();
+
+  const JobSpec other = IntSpec("other", 1);
+  ASSERT_TRUE(c->Join(other, 0).ok());
+  const uint32_t job = c->job();
+  JobSpec changed = other;
+  changed.tensors[0].shape = {51, 50};
+  auto c2 = Connect(*srv);
+  EXPECT_EQ(c2->Join(changed, 0).code(), StatusCode::kAlreadyExists);
+
+  auto push = [&](uint32_t job_id, uint32_t worker, uint32_t part, DType dt, uint32_t count,
+                  size_t data_bytes) {
+    std::vector<uint8_t> b(PushRequest::kFixed + data_bytes);
+    PushRequest{worker, part, 0, dt, count, {}}.EncodeFixed(b.data());
+    return c->Call(Op::kPush, job_id, b).status();
+  };
+  Status s = push(999, 0, 0, DType::kF32, 1024, 4096);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("unknown job 999"), std::string::npos) << s;
+  s = push(job, 0, 0, DType::kF16, 1024, 2048);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("fp16"), std::string::npos) << s;
+  s = push(job, 0, 0, DType::kF32, 10, 40);
+  EXPECT_NE(s.message().find("10 elements"), std::string::npos) << s;
+  s = push(job, 0, 0, DType::kF32, 1024, 4000);
+  EXPECT_NE(s.message().find("expected 4096"), std::string::npos) << s;
+  s = push(job, 3, 0, DType::kF32, 1024, 4096);
+  EXPECT_NE(s.message().find("worker 3"), std::string::npos) << s;
+  s = push(job, 0, 77, DType::kF32, 1024, 4096);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s;
+  uint8_t pr[PullRequest::kWireSize];
+  PullRequest{0, DType::kBF16, 0, 100}.EncodeTo(pr);
+  EXPECT_EQ(c->Call(Op::kPull, job, pr).status().code(), StatusCode::kInvalidArgument);
+  PullRequest{0, DType::kF32, 5, 50}.EncodeTo(pr);  // A version that never comes: bounded wait.
+  EXPECT_EQ(c->Call(Op::kPull, job, pr).status().code(), StatusCode::kTimeout);
+  // The bad requests left this job untouched.
+  auto ctr = srv->Counters(job);
+  ASSERT_TRUE(ctr.ok());
+  EXPECT_EQ(ctr->pushes, 0u);
+  EXPECT_EQ(ctr->updates, 0u);
+
+  // Unauthenticated and malformed connections.
+  {
+    auto fd = ConnectTcp("127.0.0.1", srv->port(), 2000);
+    ASSERT_TRUE(fd.ok());
+    SetSocketTimeouts(fd->get(), 5000, 5000);
+    std::vector<uint8_t> b(PullRequest::kWireSize);
+    ASSERT_TRUE(WriteFrame(fd->get(), {static_cast<uint8_t>(Op::kPull), 0, 0, job, 1}, b).ok());
+    Header h;
+    std::vector<uint8_t> p;
+    ASSERT_TRUE(ReadFrame(fd->get(), &h, &p).ok());
+    EXPECT_EQ(h.status, static_cast<uint16_t>(StatusCode::kPermissionDenied));
+  }
+  {
+    auto fd = ConnectTcp("127.0.0.1", srv->port(), 2000);
+    ASSERT_TRUE(fd.ok());
+    SetSocketTimeouts(fd->get(), 5000, 5000);
+    const char junk[kHeaderSize] = "GET / HTTP/1.1\r\n\r\n";
+    ASSERT_EQ(::send(fd->get(), junk, sizeof(junk), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(junk)));
+    Header h;
+    std::vector<uint8_t> p;
+    Status rs = ReadFrame(fd->get(), &h, &p);
+    ASSERT_TRUE(rs.ok()) << rs;
+    EXPECT_EQ(h.status, static_cast<uint16_t>(StatusCode::kProtocolError));
+    EXPECT_NE(std::string(p.begin(), p.end()).find("magic"), std::string::npos);
+    EXPECT_EQ(ReadFrame(fd->get(), &h, &p).code(), StatusCode::kUnavailable);  // Closed.
+  }
+  w0.join();
+  w1.join();
+  auto cg = Connect(*srv);
+  ASSERT_TRUE(cg->Join(good, 0).ok());
+  ExpectExact(*cg, versions, result, 2);
+  EXPECT_EQ(versions[0], 30u);
+  EXPECT_EQ(srv->Counters(cg->job())->rejected, 0u);
+  // Release: the job departs; its id is unknown afterwards.
+  ASSERT_TRUE(c->Release().ok());
+  EXPECT_EQ(srv->Counters(job).status().code(), StatusCode::kNotFound);
+}
+
+TEST(ParamsvcService, MigrationUnderConcurrentPushesLosesAndDuplicatesNothing) {
+  auto srv = StartServer(/*cores=*/4, /*rebalance_ms=*/10);
+  const JobSpec spec = IntSpec("migrating", 4);
+  constexpr int kIters = 60;
+  std::atomic<bool> done{false};
+  std::vector<uint64_t> versions;
+  Tensors result(spec);
+  std::vector<std::thread> th;
+  for (uint32_t w = 0; w < 4; ++w) {
+    th.emplace_back([&, w] {
+      SyncWorker(*srv, spec, w, kIters, w == 0 ? &versions : nullptr, w == 0 ? &result : nullptr);
+    });
+  }
+  // Forced migrations of every partition between all four cores while pushes are in flight,
+  // on top of the packer's own moves (10 ms rebalance interval).
+  std::thread mover([&] {
+    auto admin = Connect(*srv);
+    ASSERT_TRUE(admin->Join(spec, 0).ok());
+    uint32_t k = 0;
+    while (!done.load()) {
+      for (uint32_t p = 0; p < admin->layout().partitions.size(); ++p) {
+        ASSERT_TRUE(admin->Migrate(p, (p + k) % 4).ok());
+      }
+      ++k;
+    }
+  });
+  for (auto& t : th) t.join();
+  done = true;
+  mover.join();
+  auto c = Connect(*srv);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  ExpectExact(*c, versions, result, 4);
+  auto ctr = srv->Counters(c->job());
+  ASSERT_TRUE(ctr.ok());
+  const uint64_t parts = c->layout().partitions.size();
+  EXPECT_EQ(ctr->applied, 4 * kIters * parts);
+  EXPECT_EQ(ctr->updates, kIters * parts);
+  EXPECT_EQ(ctr->pending, 0u);
+  EXPECT_GT(ctr->migrations, parts);  // Partitions really moved, many times.
+  auto st = nlohmann::json::parse(srv->StatusJson());
+  EXPECT_EQ(st["jobs"][0]["applied"].get<uint64_t>(), ctr->applied);
+}
+
+// Pushes with chosen versions through the wire, one worker id at a time.
+struct RawPusher {
+  Client* c;
+  uint32_t job;
+  Result<PushReply> Push(uint32_t worker, uint64_t version, float value) {
+    std::vector<uint8_t> b(PushRequest::kFixed + 4 * 1024);
+    PushRequest{worker, 0, version, DType::kF32, 1024, {}}.EncodeFixed(b.data());
+    for (int i = 0; i < 1024; ++i) std::memcpy(b.data() + PushRequest::kFixed + 4 * i, &value, 4);
+    auto r = c->Call(Op::kPush, job, b);
+    if (!r.ok()) return r.status();
+    return PushReply::Decode(*r);
+  }
+  float Param() {
+    uint8_t pr[PullRequest::kWireSize];
+    PullRequest{0, DType::kF32, 0, 1000}.EncodeTo(pr);
+    auto r = c->Call(Op::kPull, job, pr);
+    EXPECT_TRUE(r.ok()) << r.status();
+    auto rep = PullReply::Decode(*r);
+    float f;
+    std::memcpy(&f, rep->data.data(), 4);
+    return f;
+  }
+};
+
+JobSpec OnePartition(const std::string& name, uint32_t workers, Mode mode, uint32_t s,
+                     LatePolicy late = LatePolicy::kDrop) {
+  JobSpec spec;
+  spec.name = name;
+  spec.workers = workers;
+  spec.mode = mode;
+  spec.staleness = s;
+  spec.late = late;
+  spec.optimizer.lr = static_cast<float>(workers);
+  spec.partition_bytes = 4096;
+  spec.tensors = {{"w", DType::kF32, {1024}}};
+  return spec;
+}
+
+TEST(ParamsvcService, BoundedModeHoldsTheBoundAndCountsExactly) {
+  auto srv = StartServer();
+  auto c = Connect(*srv);
+  ASSERT_TRUE(c->Join(OnePartition("bounded", 2, Mode::kBounded, 1), 0).ok());
+  RawPusher p{c.get(), c->job()};
+  auto expect = [](const Result<PushReply>& r, PushOutcome o, uint32_t stale, uint64_t v) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->outcome, o);
+    EXPECT_EQ(r->staleness, stale);
+    EXPECT_EQ(r->version, v);
+  };
+  // Round 1: two fresh pushes on version 0 -> version 1 (p = 0 - (1 + 2)).
+  expect(p.Push(0, 0, 1), PushOutcome::kPending, 0, 0);
+  expect(p.Push(1, 0, 2), PushOutcome::kApplied, 0, 1);
+  EXPECT_EQ(p.Param(), -3.0f);
+  // Round 2: a fresh push and a push from version 0 (staleness 1 <= s): applied together.
+  expect(p.Push(0, 1, 4), PushOutcome::kPending, 0, 1);
+  expect(p.Push(1, 0, 8), PushOutcome::kApplied, 1, 2);
+  EXPECT_EQ(p.Param(), -15.0f);
+  // Staleness 2 > s = 1: dropped, the parameters do not move.
+  expect(p.Push(1, 0, 100), PushOutcome::kDropped, 2, 2);
+  EXPECT_EQ(p.Param(), -15.0f);
+  // A fast worker may fill a round alone (no waiting for a straggler).
+  expect(p.Push(0, 2, 1), PushOutcome::kPending, 0, 2);
+  expect(p.Push(0, 2, 1), PushOutcome::kApplied, 0, 3);
+  EXPECT_EQ(p.Param(), -17.0f);
+  // A version from the future is refused.
+  EXPECT_EQ(p.Push(0, 9, 1).status().code(), StatusCode::kOutOfRange);
+  // One pending push stays pending.
+  expect(p.Push(1, 3, 5), PushOutcome::kPending, 0, 3);
+  auto ctr = srv->Counters(c->job());
+  ASSERT_TRUE(ctr.ok());
+  EXPECT_EQ(ctr->pushes, 8u);
+  EXPECT_EQ(ctr->applied, 6u);
+  EXPECT_EQ(ctr->pending, 1u);
+  EXPECT_EQ(ctr->dropped, 1u);
+  EXPECT_EQ(ctr->rejected, 1u);
+  EXPECT_EQ(ctr->updates, 3u);
+  EXPECT_EQ(ctr->staleness_max, 2u);
+  EXPECT_EQ(ctr->staleness_sum, 3u);
+  EXPECT_EQ(ctr->staleness_hist, (std::vector<uint64_t>{6, 1, 1}));  // 0, 1, > s
+
+  // Late policy aggregate: late pushes are averaged into the next round as one push.
+  auto c2 = Connect(*srv);
+  ASSERT_TRUE(c2->Join(OnePartition("late", 2, Mode::kBounded, 0, LatePolicy::kAggregate), 0).ok());
+  RawPusher q{c2.get(), c2->job()};
+  expect(q.Push(0, 0, 2), PushOutcome::kPending, 0, 0);
+  expect(q.Push(1, 0, 2), PushOutcome::kApplied, 0, 1);    // p = -4
+  expect(q.Push(1, 0, 6), PushOutcome::kLateQueued, 1, 1);
+  expect(q.Push(1, 0, 2), PushOutcome::kLateQueued, 1, 1); // late average 4
+  expect(q.Push(0, 1, 1), PushOutcome::kPending, 0, 1);
+  expect(q.Push(1, 1, 1), PushOutcome::kApplied, 0, 2);
+  // Round of 1 + 1 + late average 4, scaled by 1/3 and lr 2: p = -4 - 2 * 6 / 3 = -8.
+  EXPECT_EQ(q.Param(), -8.0f);
+  auto c3 = srv->Counters(c2->job());
+  EXPECT_EQ(c3->late_aggregated, 2u);
+  EXPECT_EQ(c3->applied, 6u);
+  EXPECT_EQ(c3->dropped, 0u);
+}
+
+TEST(ParamsvcService, AsyncAppliesEveryPushAndBoundedKeepsFastWorkersGoing) {
+  auto srv = StartServer();
+  auto c = Connect(*srv);
+  ASSERT_TRUE(c->Join(OnePartition("async", 2, Mode::kAsync, 0), 0).ok());
+  RawPusher p{c.get(), c->job()};
+  for (int i = 0; i < 5; ++i) {
+    auto r = p.Push(i % 2, 0, 2);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->outcome, PushOutcome::kApplied);
+    EXPECT_EQ(r->version, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(r->staleness, static_cast<uint32_t>(i));
+  }
+  EXPECT_EQ(p.Param(), -10.0f);  // Each push: lr 2 * (2 / 2 workers).
+
+  // bounded(2) with real client threads: worker 1 pushes once while worker 0 pushes many
+  // times; the bound holds for every applied push and the counters add up.
+  const JobSpec spec = OnePartition("straggler", 2, Mode::kBounded, 2);
+  std::atomic<bool> stop{false};
+  std::thread fast([&] {
+    auto w = Connect(*srv);
+    ASSERT_TRUE(w->Join(spec, 0).ok());
+    std::vector<float> g(1024, 1.0f), prm(1024);
+    const void* gp[1] = {g.data()};
+    void* pp[1] = {prm.data()};
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(w->PushPull(gp, pp).ok());
+    stop = true;
+  });
+  auto slow = Connect(*srv);
+  ASSERT_TRUE(slow->Join(spec, 1).ok());
+  std::vector<float> g(1024, 1.0f), prm(1024);
+  const void* gp[1] = {g.data()};
+  void* pp[1] = {prm.data()};
+  ASSERT_TRUE(slow->Pull(pp, false).ok());
+  int slow_pushes = 0;
+  while (!stop.load() && slow_pushes < 3) {
+    ASSERT_TRUE(slow->PushPull(gp, pp).ok());
+    ++slow_pushes;
+  }
+  fast.join();
+  auto ctr = srv->Counters(slow->job());
+  ASSERT_TRUE(ctr.ok());
+  EXPECT_EQ(ctr->pushes, 40u + slow_pushes);
+  EXPECT_EQ(ctr->pushes, ctr->applied + ctr->pending + ctr->dropped);
+  uint64_t within = 0;
+  for (size_t i = 0; i + 1 < ctr->staleness_hist.size(); ++i) within += ctr->staleness_hist[i];
+  EXPECT_EQ(within, ctr->applied + ctr->pending);           // Applied pushes all within s.
+  EXPECT_EQ(ctr->staleness_hist.back(), ctr->dropped);       // Beyond s: exactly the drops.
+  EXPECT_GE(ctr->updates, 20u);                              // The fast worker never waited.
+}
+
+}  // namespace
+}  // namespace tessera::paramsvc
