@@ -35,6 +35,9 @@ const Subcommand kSubcommands[] = {
     {"bench pager", "paging of unmodified workloads vs kernel swap"},
     {"bench nbd", "NBD export vs a file-backed NBD server"},
     {"bench trim", "freeing remote memory with Trim vs overwriting it with zeros"},
+    {"paramsvc serve", "run the Parameter Service (model aggregation) on a memserver host"},
+    {"paramsvc status", "show a Parameter Service's jobs, cores and counters"},
+    {"bench paramsvc", "Parameter Service: summation, packing, vs gloo allreduce, staleness"},
 };
 
 bool IsExecutable(const std::string& path) {

@@ -88,7 +88,7 @@ int RunAggregator(const std::string& secret) {
   o.target_utilisation = FLAGS_target_util;
   o.rebalance_ms = static_cast<uint32_t>(FLAGS_rebalance_ms);
   o.nice = FLAGS_nice;
-  o.checkpoint = &link;
+  o.checkpoint = FLAGS_store.empty() ? nullptr : &link;  // The supervisor keeps them in --store.
   o.accept_on_start = false;
   auto server = Server::Start(o, UniqueFd(FLAGS_listen_fd));
   if (!server.ok()) {
@@ -102,7 +102,7 @@ int RunAggregator(const std::string& secret) {
     return 1;
   }
   (*server)->StartAccepting();
-  std::printf("aggregator pid %d restored %d jobs\n", static_cast<int>(::getpid()), *restored);
+  std::printf("aggregator ready: pid %d, %d jobs restored\n", static_cast<int>(::getpid()), *restored);
   std::fflush(stdout);
   int sig = 0;
   sigwait(&set, &sig);

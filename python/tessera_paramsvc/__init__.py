@@ -1,0 +1,147 @@
+"""Python client of Tessera's Parameter Service (ctypes over libtessera_paramsvc_c.so).
+
+    from tessera_paramsvc import Client
+    c = Client("127.0.0.1", 7800, secret)
+    c.join({"name": "job", "workers": 4, "mode": "sync", "lr": 0.1,
+            "tensors": [{"name": "w", "dtype": "fp32", "shape": [10, 10]}]}, rank)
+    c.push_pull([grad_ptr, ...], [param_ptr, ...])   # raw pointers, one per tensor
+
+The PyTorch integration is tessera_paramsvc.torch (an optimizer wrapper).
+The library is looked up beside this package (build/python -> build/lib) or in
+$TESSERA_PARAMSVC_LIB.
+"""
+import ctypes
+import json
+import os
+
+__all__ = ["Client", "ServiceError", "load_library", "serve"]
+
+_LIB = None
+
+
+class ServiceError(RuntimeError):
+    """A failed service call; .code is Tessera's StatusCode number."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def load_library():
+    global _LIB
+    if _LIB is not None:
+        return _LIB
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("TESSERA_PARAMSVC_LIB", ""),
+                  os.path.join(here, "..", "..", "lib", "libtessera_paramsvc_c.so"),
+                  os.path.join(here, "libtessera_paramsvc_c.so")]
+    for path in candidates:
+        if path and os.path.exists(path):
+            lib = ctypes.CDLL(os.path.abspath(path))
+            break
+    else:
+        raise OSError("libtessera_paramsvc_c.so not found (build Tessera, or set "
+                      "TESSERA_PARAMSVC_LIB); looked in: " + ", ".join(c for c in candidates if c))
+    vp, ip, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    lib.tps_last_error.restype = cp
+    lib.tps_connect.restype = vp
+    lib.tps_connect.argtypes = [cp, ip, cp, ip, ip]
+    lib.tps_close.argtypes = [vp]
+    lib.tps_join.argtypes = [vp, cp, ip]
+    lib.tps_set_params.argtypes = [vp, ctypes.POINTER(vp)]
+    lib.tps_push_pull.argtypes = [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
+    lib.tps_push.argtypes = [vp, ctypes.POINTER(vp)]
+    lib.tps_pull.argtypes = [vp, ctypes.POINTER(vp), ip]
+    lib.tps_barrier.argtypes = [vp, ctypes.c_ulonglong]
+    lib.tps_release.argtypes = [vp]
+    lib.tps_counters.argtypes = [vp, ctypes.POINTER(ctypes.c_ulonglong)]
+    lib.tps_min_version.restype = ctypes.c_ulonglong
+    lib.tps_min_version.argtypes = [vp]
+    lib.tps_status.restype = ctypes.c_longlong
+    lib.tps_status.argtypes = [vp, ctypes.c_char_p, ctypes.c_longlong]
+    _LIB = lib
+    return lib
+
+
+def _check(rc):
+    if rc < 0:
+        raise ServiceError(-rc, _LIB.tps_last_error().decode())
+    return rc
+
+
+def _ptrs(ptrs):
+    arr = (ctypes.c_void_p * len(ptrs))()
+    for i, p in enumerate(ptrs):
+        arr[i] = p
+    return arr
+
+
+class Client:
+    """One worker's connection to the service. Not thread-safe."""
+
+    def __init__(self, host, port, secret, timeout_ms=60000, reconnect_ms=30000):
+        lib = load_library()
+        self._h = lib.tps_connect(host.encode(), int(port), secret.encode(), int(timeout_ms),
+                                  int(reconnect_ms))
+        if not self._h:
+            raise ServiceError(14, lib.tps_last_error().decode())
+
+    def close(self):
+        if self._h:
+            _LIB.tps_close(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def join(self, spec, rank):
+        _check(_LIB.tps_join(self._h, json.dumps(spec).encode(), int(rank)))
+
+    def set_params(self, ptrs):
+        """Initial values; False when the job already trained (pull instead)."""
+        return _check(_LIB.tps_set_params(self._h, _ptrs(ptrs))) == 0
+
+    def push_pull(self, grad_ptrs, param_ptrs):
+        _check(_LIB.tps_push_pull(self._h, _ptrs(grad_ptrs), _ptrs(param_ptrs)))
+
+    def push(self, grad_ptrs):
+        _check(_LIB.tps_push(self._h, _ptrs(grad_ptrs)))
+
+    def pull(self, param_ptrs, wait=False):
+        _check(_LIB.tps_pull(self._h, _ptrs(param_ptrs), 1 if wait else 0))
+
+    def barrier(self, iteration):
+        _check(_LIB.tps_barrier(self._h, int(iteration)))
+
+    def release(self):
+        _check(_LIB.tps_release(self._h))
+
+    def counters(self):
+        out = (ctypes.c_ulonglong * 7)()
+        _LIB.tps_counters(self._h, out)
+        keys = ["pushes", "applied", "dropped", "late", "max_staleness", "rollbacks", "reconnects"]
+        return dict(zip(keys, list(out)))
+
+    def min_version(self):
+        return _LIB.tps_min_version(self._h)
+
+    def status(self):
+        n = _check(_LIB.tps_status(self._h, None, 0))
+        buf = ctypes.create_string_buffer(n + 1)
+        _check(_LIB.tps_status(self._h, buf, n + 1))
+        return json.loads(buf.value.decode())
+
+
+def serve(bin_dir, cores=2, extra=(), token_file=None):
+    """Starts `tessera-paramsvc-serve --port 0` from bin_dir; returns (process, host, port)."""
+    import subprocess
+    cmd = [os.path.join(bin_dir, "tessera-paramsvc-serve"), "--port=0", "--cores=%d" % cores,
+           "--log_level=warning"] + list(extra)
+    if token_file:
+        cmd.append("--auth_token_file=" + token_file)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("listening on "):
+            host, port = line.split()[2].rsplit(":", 1)
+            return proc, host, int(port)
+    raise RuntimeError("tessera-paramsvc-serve exited before listening")

@@ -1,0 +1,241 @@
+// The Parameter Service as real processes: `tessera paramsvc serve` checkpointing into real
+// memservers, its aggregation server SIGKILLed mid-training; the CLI; the PyTorch example.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "apps/paramsvc/client.h"
+#include "client/local_cluster.h"
+#include "common/subprocess.h"
+#include "tests/support/test_util.h"
+
+namespace tessera::paramsvc {
+namespace {
+
+using tessera::testing::BinDir;
+using tessera::testing::RunCommand;
+using tessera::testing::RunTessera;
+
+struct Service {
+  Subprocess proc;
+  uint16_t port = 0;
+  pid_t aggregator = 0;
+};
+
+Result<pid_t> NextAggregator(Subprocess* p) {
+  auto line = p->WaitForLine("aggregator pid ", Deadline::AfterMs(30000));
+  if (!line.ok()) return line.status();
+  return static_cast<pid_t>(std::stol(line->substr(15)));
+}
+
+Result<Service> StartService(const client::LocalCluster* store, const std::string& token) {
+  std::vector<std::string> argv = {BinDir() + "/tessera-paramsvc-serve", "--port=0", "--cores=2",
+                                   "--log_level=warning", "--auth_token_file=" + token};
+  if (store) {
+    argv.push_back("--store=" + store->cluster_file_path());
+    argv.push_back("--ec_k=2");
+    argv.push_back("--ec_r=1");
+    argv.push_back("--store_mb=64");
+  }
+  Subprocess::Options o;
+  o.capture_stdout = true;
+  auto p = Subprocess::Start(argv, o);
+  if (!p.ok()) return p.status();
+  Service s;
+  s.proc = std::move(*p);
+  auto line = s.proc.WaitForLine("listening on ", Deadline::AfterMs(30000));
+  if (!line.ok()) return line.status();
+  s.port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  auto agg = NextAggregator(&s.proc);
+  if (!agg.ok()) return agg.status();
+  s.aggregator = *agg;
+  return s;
+}
+
+JobSpec IntJob() {
+  JobSpec s;
+  s.name = "resilient";
+  s.workers = 2;
+  s.optimizer.lr = 2.0f;  // p -= sum of both workers' gradients, exactly
+  s.partition_bytes = 4096;
+  s.tensors = {{"w", DType::kF32, {3000}}, {"b", DType::kF32, {10}}};
+  return s;
+}
+
+float F(uint64_t v, uint32_t w) { return static_cast<float>((v + 2 * w) % 5); }
+
+TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCheckpoint) {
+  client::LocalClusterOptions co;
+  co.bin_dir = BinDir();
+  co.servers = 3;
+  co.capacity = "64M";
+  co.slab_size = "1M";
+  auto cluster = client::LocalCluster::Start(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto svc = StartService(cluster->get(), (*cluster)->token_path());
+  ASSERT_TRUE(svc.ok()) << svc.status();
+
+  const JobSpec spec = IntJob();
+  constexpr uint64_t kTarget = 120;   // Train until every partition reaches this version.
+  constexpr uint64_t kKillAt = 40;
+  std::atomic<uint64_t> seen{0};
+  std::atomic<uint64_t> before_kill{0}, after_restore{UINT64_MAX};
+  std::atomic<bool> killed{false};
+  std::vector<std::vector<uint64_t>> versions(2);
+  std::vector<std::vector<float>> finals(2);
+  std::vector<ClientCounters> counters(2);
+  auto work = [&](uint32_t w) {
+    ClientOptions o;
+    o.port = svc->port;
+    o.secret = (*cluster)->secret();
+    o.op_timeout_ms = 20000;
+    o.reconnect_ms = 30000;
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Join(spec, w).ok());
+    std::vector<float> w0(3000, 100.0f), b0(10, 100.0f);
+    std::vector<float> gw(3000), gb(10);
+    void* params[2] = {w0.data(), b0.data()};
+    const void* grads[2] = {gw.data(), gb.data()};
+    if (w == 0) ASSERT_TRUE((*c)->SetParams({params, 2}).ok());
+    ASSERT_TRUE((*c)->Barrier(0).ok());
+    ASSERT_TRUE((*c)->Pull({params, 2}, false).ok());
+    while ((*c)->min_version() < kTarget) {
+      for (uint32_t p = 0; p < (*c)->layout().partitions.size(); ++p) {
+        const auto& pi = (*c)->layout().partitions[p];
+        float* g = pi.tensor == 0 ? gw.data() : gb.data();
+        for (uint32_t i = 0; i < pi.count; ++i) g[pi.offset + i] = F((*c)->version(p), w);
+      }
+      const uint64_t reconnects = (*c)->counters().reconnects;
+      Status s = (*c)->PushPull({grads, 2}, {params, 2});
+      ASSERT_TRUE(s.ok()) << s;
+      if (w == 0) {
+        seen = (*c)->min_version();
+        // The last version seen before the failure (a call that straddles the kill resyncs).
+        if ((*c)->counters().reconnects == reconnects && after_restore.load() == UINT64_MAX) {
+          before_kill = (*c)->min_version();
+        }
+        if ((*c)->counters().reconnects > reconnects) after_restore = (*c)->min_version();
+      }
+    }
+    versions[w].clear();
+    for (uint32_t p = 0; p < (*c)->layout().partitions.size(); ++p) versions[w].push_back((*c)->version(p));
+    finals[w] = w0;
+    finals[w].insert(finals[w].end(), b0.begin(), b0.end());
+    counters[w] = (*c)->counters();
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  // Kill the aggregation server once training is under way (polling a counter the worker
+  // publishes; bounded).
+  const Deadline d = Deadline::AfterMs(60000);
+  while (seen.load() < kKillAt && !d.Expired()) std::this_thread::yield();
+  ASSERT_GE(seen.load(), kKillAt) << "training did not progress";
+  killed = true;
+  ASSERT_EQ(::kill(svc->aggregator, SIGKILL), 0);
+  auto replacement = NextAggregator(&svc->proc);
+  ASSERT_TRUE(replacement.ok()) << "the supervisor did not start a replacement: " << replacement.status();
+  EXPECT_NE(*replacement, svc->aggregator);
+  t0.join();
+  t1.join();
+
+  // Exactness across the failure: each partition equals 100 - sum over its versions of both
+  // workers' gradients: nothing applied twice, nothing lost from the restored state on.
+  auto c = Client::Connect({"127.0.0.1", svc->port, (*cluster)->secret(), 0, 5000, 20000, 0});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Join(spec, 0).ok());
+  std::vector<float> w0(3000), b0(10);
+  void* params[2] = {w0.data(), b0.data()};
+  ASSERT_TRUE((*c)->Pull({params, 2}, false).ok());
+  for (uint32_t p = 0; p < (*c)->layout().partitions.size(); ++p) {
+    const auto& pi = (*c)->layout().partitions[p];
+    const uint64_t V = (*c)->version(p);
+    EXPECT_GE(V, kTarget);
+    float want = 100.0f;
+    for (uint64_t v = 0; v < V; ++v) want -= F(v, 0) + F(v, 1);
+    const float* got = pi.tensor == 0 ? w0.data() : b0.data();
+    for (uint32_t i = 0; i < pi.count; ++i) {
+      ASSERT_EQ(got[pi.offset + i], want) << "partition " << p << " element " << i << " version " << V;
+    }
+  }
+  EXPECT_GE(counters[0].reconnects, 1u);
+  EXPECT_GE(counters[1].reconnects, 1u);
+  ASSERT_NE(after_restore.load(), UINT64_MAX);
+  EXPECT_GT(after_restore.load(), 0u) << "resumed from scratch instead of the checkpoint";
+  const int64_t lost = static_cast<int64_t>(before_kill.load()) - static_cast<int64_t>(after_restore.load());
+  std::printf("paramsvc failure test: version %llu before the kill, resumed at %llu (%lld iterations lost)\n",
+              static_cast<unsigned long long>(before_kill.load()),
+              static_cast<unsigned long long>(after_restore.load()), static_cast<long long>(lost));
+  RecordProperty("iterations_lost", static_cast<int>(lost));
+  // The status tool sees the job at its final version, restored (same job id).
+  auto st = RunTessera({"paramsvc", "status", "127.0.0.1:" + std::to_string(svc->port), "--json",
+                        "--auth_token_file=" + (*cluster)->token_path()});
+  ASSERT_EQ(st.exit_code, 0) << st.stdout_text;
+  auto j = nlohmann::json::parse(st.stdout_text);
+  ASSERT_EQ(j["jobs"].size(), 1u);
+  EXPECT_EQ(j["jobs"][0]["name"], "resilient");
+  EXPECT_EQ(j["jobs"][0]["job"].get<uint32_t>(), (*c)->job());
+  EXPECT_TRUE(j["checkpoints"].get<bool>());
+  EXPECT_EQ(j["pid"].get<pid_t>(), *replacement);
+  auto stopped = svc->proc.Stop(10000);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0);
+}
+
+TEST(ParamsvcIntegration, CliRejectsBadFlagsAndReportsADeadService) {
+  auto bad = RunTessera({"paramsvc", "serve", "--cores=0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  bad = RunTessera({"paramsvc", "serve", "--target_util=1.5"});
+  EXPECT_EQ(bad.exit_code, 2);
+  auto dead = RunCommand({BinDir() + "/tessera", "paramsvc", "status", "127.0.0.1:1"}, 20000, true);
+  EXPECT_EQ(dead.exit_code, 1);
+  auto usage = RunTessera({"paramsvc", "status"});
+  EXPECT_EQ(usage.exit_code, 2);
+  // Without --store the service says it does not checkpoint, and serves.
+  tessera::testing::TempDir dir;
+  const std::string token = dir.path() + "/token";
+  {
+    FILE* f = std::fopen(token.c_str(), "w");
+    std::fputs("paramsvc-cli-test-secret-0123456789\n", f);
+    std::fclose(f);
+  }
+  auto svc = StartService(nullptr, token);
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  auto st = RunTessera({"paramsvc", "status", "127.0.0.1:" + std::to_string(svc->port),
+                        "--auth_token_file=" + token});
+  EXPECT_EQ(st.exit_code, 0);
+  EXPECT_NE(st.stdout_text.find("checkpoints off"), std::string::npos) << st.stdout_text;
+  auto wrong = RunCommand({BinDir() + "/tessera", "paramsvc", "status",
+                           "127.0.0.1:" + std::to_string(svc->port)}, 20000);
+  EXPECT_EQ(wrong.exit_code, 1);  // The development secret is not this service's.
+}
+
+TEST(ParamsvcIntegration, PyTorchExampleMatchesGlooAccuracy) {
+  auto probe = RunCommand({"/usr/bin/python3", "-c", "import torch"}, 60000);
+  ASSERT_EQ(probe.exit_code, 0)
+      << "/usr/bin/python3 cannot import torch: install Debian's python3-torch (scripts/setup.sh)";
+  auto r = RunCommand({"/usr/bin/python3", std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py",
+                       "--backend=both", "--workers=4", "--epochs=1", "--bin_dir=" + BinDir(),
+                       "--tolerance=0.02"},
+                      180000, true);
+  std::istringstream in(r.stdout_text);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) rows.push_back(j);
+  }
+  ASSERT_EQ(rows.size(), 3u) << r.stdout_text;
+  EXPECT_EQ(rows[0]["backend"], "paramsvc");
+  EXPECT_EQ(rows[1]["backend"], "gloo");
+  EXPECT_GT(rows[0]["accuracy"].get<double>(), 0.8);  // It really learned (10 classes: 0.1 chance).
+  EXPECT_TRUE(rows[2]["ok"].get<bool>()) << r.stdout_text;
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(rows[0]["counters"]["rollbacks"].get<int>(), 0);
+}
+
+}  // namespace
+}  // namespace tessera::paramsvc
