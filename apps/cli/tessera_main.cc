@@ -33,6 +33,7 @@ const Subcommand kSubcommands[] = {
     {"bench fabric", "one-sided read/write latency and throughput vs memcached"},
     {"bench pagestore", "page store latency/throughput: EC vs replication vs local SSD"},
     {"bench pager", "paging of unmodified workloads vs kernel swap"},
+    {"bench programs", "python3, GNU sort and redis locally, under tessera run and under swap"},
     {"bench nbd", "NBD export vs a file-backed NBD server"},
     {"bench trim", "freeing remote memory with Trim vs overwriting it with zeros"},
     {"paramsvc serve", "run the Parameter Service (model aggregation) on a memserver host"},
