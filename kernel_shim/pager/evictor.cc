@@ -1,0 +1,299 @@
+#include "kernel_shim/pager/pager_impl.h"
+
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "common/logging.h"
+
+namespace tessera::kernel_shim::internal {
+
+uint64_t PagerImpl::LimitPages() const {
+  if (o_.local_limit_bytes > 0) return std::max<uint64_t>(1, o_.local_limit_bytes / kPageSize);
+  if (o_.local_fraction > 0) {
+    uint64_t floor_pages = o_.min_local_bytes / kPageSize;
+    uint64_t f = static_cast<uint64_t>(o_.local_fraction *
+                                       static_cast<double>(peak_footprint_.load()));
+    return std::max<uint64_t>(std::max<uint64_t>(floor_pages, f), 1);
+  }
+  return 0;
+}
+
+void PagerImpl::MaybeKickEviction() {
+  uint64_t cap = LimitPages();
+  if (cap == 0) return;
+  if (static_cast<double>(resident_.load()) <= o_.high_watermark * static_cast<double>(cap)) return;
+  {
+    std::lock_guard<std::mutex> l(evict_mu_);
+    if (evict_kick_) return;
+    evict_kick_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+void PagerImpl::Throttle() {
+  uint64_t cap = LimitPages();
+  if (cap == 0) return;
+  // Write-backs failing (the store refuses writes): the cap cannot be kept; waiting would only
+  // slow the program down to no purpose.
+  if (evict_failing_.load(std::memory_order_relaxed)) return;
+  uint64_t hard = cap + std::max<uint64_t>(2 * o_.evict_batch, cap / 8);
+  std::unique_lock<std::mutex> l(evict_mu_);
+  for (int i = 0; i < 20 && static_cast<uint64_t>(resident_.load()) > hard; ++i) {
+    if (evict_paused_ > 0 || stopping_.load()) return;
+    evict_kick_ = true;
+    evict_cv_.notify_one();
+    evict_idle_cv_.wait_for(l, std::chrono::milliseconds(1));
+  }
+}
+
+void PagerImpl::DrainPolicyEvents() {
+  std::vector<PageId> ev;
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    ev.swap(resident_events_);
+  }
+  for (PageId p : ev) chooser_->Admit(p);
+}
+
+void PagerImpl::ArmWriteTrap(PageId p) {
+  traps_armed_.fetch_add(1, std::memory_order_relaxed);
+  (void)uffd_.WriteProtect(Addr(p), kPageSize, /*protect=*/true, 1000);  // Best effort: a hint.
+}
+
+void PagerImpl::WriteDone(PageOp* op) {
+  auto* batch = static_cast<WbBatch*>(op->user);
+  {
+    std::lock_guard<std::mutex> l(batch->mu);
+    batch->done[static_cast<size_t>(op - batch->ops.data())] = 1;
+    if (--batch->pending == 0) batch->cv.notify_all();
+  }
+  batch->Unref();
+}
+
+std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> victims_in) {
+  auto job = std::make_unique<EvictJob>();
+  job->victims = std::move(victims_in);
+  const std::vector<Victim>& victims = job->victims;
+  size_t n = victims.size();
+  // 1. Write-protect the dirty victims, runs of consecutive pages in one ioctl (clean pages are
+  //    mapped write-protected already).
+  std::vector<PageId> dirty_pages;
+  for (const Victim& v : victims) if (v.dirty) dirty_pages.push_back(v.page);
+  std::sort(dirty_pages.begin(), dirty_pages.end());
+  for (size_t k = 0; k < dirty_pages.size();) {
+    size_t j = k;
+    while (j + 1 < dirty_pages.size() && dirty_pages[j + 1] == dirty_pages[j] + 1) ++j;
+    Status st = uffd_.WriteProtect(Addr(dirty_pages[k]), (j - k + 1) * kPageSize, true);
+    if (!st.ok()) TLOG(ERROR) << "pager: write-protecting victims: " << st.ToString();
+    k = j + 1;
+  }
+  // 2. Copy the dirty pages out (a write after the protection faults and sets kRedirty) and
+  //    write them back in one batch.
+  auto* batch = new WbBatch();
+  batch->bufs.resize(n * kPageSize);
+  batch->ops.resize(n);
+  batch->done.assign(n, 1);
+  std::vector<PageOp*> submit;
+  // Victims never stored whose bytes are still all zeros (zero-filled, never written): dropped
+  // without a write-back, back to never-written.
+  job->zero.assign(n, 0);
+  std::vector<uint8_t>& zero = job->zero;
+  for (size_t i = 0; i < n; ++i) {
+    if (!victims[i].dirty) continue;
+    uint8_t* b = batch->bufs.data() + i * kPageSize;
+    std::memcpy(b, Addr(victims[i].page), kPageSize);
+    if (!(W(victims[i].page).load() & kInStore) && IsAllZero(b)) {
+      zero[i] = 1;
+      continue;
+    }
+    PageOp& op = batch->ops[i];
+    op.kind = PageOp::Kind::kWrite;
+    op.page = victims[i].page;
+    op.buf = b;
+    op.done = &PagerImpl::WriteDone;
+    op.user = batch;
+    batch->done[i] = 0;
+    submit.push_back(&op);
+  }
+  job->batch = batch;
+  if (!submit.empty()) {
+    batch->pending = submit.size();
+    batch->refs.fetch_add(static_cast<int>(submit.size()));
+    job->submit_status = o_.store->Submit(submit);
+    if (!job->submit_status.ok()) {
+      batch->refs.fetch_sub(static_cast<int>(submit.size()));  // No callback will come.
+    } else {
+      job->submitted = true;
+    }
+  }
+  return job;
+}
+
+size_t PagerImpl::FinishEvict(EvictJob* job) {
+  size_t failures = 0;
+  const std::vector<Victim>& victims = job->victims;
+  const std::vector<uint8_t>& zero = job->zero;
+  const size_t n = victims.size();
+  WbBatch* batch = job->batch;
+  // Per victim: the write-back's outcome (OK for clean and all-zero victims).
+  std::vector<Status> wb_status(n);
+  if (!job->submit_status.ok()) {
+    for (size_t i = 0; i < n; ++i) {
+      if (victims[i].dirty && !zero[i]) wb_status[i] = job->submit_status;
+    }
+  } else if (job->submitted) {
+    {
+      std::unique_lock<std::mutex> l(batch->mu);
+      if (!batch->cv.wait_for(l, std::chrono::milliseconds(kWritebackTimeoutMs),
+                              [&] { return batch->pending == 0; })) {
+        TLOG(ERROR) << "pager: " << batch->pending << " write-backs got no completion from the "
+                    << "store in " << kWritebackTimeoutMs / 1000 << " s (a store bug); their "
+                    << "pages stay resident";
+      }
+      for (size_t i = 0; i < n; ++i) {
+        if (!victims[i].dirty || zero[i]) continue;
+        wb_status[i] = batch->done[i] ? batch->ops[i].status
+                                      : Timeout("no completion from the store");
+      }
+    }
+  }
+  batch->Unref();
+  job->batch = nullptr;
+  // 3. Commit: drop each victim unless it was written meanwhile or its write-back failed.
+  std::vector<size_t> drop;  // Indices into victims.
+  std::vector<PageId> kept;
+  for (size_t i = 0; i < n; ++i) {
+    PageId p = victims[i].page;
+    auto& w = W(p);
+    bool wb_ok = wb_status[i].ok();
+    if (victims[i].dirty && !zero[i]) {
+      if (wb_ok) remote_writes_.fetch_add(1);
+      else {
+        failures++;
+        uint64_t n_err = writeback_errors_.fetch_add(1) + 1;
+        if ((n_err & (n_err - 1)) == 0) {  // Logged at 1, 2, 4, 8, ... failures.
+          TLOG(WARNING) << "pager: write-back of page " << p << " failed ("
+                        << wb_status[i].ToString() << "); the page stays resident ("
+                        << n_err << " failed write-backs so far)";
+        }
+      }
+    }
+    for (;;) {
+      uint64_t s = w.load();
+      uint64_t in_store = (victims[i].dirty && !zero[i] && wb_ok) ? kInStore : 0;
+      if (!wb_ok || (s & kRedirty)) {
+        // Keep it: dirty (the write-back is stale or missing).
+        if (!w.compare_exchange_weak(s, (With(s, kDirty) & ~kRedirty) | in_store)) continue;
+        kept.push_back(p);
+        break;
+      }
+      if (!w.compare_exchange_weak(s, With(s, kDropping) | in_store)) continue;
+      drop.push_back(i);
+      break;
+    }
+  }
+  // 4. MADV_DONTNEED the dropped pages, runs in one call.
+  std::vector<PageId> sorted;
+  for (size_t i : drop) sorted.push_back(victims[i].page);
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < sorted.size();) {
+    size_t j = k;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (::madvise(Addr(sorted[k]), (j - k + 1) * kPageSize, MADV_DONTNEED) != 0) {
+      TLOG(ERROR) << "pager: madvise(DONTNEED): " << strerror(errno);
+    }
+    k = j + 1;
+  }
+  // 5. End the transitions; resolve faults that arrived meanwhile.
+  for (size_t i : drop) {
+    const PageId p = victims[i].page;
+    auto& w = W(p);
+    uint64_t s = w.load();
+    uint64_t fin;
+    do {
+      fin = (s & kInStore) ? (kRemote | kInStore) : kNever;
+    } while (!w.compare_exchange_weak(s, fin));
+    resident_.fetch_sub(1);
+    evictions_.fetch_add(1);
+    if (!(s & kInStore)) AddFootprint(footprint_, peak_footprint_, -1);
+    if (zero[i]) zero_drops_.fetch_add(1);
+    else if (!victims[i].dirty) clean_drops_.fetch_add(1);
+    ResolveWaiters(p, s);
+  }
+  if (!kept.empty()) {
+    std::lock_guard<std::mutex> l(events_mu_);
+    for (PageId p : kept) resident_events_.push_back(p);
+  }
+  return failures;
+}
+
+void PagerImpl::EvictLoop() {
+  // Up to kEvictPipeline batches are in flight at once: the next batch is picked, protected and
+  // submitted while earlier write-backs are on the wire, so eviction keeps up with a fault
+  // stream and faults wait (Throttle) only when the cap truly cannot be kept.
+  constexpr size_t kEvictPipeline = 4;
+  std::deque<std::unique_ptr<EvictJob>> inflight;
+  int64_t inflight_pages = 0;
+  auto finish_oldest = [&]() -> size_t {
+    std::unique_ptr<EvictJob> job = std::move(inflight.front());
+    inflight.pop_front();
+    inflight_pages -= static_cast<int64_t>(job->victims.size());
+    size_t failed = FinishEvict(job.get());
+    evict_failing_.store(failed > 0);
+    evict_idle_cv_.notify_all();
+    return failed;
+  };
+  while (true) {
+    {
+      std::unique_lock<std::mutex> l(evict_mu_);
+      evict_cv_.wait(l, [&] { return evict_kick_ || stopping_.load(); });
+      evict_kick_ = false;
+      if (stopping_.load()) return;
+      if (evict_paused_ > 0) continue;
+      evict_running_ = true;
+    }
+    for (;;) {
+      DrainPolicyEvents();
+      uint64_t cap = LimitPages();
+      if (cap == 0 || stopping_.load()) break;
+      {
+        std::lock_guard<std::mutex> l(evict_mu_);
+        if (evict_paused_ > 0) break;
+      }
+      double low = o_.low_watermark * static_cast<double>(cap);
+      int64_t r = resident_.load() - inflight_pages;  // What stays once the jobs commit.
+      if (static_cast<double>(r) <= low) break;
+      size_t want = std::min<size_t>(o_.evict_batch,
+                                     static_cast<size_t>(static_cast<double>(r) - low) + 1);
+      std::vector<Victim> victims;
+      if (chooser_->Pick(want, cap, &victims) == 0) {
+        if (inflight.empty()) break;
+        finish_oldest();  // Its kept pages may become victims again.
+        continue;
+      }
+      inflight_pages += static_cast<int64_t>(victims.size());
+      inflight.push_back(StartEvict(std::move(victims)));
+      if (inflight.size() >= kEvictPipeline && finish_oldest() > 0) {
+        // The store rejects writes: back off instead of spinning on the same pages.
+        while (!inflight.empty()) finish_oldest();
+        std::unique_lock<std::mutex> l(evict_mu_);
+        evict_cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return stopping_.load(); });
+      }
+    }
+    while (!inflight.empty()) finish_oldest();
+    {
+      std::lock_guard<std::mutex> l(evict_mu_);
+      evict_running_ = false;
+    }
+    evict_idle_cv_.notify_all();
+  }
+}
+
+}  // namespace tessera::kernel_shim::internal

@@ -1,0 +1,449 @@
+#include "kernel_shim/pager/pager_impl.h"
+
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "common/clock.h"
+#include "common/logging.h"
+
+namespace tessera::kernel_shim::internal {
+
+bool PagerImpl::CopyIn(PageId p, const uint8_t* src, bool writable) {
+  size_t mapped = 0;
+  Status st = uffd_.Copy(Addr(p), src, kPageSize, writable, &mapped);
+  if (st.ok()) return true;
+  if (st.code() == StatusCode::kAlreadyExists) {  // Mapped already (someone else won): wake.
+    Wake(p);
+    return true;
+  }
+  TLOG(ERROR) << "pager: page " << p << ": " << st.ToString();
+  return false;
+}
+
+void PagerImpl::Wake(PageId p) { uffd_.Wake(Addr(p), kPageSize); }
+
+void PagerImpl::Unprotect(PageId p) {
+  Status st = uffd_.WriteProtect(Addr(p), kPageSize, /*protect=*/false);
+  if (st.ok()) return;
+  TLOG(ERROR) << "pager: clearing write protection of page " << p << ": " << st.ToString();
+  Wake(p);
+}
+
+void PagerImpl::Poison(PageId p, const Status& why) {
+  fill_errors_.fetch_add(1);
+  TLOG(ERROR) << "pager: page " << p << " cannot be read back (" << why.ToString()
+              << "): the access gets SIGBUS";
+  if (have_poison_) {
+    Status st = uffd_.Poison(Addr(p), kPageSize);
+    if (st.ok()) {
+      W(p).store(kPoisoned);
+      Wake(p);
+      return;
+    }
+    TLOG(ERROR) << "pager: page " << p << ": " << st.ToString();
+  }
+  // No poison support: never map zeros; leave the page remote and let the access retry.
+  W(p).store(kRemote | kInStore);
+  Wake(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault handling.
+
+void PagerImpl::FaultLoop(int index) {
+  (void)index;
+  constexpr int kBatch = 64;
+  uffd_msg msgs[kBatch];
+  StreamDetector stream(o_.prefetch_max_pages);
+  std::vector<std::pair<PageId, uint64_t>> missing;  // page, write flag
+  std::vector<PageId> wps;
+  std::vector<std::pair<PageId, bool>> handed;
+  // This thread's page buffer for the reads it serves itself (fault_thread_reads).
+  alignas(64) static thread_local uint8_t sync_page[kPageSize];
+  uint8_t* const sync_buf = o_.fault_thread_reads ? sync_page : nullptr;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      TLOG(ERROR) << "pager: poll: " << strerror(errno);
+      return;
+    }
+    if (stopping_.load()) return;
+    if (fds[1].revents & POLLIN) {
+      uint64_t v;
+      (void)!::read(stop_fd_.get(), &v, sizeof v);
+      {
+        std::lock_guard<std::mutex> l(handoff_mu_);
+        handed.swap(handoff_);
+      }
+      for (auto [p, w] : handed) HandleMissing(p, w, 0, nullptr);  // Counted already.
+      handed.clear();
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    for (;;) {
+      ssize_t got = ::read(uffd_.fd(), msgs, sizeof msgs);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) TLOG(ERROR) << "pager: read(uffd): " << strerror(errno);
+        break;
+      }
+      uint64_t t0 = MonotonicNs();
+      size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+      missing.clear();
+      wps.clear();
+      for (size_t i = 0; i < count; ++i) {
+        if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+        uint64_t addr = msgs[i].arg.pagefault.address;
+        uintptr_t b = reinterpret_cast<uintptr_t>(base());
+        if (addr < b || addr >= b + size()) continue;
+        PageId p = (addr - b) / kPageSize;
+        uint64_t fl = msgs[i].arg.pagefault.flags;
+        if (fl & UFFD_PAGEFAULT_FLAG_WP) {
+          wps.push_back(p);
+        } else {
+          missing.emplace_back(p, (fl & UFFD_PAGEFAULT_FLAG_WRITE) ? 1 : 0);
+        }
+      }
+      // De-duplicate: one handling per page, a write if any of its faults was a write. Keep
+      // fault order (the prefetch detector reads it), so dedupe without sorting the batch.
+      if (missing.size() > 1) {
+        std::vector<std::pair<PageId, uint64_t>> uniq;
+        uniq.reserve(missing.size());
+        for (auto& m : missing) {
+          auto it = std::find_if(uniq.begin(), uniq.end(),
+                                 [&](const auto& u) { return u.first == m.first; });
+          if (it == uniq.end()) uniq.push_back(m); else it->second |= m.second;
+        }
+        missing.swap(uniq);
+      }
+      std::sort(wps.begin(), wps.end());
+      wps.erase(std::unique(wps.begin(), wps.end()), wps.end());
+      if (!missing.empty()) Throttle();
+      // Several faults in one batch (threads faulting at once): all but the last are submitted
+      // to the store, so their reads overlap; the last is served on this thread.
+      for (size_t i = 0; i < missing.size(); ++i) {
+        HandleMissing(missing[i].first, missing[i].second != 0, t0,
+                      o_.prefetch ? &stream : nullptr,
+                      i + 1 == missing.size() ? sync_buf : nullptr);
+      }
+      for (PageId p : wps) HandleWp(p);
+      if (static_cast<size_t>(got) < sizeof msgs) break;
+    }
+  }
+}
+
+void PagerImpl::Handoff(PageId p, bool write) {
+  {
+    std::lock_guard<std::mutex> l(handoff_mu_);
+    handoff_.emplace_back(p, write);
+  }
+  uint64_t one = 1;
+  (void)!::write(stop_fd_.get(), &one, sizeof one);
+}
+
+bool PagerImpl::MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in_store,
+                        uint64_t t0) {
+  BecameResident(p);
+  if (!CopyIn(p, src, writable)) {
+    resident_.fetch_sub(1);
+    W(p).store(in_store ? (kRemote | kInStore) : kNever);
+    Wake(p);
+    return false;
+  }
+  W(p).store(in_store | (writable ? kDirty : kClean));
+  RecordLatency(t0);
+  // Bookkeeping off the latency path (the COPY has woken the faulting thread already).
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    resident_events_.push_back(p);
+  }
+  MaybeKickEviction();
+  return true;
+}
+
+void PagerImpl::RecordLatency(uint64_t t0) {
+  if (t0 == 0) return;
+  uint64_t dt = MonotonicNs() - t0;
+  std::lock_guard<std::mutex> l(hist_mu_);
+  fault_latency_.Record(dt);
+}
+
+// Accounting for a page about to be mapped (done before the COPY so that the woken thread
+// sees consistent stats; undone by Unresident if the COPY fails).
+void PagerImpl::BecameResident(PageId) {
+  int64_t r = resident_.fetch_add(1) + 1;
+  uint64_t pr = peak_resident_.load();
+  while (static_cast<uint64_t>(r) > pr && !peak_resident_.compare_exchange_weak(pr, r)) {}
+}
+
+void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector* stream,
+                              uint8_t* sync_buf) {
+  auto& w = W(p);
+  NoteTouched(p);
+  for (;;) {
+    uint64_t s = w.load();
+    switch (St(s)) {
+      case kNever: {
+        if (!w.compare_exchange_weak(s, With(s, kFilling))) continue;
+        if (t0) faults_.fetch_add(1);
+        zero_fills_.fetch_add(1);
+        MapZeroRun(p, s == kNever ? ClaimZeroNeighbours(p) : 0, s & kInStore, t0);
+        return;
+      }
+      case kRemote: {
+        if (sync_buf != nullptr) {
+          // Served end to end on this thread: read, map, then read ahead while the program
+          // runs again.
+          uint64_t want = With(s, kFilling) | (write ? kFillWrite : 0);
+          if (!w.compare_exchange_strong(s, want)) continue;
+          if (t0) faults_.fetch_add(1);
+          remote_reads_.fetch_add(1);
+          Status st = o_.store->ReadPage(p, sync_buf);
+          if (!st.ok()) {
+            Poison(p, st);
+          } else if (MapPage(p, sync_buf, write, kInStore, t0) && t0) {
+            uint64_t dt = MonotonicNs() - t0;
+            std::lock_guard<std::mutex> l(hist_mu_);
+            remote_fault_latency_.Record(dt);
+          }
+          if (stream) MaybePrefetch(p, stream);
+          return;
+        }
+        FillCtx* c = GetCtx(false);
+        uint64_t want = With(s, kFilling) | (write ? kFillWrite : 0);
+        if (!w.compare_exchange_strong(s, want)) {
+          PutCtx(c);
+          continue;
+        }
+        if (t0) faults_.fetch_add(1);
+        if (stream) MaybePrefetch(p, stream);
+        StartFill(p, c, t0);
+        return;
+      }
+      case kPrefetching: {
+        if (!w.compare_exchange_weak(s, s | kWaitMissing | (write ? kWaitWrite : 0))) continue;
+        if (t0) faults_.fetch_add(1);
+        if (stream) MaybePrefetch(p, stream);
+        return;  // CompletePrefetch maps it.
+      }
+      case kPrefetched: {
+        uint32_t ci = CtxOf(s);
+        if (!w.compare_exchange_weak(s, With(s, kFilling) & 0xffffffffull)) continue;
+        if (t0) faults_.fetch_add(1);
+        prefetch_hits_.fetch_add(1);
+        FillCtx* c = &(*ctxs_)[ci];
+        MapPage(p, c->buf, write, kInStore, t0);
+        PutCtx(c);
+        if (stream) MaybePrefetch(p, stream);
+        return;
+      }
+      case kDropping:
+      case kDiscarding:
+        if (!w.compare_exchange_weak(s, s | kWaitMissing | (write ? kWaitWrite : 0))) continue;
+        return;  // The owner resolves it when its transition ends.
+      case kFilling:
+        return;  // Duplicate: the fill in flight wakes it.
+      default:
+        // Mapped (kClean, kDirty, kEvicting) or poisoned: a stale message. Wake it; if it
+        // still cannot proceed it faults again.
+        Wake(p);
+        return;
+    }
+  }
+}
+
+size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
+  size_t want = std::min(o_.zero_fault_around_pages, kMaxFaultAround);
+  if (want == 0) return 0;
+  if (uint64_t cap = LimitPages(); cap > 0) {
+    const int64_t room = static_cast<int64_t>(cap) - resident_.load() - 1;
+    want = std::min<size_t>(want, static_cast<size_t>(std::max<int64_t>(0, room)));
+  }
+  size_t n = 0;
+  for (; n < want && p + 1 + n < pages_; ++n) {
+    uint64_t z = kNever;
+    if (!W(p + 1 + n).compare_exchange_strong(z, kFilling)) break;
+  }
+  if (n > 0) NoteTouched(p + n);
+  return n;
+}
+
+void PagerImpl::MapZeroRun(PageId p, size_t n, uint64_t in_store, uint64_t t0) {
+  const size_t total = n + 1;
+  AddFootprint(footprint_, peak_footprint_, static_cast<int64_t>(total));
+  {
+    int64_t r = resident_.fetch_add(static_cast<int64_t>(total)) + static_cast<int64_t>(total);
+    uint64_t pr = peak_resident_.load();
+    while (static_cast<uint64_t>(r) > pr && !peak_resident_.compare_exchange_weak(pr, r)) {}
+  }
+  // One UFFDIO_COPY for the run (it may map a prefix only, on failure).
+  size_t mapped = 0;
+  // Writable: a write needs no write-protect fault (see IsAllZero in eviction).
+  Status st = uffd_.Copy(Addr(p), kZeroRun, total * kPageSize, /*writable=*/true, &mapped);
+  mapped /= kPageSize;
+  if (!st.ok()) {
+    TLOG(ERROR) << "pager: mapping zeros at page " << p + mapped << ": " << st.ToString();
+  }
+  for (size_t i = 0; i < total; ++i) {
+    const PageId q = p + i;
+    if (i < mapped) {
+      W(q).store((i == 0 ? in_store : 0) | kDirty);
+      continue;
+    }
+    // Not mapped: back to what it was; a fault waiting on it is woken to fault again.
+    W(q).store(i == 0 && in_store ? (kRemote | kInStore) : kNever);
+    Wake(q);
+  }
+  if (mapped < total) {
+    resident_.fetch_sub(static_cast<int64_t>(total - mapped));
+    AddFootprint(footprint_, peak_footprint_, -static_cast<int64_t>(total - mapped));
+  }
+  if (mapped == 0) return;
+  zero_fill_around_.fetch_add(mapped - 1);
+  RecordLatency(t0);
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    for (size_t i = 0; i < mapped; ++i) resident_events_.push_back(p + i);
+  }
+  MaybeKickEviction();
+}
+
+void PagerImpl::HandleWp(PageId p) {
+  auto& w = W(p);
+  for (;;) {
+    uint64_t s = w.load();
+    if (s & kBusy) {  // Another thread is lifting protection right now.
+      sched_yield();
+      continue;
+    }
+    switch (St(s)) {
+      case kClean:
+        if (!w.compare_exchange_weak(s, (With(s, kDirty) | kBusy | kRef) & ~kArmed)) continue;
+        wp_faults_.fetch_add(1);
+        Unprotect(p);
+        w.fetch_and(~kBusy);
+        return;
+      case kDirty:
+        if (!w.compare_exchange_weak(s, (s | kBusy | kRef) & ~kArmed)) continue;
+        if (s & kArmed) trap_faults_.fetch_add(1);
+        Unprotect(p);
+        w.fetch_and(~kBusy);
+        return;
+      case kEvicting:
+        if (!w.compare_exchange_weak(s, (s | kRedirty | kBusy | kRef) & ~kArmed)) continue;
+        wp_faults_.fetch_add(1);
+        Unprotect(p);
+        w.fetch_and(~kBusy);
+        return;
+      case kDropping:
+      case kDiscarding:
+        if (!w.compare_exchange_weak(s, s | kWaitWp)) continue;
+        return;
+      default:
+        // Not mapped any more (evicted since) or not yet: wake; the access re-faults as missing.
+        Wake(p);
+        return;
+    }
+  }
+}
+
+void PagerImpl::ResolveWaiters(PageId p, uint64_t old) {
+  if (old & kWaitMissing) HandleMissing(p, (old & kWaitWrite) != 0, MonotonicNs(), nullptr);
+  else if (old & kWaitWp) Wake(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fills and prefetch.
+
+FillCtx* PagerImpl::GetCtx(bool for_prefetch) {
+  std::unique_lock<std::mutex> l(ctx_mu_);
+  for (;;) {
+    // Recycle the oldest unused prefetch buffers when running short.
+    while (free_ctx_.size() < kDemandReserve && !prefetched_fifo_.empty()) {
+      uint32_t ci = prefetched_fifo_.front();
+      prefetched_fifo_.pop_front();
+      FillCtx& c = (*ctxs_)[ci];
+      PageId p = c.op.page;
+      uint64_t s = W(p).load();
+      while (St(s) == kPrefetched && CtxOf(s) == ci) {
+        if (W(p).compare_exchange_weak(s, (s & kInStore) | kRemote)) {
+          free_ctx_.push_back(ci);
+          break;
+        }
+      }
+    }
+    if (for_prefetch) {
+      if (free_ctx_.size() <= kDemandReserve) return nullptr;
+    } else if (free_ctx_.empty()) {
+      ctx_cv_.wait(l);
+      continue;
+    }
+    uint32_t ci = free_ctx_.back();
+    free_ctx_.pop_back();
+    return &(*ctxs_)[ci];
+  }
+}
+
+void PagerImpl::PutCtx(FillCtx* c) {
+  {
+    std::lock_guard<std::mutex> l(ctx_mu_);
+    free_ctx_.push_back(c->index);
+  }
+  ctx_cv_.notify_one();
+}
+
+void PagerImpl::StartFill(PageId p, FillCtx* c, uint64_t t0) {
+  c->op = PageOp{};
+  c->op.kind = PageOp::Kind::kRead;
+  c->op.page = p;
+  c->op.buf = c->buf;
+  c->op.done = &PagerImpl::FillDone;
+  c->op.user = c;
+  c->prefetch = false;
+  c->start_ns = t0;
+  remote_reads_.fetch_add(1);
+  PageOp* ops[1] = {&c->op};
+  fills_in_flight_.fetch_add(1);
+  Status st = o_.store->Submit(ops);
+  if (!st.ok()) {
+    fills_in_flight_.fetch_sub(1);
+    c->op.status = st;
+    CompleteFill(c);
+  }
+}
+
+void PagerImpl::FillDone(PageOp* op) {
+  auto* c = static_cast<FillCtx*>(op->user);
+  PagerImpl* self = c->pager;
+  if (c->prefetch) self->CompletePrefetch(c);
+  else self->CompleteFill(c);
+  self->fills_in_flight_.fetch_sub(1);
+}
+
+void PagerImpl::CompleteFill(FillCtx* c) {
+  PageId p = c->op.page;
+  auto& w = W(p);
+  uint64_t s = w.load();
+  if (!c->op.status.ok()) {
+    Status why = c->op.status;
+    PutCtx(c);
+    Poison(p, why);
+    return;
+  }
+  if (MapPage(p, c->buf, (s & kFillWrite) != 0, kInStore, c->start_ns) && c->start_ns) {
+    uint64_t dt = MonotonicNs() - c->start_ns;
+    std::lock_guard<std::mutex> l(hist_mu_);
+    remote_fault_latency_.Record(dt);
+  }
+  PutCtx(c);
+}
+
+}  // namespace tessera::kernel_shim::internal

@@ -1,0 +1,234 @@
+// PagerImpl: the pager's implementation, shared by its files (internal; see pager.h for the
+// contract and page_state.h for the per-page state word):
+//   pager.cc          creation, teardown, Discard, fork, stats;
+//   fault_handler.cc  the fault threads: missing and write-protect faults, fills, zero fills;
+//   prefetcher.cc     the stream detector and read-ahead into pager-owned buffers;
+//   evictor.cc        the eviction thread: cap, throttle, pipelined write-back batches;
+//   victim_policy.cc  which pages the evictor takes (testable without userfaultfd);
+//   uffd.cc           the userfaultfd descriptor and its ioctls.
+//
+// Who resolves a faulting thread. The kernel blocks a faulting thread until its page is mapped
+// (UFFDIO_COPY wakes the waiters of the range) or it is woken (UFFDIO_WAKE, or UFFDIO_WRITEPROTECT
+// clearing protection, which wakes). Every message therefore ends in exactly one of: a COPY by the
+// owner of the page (a fill in flight already will wake it: duplicates are dropped); a WAKE when
+// the page is mapped already or the message is stale; or, while another party owns the page in a
+// transition that is about to unmap it (kDropping, kDiscarding) or to map it (kPrefetching), a
+// waiter flag set by CAS in the page word: the owner reads the flags back with the same atomic
+// exchange that ends its transition and resolves the waiter (fills the page or wakes). No path
+// can lose a waiter because the flag and the state change in one word.
+//
+// Writes racing with eviction. Eviction takes kClean/kDirty pages (never one with kBusy set, i.e.
+// while a write-protect fault is lifting protection) to kEvicting, write-protects the dirty ones,
+// copies them into its own buffers and writes those back. A write-protect fault on a kEvicting
+// page sets kRedirty and lifts protection (the write goes on); the commit step then keeps the page
+// (kDirty) instead of dropping it. Commit is a CAS kEvicting -> kDropping that fails if kRedirty
+// appeared, so a write either happened before the copy was taken, or keeps the page, or (once
+// kDropping) waits blocked in the kernel until the page is unmapped and is then woken to re-fault
+// the written-back bytes.
+//
+// Threads: see each member's comment; counters are atomics any thread updates.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "client/page_store.h"
+#include "common/fd.h"
+#include "common/histogram.h"
+#include "kernel_shim/pager/page_state.h"
+#include "kernel_shim/pager/pager.h"
+#include "kernel_shim/pager/prefetcher.h"
+#include "kernel_shim/pager/uffd.h"
+#include "kernel_shim/pager/victim_policy.h"
+
+namespace tessera::kernel_shim::internal {
+
+using client::kPageSize;
+using client::PageId;
+using client::PageOp;
+
+// One batch of write-backs. Shared by the eviction thread and the ops' callbacks (one reference
+// each); the last to let go deletes it, so a store that completes an op after the eviction
+// thread stopped waiting (see kWritebackTimeoutMs) still writes into live memory.
+struct WbBatch {
+  std::vector<uint8_t> bufs;
+  std::vector<PageOp> ops;
+  std::vector<uint8_t> done;  // Under mu: op i completed (its status may be read).
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t pending = 0;         // Under mu.
+  std::atomic<int> refs{1};
+  void Unref() {
+    if (refs.fetch_sub(1) == 1) delete this;
+  }
+};
+// The store promises every accepted op completes (its own op timeout is seconds); past this the
+// pager stops waiting, keeps the batch's pages resident and dirty, and goes on.
+constexpr int kWritebackTimeoutMs = 30000;
+
+// A fill context: one op, one page buffer.
+struct FillCtx {
+  PageOp op;
+  alignas(64) uint8_t buf[kPageSize];
+  class PagerImpl* pager = nullptr;
+  uint32_t index = 0;
+  bool prefetch = false;
+  uint64_t start_ns = 0;
+};
+
+// Zero-fill fault-around: at most this many neighbours per fault, copied from kZeroRun.
+constexpr size_t kMaxFaultAround = 64;
+alignas(4096) inline const uint8_t kZeroRun[(kMaxFaultAround + 1) * kPageSize] = {};
+
+inline bool IsAllZero(const uint8_t* page) { return std::memcmp(page, kZeroRun, kPageSize) == 0; }
+
+inline void AddFootprint(std::atomic<int64_t>& fp, std::atomic<uint64_t>& peak, int64_t d) {
+  int64_t f = fp.fetch_add(d) + d;
+  uint64_t pk = peak.load();
+  while (f > 0 && static_cast<uint64_t>(f) > pk && !peak.compare_exchange_weak(pk, f)) {}
+}
+
+class PagerImpl final : public Pager {
+ public:
+  PagerImpl(uint8_t* base, size_t size, const PagerOptions& o, Uffd uffd, uint64_t* states)
+      : Pager(base, size), o_(o), pages_(size / kPageSize), uffd_(std::move(uffd)),
+        states_(reinterpret_cast<std::atomic<uint64_t>*>(states)),
+        have_poison_(uffd_.has_poison()) {}
+
+  Status Start();
+  ~PagerImpl() override;
+
+  Status Discard(void* addr, size_t len) override;
+  Status PrepareFork() override;
+  void ParentAfterFork() override;
+  void ChildAfterFork() override;
+  PagerStats Stats() const override;
+
+  static void FillDone(PageOp* op);
+  static void WriteDone(PageOp* op);
+
+ private:
+  std::atomic<uint64_t>& W(PageId p) { return states_[p]; }
+  uint8_t* Addr(PageId p) const { return base() + p * kPageSize; }
+
+  void FaultLoop(int index);
+  // Serves a missing fault on page p. With `sync_buf` (a fault thread's own page buffer) a
+  // remote page is read on this thread and mapped here; without, the read is submitted and the
+  // store's completion callback maps it.
+  void HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector* stream,
+                     uint8_t* sync_buf = nullptr);
+  // Claims (kNever -> kFilling) up to zero_fault_around_pages never-written pages after p,
+  // within the cap; returns how many (a contiguous run p+1..p+n).
+  size_t ClaimZeroNeighbours(PageId p);
+  // Maps zeros writable at p (owned, kFilling) and its n claimed neighbours in one UFFDIO_COPY
+  // and publishes them kDirty (never stored: a victim still all zeros is dropped unwritten).
+  void MapZeroRun(PageId p, size_t n, uint64_t in_store, uint64_t t0);
+  void HandleWp(PageId p);
+  void StartFill(PageId p, FillCtx* c, uint64_t t0);
+  void CompleteFill(FillCtx* c);
+  void CompletePrefetch(FillCtx* c);
+  void MaybePrefetch(PageId p, StreamDetector* s);
+  // Maps `src` at page p (write-protected unless writable). False on failure (logged).
+  bool CopyIn(PageId p, const uint8_t* src, bool writable);
+  void Wake(PageId p);
+  void Unprotect(PageId p);
+  void Poison(PageId p, const Status& why);
+  void BecameResident(PageId p);  // Counters only.
+  void RecordLatency(uint64_t t0);
+  // Accounts, COPYs `src` to page p (owned by the caller in kFilling) and publishes its state
+  // (kDirty if writable else kClean, plus `in_store`). On failure the page goes back to kRemote
+  // (or kNever) and its waiters are woken to re-fault.
+  bool MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in_store, uint64_t t0);
+  void ResolveWaiters(PageId p, uint64_t old_word);
+  void Handoff(PageId p, bool write);
+
+  FillCtx* GetCtx(bool for_prefetch);
+  void PutCtx(FillCtx* c);
+
+  // Eviction.
+  uint64_t LimitPages() const;
+  void MaybeKickEviction();
+  // Back-pressure: while the resident set is well above the cap (eviction falling behind),
+  // the fault thread waits for eviction progress (bounded) before mapping more pages.
+  void Throttle();
+  void EvictLoop();
+  // One eviction batch in flight: its victims (kEvicting), which of them were all-zero never
+  // stored pages (dropped unwritten), and the write-backs submitted for the others.
+  struct EvictJob {
+    std::vector<Victim> victims;
+    std::vector<uint8_t> zero;
+    WbBatch* batch = nullptr;  // One reference held by the job.
+    Status submit_status;      // Submit() refused the write-backs (no callbacks will come).
+    bool submitted = false;
+  };
+  // Write-protects and copies out the victims and submits their write-backs; does not wait.
+  std::unique_ptr<EvictJob> StartEvict(std::vector<Victim> victims);
+  // Waits (bounded) for the job's write-backs, then drops the victims or keeps the ones
+  // written meanwhile or whose write-back failed. Returns the number of failed write-backs.
+  size_t FinishEvict(EvictJob* job);
+  // Write-protects a resident dirty page (it stays kDirty): its next write faults and sets kRef.
+  void ArmWriteTrap(PageId p);
+  void NoteTouched(PageId p) {
+    uint64_t m = max_page_.load(std::memory_order_relaxed);
+    while (p + 1 > m && !max_page_.compare_exchange_weak(m, p + 1)) {}
+  }
+  void DrainPolicyEvents();
+
+  const PagerOptions o_;
+  const size_t pages_;
+  Uffd uffd_;
+  UniqueFd stop_fd_;  // eventfd: stop, or a handoff is queued.
+  std::atomic<uint64_t>* states_;
+  const bool have_poison_;
+  std::atomic<bool> stopping_{false};
+  bool child_ = false;
+
+  std::vector<std::thread>* threads_ = new std::vector<std::thread>();
+
+  // Fill contexts.
+  static constexpr size_t kDemandReserve = 64;
+  std::vector<FillCtx>* ctxs_ = nullptr;
+  std::mutex ctx_mu_;
+  std::condition_variable ctx_cv_;
+  std::vector<uint32_t> free_ctx_;
+  std::deque<uint32_t> prefetched_fifo_;  // Under ctx_mu_.
+  std::atomic<int64_t> fills_in_flight_{0};
+
+  // Work handed to the fault threads from store callbacks.
+  std::mutex handoff_mu_;
+  std::vector<std::pair<PageId, bool>> handoff_;
+
+  // Policy events (page became resident / was written) for the eviction thread.
+  std::mutex events_mu_;
+  std::vector<PageId> resident_events_;
+  // Eviction thread state (owned by it).
+  std::unique_ptr<VictimChooser> chooser_;
+
+  std::mutex evict_mu_;
+  std::condition_variable evict_cv_;
+  bool evict_kick_ = false;
+  int evict_paused_ = 0;     // PrepareFork pauses.
+  bool evict_running_ = false;
+  std::condition_variable evict_idle_cv_;
+  std::atomic<uint64_t> max_page_{0};
+  std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.  // One past the highest page ever faulted.
+
+  // Counters.
+  std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0};
+  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
+      remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
+      discarded_{0}, fill_errors_{0}, writeback_errors_{0};
+  std::atomic<int64_t> resident_{0}, footprint_{0};
+  std::atomic<uint64_t> peak_resident_{0}, peak_footprint_{0};
+  mutable std::mutex hist_mu_;
+  LatencyHistogram fault_latency_;
+  LatencyHistogram remote_fault_latency_;
+};
+
+}  // namespace tessera::kernel_shim::internal

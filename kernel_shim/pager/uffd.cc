@@ -1,0 +1,146 @@
+#include "kernel_shim/pager/uffd.h"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+
+// Newer than the distribution's headers (kernel 6.6+).
+#ifndef UFFD_FEATURE_POISON
+#define UFFD_FEATURE_POISON (1 << 14)
+#endif
+#ifndef UFFDIO_POISON
+struct uffdio_poison {
+  struct uffdio_range range;
+  __u64 mode;
+  __s64 updated;
+};
+#define _UFFDIO_POISON (0x08)
+#define UFFDIO_POISON _IOWR(UFFDIO, _UFFDIO_POISON, struct uffdio_poison)
+#endif
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+
+namespace tessera::kernel_shim::internal {
+namespace {
+
+constexpr int kMaxAttempts = 100000;
+
+Result<UniqueFd> OpenFd() {
+  int dev = ::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (dev >= 0) {
+    int fd = ::ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    int e = errno;
+    ::close(dev);
+    if (fd >= 0) return UniqueFd(fd);
+    errno = e;
+  }
+  int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  if (fd < 0) {
+    return ErrnoError("userfaultfd unavailable (need /dev/userfaultfd access or "
+                      "vm.unprivileged_userfaultfd=1 / CAP_SYS_PTRACE)");
+  }
+  return UniqueFd(fd);
+}
+
+}  // namespace
+
+Result<Uffd> Uffd::Open(void* base, size_t len) {
+  // Probe the features, then open the real descriptor asking for what we use.
+  uint64_t features = 0;
+  {
+    TESSERA_ASSIGN_OR_RETURN(UniqueFd probe, OpenFd());
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (::ioctl(probe.get(), UFFDIO_API, &api) != 0) return ErrnoError("UFFDIO_API probe");
+    features = api.features;
+  }
+  if (!(features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+    return Unsupported("this kernel's userfaultfd has no write-protect mode for anonymous memory "
+                       "(needed for dirty tracking)");
+  }
+  Uffd u;
+  u.poison_ = (features & UFFD_FEATURE_POISON) != 0;
+  if (!u.poison_) {
+    TLOG(WARNING) << "pager: kernel lacks UFFDIO_POISON (6.6+): a page the store cannot return "
+                     "is retried instead of raising SIGBUS";
+  }
+  TESSERA_ASSIGN_OR_RETURN(u.fd_, OpenFd());
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0);
+  if (::ioctl(u.fd_.get(), UFFDIO_API, &api) != 0) return ErrnoError("UFFDIO_API");
+  uffdio_register reg{};
+  reg.range = {reinterpret_cast<uintptr_t>(base), len};
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP;
+  if (::ioctl(u.fd_.get(), UFFDIO_REGISTER, &reg) != 0) {
+    return ErrnoError("UFFDIO_REGISTER missing|wp");
+  }
+  return u;
+}
+
+Status Uffd::Copy(void* dst, const void* src, size_t len, bool writable, size_t* mapped) {
+  *mapped = 0;
+  for (int attempt = 0; *mapped < len && attempt < kMaxAttempts; ++attempt) {
+    uffdio_copy c{};
+    c.dst = reinterpret_cast<uintptr_t>(dst) + *mapped;
+    c.src = reinterpret_cast<uintptr_t>(src) + *mapped;
+    c.len = len - *mapped;
+    c.mode = writable ? 0 : UFFDIO_COPY_MODE_WP;
+    if (::ioctl(fd_.get(), UFFDIO_COPY, &c) == 0) {
+      *mapped = len;
+      return Status::Ok();
+    }
+    const int err = errno;
+    if (c.copy > 0) {  // A prefix was mapped; the kernel asks for the rest again.
+      *mapped += static_cast<size_t>(c.copy);
+      continue;
+    }
+    if (err == EEXIST) return AlreadyExists("UFFDIO_COPY: page mapped already");
+    if (err != EAGAIN) {
+      errno = err;
+      return ErrnoError("UFFDIO_COPY");
+    }
+    sched_yield();
+  }
+  if (*mapped == len) return Status::Ok();
+  return Unavailable("UFFDIO_COPY: still EAGAIN after ", kMaxAttempts, " attempts");
+}
+
+void Uffd::Wake(void* addr, size_t len) {
+  uffdio_range r{reinterpret_cast<uintptr_t>(addr), len};
+  ::ioctl(fd_.get(), UFFDIO_WAKE, &r);
+}
+
+Status Uffd::WriteProtect(void* addr, size_t len, bool protect, int max_attempts) {
+  uffdio_writeprotect wp{};
+  wp.range = {reinterpret_cast<uintptr_t>(addr), len};
+  wp.mode = protect ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+  for (int attempt = 0; attempt < max_attempts; ++attempt) {
+    if (::ioctl(fd_.get(), UFFDIO_WRITEPROTECT, &wp) == 0) return Status::Ok();
+    if (errno != EAGAIN) return ErrnoError("UFFDIO_WRITEPROTECT");
+    sched_yield();
+  }
+  return Unavailable("UFFDIO_WRITEPROTECT: still EAGAIN after ", max_attempts, " attempts");
+}
+
+Status Uffd::Poison(void* addr, size_t len) {
+  uffdio_poison po{};
+  po.range = {reinterpret_cast<uintptr_t>(addr), len};
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    if (::ioctl(fd_.get(), UFFDIO_POISON, &po) == 0 || errno == EEXIST) return Status::Ok();
+    if (errno != EAGAIN) return ErrnoError("UFFDIO_POISON");
+    sched_yield();
+  }
+  return Unavailable("UFFDIO_POISON: still EAGAIN after ", kMaxAttempts, " attempts");
+}
+
+}  // namespace tessera::kernel_shim::internal

@@ -1,0 +1,49 @@
+// Uffd: a userfaultfd descriptor registered over the pager's region, and the ioctls the pager
+// makes on it (copy pages in, wake waiters, write-protect, poison), each retried on EAGAIN (the
+// kernel asks again while the address space is changing) a bounded number of times.
+//
+// Owns the descriptor (closed on destruction; move-only). Every method may be called from any
+// thread at once: the kernel serialises the ioctls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/fd.h"
+#include "common/status.h"
+
+namespace tessera::kernel_shim::internal {
+
+class Uffd {
+ public:
+  // Opens a userfaultfd (through /dev/userfaultfd, else the syscall), negotiates the API with
+  // write-protect faults (and UFFD_FEATURE_POISON when the kernel has it), and registers
+  // [base, base + len) in missing + write-protect mode. Unsupported if the kernel has no
+  // write-protect mode for anonymous memory.
+  static Result<Uffd> Open(void* base, size_t len);
+
+  Uffd() = default;
+  Uffd(Uffd&&) = default;
+  Uffd& operator=(Uffd&&) = default;
+
+  int fd() const { return fd_.get(); }
+  bool has_poison() const { return poison_; }
+  void Close() { fd_.Reset(); }
+
+  // Maps len bytes of src at dst (page-aligned, unmapped), write-protected unless writable,
+  // waking the threads faulting there. *mapped: bytes mapped from the start (on success len).
+  // AlreadyExists when a page of the range is mapped already (the bytes before it are mapped).
+  Status Copy(void* dst, const void* src, size_t len, bool writable, size_t* mapped);
+  // Wakes threads faulting in [addr, addr + len) so they retry their access.
+  void Wake(void* addr, size_t len);
+  // Sets or clears write protection (clearing wakes the faulting threads).
+  Status WriteProtect(void* addr, size_t len, bool protect, int max_attempts = 100000);
+  // Makes accesses to [addr, addr + len) raise SIGBUS (needs has_poison()).
+  Status Poison(void* addr, size_t len);
+
+ private:
+  UniqueFd fd_;
+  bool poison_ = false;
+};
+
+}  // namespace tessera::kernel_shim::internal
