@@ -61,7 +61,6 @@ void PagerImpl::FaultLoop(int index) {
   (void)index;
   constexpr int kBatch = 64;
   uffd_msg msgs[kBatch];
-  StreamDetector stream(o_.prefetch_max_pages);
   std::vector<std::pair<PageId, uint64_t>> missing;  // page, write flag
   std::vector<PageId> wps;
   std::vector<std::pair<PageId, bool>> handed;
@@ -131,7 +130,7 @@ void PagerImpl::FaultLoop(int index) {
       // to the store, so their reads overlap; the last is served on this thread.
       for (size_t i = 0; i < missing.size(); ++i) {
         HandleMissing(missing[i].first, missing[i].second != 0, t0,
-                      o_.prefetch ? &stream : nullptr,
+                      o_.prefetch ? &stream_ : nullptr,
                       i + 1 == missing.size() ? sync_buf : nullptr);
       }
       for (PageId p : wps) HandleWp(p);

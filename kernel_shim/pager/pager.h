@@ -79,7 +79,10 @@ struct PagerOptions {
   bool write_traps = true;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
-  int fault_threads = 1;               // Threads reading userfaultfd messages (1..8).
+  // Threads reading userfaultfd messages (1..8). Two by default: a fault thread blocks while it
+  // reads a remote page (fault_thread_reads), so a second one serves the faults of the
+  // program's other threads meanwhile.
+  int fault_threads = 2;
   // Zero-fill fault-around: a fault on a never-written page also maps up to this many
   // never-written pages after it (one UFFDIO_COPY), within the cap, so sequential first touches
   // cost one userfaultfd round trip per window. 0 disables; at most 64.

@@ -200,6 +200,11 @@ class PagerImpl final : public Pager {
   std::deque<uint32_t> prefetched_fifo_;  // Under ctx_mu_.
   std::atomic<int64_t> fills_in_flight_{0};
 
+  // The fault stream the prefetcher follows: one for all fault threads (a program's sequential
+  // faults are read by whichever thread is free), under stream_mu_.
+  std::mutex stream_mu_;
+  StreamDetector stream_{o_.prefetch_max_pages};
+
   // Work handed to the fault threads from store callbacks.
   std::mutex handoff_mu_;
   std::vector<std::pair<PageId, bool>> handoff_;

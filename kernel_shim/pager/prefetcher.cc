@@ -47,7 +47,11 @@ std::optional<StreamDetector::Plan> StreamDetector::OnFault(PageId p, uint64_t h
 }
 
 void PagerImpl::MaybePrefetch(PageId p, StreamDetector* s) {
-  auto plan = s->OnFault(p, prefetch_hits_.load(std::memory_order_relaxed));
+  std::optional<StreamDetector::Plan> plan;
+  {
+    std::lock_guard<std::mutex> l(stream_mu_);
+    plan = s->OnFault(p, prefetch_hits_.load(std::memory_order_relaxed));
+  }
   if (!plan) return;
   const int64_t cand = plan->delta;
   std::vector<PageOp*> ops;
