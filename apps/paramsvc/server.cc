@@ -16,6 +16,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -73,30 +74,80 @@ namespace {
 
 using json = nlohmann::json;
 
+// One client connection. Replies are queued and written by the connection's own writer thread,
+// so an aggregation core never blocks on a slow reader (a descheduled worker would otherwise
+// stall every other job's partitions on that core).
 struct Conn {
   UniqueFd fd;
-  std::mutex wmu;
   std::atomic<bool> dead{false};
+  std::mutex qmu;
+  std::condition_variable qcv;
+  std::deque<std::vector<uint8_t>> out;
+  bool closing = false;
+  std::thread writer;
 
+  // A frame buffer with the header filled in and room for `payload` bytes after it.
+  static std::vector<uint8_t> Frame(uint8_t op, uint16_t status, uint32_t job, uint64_t rid,
+                                    size_t payload) {
+    std::vector<uint8_t> f(kHeaderSize + payload);
+    EncodeHeader({op, status, static_cast<uint32_t>(payload), job, rid}, f.data());
+    return f;
+  }
+  void Queue(std::vector<uint8_t> frame) {
+    {
+      std::lock_guard<std::mutex> l(qmu);
+      if (dead.load() || closing) return;
+      out.push_back(std::move(frame));
+    }
+    qcv.notify_one();
+  }
   void Send(uint8_t op, uint32_t job, uint64_t rid, std::span<const uint8_t> a = {},
             std::span<const uint8_t> b = {}) {
-    std::lock_guard<std::mutex> l(wmu);
-    if (dead.load()) return;
-    Header h{op, 0, 0, job, rid};
-    if (!WriteFrame(fd.get(), h, a, b).ok()) {
-      dead = true;
-      ::shutdown(fd.get(), SHUT_RDWR);
-    }
+    auto f = Frame(op, 0, job, rid, a.size() + b.size());
+    if (!a.empty()) std::memcpy(f.data() + kHeaderSize, a.data(), a.size());
+    if (!b.empty()) std::memcpy(f.data() + kHeaderSize + a.size(), b.data(), b.size());
+    Queue(std::move(f));
   }
   void SendError(uint8_t op, uint32_t job, uint64_t rid, const Status& s) {
-    std::lock_guard<std::mutex> l(wmu);
-    if (dead.load()) return;
-    Header h{op, static_cast<uint16_t>(s.code()), 0, job, rid};
     const std::string& m = s.message();
-    if (!WriteFrame(fd.get(), h, {reinterpret_cast<const uint8_t*>(m.data()), m.size()}).ok()) {
-      dead = true;
-      ::shutdown(fd.get(), SHUT_RDWR);
+    auto f = Frame(op, static_cast<uint16_t>(s.code()), job, rid, m.size());
+    std::memcpy(f.data() + kHeaderSize, m.data(), m.size());
+    Queue(std::move(f));
+  }
+  void WriterLoop() {
+    while (true) {
+      std::vector<uint8_t> f;
+      {
+        std::unique_lock<std::mutex> l(qmu);
+        qcv.wait(l, [&] { return closing || !out.empty(); });
+        if (out.empty()) return;  // Closing and drained.
+        f = std::move(out.front());
+        out.pop_front();
+      }
+      if (dead.load()) continue;
+      const uint8_t* p = f.data();
+      size_t n = f.size();
+      while (n > 0) {
+        ssize_t w = ::send(fd.get(), p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          dead = true;
+          ::shutdown(fd.get(), SHUT_RDWR);
+          break;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+      }
     }
+  }
+  // Flushes what is queued (bounded by the socket's send timeout) and stops the writer.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> l(qmu);
+      closing = true;
+    }
+    qcv.notify_all();
+    if (writer.joinable()) writer.join();
   }
 };
 
@@ -274,21 +325,17 @@ struct Server::Impl {
     NotifyCheckpoint();
   }
 
+  // Converts the parameters straight into the reply frame and queues it.
   void SendPull(Partition& p, const std::shared_ptr<Conn>& conn, uint64_t rid, DType dtype) {
-    uint8_t fixed[PullReply::kFixed] = {};
+    const size_t data = DTypeSize(dtype) * p.info.count;
+    auto f = Conn::Frame(static_cast<uint8_t>(Op::kPull), 0, p.job->id, rid, PullReply::kFixed + data);
+    uint8_t* fixed = f.data() + kHeaderSize;
     Put64(fixed, p.st.version);
     Put32(fixed + 8, p.info.count);
     fixed[12] = static_cast<uint8_t>(dtype);
-    std::span<const uint8_t> data;
-    if (dtype == DType::kF32) {
-      data = {reinterpret_cast<const uint8_t*>(p.st.param.data()), 4ull * p.info.count};
-    } else {
-      p.scratch.resize(2ull * p.info.count);
-      FromF32(p.scratch.data(), p.st.param.data(), dtype, p.info.count);
-      data = p.scratch;
-    }
-    p.bytes += data.size();
-    conn->Send(static_cast<uint8_t>(Op::kPull), p.job->id, rid, fixed, data);
+    FromF32(fixed + PullReply::kFixed, p.st.param.data(), dtype, p.info.count);
+    p.bytes += data;
+    conn->Queue(std::move(f));
   }
 
   void ServeWaiters(Partition& p) {
@@ -527,6 +574,7 @@ struct Server::Impl {
       Handle(conn, h, std::move(payload));
       payload = {};
     }
+    conn->Close();
     conn->dead = true;
     ::shutdown(conn->fd.get(), SHUT_RDWR);
   }
@@ -980,6 +1028,8 @@ struct Server::Impl {
       SetSocketTimeouts(fd, 0, 30000);
       auto conn = std::make_shared<Conn>();
       conn->fd.Reset(fd);
+      Conn* raw_conn = conn.get();
+      conn->writer = std::thread([raw_conn] { raw_conn->WriterLoop(); });
       std::lock_guard<std::mutex> l(conns_mu);
       // Reap finished connection threads.
       for (auto it = conns.begin(); it != conns.end();) {
@@ -992,6 +1042,7 @@ struct Server::Impl {
       }
       if (conns.size() >= opt.max_connections) {
         conn->SendError(0, 0, 0, ResourceExhausted("too many connections"));
+        conn->Close();
         continue;
       }
       conns.emplace_back(conn, std::thread([this, conn] { ConnLoop(conn); }));
@@ -1165,6 +1216,7 @@ Server::~Server() {
   for (auto& [conn, th] : m.conns) ::shutdown(conn->fd.get(), SHUT_RDWR);
   for (auto& [conn, th] : m.conns) {
     if (th.joinable()) th.join();
+    conn->Close();
   }
 }
 

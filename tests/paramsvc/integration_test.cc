@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -235,6 +237,45 @@ TEST(ParamsvcIntegration, PyTorchExampleMatchesGlooAccuracy) {
   EXPECT_TRUE(rows[2]["ok"].get<bool>()) << r.stdout_text;
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(rows[0]["counters"]["rollbacks"].get<int>(), 0);
+}
+
+TEST(ParamsvcIntegration, BenchQuickPrintsEverySectionWithTheContractKeysAndPlots) {
+  tessera::testing::TempDir dir;
+  auto r = RunCommand({BinDir() + "/tessera", "bench", "paramsvc", "--quick", "--json",
+                       "--out_dir=" + dir.path()},
+                      240000);
+  ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
+  std::istringstream in(r.stdout_text);
+  std::string line;
+  std::map<std::string, int> sections;
+  const char* keys[] = {"suite", "section", "system", "jobs", "workers", "model_mb", "iter_ms_p50",
+                        "iter_ms_p99", "cpu_core_s", "cores_avg", "gbps", "final_loss",
+                        "staleness_max"};
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    for (const char* k : keys) ASSERT_TRUE(j.contains(k)) << k << " missing in " << line;
+    EXPECT_EQ(j["suite"], "paramsvc");
+    const std::string sec = j["section"];
+    sections[sec]++;
+    if (sec == "summation") EXPECT_GT(j["gbps"].get<double>(), 0.0) << line;
+    if (sec == "packing" && j["jobs"].is_number() && j["jobs"].get<int>() >= 8) {
+      EXPECT_GT(j["cpu_core_s"].get<double>(), 0.0) << line;
+      EXPECT_GT(j["cores_avg"].get<double>(), 0.0) << line;
+    }
+    if (sec == "vs_allreduce" || sec == "staleness") {
+      EXPECT_GT(j["iter_ms_p50"].get<double>(), 0.0) << line;
+      EXPECT_TRUE(j["final_loss"].is_number()) << line;
+    }
+    if (sec == "staleness") EXPECT_TRUE(j["staleness_max"].is_number()) << line;
+  }
+  EXPECT_EQ(sections["summation"], 4);      // memcpy, fp32, fp16, bf16
+  EXPECT_EQ(sections["packing"], 2 * 8 + 2);  // Per job, both systems, then the totals
+  EXPECT_EQ(sections["vs_allreduce"], 2);
+  EXPECT_EQ(sections["staleness"], 5);
+  for (const char* png : {"summation", "packing", "vs_allreduce", "staleness"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + png + ".png")) << png;
+  }
 }
 
 }  // namespace
