@@ -436,7 +436,8 @@ int Main(int argc, char** argv) {
     if (!stats.empty()) {
       std::fprintf(stderr,
                    "  heap: peak footprint %s, peak resident %s, limit at exit %s\n"
-                   "  faults %llu (zero-fill %llu), write-protect faults %llu\n"
+                   "  faults %llu (zero-fill %llu, mapping %llu more never-written pages around "
+                   "them), write-protect faults %llu\n"
                    "  remote reads %llu, remote writes %llu, clean drops %llu, evictions %llu\n"
                    "  prefetch: %llu pages issued, %llu hits\n"
                    "  fault latency p50 %s, p99 %s (PageStore read p50 %s)\n"
@@ -446,6 +447,7 @@ int Main(int argc, char** argv) {
                    Get(stats, "limit_pages") ? Mb(Get(stats, "limit_pages")).c_str() : "none",
                    static_cast<unsigned long long>(Get(stats, "faults")),
                    static_cast<unsigned long long>(Get(stats, "zero_fills")),
+                   static_cast<unsigned long long>(Get(stats, "zero_fill_around")),
                    static_cast<unsigned long long>(Get(stats, "wp_faults")),
                    static_cast<unsigned long long>(Get(stats, "remote_reads")),
                    static_cast<unsigned long long>(Get(stats, "remote_writes")),

@@ -569,6 +569,20 @@ int Main(int argc, char** argv) {
   // The verdicts use `tessera run` when built, except in --quick mode, whose footprint is below
   // tessera run's 4 MiB floor of the fractional cap (nothing would be paged out).
   const bool judge_run = have_run && !FLAGS_quick;
+  {
+    // First touches: seq at 100% local memory (nothing is evicted; every page is zero-filled
+    // once) against the plain process.
+    auto local = cells.find(key("local", Pattern::kSeq, 1.0));
+    auto best = cells.find(key(judge_run ? "run" : "pager", Pattern::kSeq, 1.0));
+    if (local != cells.end() && best != cells.end() && local->second.ok && best->second.ok) {
+      double ratio = best->second.Med() / local->second.Med();
+      char fig[160];
+      std::snprintf(fig, sizeof fig, "%s %.1f ms vs plain %.1f ms (x%.2f)",
+                    judge_run ? "tessera run" : "in-process pager", best->second.Med(),
+                    local->second.Med(), ratio);
+      verdicts.emplace_back("seq at 100% local <= 1.5x plain", fig, ratio <= 1.5);
+    }
+  }
   if (have_swap) {
     for (Pattern pat : patterns) {
       auto swap = cells.find(key("swap", pat, 0.5));
