@@ -98,7 +98,9 @@ class RequestHandler {
   }
 
   // Consulted for every authenticated request before it runs (not for GOODBYE). A READV/WRITEV
-  // is one request: it is consulted once, with Op::kRead / Op::kWrite.
+  // is one request: it is consulted once, with Op::kRead / Op::kWrite. RDMA one-sided
+  // READ/WRITE from verbs clients never reach the server's CPU and so are never consulted:
+  // policies here do not delay, hang or drop them (fabric/transport.h, "Fault injection").
   virtual OpPolicy BeforeOp(const PeerInfo& peer, Op op) {
     (void)peer;
     (void)op;

@@ -3,7 +3,7 @@
 // Per connection: one recv always armed into an input buffer, at most one send in flight (frames
 // posted meanwhile collect in a second buffer and leave together). Data ops occupy a slot in a
 // fixed table; the request_id is (generation << 32 | slot), so a reply is matched in O(1) and a
-// stale or forged id is detected. Control calls use ids with the top bit set. The fast path
+// stale or forged id is detected. GOODBYE uses ids with the top bit set. The fast path
 // (Post/Poll) allocates nothing once buffers have grown to the working-set size.
 #include <poll.h>
 
@@ -71,19 +71,11 @@ Status TcpTransport::Init() {
   return Status::Ok();
 }
 
-Result<ConnectionId> TcpTransport::Connect(const Endpoint& endpoint, const ConnectOptions& options) {
-  AuthOkResponse ok;
-  TESSERA_ASSIGN_OR_RETURN(ConnectionId id, ConnectWithAuth(endpoint, options, &ok));
-  return id;
-}
-
-Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
-                                                   const ConnectOptions& options,
-                                                   AuthOkResponse* auth_ok) {
+Result<ConnectionId> TcpTransport::Connect(const Endpoint& endpoint,
+                                           const ConnectOptions& options) {
   if (conns_.size() >= (1u << 30)) return ResourceExhausted("too many connections");
   TESSERA_RETURN_IF_ERROR(ring_.EnableOnThisThread());
   TESSERA_ASSIGN_OR_RETURN(ClientSocket sock, ConnectAndAuthenticate(endpoint, options));
-  *auth_ok = sock.login.auth_ok;
   // The ring does the I/O from now on; io_uring polls blocking sockets itself.
   TESSERA_RETURN_IF_ERROR(SetBlocking(sock.fd.get(), true));
 
@@ -92,8 +84,8 @@ Result<ConnectionId> TcpTransport::ConnectWithAuth(const Endpoint& endpoint,
   c->io.ReserveSendBuffers(64 * 1024);
   c->up = true;
   c->info.server_id = sock.login.server_id;
-  c->info.slab_size = auth_ok->slab_size;
-  c->info.capacity_bytes = auth_ok->capacity_bytes;
+  c->info.slab_size = sock.login.auth_ok.slab_size;
+  c->info.capacity_bytes = sock.login.auth_ok.capacity_bytes;
   c->info.endpoint = endpoint;
   ConnectionId id = static_cast<ConnectionId>(conns_.size());
   conns_.push_back(std::move(c));
@@ -114,7 +106,7 @@ Status TcpTransport::CheckConn(ConnectionId id) const {
 Status TcpTransport::Disconnect(ConnectionId id) {
   TESSERA_RETURN_IF_ERROR(CheckConn(id));
   conns_[id]->goodbye = true;
-  auto r = Control(id, Op::kGoodbye, {}, Deadline::AfterMs(1000));
+  auto r = Control(id, Op::kGoodbye, Deadline::AfterMs(1000));
   MarkDown(id, Cancelled("connection closed by Disconnect()"));
   if (!r.ok() && r.status().code() != StatusCode::kUnavailable) return r.status();
   return Status::Ok();
@@ -558,19 +550,14 @@ void TcpTransport::WaitKernel(Deadline deadline) {
   ring_.SubmitAndWait(left);
 }
 
-Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
-                                                   std::span<const uint8_t> payload,
-                                                   Deadline deadline) {
+Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op, Deadline deadline) {
   TESSERA_RETURN_IF_ERROR(CheckConn(id));
   uint64_t rid = kControlBit | next_control_++;
   ControlWait& w = controls_[rid];
   w.conn = id;
   w.op = op;
   Conn* c = conns_[id].get();
-  uint8_t* p = c->io.pending.Append(kHeaderSize + payload.size());
-  EncodeHeader(FrameHeader{op, false, rid, StatusCode::kOk, static_cast<uint32_t>(payload.size())},
-               p);
-  if (!payload.empty()) std::memcpy(p + kHeaderSize, payload.data(), payload.size());
+  EncodeHeader(FrameHeader{op, false, rid, StatusCode::kOk, 0}, c->io.pending.Append(kHeaderSize));
   Flush(id);
   ring_.Submit();
   while (true) {
@@ -591,66 +578,15 @@ Result<std::vector<uint8_t>> TcpTransport::Control(ConnectionId id, Op op,
   }
 }
 
-namespace {
-template <typename T>
-std::vector<uint8_t> Encoded(const T& body) {
-  std::vector<uint8_t> out(T::kWireSize);
-  body.EncodeTo(out.data());
-  return out;
-}
-// Checks the reply's status; returns the parsed frame (views into `frame`).
-Result<ParsedFrame> Checked(const std::vector<uint8_t>& frame) {
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, ParseFrame(frame, Direction::kResponse));
-  if (f.header.status != StatusCode::kOk) return StatusFromErrorFrame(f);
-  return f;
-}
-}  // namespace
-
-Result<AllocSlabResponse> TcpTransport::AllocSlab(ConnectionId c, const AllocSlabRequest& req,
-                                                  Deadline deadline) {
-  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kAllocSlab, Encoded(req), deadline));
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
-  return std::get<AllocSlabResponse>(f.body);
+Status TcpTransport::AddSlab(ConnectionId id, const AllocSlabResponse& slab) {
+  if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
+  if (slab.slab_id == 0) return InvalidArgument("AddSlab: slab_id 0");
+  return Status::Ok();  // Slabs travel by id; the server checks ownership.
 }
 
-Status TcpTransport::FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) {
-  if (slab_id == 0) return InvalidArgument("slab_id must be non-zero");
-  TESSERA_ASSIGN_OR_RETURN(auto frame,
-                           Control(c, Op::kFreeSlab, Encoded(FreeSlabRequest{slab_id}), deadline));
-  return Checked(frame).status();
-}
-
-Result<std::string> TcpTransport::Stats(ConnectionId c, Deadline deadline) {
-  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kStats, {}, deadline));
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
-  return std::string(reinterpret_cast<const char*>(f.data.data()), f.data.size());
-}
-
-Result<HeartbeatResponse> TcpTransport::Heartbeat(ConnectionId c, Deadline deadline) {
-  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kHeartbeat, {}, deadline));
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
-  return std::get<HeartbeatResponse>(f.body);
-}
-
-Result<std::vector<uint8_t>> TcpTransport::Invoke(ConnectionId c, uint32_t function_id,
-                                                  std::span<const uint8_t> args,
-                                                  Deadline deadline) {
-  if (args.size() > kMaxDataLength) {
-    return InvalidArgument("INVOKE args of ", args.size(), " bytes exceed ", kMaxDataLength);
-  }
-  std::vector<uint8_t> payload(InvokeRequest::kWireSize + args.size());
-  InvokeRequest{function_id}.EncodeTo(payload.data());
-  if (!args.empty()) std::memcpy(payload.data() + InvokeRequest::kWireSize, args.data(), args.size());
-  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kInvoke, payload, deadline));
-  TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(frame));
-  return std::vector<uint8_t>(f.data.begin(), f.data.end());
-}
-
-Status TcpTransport::Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) {
-  std::vector<uint8_t> payload = Encoded(req);
-  TESSERA_RETURN_IF_ERROR(FaultRequest::Decode(payload).status());
-  TESSERA_ASSIGN_OR_RETURN(auto frame, Control(c, Op::kFault, payload, deadline));
-  return Checked(frame).status();
+void TcpTransport::RemoveSlab(ConnectionId id, uint64_t slab_id) {
+  (void)id;
+  (void)slab_id;
 }
 
 Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& options) {

@@ -1,5 +1,4 @@
 // Internal to fabric/: the TCP-on-io_uring Transport (see fabric/transport.h for the contract).
-// Declared here so the verbs transport can reuse it for its control connections.
 #pragma once
 
 #include <memory>
@@ -21,9 +20,6 @@ class TcpTransport final : public Transport {
 
   TransportKind kind() const override { return TransportKind::kTcp; }
   Result<ConnectionId> Connect(const Endpoint& endpoint, const ConnectOptions& options) override;
-  // Connect, also returning the server's AUTH_OK (the verbs transport needs its RDMA fields).
-  Result<ConnectionId> ConnectWithAuth(const Endpoint& endpoint, const ConnectOptions& options,
-                                       AuthOkResponse* auth_ok);
   Status Disconnect(ConnectionId connection) override;
   Status Abort(ConnectionId connection) override;
   Result<ServerInfo> Info(ConnectionId connection) const override;
@@ -35,14 +31,8 @@ class TcpTransport final : public Transport {
   uint32_t inflight() const override { return inflight_; }
   Status SetWakeFd(int fd) override;
 
-  Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
-                                      Deadline deadline) override;
-  Status FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) override;
-  Result<std::string> Stats(ConnectionId c, Deadline deadline) override;
-  Result<HeartbeatResponse> Heartbeat(ConnectionId c, Deadline deadline) override;
-  Result<std::vector<uint8_t>> Invoke(ConnectionId c, uint32_t function_id,
-                                      std::span<const uint8_t> args, Deadline deadline) override;
-  Status Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) override;
+  Status AddSlab(ConnectionId connection, const AllocSlabResponse& slab) override;
+  void RemoveSlab(ConnectionId connection, uint64_t slab_id) override;
 
  private:
   struct Conn {
@@ -95,8 +85,9 @@ class TcpTransport final : public Transport {
   void ReleaseConn(ConnectionId id);
   void WaitKernel(Deadline deadline);
   void ArmWake();
-  Result<std::vector<uint8_t>> Control(ConnectionId id, Op op, std::span<const uint8_t> payload,
-                                       Deadline deadline);
+  // Sends a request with an empty payload on the data connection and waits for its reply
+  // (GOODBYE only: control calls are ControlClient's).
+  Result<std::vector<uint8_t>> Control(ConnectionId id, Op op, Deadline deadline);
 
   TransportOptions options_;
   // Enabled by the first Connect(), so the thread that uses the transport becomes its single

@@ -1,21 +1,37 @@
-// fabric::Transport: the client side of the memory fabric. One-sided READ/WRITE of remote slabs,
-// posted in batches and completed by polling, plus blocking control calls.
+// fabric::Transport: the data path of the client side of the memory fabric. One-sided READ and
+// WRITE of remote slabs, posted in batches and completed by polling; nothing in it blocks except
+// Connect/Disconnect and Wait. The control calls (allocate and free slabs, stats, heartbeats,
+// offload invocations, fault injection) are not here: they are fabric::ControlClient's
+// (fabric/control_client.h), a concrete blocking client with its own connection.
 //
-// Two implementations share this interface and one conformance test suite:
+// Two implementations share this interface and one conformance test suite
+// (tests/fabric/conformance_test.cc):
 //   - TCP on io_uring: frames (fabric/wire.h) over one TCP connection per server, many requests
 //     in flight per connection, one io_uring_submit per Post() batch, completions reaped by
 //     Poll() of the owning thread.
 //   - RDMA verbs (libibverbs + librdmacm): one RC QP per server, connected with rdma_cm to the
 //     server's verbs listener, RDMA READ/WRITE straight into registered slabs (the server CPU
-//     is not involved); control calls go over the TCP connection, which also authenticates.
+//     is not involved). Each connection also keeps an authenticated TCP login (a ControlClient)
+//     to the server: it binds the QP to the login and carries the server's notices.
 // Create({kind = kAuto}) picks verbs when a usable RDMA device exists and TCP otherwise.
+//
+// Fault injection: the server's fault hooks (RequestHandler::BeforeOp, fabric/server.h: delay,
+// hang, drop) see every request that reaches the server's CPU: all TCP data ops and every
+// control call. RDMA one-sided READ/WRITE never reach it, so they BYPASS those hooks: injected
+// delays, hangs and drops do not affect the verbs transport's data path (only its control calls
+// and the loss of its login connection). Test data-path fault handling over TCP; `tessera fault`
+// says so when its target offers RDMA. Faults that act on the memory itself (bit flips,
+// evictions) and crashes affect both.
+//
+// Slabs: ops name a remote slab by id. Tell the transport about every slab before naming it
+// (AddSlab with the ControlClient's AllocSlab reply for the same server and client_id); the
+// verbs transport needs its address and key, and refuses ops on other slabs.
 //
 // Threads: a Transport belongs to ONE thread; none of its methods may be called concurrently.
 // Create one Transport per thread. It may be created on another thread, but the thread that
 // first calls Connect() must be the one that uses it from then on, destructor included (the TCP
-// transport's io_uring accepts submissions from that thread only). Post() and Poll() never block. The control calls (AllocSlab,
-// Stats, ...) block until their reply or deadline, and meanwhile keep reaping data completions
-// and notices, which the next Poll() returns.
+// transport's io_uring accepts submissions from that thread only). Post() and Poll() never
+// block.
 //
 // Ownership: local buffers named in WorkRequests belong to the caller and must stay valid (and
 // unmodified for a WRITE) until the op's completion is returned by Poll(). For the verbs
@@ -153,20 +169,16 @@ class Transport {
   // (read the eventfd); -1 stops watching. Owning thread only.
   virtual Status SetWakeFd(int fd) = 0;
 
-  // Control calls: block until the reply or the deadline (Timeout).
-  virtual Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
-                                              Deadline deadline) = 0;
-  virtual Status FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) = 0;
-  virtual Result<std::string> Stats(ConnectionId c, Deadline deadline) = 0;
-  virtual Result<HeartbeatResponse> Heartbeat(ConnectionId c, Deadline deadline) = 0;
-  virtual Result<std::vector<uint8_t>> Invoke(ConnectionId c, uint32_t function_id,
-                                              std::span<const uint8_t> args,
-                                              Deadline deadline) = 0;
-  virtual Status Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) = 0;
+  // Remote slabs (see the file comment): `slab` is AllocSlab's reply from a ControlClient to
+  // this connection's server with the same client_id. InvalidArgument for an unknown connection
+  // or slab id 0; the verbs transport: Unsupported when the slab has no rkey (the server's
+  // memory is not registered for RDMA). RemoveSlab (after FreeSlab) forgets it; unknown ids
+  // are ignored.
+  virtual Status AddSlab(ConnectionId connection, const AllocSlabResponse& slab) = 0;
+  virtual void RemoveSlab(ConnectionId connection, uint64_t slab_id) = 0;
 };
 
-// The TCP transport, also used for the verbs transport's control connections. Exposed for
-// tests and for callers that want TCP explicitly.
+// The TCP transport. Exposed for tests and for callers that want TCP explicitly.
 Result<std::unique_ptr<Transport>> CreateTcpTransport(const TransportOptions& options);
 // The verbs transport; Unsupported (with the reason) when no usable device exists.
 Result<std::unique_ptr<Transport>> CreateRdmaTransport(const TransportOptions& options);

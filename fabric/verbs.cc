@@ -3,9 +3,11 @@
 // Data path: one RC QP per server, RDMA READ/WRITE posted as one chained ibv_post_send per
 // connection per batch, selectively signalled (every Nth WR and the last of a batch); an RC QP
 // completes in order, so a signalled completion also completes every unsignalled WR before it.
-// Control calls, notices and authentication travel over a TcpTransport connection to the same
-// server; the QP is bound to that login by the rdma_token from AUTH_OK. Teardown order: QP, CQ,
-// MR, PD (then the device list and event channel).
+// Authentication and notices travel over a ControlClient connection (the login) to the same
+// server; the QP is bound to that login by the rdma_token from AUTH_OK. Control calls are the
+// caller's own ControlClient's (fabric/control_client.h), not this transport's. Handles are RAII
+// (fabric/verbs_handles.h); VerbsResources fixes the teardown order: QP, CQ, MR, PD (then the
+// listening id, the event channel and the device list).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
@@ -23,8 +25,9 @@
 
 #include "common/logging.h"
 #include "fabric/auth.h"
-#include "fabric/tcp_transport.h"
+#include "fabric/control_client.h"
 #include "fabric/verbs.h"
+#include "fabric/verbs_handles.h"
 
 namespace tessera::fabric {
 namespace {
@@ -112,47 +115,46 @@ namespace {
 
 class VerbsListenerImpl final : public VerbsListener {
  public:
-  ~VerbsListenerImpl() override {
-    Stop();
-    for (ibv_mr* mr : mrs_) ibv_dereg_mr(mr);
-    if (pd_) ibv_dealloc_pd(pd_);
-    if (listen_id_) rdma_destroy_id(listen_id_);
-    if (channel_) rdma_destroy_event_channel(channel_);
-    if (devices_) rdma_free_devices(devices_);
-  }
+  // Stop() disconnects the queue pairs; res_ then tears down in its order.
+  ~VerbsListenerImpl() override { Stop(); }
 
   Status Init(const std::string& host, uint16_t port) {
     TESSERA_RETURN_IF_ERROR(ProbeRdma());
     int n = 0;
-    devices_ = rdma_get_devices(&n);
-    if (devices_ == nullptr || n == 0) return Unsupported("no RDMA device: rdma_get_devices found none");
-    ctx_ = devices_[0];
-    pd_ = ibv_alloc_pd(ctx_);
-    if (!pd_) return CmError("ibv_alloc_pd");
-    channel_ = rdma_create_event_channel();
-    if (!channel_) return CmError("rdma_create_event_channel");
-    if (rdma_create_id(channel_, &listen_id_, this, RDMA_PS_TCP) != 0) return CmError("rdma_create_id");
+    res_.devices.reset(rdma_get_devices(&n));
+    if (!res_.devices || n == 0) return Unsupported("no RDMA device: rdma_get_devices found none");
+    res_.context = res_.devices.get()[0];
+    res_.pd.reset(ibv_alloc_pd(res_.context));
+    if (!res_.pd) return CmError("ibv_alloc_pd");
+    res_.event_channel.reset(rdma_create_event_channel());
+    if (!res_.event_channel) return CmError("rdma_create_event_channel");
+    rdma_cm_id* listen = nullptr;
+    if (rdma_create_id(res_.event_channel.get(), &listen, this, RDMA_PS_TCP) != 0) {
+      return CmError("rdma_create_id");
+    }
+    res_.listen_id.reset(listen);
     TESSERA_ASSIGN_OR_RETURN(addrinfo * ai, Resolve(host, port, true));
-    int rc = rdma_bind_addr(listen_id_, ai->ai_addr);
+    int rc = rdma_bind_addr(listen, ai->ai_addr);
     freeaddrinfo(ai);
     if (rc != 0) return CmError("rdma_bind_addr");
-    if (rdma_listen(listen_id_, 64) != 0) return CmError("rdma_listen");
-    port_ = ntohs(rdma_get_src_port(listen_id_));
+    if (rdma_listen(listen, 64) != 0) return CmError("rdma_listen");
+    port_ = ntohs(rdma_get_src_port(listen));
     // A CQ for the accepted QPs: the server posts nothing, but every QP needs one.
-    cq_ = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
-    if (!cq_) return CmError("ibv_create_cq");
+    res_.cq.reset(ibv_create_cq(res_.context, 16, nullptr, nullptr, 0));
+    if (!res_.cq) return CmError("ibv_create_cq");
     return Status::Ok();
   }
 
   Result<MemoryRegistration> Register(void* addr, size_t length) override {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, length,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    MrPtr mr(ibv_reg_mr(res_.pd.get(), addr, length,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
     if (!mr) return CmError("ibv_reg_mr");
+    const uint32_t rkey = mr->rkey;
     std::lock_guard<std::mutex> lock(mu_);
-    mrs_.push_back(mr);
+    res_.mrs.push_back(std::move(mr));
     MemoryRegistration reg;
     reg.base_addr = reinterpret_cast<uint64_t>(addr);
-    reg.rkey = mr->rkey;
+    reg.rkey = rkey;
     reg.rdma = true;
     return reg;
   }
@@ -165,17 +167,10 @@ class VerbsListenerImpl final : public VerbsListener {
   void Stop() override {
     if (stop_.exchange(true)) return;
     if (thread_.joinable()) thread_.join();
-    // QPs first, then their ids; the CQ after every QP is gone.
-    for (rdma_cm_id* id : accepted_) {
-      rdma_disconnect(id);
-      if (id->qp) rdma_destroy_qp(id);
-      rdma_destroy_id(id);
-    }
-    accepted_.clear();
-    if (cq_) {
-      ibv_destroy_cq(cq_);
-      cq_ = nullptr;
-    }
+    // QPs first (with their ids), then the CQ.
+    for (const QpIdPtr& id : res_.qps) rdma_disconnect(id.get());
+    res_.qps.clear();
+    res_.cq.reset();
   }
 
   uint16_t port() const override { return port_; }
@@ -198,11 +193,11 @@ class VerbsListenerImpl final : public VerbsListener {
  private:
   void Run() {
     while (!stop_.load()) {
-      pollfd p{channel_->fd, POLLIN, 0};
+      pollfd p{res_.event_channel->fd, POLLIN, 0};
       int rc = ::poll(&p, 1, 100);
       if (rc <= 0) continue;
       rdma_cm_event* ev = nullptr;
-      if (rdma_get_cm_event(channel_, &ev) != 0) continue;
+      if (rdma_get_cm_event(res_.event_channel.get(), &ev) != 0) continue;
       rdma_cm_event_type type = ev->event;
       rdma_cm_id* id = ev->id;
       uint64_t token = 0;
@@ -219,12 +214,9 @@ class VerbsListenerImpl final : public VerbsListener {
           OnConnectRequest(id, has_token, token);
           break;
         case RDMA_CM_EVENT_DISCONNECTED: {
-          auto it = std::find(accepted_.begin(), accepted_.end(), id);
-          if (it != accepted_.end()) {
-            accepted_.erase(it);
-            if (id->qp) rdma_destroy_qp(id);
-            rdma_destroy_id(id);
-          }
+          auto it = std::find_if(res_.qps.begin(), res_.qps.end(),
+                                 [id](const QpIdPtr& q) { return q.get() == id; });
+          if (it != res_.qps.end()) res_.qps.erase(it);  // Destroys the QP, then the id.
           break;
         }
         default:
@@ -233,7 +225,8 @@ class VerbsListenerImpl final : public VerbsListener {
     }
   }
 
-  void OnConnectRequest(rdma_cm_id* id, bool has_token, uint64_t token) {
+  void OnConnectRequest(rdma_cm_id* raw_id, bool has_token, uint64_t token) {
+    QpIdPtr id(raw_id);  // Destroyed (with its QP, if any) on every refusal below.
     bool valid = false;
     if (has_token) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -241,52 +234,41 @@ class VerbsListenerImpl final : public VerbsListener {
     }
     if (!valid) {
       TLOG(WARNING) << "verbs listener: rejecting a QP without a valid login token";
-      rdma_reject(id, nullptr, 0);
-      rdma_destroy_id(id);
+      rdma_reject(id.get(), nullptr, 0);
       return;
     }
-    if (id->verbs != ctx_) {
+    if (id->verbs != res_.context) {
       TLOG(WARNING) << "verbs listener: connect request on another RDMA device; rejected";
-      rdma_reject(id, nullptr, 0);
-      rdma_destroy_id(id);
+      rdma_reject(id.get(), nullptr, 0);
       return;
     }
     ibv_qp_init_attr attr{};
-    attr.send_cq = cq_;
-    attr.recv_cq = cq_;
+    attr.send_cq = res_.cq.get();
+    attr.recv_cq = res_.cq.get();
     attr.qp_type = IBV_QPT_RC;
     attr.cap.max_send_wr = 1;
     attr.cap.max_recv_wr = 1;
     attr.cap.max_send_sge = 1;
     attr.cap.max_recv_sge = 1;
-    if (rdma_create_qp(id, pd_, &attr) != 0) {
+    if (rdma_create_qp(id.get(), res_.pd.get(), &attr) != 0) {
       TLOG(WARNING) << "verbs listener: rdma_create_qp: " << strerror(errno);
-      rdma_reject(id, nullptr, 0);
-      rdma_destroy_id(id);
+      rdma_reject(id.get(), nullptr, 0);
       return;
     }
     rdma_conn_param param{};
     param.responder_resources = 16;
     param.initiator_depth = 16;
     param.rnr_retry_count = 7;
-    if (rdma_accept(id, &param) != 0) {
+    if (rdma_accept(id.get(), &param) != 0) {
       TLOG(WARNING) << "verbs listener: rdma_accept: " << strerror(errno);
-      rdma_destroy_qp(id);
-      rdma_destroy_id(id);
       return;
     }
-    accepted_.push_back(id);
+    res_.qps.push_back(std::move(id));
   }
 
-  ibv_context** devices_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  rdma_event_channel* channel_ = nullptr;
-  rdma_cm_id* listen_id_ = nullptr;
+  // res_.qps: only touched by the listener thread, then Stop(); res_.mrs: under mu_.
+  VerbsResources res_;
   uint16_t port_ = 0;
-  std::vector<ibv_mr*> mrs_;
-  std::vector<rdma_cm_id*> accepted_;  // Only touched by the listener thread, then Stop().
   std::mutex mu_;
   std::set<uint64_t> tokens_;
   std::atomic<bool> stop_{false};
@@ -308,24 +290,15 @@ namespace {
 
 class VerbsTransport final : public Transport {
  public:
-  explicit VerbsTransport(const TransportOptions& options)
-      : options_(options), tcp_(TransportOptions{TransportKind::kTcp, 64, 64, 1}) {}
+  explicit VerbsTransport(const TransportOptions& options) : options_(options) {}
 
   ~VerbsTransport() override {
-    // QPs (and their ids) first, then the CQ, the MRs, the PD.
+    // The QPs (in conns_) first; then res_ tears down the CQ, MRs, PD, ... in its order.
     for (auto& c : conns_) {
-      if (c.id) {
-        rdma_disconnect(c.id);
-        if (c.id->qp) rdma_destroy_qp(c.id);
-        rdma_destroy_id(c.id);
-      }
+      if (c.id) rdma_disconnect(c.id.get());
     }
-    if (cq_) ibv_destroy_cq(cq_);
-    if (comp_channel_) ibv_destroy_comp_channel(comp_channel_);
-    for (auto& r : regions_) ibv_dereg_mr(r.mr);
-    if (pd_) ibv_dealloc_pd(pd_);
-    if (channel_) rdma_destroy_event_channel(channel_);
-    if (devices_) rdma_free_devices(devices_);
+    conns_.clear();
+    res_.Reset();
   }
 
   Status Init() {
@@ -336,23 +309,22 @@ class VerbsTransport final : public Transport {
       return InvalidArgument("signal_interval must be in 1..64, got ", options_.signal_interval);
     }
     TESSERA_RETURN_IF_ERROR(ProbeRdma());
-    TESSERA_RETURN_IF_ERROR(tcp_.Init());
     int n = 0;
-    devices_ = rdma_get_devices(&n);
-    if (devices_ == nullptr || n == 0) return Unsupported("no RDMA device: rdma_get_devices found none");
-    ctx_ = devices_[0];
-    pd_ = ibv_alloc_pd(ctx_);
-    if (!pd_) return CmError("ibv_alloc_pd");
-    comp_channel_ = ibv_create_comp_channel(ctx_);
-    if (!comp_channel_) return CmError("ibv_create_comp_channel");
+    res_.devices.reset(rdma_get_devices(&n));
+    if (!res_.devices || n == 0) return Unsupported("no RDMA device: rdma_get_devices found none");
+    res_.context = res_.devices.get()[0];
+    res_.pd.reset(ibv_alloc_pd(res_.context));
+    if (!res_.pd) return CmError("ibv_alloc_pd");
+    res_.comp_channel.reset(ibv_create_comp_channel(res_.context));
+    if (!res_.comp_channel) return CmError("ibv_create_comp_channel");
     ibv_device_attr dev{};
-    if (ibv_query_device(ctx_, &dev) != 0) return CmError("ibv_query_device");
+    if (ibv_query_device(res_.context, &dev) != 0) return CmError("ibv_query_device");
     int cqe = static_cast<int>(std::min<uint32_t>(options_.max_inflight, dev.max_cqe));
-    cq_ = ibv_create_cq(ctx_, cqe, nullptr, comp_channel_, 0);
-    if (!cq_) return CmError("ibv_create_cq");
+    res_.cq.reset(ibv_create_cq(res_.context, cqe, nullptr, res_.comp_channel.get(), 0));
+    if (!res_.cq) return CmError("ibv_create_cq");
     max_qp_wr_ = std::min<uint32_t>(options_.max_inflight, static_cast<uint32_t>(dev.max_qp_wr));
-    channel_ = rdma_create_event_channel();
-    if (!channel_) return CmError("rdma_create_event_channel");
+    res_.event_channel.reset(rdma_create_event_channel());
+    if (!res_.event_channel) return CmError("rdma_create_event_channel");
     slots_.resize(options_.max_inflight);
     for (uint32_t i = options_.max_inflight; i > 0; --i) free_slots_.push_back(i - 1);
     return Status::Ok();
@@ -361,23 +333,20 @@ class VerbsTransport final : public Transport {
   TransportKind kind() const override { return TransportKind::kRdma; }
 
   Result<ConnectionId> Connect(const Endpoint& endpoint, const ConnectOptions& options) override {
-    AuthOkResponse ok;
-    TESSERA_ASSIGN_OR_RETURN(ConnectionId tcp_id, tcp_.ConnectWithAuth(endpoint, options, &ok));
-    if (!(ok.flags & AuthOkResponse::kRdmaOffered)) {
-      (void)tcp_.Disconnect(tcp_id);
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> login,
+                             ControlClient::Connect(endpoint, options));
+    if (!login->rdma_offered()) {
+      (void)login->Close(Deadline::AfterMs(1000));
       return Unsupported("server ", endpoint.ToString(), " does not offer RDMA");
     }
     Conn c;
-    c.tcp = tcp_id;
-    Status st = ConnectQp(&c, ok, options);
+    Status st = ConnectQp(&c, login->auth_ok(), options);
     if (!st.ok()) {
-      if (c.id) {
-        if (c.id->qp) rdma_destroy_qp(c.id);
-        rdma_destroy_id(c.id);
-      }
-      (void)tcp_.Disconnect(tcp_id);
+      c.id.reset();  // The half-made QP and its id.
+      (void)login->Close(Deadline::AfterMs(1000));
       return st;
     }
+    c.login = std::move(login);
     c.up = true;
     conns_.push_back(std::move(c));
     return static_cast<ConnectionId>(conns_.size() - 1);
@@ -386,31 +355,35 @@ class VerbsTransport final : public Transport {
   Status Disconnect(ConnectionId id) override {
     TESSERA_RETURN_IF_ERROR(CheckConn(id));
     FailConn(id, Cancelled("connection closed by Disconnect()"));
-    return tcp_.Disconnect(conns_[id].tcp);
+    return conns_[id].login->Close(Deadline::AfterMs(1000));
   }
 
   Status Abort(ConnectionId id) override {
     TESSERA_RETURN_IF_ERROR(CheckConn(id));
     FailConn(id, Cancelled("connection aborted by Abort()"));
-    return tcp_.Abort(conns_[id].tcp);
+    conns_[id].login.reset();
+    return Status::Ok();
   }
 
   Result<ServerInfo> Info(ConnectionId id) const override {
     if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
-    TESSERA_ASSIGN_OR_RETURN(ServerInfo info, tcp_.Info(conns_[id].tcp));
+    if (!conns_[id].login) return Unavailable("connection ", id, " was aborted");
+    ServerInfo info = conns_[id].login->info();
     info.rdma = true;
     return info;
   }
 
   bool Connected(ConnectionId id) const override {
-    return id < conns_.size() && conns_[id].up && tcp_.Connected(conns_[id].tcp);
+    return id < conns_.size() && conns_[id].up && conns_[id].login &&
+           conns_[id].login->connected();
   }
 
   Status RegisterMemory(void* addr, size_t length) override {
     if (addr == nullptr || length == 0) return InvalidArgument("RegisterMemory: empty region");
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, length, IBV_ACCESS_LOCAL_WRITE);
+    MrPtr mr(ibv_reg_mr(res_.pd.get(), addr, length, IBV_ACCESS_LOCAL_WRITE));
     if (!mr) return CmError("ibv_reg_mr");
-    regions_.push_back({reinterpret_cast<uintptr_t>(addr), length, mr});
+    regions_.push_back({reinterpret_cast<uintptr_t>(addr), length, mr.get()});
+    res_.mrs.push_back(std::move(mr));
     std::sort(regions_.begin(), regions_.end(),
               [](const Region& a, const Region& b) { return a.base < b.base; });
     return Status::Ok();
@@ -509,21 +482,9 @@ class VerbsTransport final : public Transport {
 
   size_t Poll(std::span<Completion> out) override {
     ibv_wc wc[32];
-    int n = ibv_poll_cq(cq_, 32, wc);
+    int n = ibv_poll_cq(res_.cq.get(), 32, wc);
     for (int i = 0; i < n; ++i) OnWc(wc[i]);
-    // Notices and connection failures from the control connections.
-    Completion tmp[16];
-    size_t k = tcp_.Poll(tmp);
-    for (size_t i = 0; i < k; ++i) {
-      if (tmp[i].kind != CompletionKind::kNotice) continue;
-      for (ConnectionId id = 0; id < conns_.size(); ++id) {
-        if (conns_[id].tcp == tmp[i].connection) {
-          tmp[i].connection = id;
-          ready_.push_back(std::move(tmp[i]));
-          break;
-        }
-      }
-    }
+    PollLogins();
     size_t m = 0;
     while (m < out.size() && !ready_.empty()) {
       out[m++] = std::move(ready_.front());
@@ -536,11 +497,14 @@ class VerbsTransport final : public Transport {
     while (true) {
       size_t n = Poll(out);
       if (n > 0 || out.empty() || deadline.Expired()) return n;
-      ibv_req_notify_cq(cq_, 0);
+      ibv_req_notify_cq(res_.cq.get(), 0);
       n = Poll(out);
       if (n > 0) return n;
       int ms = std::min(deadline.RemainingMs(), 5);
-      if (WaitCompletionChannel(comp_channel_, ms < 0 ? 5 : ms, wake_fd_)) return Poll(out);
+      // The logins are checked by the next Poll() at the latest 5 ms from now.
+      if (WaitCompletionChannel(res_.comp_channel.get(), ms < 0 ? 5 : ms, wake_fd_)) {
+        return Poll(out);
+      }
     }
   }
 
@@ -551,38 +515,18 @@ class VerbsTransport final : public Transport {
     return Status::Ok();
   }
 
-  Result<AllocSlabResponse> AllocSlab(ConnectionId c, const AllocSlabRequest& req,
-                                      Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    TESSERA_ASSIGN_OR_RETURN(AllocSlabResponse r, tcp_.AllocSlab(conns_[c].tcp, req, deadline));
+  Status AddSlab(ConnectionId c, const AllocSlabResponse& r) override {
+    if (c >= conns_.size()) return InvalidArgument("unknown connection ", c);
+    if (r.slab_id == 0) return InvalidArgument("AddSlab: slab_id 0");
     if (r.rkey == 0) {
       return Unsupported("server returned slab ", r.slab_id, " without an rkey: its memory is not "
                          "registered for RDMA");
     }
     conns_[c].slabs[r.slab_id] = SlabRef{r.remote_addr, r.rkey, r.size};
-    return r;
+    return Status::Ok();
   }
-  Status FreeSlab(ConnectionId c, uint64_t slab_id, Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    conns_[c].slabs.erase(slab_id);
-    return tcp_.FreeSlab(conns_[c].tcp, slab_id, deadline);
-  }
-  Result<std::string> Stats(ConnectionId c, Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    return tcp_.Stats(conns_[c].tcp, deadline);
-  }
-  Result<HeartbeatResponse> Heartbeat(ConnectionId c, Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    return tcp_.Heartbeat(conns_[c].tcp, deadline);
-  }
-  Result<std::vector<uint8_t>> Invoke(ConnectionId c, uint32_t function_id,
-                                      std::span<const uint8_t> args, Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    return tcp_.Invoke(conns_[c].tcp, function_id, args, deadline);
-  }
-  Status Fault(ConnectionId c, const FaultRequest& req, Deadline deadline) override {
-    TESSERA_RETURN_IF_ERROR(CheckConn(c));
-    return tcp_.Fault(conns_[c].tcp, req, deadline);
+  void RemoveSlab(ConnectionId c, uint64_t slab_id) override {
+    if (c < conns_.size()) conns_[c].slabs.erase(slab_id);
   }
 
  private:
@@ -592,8 +536,8 @@ class VerbsTransport final : public Transport {
     uint64_t size;
   };
   struct Conn {
-    ConnectionId tcp = 0;
-    rdma_cm_id* id = nullptr;
+    std::unique_ptr<ControlClient> login;  // Authentication, the QP's token, notices.
+    QpIdPtr id;                             // The RC QP and its rdma_cm id.
     bool up = false;
     Status down_reason;
     std::deque<uint32_t> fifo;  // Slots posted on this QP, in post order.
@@ -609,13 +553,15 @@ class VerbsTransport final : public Transport {
   struct Region {
     uintptr_t base;
     size_t length;
-    ibv_mr* mr;
+    ibv_mr* mr;  // Owned by res_.mrs.
   };
 
   Status CheckConn(ConnectionId id) const {
     if (id >= conns_.size()) return InvalidArgument("unknown connection ", id);
     if (!conns_[id].up) return Unavailable("connection ", id, " is down: ", conns_[id].down_reason.message());
-    if (!tcp_.Connected(conns_[id].tcp)) return Unavailable("control connection ", id, " is down");
+    if (!conns_[id].login || !conns_[id].login->connected()) {
+      return Unavailable("login connection ", id, " is down");
+    }
     return Status::Ok();
   }
 
@@ -628,33 +574,39 @@ class VerbsTransport final : public Transport {
   }
 
   Status ConnectQp(Conn* c, const AuthOkResponse& ok, const ConnectOptions& options) {
-    if (rdma_create_id(channel_, &c->id, nullptr, RDMA_PS_TCP) != 0) return CmError("rdma_create_id");
+    rdma_cm_id* raw = nullptr;
+    if (rdma_create_id(res_.event_channel.get(), &raw, nullptr, RDMA_PS_TCP) != 0) {
+      return CmError("rdma_create_id");
+    }
+    c->id.reset(raw);
     TESSERA_ASSIGN_OR_RETURN(addrinfo * ai, Resolve(ok.rdma_host, ok.rdma_port, false));
     int ms = std::max(1, options.deadline.RemainingMs());
-    int rc = rdma_resolve_addr(c->id, nullptr, ai->ai_addr, ms);
+    int rc = rdma_resolve_addr(c->id.get(), nullptr, ai->ai_addr, ms);
     freeaddrinfo(ai);
     if (rc != 0) return CmError("rdma_resolve_addr");
     TESSERA_RETURN_IF_ERROR(
-        WaitCmEvent(channel_, RDMA_CM_EVENT_ADDR_RESOLVED, options.deadline, "resolve address"));
-    if (c->id->verbs != ctx_) {
+        WaitCmEvent(res_.event_channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, options.deadline,
+                    "resolve address"));
+    if (c->id->verbs != res_.context) {
       return Unsupported("the route to ", ok.rdma_host, " uses another RDMA device than the first; "
                          "multi-device clients are not supported");
     }
-    if (rdma_resolve_route(c->id, std::max(1, options.deadline.RemainingMs())) != 0) {
+    if (rdma_resolve_route(c->id.get(), std::max(1, options.deadline.RemainingMs())) != 0) {
       return CmError("rdma_resolve_route");
     }
     TESSERA_RETURN_IF_ERROR(
-        WaitCmEvent(channel_, RDMA_CM_EVENT_ROUTE_RESOLVED, options.deadline, "resolve route"));
+        WaitCmEvent(res_.event_channel.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, options.deadline,
+                    "resolve route"));
     ibv_qp_init_attr attr{};
-    attr.send_cq = cq_;
-    attr.recv_cq = cq_;
+    attr.send_cq = res_.cq.get();
+    attr.recv_cq = res_.cq.get();
     attr.qp_type = IBV_QPT_RC;
     attr.sq_sig_all = 0;
     attr.cap.max_send_wr = max_qp_wr_;
     attr.cap.max_recv_wr = 1;
     attr.cap.max_send_sge = 1;
     attr.cap.max_recv_sge = 1;
-    if (rdma_create_qp(c->id, pd_, &attr) != 0) return CmError("rdma_create_qp");
+    if (rdma_create_qp(c->id.get(), res_.pd.get(), &attr) != 0) return CmError("rdma_create_qp");
     uint8_t priv[kPrivateDataSize];
     PutU64(priv, ok.rdma_token);
     PutU64(priv + 8, options.client_id);
@@ -665,8 +617,35 @@ class VerbsTransport final : public Transport {
     param.initiator_depth = 16;
     param.retry_count = 7;
     param.rnr_retry_count = 7;
-    if (rdma_connect(c->id, &param) != 0) return CmError("rdma_connect");
-    return WaitCmEvent(channel_, RDMA_CM_EVENT_ESTABLISHED, options.deadline, "connect QP");
+    if (rdma_connect(c->id.get(), &param) != 0) return CmError("rdma_connect");
+    return WaitCmEvent(res_.event_channel.get(), RDMA_CM_EVENT_ESTABLISHED, options.deadline,
+                       "connect QP");
+  }
+
+  // Notices from the logins (one poll() over all their sockets, then only the readable ones
+  // are read); a login the server closed fails its connection.
+  void PollLogins() {
+    login_fds_.clear();
+    for (const Conn& c : conns_) {
+      login_fds_.push_back(pollfd{c.up && c.login ? c.login->fd() : -1, POLLIN, 0});
+    }
+    if (login_fds_.empty() || ::poll(login_fds_.data(), login_fds_.size(), 0) <= 0) return;
+    Notice notices[16];
+    for (ConnectionId id = 0; id < conns_.size(); ++id) {
+      if (login_fds_[id].fd < 0 || login_fds_[id].revents == 0) continue;
+      ControlClient& login = *conns_[id].login;
+      size_t k;
+      while ((k = login.PollNotices(notices)) > 0) {
+        for (size_t i = 0; i < k; ++i) {
+          Completion n;
+          n.kind = CompletionKind::kNotice;
+          n.connection = id;
+          n.notice = notices[i];
+          ready_.push_back(std::move(n));
+        }
+      }
+      if (!login.connected()) FailConn(id, login.down_reason());
+    }
   }
 
   void OnWc(const ibv_wc& wc) {
@@ -709,17 +688,13 @@ class VerbsTransport final : public Transport {
       c.fifo.pop_front();
       Complete(s, reason);
     }
-    if (c.id) rdma_disconnect(c.id);
+    if (c.id) rdma_disconnect(c.id.get());
   }
 
   TransportOptions options_;
-  TcpTransport tcp_;
-  ibv_context** devices_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* comp_channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  rdma_event_channel* channel_ = nullptr;
+  std::vector<pollfd> login_fds_;
+  // Declared before conns_, so the QPs in conns_ go first on every path (see the destructor).
+  VerbsResources res_;
   uint32_t max_qp_wr_ = 0;
   std::vector<Conn> conns_;
   std::vector<Region> regions_;

@@ -8,7 +8,7 @@
 
 #include "apps/cli/cli.h"
 #include "fabric/auth.h"
-#include "fabric/transport.h"
+#include "fabric/control_client.h"
 #include "memserver/fault_state.h"
 #include "memserver/units.h"
 
@@ -86,33 +86,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera fault: %s\n", secret.status().ToString().c_str());
     return 1;
   }
-  fabric::TransportOptions to;
-  to.kind = fabric::TransportKind::kTcp;  // Control calls only.
-  auto transport = fabric::Transport::Create(to);
-  if (!transport.ok()) {
-    std::fprintf(stderr, "tessera fault: %s\n", transport.status().ToString().c_str());
-    return 1;
-  }
   fabric::ConnectOptions co;
   co.secret = *secret;
   co.client_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   co.deadline = tessera::Deadline::AfterMs(timeout_ms);
-  auto conn = (*transport)->Connect(*endpoint, co);
+  auto conn = fabric::ControlClient::Connect(*endpoint, co);
   if (!conn.ok()) {
     std::fprintf(stderr, "tessera fault: cannot reach %s: %s\n", endpoint->ToString().c_str(),
                  conn.status().ToString().c_str());
     return 1;
   }
+  fabric::ControlClient& control = **conn;
   const std::string name = endpoint->ToString();
   const std::string what(ms::FaultKindName(spec->kind));
+  const bool per_op = spec->kind == ms::FaultKind::kDelay || spec->kind == ms::FaultKind::kHang ||
+                      spec->kind == ms::FaultKind::kDrop;
+  if (per_op && control.rdma_offered()) {
+    // The hooks run in the server's request path; RDMA one-sided ops never enter it.
+    std::fprintf(stderr,
+                 "tessera fault: note: %s serves RDMA: '%s' acts on requests the server's CPU "
+                 "handles (TCP data ops and control calls); one-sided RDMA READ/WRITE from verbs "
+                 "clients bypass the fault hooks and are not affected\n",
+                 name.c_str(), what.c_str());
+  }
   tessera::Status st;
   std::string detail;
   if (FitsWireFault(spec->kind)) {
-    st = (*transport)->Fault(*conn, ToWire(*spec), tessera::Deadline::AfterMs(timeout_ms));
+    st = control.Fault(ToWire(*spec), tessera::Deadline::AfterMs(timeout_ms));
   } else {
     std::string args = ms::EncodeFaultSpec(*spec);
-    auto r = (*transport)->Invoke(
-        *conn, ms::kFaultFunctionId,
+    auto r = control.Invoke(
+        ms::kFaultFunctionId,
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(args.data()), args.size()),
         tessera::Deadline::AfterMs(timeout_ms));
     st = r.status();
@@ -140,6 +144,6 @@ int main(int argc, char** argv) {
     detail += spec->kind == ms::FaultKind::kClear ? ": all faults removed" : ": injected";
   }
   std::printf("%s: %s\n", name.c_str(), detail.c_str());
-  (*transport)->Disconnect(*conn).IgnoreError();
+  control.Close(tessera::Deadline::AfterMs(timeout_ms)).IgnoreError();
   return 0;
 }

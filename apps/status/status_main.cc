@@ -15,7 +15,7 @@
 #include "common/report.h"
 #include "fabric/auth.h"
 #include "fabric/cluster_file.h"
-#include "fabric/transport.h"
+#include "fabric/control_client.h"
 #include "memserver/units.h"
 
 DEFINE_string(auth_token_file, "",
@@ -65,29 +65,20 @@ std::string StatValue(const std::string& stats, const std::string& key) {
 }
 
 void Query(const std::string& secret, uint64_t timeout_ms, Row* row) {
-  fabric::TransportOptions to;
-  to.kind = fabric::TransportKind::kTcp;  // Control calls only.
-  auto transport = fabric::Transport::Create(to);
-  if (!transport.ok()) {
-    row->reason = transport.status().ToString();
-    return;
-  }
   fabric::ConnectOptions co;
   co.secret = secret;
   co.client_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   co.deadline = tessera::Deadline::AfterMs(timeout_ms);
-  auto conn = (*transport)->Connect(row->member.endpoint, co);
+  auto conn = fabric::ControlClient::Connect(row->member.endpoint, co);
   if (!conn.ok()) {
     row->reason = conn.status().ToString();
     return;
   }
-  auto info = (*transport)->Info(*conn);
-  if (info.ok()) {
-    row->rdma = info->rdma ? "yes" : "no";
-    row->slab_size = info->slab_size;
-  }
+  fabric::ControlClient& control = **conn;
+  row->rdma = control.rdma_offered() ? "yes" : "no";  // The server offers RDMA data transfers.
+  row->slab_size = control.info().slab_size;
   uint64_t t0 = tessera::MonotonicNs();
-  auto hb = (*transport)->Heartbeat(*conn, tessera::Deadline::AfterMs(timeout_ms));
+  auto hb = control.Heartbeat(tessera::Deadline::AfterMs(timeout_ms));
   row->rtt_ns = tessera::MonotonicNs() - t0;
   if (!hb.ok()) {
     row->reason = "heartbeat: " + hb.status().ToString();
@@ -95,12 +86,12 @@ void Query(const std::string& secret, uint64_t timeout_ms, Row* row) {
   }
   row->hb = *hb;
   row->reachable = true;
-  auto stats = (*transport)->Stats(*conn, tessera::Deadline::AfterMs(timeout_ms));
+  auto stats = control.Stats(tessera::Deadline::AfterMs(timeout_ms));
   if (stats.ok()) {
     row->ops_per_sec = StatValue(*stats, "ops_per_sec");
     row->evictions = StatValue(*stats, "evictions");
   }
-  (*transport)->Disconnect(*conn).IgnoreError();
+  control.Close(tessera::Deadline::AfterMs(timeout_ms)).IgnoreError();
 }
 
 }  // namespace

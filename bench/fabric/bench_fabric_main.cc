@@ -34,6 +34,7 @@
 #include "common/report.h"
 #include "common/subprocess.h"
 #include "fabric/auth.h"
+#include "fabric/control_client.h"
 #include "fabric/transport.h"
 
 DEFINE_bool(json, false, "Print JSON lines instead of tables");
@@ -427,6 +428,7 @@ int main(int argc, char** argv) {
   if (Status st = t.RegisterMemory(buffers.data(), buffers.size()); !st.ok()) Die("RegisterMemory", st);
   std::vector<fabric::ConnectionId> conns;
   std::vector<uint64_t> slabs;
+  std::vector<std::unique_ptr<fabric::ControlClient>> controls;  // Slab allocation.
   for (const auto& ep : endpoints) {
     fabric::ConnectOptions co;
     co.secret = secret;
@@ -434,8 +436,12 @@ int main(int argc, char** argv) {
     co.deadline = Deadline::AfterMs(10000);
     auto c = t.Connect(ep, co);
     if (!c.ok()) Die("connecting to " + ep.ToString(), c.status());
-    auto slab = t.AllocSlab(*c, fabric::AllocSlabRequest{slab_bytes}, Deadline::AfterMs(10000));
+    auto control = fabric::ControlClient::Connect(ep, co);
+    if (!control.ok()) Die("connecting to " + ep.ToString(), control.status());
+    auto slab = (*control)->AllocSlab(fabric::AllocSlabRequest{slab_bytes}, Deadline::AfterMs(10000));
     if (!slab.ok()) Die("allocating a slab on " + ep.ToString(), slab.status());
+    if (Status st = t.AddSlab(*c, *slab); !st.ok()) Die("AddSlab", st);
+    controls.push_back(std::move(*control));
     if (slab->size < working_set) {
       Die("slab", tessera::Internal("slab of ", slab->size, " bytes < working set ", working_set));
     }

@@ -23,7 +23,7 @@
 #include "common/logging.h"
 #include "common/report.h"
 #include "common/subprocess.h"
-#include "fabric/transport.h"
+#include "fabric/control_client.h"
 
 DEFINE_string(size, "2G", "Store size (bytes of pages written and trimmed), e.g. 512M, 2G");
 DEFINE_string(chunk, "64M", "Size of one Trim call (an NBD client trims in pieces too)");
@@ -64,18 +64,14 @@ uint64_t ParseBytes(const char* flag, const std::string& v) {
 }
 
 uint64_t SlabsAllocated(const client::LocalCluster& c) {
-  fabric::TransportOptions to;
-  to.kind = fabric::TransportKind::kTcp;
-  auto t = fabric::Transport::Create(to);
-  if (!t.ok()) return 0;
   uint64_t sum = 0;
   for (const auto& e : c.endpoints()) {
     fabric::ConnectOptions co;
     co.secret = c.secret();
     co.client_id = 0x0b5e77e7;
-    auto conn = (*t)->Connect(e, co);
+    auto conn = fabric::ControlClient::Connect(e, co);
     if (!conn.ok()) continue;
-    auto text = (*t)->Stats(*conn, Deadline::AfterMs(5000));
+    auto text = (*conn)->Stats(Deadline::AfterMs(5000));
     if (!text.ok()) continue;
     const size_t pos = text->find("slabs_allocated ");
     if (pos != std::string::npos) sum += std::stoull(text->substr(pos + 16));

@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/histogram.h"
+#include "fabric/control_client.h"
 #include "fabric/transport.h"
 #include "placement/membership.h"
 
@@ -237,6 +238,10 @@ class IoThread {
   void HandleLocalFailures();
   void ReplaceSplit(Slab& s, int j);
   void ReplaceSplitOnce(Slab& s, int j);
+  // A slab on `server` through its control client, made known to the data transport.
+  Result<fabric::AllocSlabResponse> AllocRemote(uint32_t server, Deadline deadline);
+  // Forgets the slab in the data transport and frees it through the control client.
+  Status FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline);
   void Housekeeping();
   void Regenerate(uint64_t now);
   void OnNotice(const fabric::Completion& comp);
@@ -254,8 +259,9 @@ class IoThread {
   std::atomic<uint64_t> unsettled_{0};  // I/O thread writes, Flush() reads.
 
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
-  std::unique_ptr<fabric::Transport> t_;
-  std::vector<fabric::ConnectionId> conn_;
+  std::unique_ptr<fabric::Transport> t_;                       // The data path.
+  std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
+  std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;
   // Reply latency per server (EWMA, 1/8 weight, from this thread's data ops) and which servers
   // are much slower than the rest (ClassifySlow(), every 64 completions): reads ask their

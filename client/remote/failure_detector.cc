@@ -1,4 +1,4 @@
-// Failure detection: heartbeats from a monitor thread (its own transport), marking a server
+// Failure detection: heartbeats from a monitor thread (its own control clients), marking a server
 // failed (placement reconfigured, I/O threads woken), and classifying stragglers from reply
 // latencies.
 #include "client/remote/engine.h"
@@ -49,14 +49,8 @@ void IoThread::ClassifySlow() {
 
 
 void RemoteStore::MonitorLoop() {
-  fabric::TransportOptions to;
-  to.kind = fabric::TransportKind::kTcp;
-  auto t = NewTransport(to);
-  if (!t.ok()) {
-    TLOG(ERROR) << name_ << ": heartbeats disabled: " << t.status();
-    return;
-  }
-  std::vector<std::optional<fabric::ConnectionId>> conns(opt_.servers.size());
+  // One control connection per server (no data path): heartbeats only.
+  std::vector<std::unique_ptr<fabric::ControlClient>> conns(opt_.servers.size());
   fabric::ConnectOptions co;
   co.secret = opt_.secret;
   co.client_id = client_id_;
@@ -69,21 +63,22 @@ void RemoteStore::MonitorLoop() {
     }
     for (size_t i = 0; i < opt_.servers.size() && !monitor_stop_.load(); ++i) {
       if (failed_[i].load()) continue;
-      if (!conns[i] || !(*t)->Connected(*conns[i])) {
+      if (!conns[i] || !conns[i]->connected()) {
         co.deadline = Deadline::AfterMs(opt_.heartbeat_timeout_ms);
-        auto c = (*t)->Connect(opt_.servers[i].endpoint, co);
+        auto c = fabric::ControlClient::Connect(opt_.servers[i].endpoint, co);
         if (!c.ok()) {
           MarkFailed(static_cast<uint32_t>(i), "heartbeat connection: " + c.status().ToString());
           continue;
         }
-        conns[i] = *c;
+        conns[i] = std::move(*c);
       }
-      auto hb = (*t)->Heartbeat(*conns[i], Deadline::AfterMs(opt_.heartbeat_timeout_ms));
+      auto hb = conns[i]->Heartbeat(Deadline::AfterMs(opt_.heartbeat_timeout_ms));
       if (!hb.ok()) {
         MarkFailed(static_cast<uint32_t>(i), "heartbeat: " + hb.status().ToString());
       }
-      fabric::Completion drop[16];
-      while ((*t)->Poll(drop) > 0) {
+      // The data connections act on notices; these copies are dropped.
+      fabric::Notice drop[16];
+      while (conns[i]->PollNotices(drop) > 0) {
       }
     }
   }

@@ -75,6 +75,12 @@ Status IoThread::Connect() {
                          c.status().ToString());
     }
     conn_.push_back(*c);
+    auto ctl = fabric::ControlClient::Connect(o.servers[i].endpoint, co);
+    if (!ctl.ok()) {
+      return Unavailable("cannot connect to " + o.servers[i].endpoint.ToString() + ": " +
+                         ctl.status().ToString());
+    }
+    ctl_.push_back(std::move(*ctl));
     TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
     if (info.slab_size != store_->slab_size_) {
       return InvalidArgument("servers disagree on the slab size: " +
@@ -87,6 +93,20 @@ Status IoThread::Connect() {
   latency_ewma_ns_.assign(o.servers.size(), 0);
   slow_.assign(o.servers.size(), 0);
   return Status::Ok();
+}
+
+Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadline deadline) {
+  TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse r, ctl_[server]->AllocSlab({}, deadline));
+  if (Status st = t_->AddSlab(conn_[server], r); !st.ok()) {
+    (void)ctl_[server]->FreeSlab(r.slab_id, deadline);
+    return st;
+  }
+  return r;
+}
+
+Status IoThread::FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline) {
+  t_->RemoveSlab(conn_[server], slab_id);
+  return ctl_[server]->FreeSlab(slab_id, deadline);
 }
 
 void IoThread::Run(std::promise<Status>* started) {

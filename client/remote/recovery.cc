@@ -100,7 +100,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
       store_->load_[chosen]++;
     }
     if (local_failed_[chosen]) continue;
-    auto a = t_->AllocSlab(conn_[chosen], {}, Deadline::AfterMs(store_->opt_.control_timeout_ms));
+    auto a = AllocRemote(chosen, Deadline::AfterMs(store_->opt_.control_timeout_ms));
     if (!a.ok()) {
       TLOG(WARNING) << store_->name_ << ": cannot allocate a replacement slab on "
                     << store_->opt_.servers[chosen].endpoint.ToString() << ": " << a.status();
@@ -127,7 +127,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     store_->stats_.regenerations_pending.fetch_add(pending, std::memory_order_relaxed);
     if (old != kNoServer && !store_->failed_[old].load() && !local_failed_[old]) {
       // Eviction: give the old slab back (the server drops it anyway).
-      (void)t_->FreeSlab(conn_[old], old_remote, Deadline::AfterMs(100));
+      (void)FreeRemote(old, old_remote, Deadline::AfterMs(100));
     }
     return;
   }

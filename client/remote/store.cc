@@ -39,22 +39,19 @@ Status RemoteStore::Init() {
   failed_.reset(new std::atomic<bool>[o.servers.size()]);
   for (size_t i = 0; i < o.servers.size(); ++i) failed_[i].store(false);
 
-  // The slab size is needed for the slab table: probe it with a short-lived transport.
+  // The slab size is needed for the slab table: ask the first server (a short-lived control
+  // connection; no data path is needed for that).
   {
-    fabric::TransportOptions to;
-    to.kind = o.transport;
-    TESSERA_ASSIGN_OR_RETURN(auto t, NewTransport(to));
     fabric::ConnectOptions co;
     co.secret = o.secret;
     co.client_id = client_id_;
     co.deadline = Deadline::AfterMs(o.connect_timeout_ms);
-    auto c = t->Connect(o.servers[0].endpoint, co);
+    auto c = fabric::ControlClient::Connect(o.servers[0].endpoint, co);
     if (!c.ok()) {
       return Unavailable("cannot connect to " + o.servers[0].endpoint.ToString() + ": " +
                          c.status().ToString());
     }
-    TESSERA_ASSIGN_OR_RETURN(auto info, t->Info(*c));
-    slab_size_ = info.slab_size;
+    slab_size_ = (*c)->info().slab_size;
   }
   if (slab_size_ < lay_.split) return InvalidArgument("server slab size is below one split");
   pages_per_slab_ = slab_size_ / lay_.split;

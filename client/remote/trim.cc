@@ -70,7 +70,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint32_t server = remotes[j].first;
     if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-    Status st = t_->FreeSlab(conn_[server], remotes[j].second, Deadline::AfterMs(ms));
+    Status st = FreeRemote(server, remotes[j].second, Deadline::AfterMs(ms));
     if (!st.ok()) {
       // Not fatal: the data is unreachable from now on; the server reclaims the slab when this
       // client's lease ends.
@@ -89,8 +89,8 @@ void IoThread::FreeAllSlabs(const Deadline& d) {
     for (int j = 0; j < lay_.width(); ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-      if (d.Expired() || !t_->Connected(conn_[server])) continue;
-      (void)t_->FreeSlab(conn_[server], s.remote[j], d);
+      if (d.Expired() || !ctl_[server]->connected()) continue;
+      (void)FreeRemote(server, s.remote[j], d);
     }
     s.allocated = false;
   }

@@ -37,7 +37,7 @@ Status IoThread::AllocateSlab(Slab& s) {
     for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
       const uint32_t server = servers[j];
       if (!local_failed_[server] && !store_->failed_[server].load()) {
-        auto r = t_->AllocSlab(conn_[server], {}, Deadline::AfterMs(attempt_ms));
+        auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
         if (r.ok()) {
           s.server[j].store(server, std::memory_order_relaxed);
           s.remote[j] = r->slab_id;
@@ -84,7 +84,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       for (int i = 0; i < j; ++i) {
         const uint32_t srv = s.server[i].load();
         if (!local_failed_[srv] && !store_->failed_[srv].load()) {
-          (void)t_->FreeSlab(conn_[srv], s.remote[i], Deadline::AfterMs(attempt_ms));
+          (void)FreeRemote(srv, s.remote[i], Deadline::AfterMs(attempt_ms));
         }
         s.server[i].store(kNoServer);
       }

@@ -18,6 +18,7 @@
 #include "client/local_cluster.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "fabric/control_client.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::client {
@@ -249,18 +250,16 @@ TEST(RemoteStoreTest, SigkillRServersUnderMixedLoadLosesNothing) {
 // Sum of a STATS counter over the cluster's live servers.
 uint64_t SumServerStat(const LocalCluster& c, const std::string& key,
                        const std::vector<size_t>& skip = {}) {
-  auto t = fabric::CreateTcpTransport(fabric::TransportOptions{});
-  EXPECT_TRUE(t.ok()) << t.status();
   uint64_t sum = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     if (std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
     fabric::ConnectOptions co;
     co.secret = c.secret();
     co.client_id = 777;
-    auto conn = (*t)->Connect(c.endpoints()[i], co);
+    auto conn = fabric::ControlClient::Connect(c.endpoints()[i], co);
     EXPECT_TRUE(conn.ok()) << conn.status();
     if (!conn.ok()) continue;
-    auto text = (*t)->Stats(*conn, Deadline::AfterMs(kWaitMs));
+    auto text = (*conn)->Stats(Deadline::AfterMs(kWaitMs));
     EXPECT_TRUE(text.ok()) << text.status();
     if (!text.ok()) continue;
     const size_t at = text->find("\n" + key + " ");
@@ -620,20 +619,15 @@ TEST(RemoteStoreTest, ManyThreadsManyOpsInFlight) {
 
 // Sum over the cluster's servers of a numeric STATS field.
 uint64_t ClusterStat(const LocalCluster& c, const std::string& key) {
-  fabric::TransportOptions to;
-  to.kind = fabric::TransportKind::kTcp;
-  auto t = fabric::Transport::Create(to);
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return 0;
   uint64_t sum = 0;
   for (const auto& e : c.endpoints()) {
     fabric::ConnectOptions co;
     co.secret = c.secret();
     co.client_id = 0x5747a75;  // An observer: owns no slabs.
-    auto conn = (*t)->Connect(e, co);
+    auto conn = fabric::ControlClient::Connect(e, co);
     EXPECT_TRUE(conn.ok()) << conn.status();
     if (!conn.ok()) continue;
-    auto text = (*t)->Stats(*conn, Deadline::AfterMs(5000));
+    auto text = (*conn)->Stats(Deadline::AfterMs(5000));
     EXPECT_TRUE(text.ok()) << text.status();
     if (!text.ok()) continue;
     const std::string needle = key + " ";

@@ -1,5 +1,6 @@
 // The transport conformance suite: every Transport kind against an in-process fabric::Server
-// with an in-memory handler. The rdma instance skips with the reason when no device exists.
+// with an in-memory handler, slabs allocated through a ControlClient. The rdma instance skips
+// with the reason when no device exists. Also the ControlClient on its own.
 // Also the engine's robustness against raw, misbehaving peers (plain sockets).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -10,10 +11,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/fd.h"
 #include "fabric/auth.h"
+#include "fabric/control_client.h"
 #include "fabric/server.h"
 #include "fabric/transport.h"
 #include "tests/fabric/test_handler.h"
@@ -93,6 +96,7 @@ class ConformanceTest : public ::testing::TestWithParam<TransportKind> {
     fx_ = std::make_unique<ServerFixture>(GetParam() == TransportKind::kRdma);
     a_ = MakeTransport();
     conn_a_ = ConnectOrDie(*a_, kClientA);
+    ctl_a_ = ControlOrDie(kClientA);
     buf_.resize(1 << 20);
     ASSERT_TRUE(a_->RegisterMemory(buf_.data(), buf_.size()).ok());
   }
@@ -116,15 +120,31 @@ class ConformanceTest : public ::testing::TestWithParam<TransportKind> {
     return *c;
   }
 
+  std::unique_ptr<ControlClient> ControlOrDie(uint64_t client) {
+    ConnectOptions co;
+    co.secret = kSecret;
+    co.client_id = client;
+    auto c = ControlClient::Connect(fx_->endpoint(), co);
+    TCHECK(c.ok()) << c.status();
+    return std::move(*c);
+  }
+
+  // A slab of client A (through ctl_a_), made known to `t` on connection `c`.
   uint64_t Alloc(Transport& t, ConnectionId c) {
-    auto r = t.AllocSlab(c, AllocSlabRequest{}, Deadline::AfterMs(5000));
+    auto r = ctl_a_->AllocSlab(AllocSlabRequest{}, Deadline::AfterMs(5000));
     TCHECK(r.ok()) << r.status();
+    slabs_[r->slab_id] = *r;
+    TCHECK_OK(t.AddSlab(c, *r));
     return r->slab_id;
   }
+  // Makes a slab Alloc() returned known to another connection of client A.
+  void Share(Transport& t, ConnectionId c, uint64_t slab) { TCHECK_OK(t.AddSlab(c, slabs_[slab])); }
 
   std::unique_ptr<ServerFixture> fx_;
   std::unique_ptr<Transport> a_;
   ConnectionId conn_a_ = 0;
+  std::unique_ptr<ControlClient> ctl_a_;
+  std::map<uint64_t, AllocSlabResponse> slabs_;
   std::vector<uint8_t> buf_;
 };
 
@@ -356,8 +376,9 @@ TEST_P(ConformanceTest, OtherClientsSlabIsRefused) {
   auto c = WaitData(*b, 1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status.code(), StatusCode::kPermissionDenied) << c[0].status;
-  EXPECT_EQ(b->FreeSlab(cb, slab, Deadline::AfterMs(5000)).code(), StatusCode::kPermissionDenied);
-  EXPECT_TRUE(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).ok());
+  auto ctl_b = ControlOrDie(kClientB);
+  EXPECT_EQ(ctl_b->FreeSlab(slab, Deadline::AfterMs(5000)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(ctl_a_->FreeSlab(slab, Deadline::AfterMs(5000)).ok());
 }
 
 TEST_P(ConformanceTest, WrongSecretIsRefused) {
@@ -368,31 +389,35 @@ TEST_P(ConformanceTest, WrongSecretIsRefused) {
   auto c = b->Connect(fx_->endpoint(), co);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied) << c.status();
+  auto ctl = ControlClient::Connect(fx_->endpoint(), co);
+  EXPECT_EQ(ctl.status().code(), StatusCode::kPermissionDenied) << ctl.status();
   // The server goes on serving the good client.
-  EXPECT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(ctl_a_->Heartbeat(Deadline::AfterMs(5000)).ok());
 }
 
 TEST_P(ConformanceTest, ControlCalls) {
   uint64_t slab = Alloc(*a_, conn_a_);
-  auto stats = a_->Stats(conn_a_, Deadline::AfterMs(5000));
+  auto stats = ctl_a_->Stats(Deadline::AfterMs(5000));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_NE(stats->find("slabs_used 1"), std::string::npos) << *stats;
-  auto hb = a_->Heartbeat(conn_a_, Deadline::AfterMs(5000));
+  auto hb = ctl_a_->Heartbeat(Deadline::AfterMs(5000));
   ASSERT_TRUE(hb.ok()) << hb.status();
   EXPECT_EQ(hb->slabs_used, 1u);
   EXPECT_EQ(hb->server_time_ns, 42u);
   std::vector<uint8_t> args = {1, 2, 3, 4};
-  auto inv = a_->Invoke(conn_a_, 7, args, Deadline::AfterMs(5000));
+  auto inv = ctl_a_->Invoke(7, args, Deadline::AfterMs(5000));
   ASSERT_TRUE(inv.ok()) << inv.status();
   EXPECT_EQ(*inv, (std::vector<uint8_t>{4, 3, 2, 1}));
-  EXPECT_EQ(a_->Invoke(conn_a_, 8, args, Deadline::AfterMs(5000)).status().code(),
+  EXPECT_EQ(ctl_a_->Invoke(8, args, Deadline::AfterMs(5000)).status().code(),
             StatusCode::kNotFound);
   FaultRequest fr;
   fr.action = FaultAction::kClear;
-  EXPECT_TRUE(a_->Fault(conn_a_, fr, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(ctl_a_->Fault(fr, Deadline::AfterMs(5000)).ok());
   EXPECT_EQ(fx_->handler_.faults.load(), 1);
-  EXPECT_TRUE(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).ok());
-  EXPECT_EQ(a_->FreeSlab(conn_a_, slab, Deadline::AfterMs(5000)).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(ctl_a_->FreeSlab(slab, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(ctl_a_->FreeSlab(slab, Deadline::AfterMs(5000)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ctl_a_->FreeSlab(0, Deadline::AfterMs(5000)).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ctl_a_->connected());
 }
 
 TEST_P(ConformanceTest, DelayedReplyDoesNotHoldUpOthers) {
@@ -405,7 +430,7 @@ TEST_P(ConformanceTest, DelayedReplyDoesNotHoldUpOthers) {
                         {conn_a_, OpKind::kWrite, slab, 8192, 4096, buf_.data() + 8192, 2}};
   ASSERT_TRUE(a_->Post(ops).ok());
   // A control call is answered while the READ waits.
-  ASSERT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+  ASSERT_TRUE(ctl_a_->Heartbeat(Deadline::AfterMs(5000)).ok());
   auto c = WaitData(*a_, 2);
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].cookie, 2u) << "the undelayed WRITE must complete first";
@@ -422,7 +447,7 @@ TEST_P(ConformanceTest, HangThenDisconnectCancels) {
   ASSERT_TRUE(a_->Post({&r, 1}).ok());
   Completion buf[4];
   EXPECT_EQ(a_->Wait(buf, Deadline::AfterMs(100)), 0u);
-  EXPECT_TRUE(a_->Heartbeat(conn_a_, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(ctl_a_->Heartbeat(Deadline::AfterMs(5000)).ok());
   EXPECT_TRUE(a_->Disconnect(conn_a_).ok());
   auto c = WaitData(*a_, 1);
   ASSERT_EQ(c.size(), 1u);
@@ -497,7 +522,12 @@ TEST_P(ConformanceTest, DropClosesTheConnection) {
   EXPECT_EQ(a_->Post({&w, 1}).code(), StatusCode::kUnavailable);
   fx_->handler_.ClearPolicies();
   ConnectionId again = ConnectOrDie(*a_, kClientA);
-  EXPECT_TRUE(a_->Heartbeat(again, Deadline::AfterMs(5000)).ok());
+  Share(*a_, again, slab);
+  WorkRequest w2{again, OpKind::kWrite, slab, 0, 512, buf_.data(), 5};
+  ASSERT_TRUE(a_->Post({&w2, 1}).ok());
+  c = WaitData(*a_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(c[0].status.ok()) << c[0].status;
 }
 
 TEST_P(ConformanceTest, NoticesAreDelivered) {
@@ -536,6 +566,18 @@ TEST_P(ConformanceTest, StopSendsShutdownNoticeAndClosesConnections) {
   EXPECT_FALSE(fx_->server_->Notify(std::nullopt, Notice{}).ok());
 }
 
+TEST_P(ConformanceTest, AddSlabValidatesItsArguments) {
+  auto r = ctl_a_->AllocSlab(AllocSlabRequest{}, Deadline::AfterMs(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(a_->AddSlab(conn_a_ + 100, *r).code(), StatusCode::kInvalidArgument);
+  AllocSlabResponse zero = *r;
+  zero.slab_id = 0;
+  EXPECT_EQ(a_->AddSlab(conn_a_, zero).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(a_->AddSlab(conn_a_, *r).ok());
+  a_->RemoveSlab(conn_a_, r->slab_id);
+  a_->RemoveSlab(conn_a_, 999999);  // Unknown: ignored.
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest,
                          ::testing::Values(TransportKind::kTcp, TransportKind::kRdma),
                          [](const auto& info) { return std::string(TransportKindName(info.param)); });
@@ -552,6 +594,96 @@ TEST(TransportCreateTest, AutoPicksWhatTheMachineHas) {
     EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
     EXPECT_NE(r.status().message().find("no RDMA device"), std::string::npos) << r.status();
   }
+}
+
+// ---- the control client on its own ----
+
+class ControlClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fx_ = std::make_unique<ServerFixture>();
+    co_.secret = kSecret;
+    co_.client_id = kClientA;
+    auto c = ControlClient::Connect(fx_->endpoint(), co_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ctl_ = std::move(*c);
+  }
+  std::unique_ptr<ServerFixture> fx_;
+  ConnectOptions co_;
+  std::unique_ptr<ControlClient> ctl_;
+};
+
+TEST_F(ControlClientTest, InfoComesFromAuthOk) {
+  EXPECT_EQ(ctl_->info().slab_size, fx_->handler_.slab_size());
+  EXPECT_EQ(ctl_->info().server_id, fx_->server_->server_id());
+  EXPECT_FALSE(ctl_->info().rdma);
+  EXPECT_FALSE(ctl_->rdma_offered()) << "this server runs no verbs listener";
+  EXPECT_TRUE(ctl_->connected());
+}
+
+TEST_F(ControlClientTest, ACallPastItsDeadlineLeavesTheConnectionUsable) {
+  fx_->handler_.SetPolicy(Op::kStats, OpPolicy::Delay(300ull * 1000000));
+  auto st = ctl_->Stats(Deadline::AfterMs(30));
+  EXPECT_EQ(st.status().code(), StatusCode::kTimeout) << st.status();
+  fx_->handler_.ClearPolicies();
+  // The late STATS reply arrives first and is skipped; the heartbeat gets its own reply.
+  auto hb = ctl_->Heartbeat(Deadline::AfterMs(5000));
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->server_time_ns, 42u);
+  EXPECT_TRUE(ctl_->connected());
+}
+
+TEST_F(ControlClientTest, NoticesAreKeptForPollNotices) {
+  ASSERT_TRUE(fx_->server_->Notify(kClientA, Notice{NoticeKind::kSlabEvicting, 21, 500}).ok());
+  Notice got[4];
+  size_t n = 0;
+  Deadline d = Deadline::AfterMs(5000);
+  while (n == 0 && !d.Expired()) {
+    pollfd p{ctl_->fd(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    n = ctl_->PollNotices(got);
+  }
+  ASSERT_EQ(n, 1u) << "no notice within 5 s";
+  EXPECT_EQ(got[0].slab_id, 21u);
+  // A notice that arrives while a call waits for its reply is kept too.
+  ASSERT_TRUE(fx_->server_->Notify(kClientA, Notice{NoticeKind::kSlabEvicting, 22, 1}).ok());
+  fx_->handler_.SetPolicy(Op::kHeartbeat, OpPolicy::Delay(100ull * 1000000));
+  ASSERT_TRUE(ctl_->Heartbeat(Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(ctl_->PollNotices(got), 1u);
+  EXPECT_EQ(got[0].slab_id, 22u);
+}
+
+TEST_F(ControlClientTest, ALostConnectionFailsEveryLaterCall) {
+  ASSERT_TRUE(fx_->server_->Disconnect(kClientA).ok());
+  auto hb = ctl_->Heartbeat(Deadline::AfterMs(5000));
+  EXPECT_EQ(hb.status().code(), StatusCode::kUnavailable) << hb.status();
+  EXPECT_FALSE(ctl_->connected());
+  EXPECT_EQ(ctl_->Stats(Deadline::AfterMs(5000)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ctl_->fd(), -1);
+}
+
+TEST_F(ControlClientTest, CloseSaysGoodbye) {
+  ASSERT_EQ(fx_->server_->connection_count(), 1u);
+  EXPECT_TRUE(ctl_->Close(Deadline::AfterMs(5000)).ok());
+  EXPECT_FALSE(ctl_->connected());
+  Deadline d = Deadline::AfterMs(5000);
+  while (fx_->server_->connection_count() > 0 && !d.Expired()) {
+    pollfd none{-1, 0, 0};
+    ::poll(&none, 0, 10);
+  }
+  EXPECT_EQ(fx_->server_->connection_count(), 0u);
+  EXPECT_TRUE(ctl_->Close(Deadline::AfterMs(5000)).ok()) << "idempotent";
+}
+
+TEST_F(ControlClientTest, UnreachableServerIsUnavailable) {
+  fx_.reset();  // Nothing listens on the port any more.
+  ConnectOptions co = co_;
+  co.deadline = Deadline::AfterMs(2000);
+  auto c = ControlClient::Connect(Endpoint{"127.0.0.1", 1}, co);
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().code() == StatusCode::kUnavailable ||
+              c.status().code() == StatusCode::kTimeout)
+      << c.status();
 }
 
 // ---- raw peers ----
@@ -640,8 +772,12 @@ class RawPeerTest : public ::testing::Test {
     auto c = good_->Connect(fx_->endpoint(), co);
     ASSERT_TRUE(c.ok()) << c.status();
     conn_ = *c;
-    auto slab = good_->AllocSlab(conn_, {}, Deadline::AfterMs(5000));
+    auto ctl = ControlClient::Connect(fx_->endpoint(), co);
+    ASSERT_TRUE(ctl.ok()) << ctl.status();
+    ctl_ = std::move(*ctl);
+    auto slab = ctl_->AllocSlab({}, Deadline::AfterMs(5000));
     ASSERT_TRUE(slab.ok());
+    ASSERT_TRUE(good_->AddSlab(conn_, *slab).ok());
     slab_ = slab->slab_id;
   }
   // The well-behaved client still reads and writes.
@@ -657,6 +793,7 @@ class RawPeerTest : public ::testing::Test {
   std::unique_ptr<ServerFixture> fx_;
   std::unique_ptr<Transport> good_;
   ConnectionId conn_ = 0;
+  std::unique_ptr<ControlClient> ctl_;  // The good client's second connection.
   uint64_t slab_ = 0;
 };
 
@@ -748,12 +885,13 @@ TEST_F(RawPeerTest, PeerVanishingMidFrameLeavesTheServerServing) {
     p.Send(std::span(w).first(100 + i * 1000));
   }  // Closed here, mid-frame.
   ExpectGoodClientWorks();
-  // Wait (bounded) until the server noticed all three closures.
+  // Wait (bounded) until the server noticed all three closures (the good client's data and
+  // control connections stay).
   Deadline d = Deadline::AfterMs(5000);
-  while (fx_->server_->connection_count() > 1 && !d.Expired()) {
-    ASSERT_TRUE(good_->Heartbeat(conn_, Deadline::AfterMs(5000)).ok());
+  while (fx_->server_->connection_count() > 2 && !d.Expired()) {
+    ASSERT_TRUE(ctl_->Heartbeat(Deadline::AfterMs(5000)).ok());
   }
-  EXPECT_EQ(fx_->server_->connection_count(), 1u);
+  EXPECT_EQ(fx_->server_->connection_count(), 2u);
 }
 
 TEST_F(RawPeerTest, ServerDisconnectClosesThatClient) {

@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/subprocess.h"
+#include "fabric/control_client.h"
 #include "fabric/transport.h"
 #include "fabric/wire.h"
 #include "tests/support/test_util.h"
@@ -107,10 +108,11 @@ std::optional<Server> StartServer(const std::string& token_file,
   return s;
 }
 
-// A client: one TCP transport and one connection.
+// A client: one TCP transport with one connection (data) and one control client.
 struct Client {
   std::unique_ptr<fabric::Transport> t;
   ConnectionId conn = 0;
+  std::unique_ptr<fabric::ControlClient> ctl;
   uint64_t next_cookie = 1;
 
   static Result<Client> Connect(uint16_t port, const std::string& secret, uint64_t client_id) {
@@ -126,11 +128,14 @@ struct Client {
     Client cl;
     cl.t = std::move(t);
     cl.conn = c;
+    TESSERA_ASSIGN_OR_RETURN(cl.ctl, fabric::ControlClient::Connect(
+                                         fabric::Endpoint{"127.0.0.1", port}, co));
     return cl;
   }
 
   Result<uint64_t> Alloc() {
-    TESSERA_ASSIGN_OR_RETURN(auto r, t->AllocSlab(conn, {}, Deadline::AfterMs(5000)));
+    TESSERA_ASSIGN_OR_RETURN(auto r, ctl->AllocSlab({}, Deadline::AfterMs(5000)));
+    TESSERA_RETURN_IF_ERROR(t->AddSlab(conn, r));
     return r.slab_id;
   }
 
@@ -206,7 +211,7 @@ int RunLeaseChildIfAsked() {
 // A numeric field of the server's STATS text (fetched with an observer connection).
 Result<uint64_t> StatField(uint16_t port, const std::string& key) {
   TESSERA_ASSIGN_OR_RETURN(Client c, Client::Connect(port, kSecret, 0x0b5e77e7));
-  TESSERA_ASSIGN_OR_RETURN(std::string text, c.t->Stats(c.conn, Deadline::AfterMs(5000)));
+  TESSERA_ASSIGN_OR_RETURN(std::string text, c.ctl->Stats(Deadline::AfterMs(5000)));
   std::smatch m;
   if (!std::regex_search(text, m, std::regex("(^|\n)" + key + " ([0-9]+)"))) {
     return NotFound("no ", key, " in STATS");
@@ -268,7 +273,7 @@ TEST_F(MemServerIntegrationTest, WriteThenReadRoundTrip) {
   EXPECT_EQ(c.Op(OpKind::kRead, *slab, kSlab - 1, back.data(), 2).code(),
             StatusCode::kOutOfRange);
   // Freed slabs are gone.
-  ASSERT_TRUE(c.t->FreeSlab(c.conn, *slab, Deadline::AfterMs(5000)).ok());
+  ASSERT_TRUE(c.ctl->FreeSlab(*slab, Deadline::AfterMs(5000)).ok());
   EXPECT_EQ(c.Op(OpKind::kRead, *slab, 0, back.data(), 16).code(), StatusCode::kNotFound);
 }
 
@@ -294,7 +299,7 @@ TEST_F(MemServerIntegrationTest, WrongSecretIsRefused) {
   // The server goes on.
   Client ok = Connect(6);
   ASSERT_TRUE(ok.t);
-  EXPECT_TRUE(ok.t->Heartbeat(ok.conn, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(ok.ctl->Heartbeat(Deadline::AfterMs(5000)).ok());
 }
 
 TEST_F(MemServerIntegrationTest, AnotherClientsSlabIsRefused) {
@@ -305,7 +310,7 @@ TEST_F(MemServerIntegrationTest, AnotherClientsSlabIsRefused) {
   ASSERT_TRUE(a.Op(OpKind::kWrite, slab, 0, &secret_byte, 1).ok());
   EXPECT_EQ(b.Op(OpKind::kRead, slab, 0, &got, 1).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(b.Op(OpKind::kWrite, slab, 0, &got, 1).code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(b.t->FreeSlab(b.conn, slab, Deadline::AfterMs(5000)).code(),
+  EXPECT_EQ(b.ctl->FreeSlab(slab, Deadline::AfterMs(5000)).code(),
             StatusCode::kPermissionDenied);
   EXPECT_EQ(got, 0);
   ASSERT_TRUE(a.Op(OpKind::kRead, slab, 0, &got, 1).ok());
@@ -388,7 +393,7 @@ TEST_F(MemServerIntegrationTest, FaultDelayHoldsRepliesBack) {
   // A lower bound only: an injected delay can never make the reply come sooner.
   EXPECT_GE(MonotonicNs() - t0, 300ull * 1000000);
   // Control calls are not in the default op mask.
-  EXPECT_TRUE(c.t->Heartbeat(c.conn, Deadline::AfterMs(5000)).ok());
+  EXPECT_TRUE(c.ctl->Heartbeat(Deadline::AfterMs(5000)).ok());
   ASSERT_EQ(Fault({"clear"}).exit_code, 0);
   EXPECT_TRUE(c.Op(OpKind::kRead, slab, 0, &b, 1).ok());
 }
@@ -451,7 +456,7 @@ TEST_F(MemServerIntegrationTest, FaultRefuseAllocThenClear) {
   Client c = Connect(13);
   ASSERT_TRUE(c.t);
   ASSERT_EQ(Fault({"refuse-alloc"}).exit_code, 0);
-  auto r = c.t->AllocSlab(c.conn, {}, Deadline::AfterMs(5000));
+  auto r = c.ctl->AllocSlab({}, Deadline::AfterMs(5000));
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
   ASSERT_EQ(Fault({"clear"}).exit_code, 0);
   EXPECT_TRUE(c.Alloc().ok());
@@ -493,7 +498,7 @@ TEST_F(MemServerIntegrationTest, FaultEvictSendsANoticeThenFrees) {
 TEST_F(MemServerIntegrationTest, SigtermNotifiesClientsAndExitsZero) {
   Client c = Connect(15);
   ASSERT_TRUE(c.t);
-  ASSERT_TRUE(c.t->Heartbeat(c.conn, Deadline::AfterMs(5000)).ok());
+  ASSERT_TRUE(c.ctl->Heartbeat(Deadline::AfterMs(5000)).ok());
   ASSERT_TRUE(server_.proc.Signal(SIGTERM).ok());
   auto n = c.WaitNotice(NoticeKind::kShuttingDown, 10000);
   EXPECT_TRUE(n.has_value()) << "no shutting-down notice";
@@ -562,9 +567,9 @@ TEST(MemServerProcessTest, EvictsUnderASimulatedMemoryDrop) {
   EXPECT_EQ(after_a.code(), StatusCode::kNotFound) << after_a;
   EXPECT_EQ(after_b.code(), StatusCode::kNotFound) << after_b;
   // While short of memory the server lends nothing new.
-  EXPECT_EQ(c->t->AllocSlab(c->conn, {}, Deadline::AfterMs(5000)).status().code(),
+  EXPECT_EQ(c->ctl->AllocSlab({}, Deadline::AfterMs(5000)).status().code(),
             StatusCode::kResourceExhausted);
-  auto stats = c->t->Stats(c->conn, Deadline::AfterMs(5000));
+  auto stats = c->ctl->Stats(Deadline::AfterMs(5000));
   ASSERT_TRUE(stats.ok());
   EXPECT_NE(stats->find("evictions 2\n"), std::string::npos) << *stats;
   EXPECT_NE(stats->find("slabs_allocated 0\n"), std::string::npos) << *stats;
@@ -682,8 +687,9 @@ TEST(MemServerProcessTest, OrphanedSlabsAreFreedAfterTheGraceOthersAreKept) {
   ASSERT_TRUE(back->Op(OpKind::kRead, back_slab, 200, &r, 1).ok());
   EXPECT_EQ(r, b);
 
-  // Client 43 leaves for good: its slab goes too, client 42's stays.
+  // Client 43 leaves for good (both its connections): its slab goes too, client 42's stays.
   back->t.reset();
+  back->ctl.reset();
   WaitStat(port, "orphan_slabs_reclaimed", 4, 20000);
   EXPECT_EQ(*StatField(port, "slabs_allocated"), 1u);
   ASSERT_TRUE(stay->Op(OpKind::kRead, *stay_slab, 100, &r, 1).ok());
