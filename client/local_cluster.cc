@@ -195,9 +195,41 @@ Status LocalCluster::Kill(size_t i) {
   });
 }
 
+namespace {
+
+// True once every thread of `pid` is in the stopped state ('T' in /proc/PID/task/TID/stat).
+bool AllThreadsStopped(pid_t pid) {
+  std::error_code ec;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  bool any = false;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream in(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');  // The state follows "(comm) ".
+    if (close == std::string::npos || close + 2 >= stat.size()) return false;
+    const char state = stat[close + 2];
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
+}  // namespace
+
 Status LocalCluster::Stop(size_t i) {
   TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
-  return impl_->Run([this, i] { return impl_->procs[i].Signal(SIGSTOP); });
+  return impl_->Run([this, i]() -> Status {
+    Subprocess& p = impl_->procs[i];
+    TESSERA_RETURN_IF_ERROR(p.Signal(SIGSTOP));
+    // kill() only queues the stop: wait (bounded) until every thread has stopped, so the
+    // server answers nothing sent after Stop() returns.
+    const Deadline d = Deadline::AfterMs(5000);
+    while (!AllThreadsStopped(p.pid())) {
+      if (d.Expired()) return Timeout("memserver ", i, " did not stop within 5 s of SIGSTOP");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Status::Ok();
+  });
 }
 
 Status LocalCluster::Cont(size_t i) {

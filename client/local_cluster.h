@@ -64,7 +64,8 @@ class LocalCluster {
   pid_t pid(size_t i) const;
   // SIGKILL server i (and reap it). OK if it already exited.
   Status Kill(size_t i);
-  // SIGSTOP / SIGCONT server i (a straggler that never answers, and its recovery).
+  // SIGSTOP / SIGCONT server i (a straggler that never answers, and its recovery). Stop
+  // returns once every thread of the server has stopped (bounded: Timeout after 5 s).
   Status Stop(size_t i);
   Status Cont(size_t i);
   // True while server i's process has not exited.
