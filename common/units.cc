@@ -1,9 +1,9 @@
-#include "memserver/units.h"
+#include "common/units.h"
 
 #include <cctype>
 #include <cstdio>
 
-namespace tessera::memserver {
+namespace tessera {
 namespace {
 
 std::string Lower(std::string_view s) {
@@ -100,4 +100,4 @@ std::string FormatDurationNs(uint64_t ns) {
   return buf;
 }
 
-}  // namespace tessera::memserver
+}  // namespace tessera

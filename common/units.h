@@ -1,4 +1,6 @@
-// Parsing and printing of the human units that memserver flags and fault commands use.
+// Parsing and printing of human units: THE size and duration grammar of every flag, config
+// value and environment setting in Tessera (memserver flags, fault commands, tessera nbd/run,
+// the LD_PRELOAD shim, benches).
 //
 // Sizes: "4096", "64K", "16M", "1G", "2T" (binary multiples, optional trailing "B" or "iB",
 // case-insensitive: "16MiB", "1gb"). Durations: "250ns", "200us", "5ms", "2s" (a bare number
@@ -12,7 +14,7 @@
 
 #include "common/status.h"
 
-namespace tessera::memserver {
+namespace tessera {
 
 Result<uint64_t> ParseSize(std::string_view text);
 Result<uint64_t> ParseDurationNs(std::string_view text);
@@ -22,4 +24,4 @@ std::string FormatSize(uint64_t bytes);
 // "200us", "1.5ms", "2s".
 std::string FormatDurationNs(uint64_t ns);
 
-}  // namespace tessera::memserver
+}  // namespace tessera

@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstdio>
 
-#include "memserver/units.h"
+#include "common/units.h"
 
 namespace tessera::memserver {
 namespace {

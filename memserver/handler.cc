@@ -11,7 +11,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
-#include "memserver/units.h"
+#include "common/units.h"
 
 namespace tessera::memserver {
 

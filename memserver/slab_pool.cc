@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
-#include "memserver/units.h"
+#include "common/units.h"
 
 namespace tessera::memserver {
 namespace {

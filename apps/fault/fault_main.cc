@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "common/units.h"
 #include "fabric/auth.h"
 #include "fabric/control_client.h"
 #include "memserver/fault_state.h"
-#include "memserver/units.h"
 
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret; empty: the development default (logged)");
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> words(argv + 2, argv + argc);
   auto spec = ms::ParseFaultCommand(words, FLAGS_ops, FLAGS_duration);
   if (!spec.ok()) UsageError(kSpec, spec.status().message());
-  auto timeout = ms::ParseDurationNs(FLAGS_timeout);
+  auto timeout = tessera::ParseDurationNs(FLAGS_timeout);
   if (!timeout.ok() || *timeout == 0) UsageError(kSpec, "bad --timeout '" + FLAGS_timeout + "'");
   const uint64_t timeout_ms = (*timeout + 999999) / 1000000;
 
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   }
   if (detail.empty()) {
     detail = what;
-    if (spec->kind == ms::FaultKind::kDelay) detail += " " + ms::FormatDurationNs(spec->delay_ns);
+    if (spec->kind == ms::FaultKind::kDelay) detail += " " + tessera::FormatDurationNs(spec->delay_ns);
     if (spec->kind == ms::FaultKind::kEvict) detail += " " + std::to_string(spec->count);
     if (!FLAGS_ops.empty()) detail += " ops=" + FLAGS_ops;
     if (!FLAGS_duration.empty()) detail += " for " + FLAGS_duration;

@@ -7,10 +7,10 @@
 
 #include "apps/cli/cli.h"
 #include "common/logging.h"
+#include "common/units.h"
 #include "fabric/auth.h"
 #include "fabric/transport.h"
 #include "memserver/daemon.h"
-#include "memserver/units.h"
 
 DEFINE_string(listen, "127.0.0.1", "Address to listen on (0.0.0.0 or :: for every interface)");
 DEFINE_int32(port, 7700, "TCP port; 0 picks an ephemeral port (printed on stdout)");
@@ -51,13 +51,13 @@ const CliSpec kSpec = {
     __FILE__, 0, 0};
 
 uint64_t SizeFlag(const char* name, const std::string& value) {
-  auto r = tessera::memserver::ParseSize(value);
+  auto r = tessera::ParseSize(value);
   if (!r.ok()) UsageError(kSpec, std::string("--") + name + ": " + r.status().message());
   return *r;
 }
 
 uint64_t DurationFlag(const char* name, const std::string& value) {
-  auto r = tessera::memserver::ParseDurationNs(value);
+  auto r = tessera::ParseDurationNs(value);
   if (!r.ok()) UsageError(kSpec, std::string("--") + name + ": " + r.status().message());
   if (*r == 0) UsageError(kSpec, std::string("--") + name + " must be positive");
   return *r;
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   if (FLAGS_orphan_grace == "0") {
     o.orphan_grace_ns = 0;
   } else {
-    auto grace = tessera::memserver::ParseDurationNs(FLAGS_orphan_grace);
+    auto grace = tessera::ParseDurationNs(FLAGS_orphan_grace);
     if (!grace.ok()) UsageError(kSpec, "--orphan_grace: " + grace.status().message());
     o.orphan_grace_ns = *grace;
   }

@@ -24,9 +24,9 @@
 #include "client/page_store.h"
 #include "client/remote_store.h"
 #include "common/subprocess.h"
+#include "common/units.h"
 #include "fabric/auth.h"
 #include "kernel_shim/nbd/nbd_server.h"
-#include "memserver/units.h"
 
 DEFINE_string(size, "", "Size of the export, e.g. 1G (required unless --exports is given)");
 DEFINE_string(name, "tessera", "Name of the export");
@@ -63,7 +63,7 @@ void OnSignal(int sig) {
   [[maybe_unused]] ssize_t n = ::write(g_signal_pipe, &b, 1);
 }
 
-std::string Human(uint64_t bytes) { return memserver::FormatSize(bytes); }
+std::string Human(uint64_t bytes) { return tessera::FormatSize(bytes); }
 
 int Main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
@@ -86,7 +86,7 @@ int Main(int argc, char** argv) {
       if (eq == std::string_view::npos || eq == 0) {
         cli::UsageError(kSpec, "--exports wants NAME=SIZE items, got '" + std::string(item) + "'");
       }
-      auto bytes = memserver::ParseSize(item.substr(eq + 1));
+      auto bytes = tessera::ParseSize(item.substr(eq + 1));
       if (!bytes.ok() || *bytes == 0) {
         cli::UsageError(kSpec, "bad size in --exports item '" + std::string(item) + "'");
       }
@@ -94,7 +94,7 @@ int Main(int argc, char** argv) {
     }
   } else {
     if (FLAGS_size.empty()) cli::UsageError(kSpec, "--size is required");
-    auto bytes = memserver::ParseSize(FLAGS_size);
+    auto bytes = tessera::ParseSize(FLAGS_size);
     if (!bytes.ok() || *bytes == 0) cli::UsageError(kSpec, "bad --size '" + FLAGS_size + "'");
     sizes.emplace_back(FLAGS_name, *bytes);
   }

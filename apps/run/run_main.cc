@@ -33,6 +33,7 @@
 #include "client/remote_store.h"
 #include "common/clock.h"
 #include "common/subprocess.h"
+#include "common/units.h"
 #include "kernel_shim/preload/run_stats.h"
 
 DEFINE_string(local_memory, "50%",
@@ -222,7 +223,7 @@ int Main(int argc, char** argv) {
   }
   auto local = kernel_shim::ParseLocalMemory(FLAGS_local_memory);
   if (!local.ok()) cli::UsageError(kSpec, "--local-memory: " + local.status().message());
-  auto region = kernel_shim::ParseBytes(FLAGS_region);
+  auto region = ParseSize(FLAGS_region);
   if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
     cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
   }

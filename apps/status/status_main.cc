@@ -13,10 +13,10 @@
 #include "apps/cli/cli.h"
 #include "common/clock.h"
 #include "common/report.h"
+#include "common/units.h"
 #include "fabric/auth.h"
 #include "fabric/cluster_file.h"
 #include "fabric/control_client.h"
-#include "memserver/units.h"
 
 DEFINE_string(auth_token_file, "",
               "File holding the shared secret; empty: the development default (logged)");
@@ -27,7 +27,6 @@ namespace {
 
 using tessera::cli::UsageError;
 namespace fabric = tessera::fabric;
-namespace ms = tessera::memserver;
 
 const tessera::cli::CliSpec kSpec = {
     "tessera status", "CLUSTER_FILE|HOST:PORT... [--json] [--timeout D] [--auth_token_file F]",
@@ -100,7 +99,7 @@ int main(int argc, char** argv) {
   // A one-shot tool: per-connection INFO lines from the transport would only be noise.
   gflags::SetCommandLineOptionWithMode("log_level", "warning", gflags::SET_FLAGS_DEFAULT);
   tessera::cli::InitCli(kSpec, &argc, &argv);
-  auto timeout = ms::ParseDurationNs(FLAGS_timeout);
+  auto timeout = tessera::ParseDurationNs(FLAGS_timeout);
   if (!timeout.ok() || *timeout == 0) UsageError(kSpec, "bad --timeout '" + FLAGS_timeout + "'");
   const uint64_t timeout_ms = (*timeout + 999999) / 1000000;
 
@@ -151,9 +150,9 @@ int main(int argc, char** argv) {
     if (r.reachable) {
       out.Set("slabs_used", static_cast<int64_t>(r.hb.slabs_used));
       out.Set("slabs_free", static_cast<int64_t>(r.hb.slabs_free));
-      out.Set("used", ms::FormatSize(static_cast<uint64_t>(r.hb.slabs_used) * r.slab_size));
-      out.Set("lendable", ms::FormatSize(r.hb.free_bytes));
-      out.Set("capacity", ms::FormatSize(r.hb.total_bytes));
+      out.Set("used", tessera::FormatSize(static_cast<uint64_t>(r.hb.slabs_used) * r.slab_size));
+      out.Set("lendable", tessera::FormatSize(r.hb.free_bytes));
+      out.Set("capacity", tessera::FormatSize(r.hb.total_bytes));
       char load[16];
       std::snprintf(load, sizeof(load), "%.1f%%", r.hb.load_permille / 10.0);
       out.Set("load", load);

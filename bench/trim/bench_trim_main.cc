@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "common/report.h"
 #include "common/subprocess.h"
+#include "common/units.h"
 #include "fabric/control_client.h"
 
 DEFINE_string(size, "2G", "Store size (bytes of pages written and trimmed), e.g. 512M, 2G");
@@ -48,19 +49,10 @@ const CliSpec kSpec = {
     __FILE__, 0, 0};
 
 uint64_t ParseBytes(const char* flag, const std::string& v) {
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  uint64_t mul = 1;
-  if (end != nullptr && *end != '\0') {
-    switch (*end) {
-      case 'K': case 'k': mul = 1ull << 10; break;
-      case 'M': case 'm': mul = 1ull << 20; break;
-      case 'G': case 'g': mul = 1ull << 30; break;
-      default: UsageError(kSpec, std::string("--") + flag + ": bad size '" + v + "'");
-    }
-  }
-  if (!(x > 0)) UsageError(kSpec, std::string("--") + flag + " must be positive");
-  return static_cast<uint64_t>(x * static_cast<double>(mul));
+  auto bytes = tessera::ParseSize(v);
+  if (!bytes.ok()) UsageError(kSpec, std::string("--") + flag + ": " + bytes.status().message());
+  if (*bytes == 0) UsageError(kSpec, std::string("--") + flag + " must be positive");
+  return *bytes;
 }
 
 uint64_t SlabsAllocated(const client::LocalCluster& c) {

@@ -7,29 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace tessera::kernel_shim {
+#include "common/units.h"
 
-Result<uint64_t> ParseBytes(std::string_view text) {
-  if (text.empty()) return InvalidArgument("empty size");
-  uint64_t mult = 1;
-  std::string_view num = text;
-  switch (text.back()) {
-    case 'K': case 'k': mult = 1ull << 10; break;
-    case 'M': case 'm': mult = 1ull << 20; break;
-    case 'G': case 'g': mult = 1ull << 30; break;
-    case 'T': case 't': mult = 1ull << 40; break;
-    default: break;
-  }
-  if (mult != 1) num.remove_suffix(1);
-  if (num.empty() || num.size() > 15) return InvalidArgument("bad size '" + std::string(text) + "'");
-  uint64_t v = 0;
-  for (char c : num) {
-    if (c < '0' || c > '9') return InvalidArgument("bad size '" + std::string(text) + "'");
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (v > (UINT64_MAX >> 1) / mult) return InvalidArgument("size too large: " + std::string(text));
-  return v * mult;
-}
+namespace tessera::kernel_shim {
 
 Result<LocalMemory> ParseLocalMemory(std::string_view text) {
   LocalMemory lm;
@@ -46,7 +26,7 @@ Result<LocalMemory> ParseLocalMemory(std::string_view text) {
     if (p < 100) lm.fraction = p / 100.0;
     return lm;
   }
-  TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, ParseBytes(text));
+  TESSERA_ASSIGN_OR_RETURN(uint64_t bytes, ParseSize(text));
   if (bytes < (1ull << 20)) return InvalidArgument("local memory below 1M: " + std::string(text));
   lm.bytes = bytes;
   return lm;

@@ -37,8 +37,6 @@ struct LocalMemory {
 // "50%" (1..100%), "512M", "2G", "1048576" (K/M/G suffixes, powers of 1024), or "100%"/"" for
 // no limit. InvalidArgument otherwise.
 Result<LocalMemory> ParseLocalMemory(std::string_view text);
-// "64G" etc.: bytes with an optional K/M/G/T suffix (powers of 1024).
-Result<uint64_t> ParseBytes(std::string_view text);
 
 using RunStats = std::map<std::string, uint64_t>;
 

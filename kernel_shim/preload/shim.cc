@@ -71,6 +71,7 @@
 #include "client/remote_store.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/units.h"
 #include "fabric/auth.h"
 #include "kernel_shim/pager/pager.h"
 #include "kernel_shim/preload/range_allocator.h"
@@ -451,7 +452,7 @@ bool TakeConfig(Config* c, std::string* error) {
     c->local = *lm;
   }
   if (has_region) {
-    auto b = ParseBytes(region);
+    auto b = ParseSize(region);
     if (!b.ok() || *b < (64ull << 20) || *b % kPage != 0) {
       *error = "bad " + std::string(kEnvRegion) + " '" + region + "'";
       return true;

@@ -1,8 +1,8 @@
-#include "memserver/units.h"
+#include "common/units.h"
 
 #include <gtest/gtest.h>
 
-namespace tessera::memserver {
+namespace tessera {
 namespace {
 
 TEST(UnitsTest, ParsesSizes) {
@@ -48,4 +48,4 @@ TEST(UnitsTest, Formats) {
 }
 
 }  // namespace
-}  // namespace tessera::memserver
+}  // namespace tessera

@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "common/units.h"
 #include "kernel_shim/preload/range_allocator.h"
 #include "kernel_shim/preload/run_stats.h"
 
@@ -114,10 +115,10 @@ TEST(RunStats, ParsesLocalMemoryAndSizes) {
   for (const char* bad : {"0%", "101%", "%", "-5%", "12X", "abc", "100", "5.5%", "1K"}) {
     EXPECT_FALSE(ParseLocalMemory(bad).ok()) << bad;
   }
-  EXPECT_EQ(*ParseBytes("8G"), 8ull << 30);
-  EXPECT_EQ(*ParseBytes("4096"), 4096u);
-  EXPECT_FALSE(ParseBytes("").ok());
-  EXPECT_FALSE(ParseBytes("99999999999999999T").ok());
+  EXPECT_EQ(*ParseSize("8G"), 8ull << 30);
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("99999999999999999T").ok());
 }
 
 TEST(RunStats, FormatParseRoundTrip) {
