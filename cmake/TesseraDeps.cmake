@@ -65,3 +65,9 @@ if(NOT TARGET nlohmann_json::nlohmann_json)
     message(FATAL_ERROR "Tessera needs nlohmann-json: install the Debian package 'nlohmann-json3-dev'")
   endif()
 endif()
+
+# Scenario files of `tessera experiment` (TOML).
+pkg_check_modules(TOMLPLUSPLUS IMPORTED_TARGET tomlplusplus)
+if(NOT TOMLPLUSPLUS_FOUND)
+  message(FATAL_ERROR "Tessera needs toml++: install the Debian package 'libtomlplusplus-dev'")
+endif()

@@ -8,7 +8,7 @@ PACKAGES=(
   libisal-dev liburing-dev libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
   libboost-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
   libjerasure-dev libgf-complete-dev
-  memcached gnuplot-nox libhwy-dev nlohmann-json3-dev python3-torch
+  memcached gnuplot-nox libhwy-dev nlohmann-json3-dev python3-torch libtomlplusplus-dev nftables
   libjemalloc-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
 )
 

@@ -28,6 +28,7 @@ const Subcommand kSubcommands[] = {
     {"status", "list the servers of a cluster with their slabs, load and health"},
     {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
     {"nbd", "serve the resilient page store as a Network Block Device export"},
+    {"experiment", "run failure-injection experiments from scenario files (TOML)"},
     {"sim placement", "simulate placement policies under correlated failures"},
     {"bench coding", "erasure-coding throughput: ISA-L RS vs Jerasure vs replication"},
     {"bench fabric", "one-sided read/write latency and throughput vs memcached"},

@@ -1,0 +1,12 @@
+# Writes OUT (a .cc) embedding every scenario file in DIR as a raw string literal.
+file(GLOB _files ${DIR}/*.toml)
+list(SORT _files)
+set(_body "// Generated from apps/experiment/scenarios/*.toml by embed_scenarios.cmake.\n#include \"apps/experiment/builtin.h\"\n\nnamespace tessera::experiment {\n\nconst std::vector<BuiltinScenario>& BuiltinScenarios() {\n  static const std::vector<BuiltinScenario> kAll = {\n")
+foreach(f ${_files})
+  get_filename_component(_name ${f} NAME_WE)
+  file(READ ${f} _text)
+  string(APPEND _body "      {\"${_name}\", R\"tessera_toml(${_text})tessera_toml\"},\n")
+endforeach()
+string(APPEND _body "  };\n  return kAll;\n}\n\nconst BuiltinScenario* FindBuiltin(const std::string& name) {\n  for (const BuiltinScenario& b : BuiltinScenarios()) {\n    if (name == b.name) return &b;\n  }\n  return nullptr;\n}\n\n}  // namespace tessera::experiment\n")
+file(WRITE ${OUT}.tmp "${_body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

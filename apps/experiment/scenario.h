@@ -1,0 +1,153 @@
+// Scenario: one failure-injection experiment, parsed from a TOML file (toml++).
+//
+// A scenario names a cluster (memservers, racks, code, placement), a workload (an unmodified
+// program under `tessera run`, or the built-in pagestore load generator), a schedule of faults
+// and the expectations that make its verdict. The file format is documented in the README
+// ("tessera experiment") and in ParseScenario() below; every key is checked, so an unknown key
+// or a bad value is an InvalidArgument naming the file and line.
+//
+// Variants: `[[variant]]` tables run the same scenario once per variant with a few cluster
+// settings changed (delta, placement, layout) and their own `[variant.expect]`; they are how
+// a scenario compares delta 0 with delta 1, or CodingSets with random placement.
+//
+// Quick size: a `[quick]` table overrides duration_s, scales the fault times (time_scale) and
+// overrides workload keys (`[quick.workload]`); `tessera experiment run --quick` applies it.
+//
+// Threads: plain values; parse on any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera::experiment {
+
+struct ClusterSpec {
+  int memservers = 0;  // Required, 1..64.
+  int racks = 0;       // 0: no rack labels; else servers i*racks/N... (contiguous blocks).
+  std::string layout = "split";
+  int k = 4;
+  int r = 2;
+  int delta = 1;
+  int l = 2;                             // CodingSets slack (coding group = k+r+l servers).
+  std::string placement = "codingsets";  // codingsets | random
+  std::string capacity = "256M";         // Per memserver.
+  std::string slab_size = "1M";
+  int op_timeout_ms = 2000;
+  int heartbeat_timeout_ms = 1000;
+  int max_inflight_pages = 256;  // Client: pages in flight per I/O thread (pagestore).
+};
+
+struct WorkloadSpec {
+  std::string kind;  // run | pagestore | kv | paramsvc
+  // kind = run.
+  std::vector<std::string> command;  // ${source_dir} is replaced by the source tree's root.
+  std::string local_memory = "50%";
+  // kind = pagestore.
+  uint64_t pages = 0;
+  int qd = 16;
+  double read_ratio = 0.9;
+  uint64_t ops = 0;           // 0: run until duration_s.
+  bool verify_at_end = true;  // Read back and check every page when the load ends.
+  int verify_passes = 1;      // Extra final passes (bit-flip scrubbing needs > 1).
+};
+
+enum class FaultAction {
+  kKill,
+  kStop,
+  kResume,
+  kDelay,
+  kDrop,
+  kBitflip,
+  kEvict,
+  kPartition,
+  kHeal
+};
+const char* FaultActionName(FaultAction a);
+
+enum class TargetKind { kServer, kRandom, kRack, kPage };
+struct Target {
+  TargetKind kind = TargetKind::kServer;
+  uint64_t n = 0;  // server index, random count, rack index, page id.
+  std::string text;
+};
+
+struct FaultSpec {
+  std::optional<double> at_s;
+  std::string at_event;  // A substring of a line the workload prints (run), or "loaded".
+  FaultAction action = FaultAction::kKill;
+  Target target;
+  int count = 0;              // page:P: how many of the page's servers (0 = all).
+  std::string delay = "1ms";  // delay
+  double duration_s = 0;      // stop/delay/drop/partition: undone after this long (0 = never).
+  int bits = 8;               // bitflip
+  int slabs = 1;              // evict
+  int line = 0;               // Line of the [[fault]] table in the file.
+};
+
+// Every expectation is optional; only those given are judged.
+struct ExpectSpec {
+  std::optional<int64_t> data_loss;      // Pages that reported DataLoss (run: store count).
+  std::optional<int64_t> wrong_bytes;    // pagestore: bytes read back wrong.
+  std::optional<bool> identical_output;  // run: stdout equal to a local run's.
+  std::optional<double> max_p99_us_during_faults;
+  std::optional<double> max_p99_ratio_during_faults;         // p99 during faults / p99 before.
+  std::optional<double> min_throughput_ratio_during_faults;  // lowest 100 ms / median before.
+  std::optional<double> regenerated_within_s;
+  std::optional<double> max_slowdown_vs_healthy;  // completion time / a healthy run's.
+  std::optional<bool> corruptions_repaired_all;
+  std::optional<bool> data_loss_exactly_affected;      // pagestore: lost pages == predicted set.
+  std::optional<double> max_loss_error_vs_prediction;  // |lost fraction - sim's| (pagestore).
+  std::string p99_below_variant;         // read p99 during faults below that variant's.
+  std::string throughput_above_variant;  // lowest 300 ms throughput during faults above.
+  std::string fewer_lost_than_variant;   // fewer pages lost than that variant.
+};
+
+struct VariantSpec {
+  std::string name;
+  std::optional<int> delta;
+  std::optional<std::string> placement;
+  std::optional<std::string> layout;
+  ExpectSpec expect;
+  bool has_expect = false;
+};
+
+struct QuickSpec {
+  std::optional<double> duration_s;
+  double time_scale = 1.0;
+  std::map<std::string, int> workload_keys_line;  // which workload keys were overridden
+  WorkloadSpec workload;                          // Only the keys in workload_keys_line apply.
+  ExpectSpec expect;  // [quick.expect]: bounds that replace the scenario's at the quick size.
+  bool has_expect = false;
+  bool present = false;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  double duration_s = 0;
+  ClusterSpec cluster;
+  WorkloadSpec workload;
+  std::vector<FaultSpec> faults;
+  ExpectSpec expect;
+  std::vector<VariantSpec> variants;  // Empty: one run.
+  QuickSpec quick;
+  std::string source;  // The TOML text it came from.
+  std::string origin;  // File name or "builtin:NAME".
+};
+
+// Parses and checks a scenario. `origin` names it in errors ("file.toml:12: ...").
+Result<Scenario> ParseScenario(const std::string& text, const std::string& origin);
+
+// The scenario with its [quick] settings applied (duration, fault times, workload keys).
+Scenario ApplyQuick(const Scenario& s);
+
+// The cluster settings of one variant (the scenario's own when `variant` is null).
+ClusterSpec VariantCluster(const Scenario& s, const VariantSpec* variant);
+
+}  // namespace tessera::experiment

@@ -1,0 +1,236 @@
+// `tessera experiment` end to end: bad scenario files exit 2 naming the line, the quick sizes of
+// the built-in scenarios pass on real memservers, and a partition is always removed (after a
+// heal, at the end of the run, and when the runner is interrupted).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apps/experiment/builtin.h"
+#include "apps/experiment/partition.h"
+#include "apps/experiment/scenario.h"
+#include "apps/experiment/tools.h"
+#include "common/clock.h"
+#include "common/subprocess.h"
+#include "tests/support/test_util.h"
+
+namespace tessera::experiment {
+namespace {
+
+using json = nlohmann::json;
+using tessera::testing::BinDir;
+using tessera::testing::TempDir;
+
+std::string Exe() { return BinDir() + "/tessera-experiment"; }
+
+std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+ToolResult Experiment(const std::vector<std::string>& args, int timeout_ms = 240000) {
+  std::vector<std::string> argv = {Exe()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--progress=false");
+  auto r = RunTool(argv, timeout_ms);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ToolResult{};
+}
+
+TEST(ExperimentCliTest, BadScenarioFilesExit2NamingTheLine) {
+  TempDir dir;
+  struct Case {
+    const char* text;
+    const char* want;
+  } cases[] = {
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\nflavour = \"big\"\n"
+       "[workload]\nkind = \"pagestore\"\npages = 64\n",
+       "bad.toml:5: unknown key 'flavour' in [cluster]"},
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"pagestore\"\n"
+       "pages = 64\n[[fault]]\nat_s = 1\naction = \"kill\"\ntarget = \"server:9\"\n",
+       "bad.toml:11: target server:9: the cluster has servers 0..7"},
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"pagestore\"\n"
+       "pages = 64\nqd = -4\n",
+       "bad.toml:8: qd must be in [1, 1024], got -4"},
+      {"name = \"x\"\nduration_s = 5\n[workload]\nkind = \"pagestore\"\npages = 64\n",
+       "bad.toml:1: the scenario needs a [cluster] table"},
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"kv\"\n",
+       "workload kind \"kv\" is not available in this build"},
+  };
+  for (const Case& c : cases) {
+    std::string path = Write(dir, "bad.toml", c.text);
+    ToolResult r = Experiment({"run", path, "--out", dir.path() + "/out"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.want), std::string::npos)
+        << "want: " << c.want << "\ngot: " << r.output;
+  }
+  ToolResult missing = Experiment({"run", dir.path() + "/none.toml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("no such file and no built-in scenario"), std::string::npos);
+  ToolResult usage = Experiment({"frobnicate"});
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+TEST(ExperimentCliTest, ListAndShowTheBuiltins) {
+  ToolResult list = Experiment({"list"});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  for (const BuiltinScenario& b : BuiltinScenarios()) {
+    EXPECT_NE(list.output.find(b.name), std::string::npos) << b.name;
+    ToolResult show = Experiment({"show", b.name});
+    ASSERT_EQ(show.exit_code, 0);
+    auto parsed = ParseScenario(show.output, "shown");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->name, b.name);
+  }
+  EXPECT_EQ(Experiment({"show", "nope"}).exit_code, 2);
+}
+
+// Runs a scenario at its quick size and checks the results it wrote.
+json RunQuick(const std::string& what, const TempDir& dir, int want_exit = 0) {
+  const std::string out = dir.path() + "/out";
+  ToolResult r = Experiment({"run", what, "--quick", "--out", out});
+  EXPECT_EQ(r.exit_code, want_exit) << r.output;
+  json j = json::parse(ReadWholeFile(out + "/summary.json"), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "no summary.json; output:\n" << r.output;
+  if (j.is_discarded()) return json();
+  EXPECT_EQ(j["verdict"], want_exit == 0 ? "PASS" : "FAIL") << r.output;
+  EXPECT_FALSE(j["expectations"].empty());
+  for (const auto& e : j["expectations"]) {
+    EXPECT_EQ(e["pass"], want_exit == 0) << e.dump();
+  }
+  EXPECT_FALSE(j["git_revision"].get<std::string>().empty());
+  EXPECT_TRUE(j["machine"].contains("cpus"));
+  // Every run wrote its timeline (100 ms samples) and plot.
+  for (const auto& run : j["runs"]) {
+    std::string d = out;
+    if (j["runs"].size() > 1) d += "/" + run["name"].get<std::string>();
+    std::string csv = ReadWholeFile(d + "/timeline.csv");
+    size_t lines = static_cast<size_t>(std::count(csv.begin(), csv.end(), '\n'));
+    EXPECT_GE(lines, 10u) << d;
+    EXPECT_EQ(csv.rfind("t_s,ops_per_s,p50_us,p99_us,degraded_reads,regenerations_pending,", 0),
+              0u);
+    EXPECT_FALSE(ReadWholeFile(d + "/timeline.png").empty()) << d;
+  }
+  EXPECT_NE(ReadWholeFile(out + "/summary.md").find("Verdict: **"), std::string::npos);
+  return j;
+}
+
+TEST(ExperimentCliTest, QuickKillDuringPython) {
+  TempDir dir;
+  json j = RunQuick("kill-during-python", dir);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["runs"][0]["server_failures"], 1);
+  EXPECT_GT(j["healthy"]["completion_s"].get<double>(), 0);
+}
+
+TEST(ExperimentCliTest, QuickStragglerDelta) {
+  TempDir dir;
+  json j = RunQuick("straggler-delta", dir);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][1]["lowest_300ms_ops_per_s_during_faults"].get<double>(), 0)
+      << "delta 0 did not stall on the stopped server: the comparison measures nothing";
+}
+
+TEST(ExperimentCliTest, QuickBitflipRepair) {
+  TempDir dir;
+  json j = RunQuick("bitflip-repair", dir);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_GT(j["runs"][0]["corruptions_detected"].get<int>(), 0);
+}
+
+TEST(ExperimentCliTest, QuickRackFailure) {
+  TempDir dir;
+  json j = RunQuick("rack-failure", dir);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["server_failures"], 4);
+  EXPECT_GT(j["runs"][1]["data_loss"].get<int>(), 0) << "random placement lost nothing";
+}
+
+TEST(ExperimentCliTest, QuickRPlusOne) {
+  TempDir dir;
+  json j = RunQuick("r-plus-one", dir);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_GT(j["runs"][0]["pages_affected"].get<int>(), 0);
+  EXPECT_EQ(j["runs"][0]["data_loss"], j["runs"][0]["pages_affected"]);
+}
+
+TEST(ExperimentCliTest, FailedExpectationExits1) {
+  TempDir dir;
+  // Killing r+1 servers of page 0's group and expecting no loss must fail the verdict.
+  std::string path = Write(dir, "fail.toml",
+                           "name = \"must-fail\"\nduration_s = 3\n[cluster]\nmemservers = 8\n"
+                           "slab_size = \"64K\"\ncapacity = \"64M\"\n"
+                           "[workload]\nkind = \"pagestore\"\npages = 1024\nread_ratio = 1.0\n"
+                           "[[fault]]\nat_s = 0.5\naction = \"kill\"\ntarget = \"page:0\"\n"
+                           "count = 3\n[expect]\ndata_loss = 0\n");
+  json j = RunQuick(path, dir, 1);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_GT(j["runs"][0]["data_loss"].get<int>(), 0);
+}
+
+const char* kPartition =
+    "name = \"partition-heal\"\nseed = 2\nduration_s = DURATION\n[cluster]\nmemservers = 7\n"
+    "k = 4\nr = 2\n[workload]\nkind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.8\n"
+    "[[fault]]\nat_s = 0.5\naction = \"partition\"\ntarget = \"server:0\"\n"
+    "HEAL[expect]\nwrong_bytes = 0\ndata_loss = 0\n";
+
+std::string PartitionScenario(const std::string& duration, bool heal) {
+  std::string s = kPartition;
+  s.replace(s.find("DURATION"), 8, duration);
+  s.replace(s.find("HEAL"), 4,
+            heal ? "[[fault]]\nat_s = 2.5\naction = \"heal\"\ntarget = \"server:0\"\n" : "");
+  return s;
+}
+
+TEST(ExperimentCliTest, PartitionIsRemovedAfterTheRun) {
+  TempDir dir;
+  Partition probe("/tmp/tessera-experiment-test.lock");
+  const bool real = probe.Available().ok();
+  std::string path = Write(dir, "p.toml", PartitionScenario("4", true));
+  json j = RunQuick(path, dir);
+  ASSERT_TRUE(j.is_object());
+  const std::string mode = j["runs"][0].value("partition_mode", "");
+  if (real) {
+    ASSERT_EQ(mode.rfind("nftables (table tessera_exp_", 0), 0u) << mode;
+    std::string table = mode.substr(mode.find("tessera_exp_"));
+    table = table.substr(0, table.find(')'));
+    EXPECT_FALSE(Partition::TableExists(table)) << table << " was left behind";
+    // The partitioned server was noticed (heartbeats time out) and its data rebuilt.
+    EXPECT_EQ(j["runs"][0]["server_failures"], 1);
+  } else {
+    EXPECT_NE(mode.find("drop-all fault"), std::string::npos) << mode;
+  }
+}
+
+TEST(ExperimentCliTest, PartitionIsRemovedWhenInterrupted) {
+  Partition probe("/tmp/tessera-experiment-test.lock");
+  if (!probe.Available().ok()) GTEST_SKIP() << "nftables not usable here: " << probe.Available();
+  TempDir dir;
+  std::string path = Write(dir, "p.toml", PartitionScenario("60", false));
+  auto proc = Subprocess::Start(
+      {Exe(), "run", path, "--out", dir.path() + "/out", "--progress=false"},
+      Subprocess::Options{.capture_stdout = false, .quiet_stderr = true, .extra_env = {}});
+  ASSERT_TRUE(proc.ok()) << proc.status();
+  const std::string table = "tessera_exp_" + std::to_string(proc->pid());
+  Deadline d = Deadline::AfterMs(60000);
+  while (!Partition::TableExists(table) && !d.Expired() && proc->running() && !proc->Poll()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling for the rule
+  }
+  ASSERT_TRUE(Partition::TableExists(table)) << "the partition never appeared";
+  ASSERT_TRUE(proc->Signal(SIGTERM).ok());
+  auto ws = proc->Wait(Deadline::AfterMs(60000));
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  EXPECT_TRUE(WIFEXITED(*ws));
+  EXPECT_EQ(WEXITSTATUS(*ws), 130);
+  EXPECT_FALSE(Partition::TableExists(table)) << table << " was left behind after SIGTERM";
+}
+
+}  // namespace
+}  // namespace tessera::experiment

@@ -1,0 +1,193 @@
+// Scenario files: every built-in parses; bad files get an error naming the file and line.
+#include "apps/experiment/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "apps/experiment/builtin.h"
+#include "apps/experiment/runner.h"
+
+namespace tessera::experiment {
+namespace {
+
+const char* kGood = R"(name = "t"
+seed = 3
+duration_s = 10
+[cluster]
+memservers = 8
+racks = 2
+k = 4
+r = 2
+[workload]
+kind = "pagestore"
+pages = 1024
+qd = 8
+read_ratio = 0.5
+[[fault]]
+at_s = 2
+action = "kill"
+target = "rack:1"
+[[fault]]
+at_event = "loaded"
+action = "delay"
+delay = "500us"
+target = "server:3"
+duration_s = 1.5
+[expect]
+data_loss = 0
+wrong_bytes = 0
+regenerated_within_s = 5
+[quick]
+duration_s = 4
+time_scale = 0.5
+[quick.workload]
+pages = 256
+)";
+
+// Replaces the first occurrence of `from` in kGood.
+std::string Edit(const std::string& from, const std::string& to) {
+  std::string s = kGood;
+  size_t p = s.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  if (p != std::string::npos) s.replace(p, from.size(), to);
+  return s;
+}
+
+// Parses `text` and expects an error mentioning "f.toml:LINE:" and `words`.
+void ExpectError(const std::string& text, int line, const std::string& words) {
+  auto r = ParseScenario(text, "f.toml");
+  ASSERT_FALSE(r.ok()) << "accepted:\n" << text;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("f.toml:" + std::to_string(line) + ":"), std::string::npos) << m;
+  EXPECT_NE(m.find(words), std::string::npos) << m;
+}
+
+TEST(ScenarioTest, ParsesEveryKey) {
+  auto r = ParseScenario(kGood, "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Scenario& s = *r;
+  EXPECT_EQ(s.name, "t");
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.cluster.memservers, 8);
+  EXPECT_EQ(s.cluster.racks, 2);
+  EXPECT_EQ(s.workload.kind, "pagestore");
+  EXPECT_EQ(s.workload.pages, 1024u);
+  EXPECT_EQ(s.workload.qd, 8);
+  EXPECT_DOUBLE_EQ(s.workload.read_ratio, 0.5);
+  ASSERT_EQ(s.faults.size(), 2u);
+  EXPECT_EQ(s.faults[0].action, FaultAction::kKill);
+  EXPECT_EQ(s.faults[0].target.kind, TargetKind::kRack);
+  EXPECT_EQ(s.faults[0].target.n, 1u);
+  EXPECT_EQ(s.faults[1].at_event, "loaded");
+  EXPECT_EQ(s.faults[1].delay, "500us");
+  EXPECT_EQ(*s.expect.data_loss, 0);
+  EXPECT_DOUBLE_EQ(*s.expect.regenerated_within_s, 5);
+  Scenario q = ApplyQuick(s);
+  EXPECT_DOUBLE_EQ(q.duration_s, 4);
+  EXPECT_EQ(q.workload.pages, 256u);
+  EXPECT_EQ(q.workload.qd, 8);  // Not overridden.
+  EXPECT_DOUBLE_EQ(*q.faults[0].at_s, 1.0);
+  EXPECT_DOUBLE_EQ(q.faults[1].duration_s, 0.75);
+}
+
+TEST(ScenarioTest, UnknownKeysNameTheirLine) {
+  ExpectError(Edit("seed = 3", "sede = 3"), 2, "unknown key 'sede'");
+  ExpectError(Edit("racks = 2", "rakcs = 2"), 6, "unknown key 'rakcs' in [cluster]");
+  ExpectError(Edit("qd = 8", "depth = 8"), 12, "unknown key 'depth' in [workload]");
+  ExpectError(Edit("action = \"kill\"", "acton = \"kill\""), 16, "unknown key 'acton'");
+  ExpectError(Edit("wrong_bytes = 0", "wrong_byte = 0"), 26, "unknown key 'wrong_byte'");
+  ExpectError(Edit("[quick.workload]", "[quick.workloads]"), 31, "unknown key 'workloads'");
+}
+
+TEST(ScenarioTest, BadValuesNameTheirLine) {
+  ExpectError(Edit("memservers = 8", "memservers = \"8\""), 5, "memservers must be an integer");
+  ExpectError(Edit("memservers = 8", "memservers = 0"), 5, "memservers must be in [1, 64]");
+  ExpectError(Edit("k = 4", "k = 3"), 7, "k must divide 4096");
+  ExpectError(Edit("read_ratio = 0.5", "read_ratio = 1.5"), 13, "read_ratio must be in");
+  ExpectError(Edit("kind = \"pagestore\"", "kind = \"pagestor\""), 10, "kind must be one of");
+  ExpectError(Edit("action = \"kill\"", "action = \"explode\""), 16, "action must be one of");
+  ExpectError(Edit("delay = \"500us\"", "delay = \"fast\""), 21, "delay must be a duration");
+  ExpectError(Edit("at_s = 2", "at_s = 20"), 15, "at_s must be before duration_s");
+  ExpectError(Edit("duration_s = 10", "duration_s = -1"), 3, "duration_s must be in");
+  ExpectError(Edit("regenerated_within_s = 5", "regenerated_within_s = true"), 27,
+              "regenerated_within_s must be a number");
+  // A TOML syntax error names its line too.
+  ExpectError(Edit("qd = 8", "qd = = 8"), 12, "");
+}
+
+TEST(ScenarioTest, BadTargetsAreRejected) {
+  ExpectError(Edit("target = \"rack:1\"", "target = \"rack:2\""), 17, "racks 0..1");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"server:8\""), 17, "servers 0..7");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"host:1\""), 17, "bad target 'host:1'");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"server:\""), 17, "needs a number");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"random:9\""), 17, "random:N needs");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"page:1024\""), 17, "pages 0..1023");
+  ExpectError(Edit("racks = 2\n", ""), 16, "the cluster has no racks");
+}
+
+TEST(ScenarioTest, MissingFieldsAreNamed) {
+  ExpectError(Edit("name = \"t\"\n", ""), 1, "needs name");
+  ExpectError(Edit("duration_s = 10\n", ""), 1, "needs duration_s");
+  ExpectError(Edit("memservers = 8\n", ""), 4, "needs memservers");
+  ExpectError(Edit("kind = \"pagestore\"\n", ""), 9, "needs kind");
+  ExpectError(Edit("pages = 1024\n", ""), 9, "needs pages");
+  ExpectError(Edit("target = \"rack:1\"\n", ""), 14, "needs target");
+  ExpectError(Edit("action = \"kill\"\n", ""), 14, "needs action");
+  ExpectError(Edit("at_s = 2\n", ""), 14, "exactly one of at_s or at_event");
+}
+
+TEST(ScenarioTest, KeysOfTheWrongKindAreRejected) {
+  ExpectError(Edit("qd = 8", "qd = 8\ncommand = [\"true\"]"), 13, "kind = \"run\" only");
+  ExpectError(Edit("wrong_bytes = 0", "identical_output = true"), 26, "kind = \"run\" workloads");
+  ExpectError(Edit("duration_s = 1.5", "duration_s = 1.5\nbits = 3"), 24, "bitflip");
+  ExpectError(Edit("at_event = \"loaded\"", "at_event = \"half\""), 19, "\"loaded\"");
+}
+
+TEST(ScenarioTest, VariantsAreChecked) {
+  std::string v = std::string(kGood) +
+                  "[[variant]]\nname = \"a\"\ndelta = 0\n[variant.expect]\n"
+                  "throughput_above_variant = \"b\"\n"
+                  "[[variant]]\nname = \"b\"\nplacement = \"random\"\n";
+  auto r = ParseScenario(v, "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->variants.size(), 2u);
+  EXPECT_EQ(VariantCluster(*r, &r->variants[0]).delta, 0);
+  EXPECT_EQ(VariantCluster(*r, &r->variants[1]).placement, "random");
+  std::string bad = v;
+  bad.replace(bad.find("\"b\"\n[["), 3, "\"c\"");
+  ExpectError(bad, 33, "compares with 'c'");
+  std::string dup = v;
+  dup.replace(dup.rfind("name = \"b\""), 10, "name = \"a\"");
+  ExpectError(dup, 39, "named twice");
+}
+
+TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
+  ASSERT_EQ(BuiltinScenarios().size(), 5u);
+  for (const BuiltinScenario& b : BuiltinScenarios()) {
+    auto r = ParseScenario(b.text, b.name);
+    ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();
+    EXPECT_EQ(r->name, b.name);
+    EXPECT_TRUE(r->quick.present) << b.name << " has no [quick] size for CI";
+    EXPECT_TRUE(CheckRunnable(*r).ok()) << b.name << ": " << CheckRunnable(*r);
+  }
+  EXPECT_NE(FindBuiltin("rack-failure"), nullptr);
+  EXPECT_EQ(FindBuiltin("nope"), nullptr);
+}
+
+TEST(ScenarioTest, ServicesThatDoNotExistYetAreRefusedClearly) {
+  for (const char* kind : {"kv", "paramsvc"}) {
+    std::string text = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5\n",
+                            std::string("kind = \"") + kind + "\"\n");
+    text = text.substr(0, text.find("[[fault]]"));
+    auto r = ParseScenario(text, "f.toml");
+    ASSERT_TRUE(r.ok()) << r.status();
+    Status st = CheckRunnable(*r);
+    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
+    EXPECT_NE(st.message().find("not available in this build"), std::string::npos) << st;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::experiment
