@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <sys/stat.h>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,9 @@
 #include "common/subprocess.h"
 
 DEFINE_string(out, "", "Results directory (default: experiment-NAME-YYYYmmdd-HHMMSS)");
+DEFINE_int32(lock_wait_s, 120,
+             "Bound on waiting for --system_lock before a partition falls back to the "
+             "memserver's drop-all fault");
 DEFINE_bool(quick, false, "Run the scenario's [quick] size (what CI runs)");
 DEFINE_bool(progress, true, "A live status line on stderr when it is a terminal");
 DEFINE_string(system_lock, "",
@@ -113,6 +117,7 @@ int Run(const std::string& what) {
     o.system_lock = ::access("/work/coord", W_OK) == 0 ? "/work/coord/system.lock"
                                                        : "/run/lock/tessera-system.lock";
   }
+  o.lock_wait_ms = std::max(0, FLAGS_lock_wait_s) * 1000;
   o.quick = FLAGS_quick;
   o.progress = FLAGS_progress && ::isatty(2);
   o.cancel = &g_cancel;

@@ -67,15 +67,22 @@ Status Partition::Available() {
   return Status::Ok();
 }
 
-Status Partition::Lock() {
+Status Partition::Prepare(int wait_ms) {
+  TESSERA_RETURN_IF_ERROR(Available());
+  TESSERA_RETURN_IF_ERROR(Lock(wait_ms));
+  keep_lock_ = true;
+  return Status::Ok();
+}
+
+Status Partition::Lock(int wait_ms) {
   if (lock_fd_.valid()) return Status::Ok();
   UniqueFd fd(::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
   if (!fd.valid()) return ErrnoError("open ", lock_path_);
-  Deadline deadline = Deadline::AfterMs(kLockWaitMs);
+  Deadline deadline = Deadline::AfterMs(static_cast<uint64_t>(wait_ms));
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) return ErrnoError("flock ", lock_path_);
     if (deadline.Expired()) {
-      return Timeout("another tool held ", lock_path_, " for ", kLockWaitMs / 1000, " s");
+      return Timeout("another tool held ", lock_path_, " for ", wait_ms / 1000.0, " s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling a held lock
   }
@@ -116,12 +123,12 @@ Status Partition::Rebuild() {
 
 Status Partition::Cut(int port) {
   TESSERA_RETURN_IF_ERROR(Available());
-  TESSERA_RETURN_IF_ERROR(Lock());
+  TESSERA_RETURN_IF_ERROR(Lock(kLockWaitMs));
   ports_.insert(port);
   Status st = Rebuild();
   if (!st.ok()) {
     ports_.erase(port);
-    if (ports_.empty() && !table_exists_) lock_fd_.Reset();
+    if (ports_.empty() && !table_exists_ && !keep_lock_) lock_fd_.Reset();
   }
   return st;
 }
@@ -129,7 +136,7 @@ Status Partition::Cut(int port) {
 Status Partition::Heal(int port) {
   if (ports_.erase(port) == 0) return Status::Ok();
   Status st = Rebuild();
-  if (!table_exists_) lock_fd_.Reset();
+  if (!table_exists_ && !keep_lock_) lock_fd_.Reset();
   return st;
 }
 
@@ -144,7 +151,10 @@ void Partition::HealAll() {
       table_exists_ = false;
     }
   }
-  if (!table_exists_) lock_fd_.Reset();
+  if (!table_exists_) {
+    lock_fd_.Reset();
+    keep_lock_ = false;
+  }
 }
 
 }  // namespace tessera::experiment

@@ -4,10 +4,10 @@
 // All rules live in one nftables table named `tessera_exp_<pid>` (inet family, an output-hook
 // chain dropping `tcp dport P` and `tcp sport P`), created on the first Cut() and deleted when
 // the last port is healed and by the destructor, so a scenario that fails or is cancelled never
-// leaves rules behind. While the table exists the object holds an exclusive flock on the
-// machine-wide lock file given at construction (other tools that change the network or
-// swap wait for it). Tables of runners that died without cleaning up (their pid is gone) are
-// removed by Available().
+// leaves rules behind. While the table exists (from Prepare() on, when it is used) the object
+// holds an exclusive flock on the machine-wide lock file given at construction (other tools
+// that change the network or swap wait for it). Tables of runners that died without cleaning up
+// (their pid is gone) are removed by Available().
 //
 // Threads: one owner thread; not thread-safe.
 #pragma once
@@ -30,6 +30,9 @@ class Partition {
   // OK when nftables can be used here (the `nft` tool exists and may add a table); the reason
   // otherwise. Cached after the first call.
   Status Available();
+  // Checks Available() and takes the lock now (waiting up to wait_ms for other holders), so
+  // that later Cut()s do not wait. The lock is then held until the object is destroyed.
+  Status Prepare(int wait_ms);
   // Drops loopback TCP traffic to and from `port` from now on.
   Status Cut(int port);
   // Lets it through again; removes the table (and releases the lock) with the last port.
@@ -41,7 +44,7 @@ class Partition {
   static bool TableExists(const std::string& table);
 
  private:
-  Status Lock();
+  Status Lock(int wait_ms);
   Status Rebuild();
 
   std::string lock_path_;
@@ -49,7 +52,8 @@ class Partition {
   UniqueFd lock_fd_;
   std::set<int> ports_;
   bool table_exists_ = false;
-  int available_ = -1;  // -1 unknown, 0 no, 1 yes.
+  int available_ = -1;      // -1 unknown, 0 no, 1 yes.
+  bool keep_lock_ = false;  // Prepare()d: hold the lock to the end.
   std::string unavailable_reason_;
 };
 

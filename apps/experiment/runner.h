@@ -27,12 +27,13 @@
 namespace tessera::experiment {
 
 struct RunOptions {
-  std::string out_dir;      // Created if missing.
-  std::string bin_dir;      // Holds tessera-memserver, tessera-run, tessera-fault, tessera-sim-*.
-  std::string source_dir;   // Replaces ${source_dir} in commands; git revision is read here.
-  std::string system_lock;  // flock'ed while firewall rules exist.
-  bool quick = false;       // Apply the scenario's [quick] table.
-  bool progress = false;    // A live status line on stderr.
+  std::string out_dir;        // Created if missing.
+  std::string bin_dir;        // Holds tessera-memserver, tessera-run, tessera-fault, tessera-sim-*.
+  std::string source_dir;     // Replaces ${source_dir} in commands; git revision is read here.
+  std::string system_lock;    // flock'ed while firewall rules exist.
+  int lock_wait_ms = 120000;  // Bound on waiting for it; then the drop-all fallback.
+  bool quick = false;         // Apply the scenario's [quick] table.
+  bool progress = false;      // A live status line on stderr.
   const std::atomic<bool>* cancel = nullptr;  // Set by a signal handler: stop, clean up.
 };
 

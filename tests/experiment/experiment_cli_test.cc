@@ -133,7 +133,9 @@ TEST(ExperimentCliTest, QuickStragglerDelta) {
   json j = RunQuick("straggler-delta", dir);
   ASSERT_TRUE(j.is_object());
   ASSERT_EQ(j["runs"].size(), 2u);
-  EXPECT_EQ(j["runs"][1]["lowest_300ms_ops_per_s_during_faults"].get<double>(), 0)
+  const json& d0 = j["runs"][1];
+  EXPECT_LT(d0["lowest_300ms_ops_per_s_during_faults"].get<double>(),
+            0.05 * d0["median_ops_per_s_before_faults"].get<double>())
       << "delta 0 did not stall on the stopped server: the comparison measures nothing";
 }
 
@@ -189,23 +191,33 @@ std::string PartitionScenario(const std::string& duration, bool heal) {
   return s;
 }
 
+// The machine-wide lock may be held by another tool for a long time (a swap bench): then the
+// runner falls back to the drop-all fault after --lock_wait_s, and says why.
 TEST(ExperimentCliTest, PartitionIsRemovedAfterTheRun) {
   TempDir dir;
   Partition probe("/tmp/tessera-experiment-test.lock");
   const bool real = probe.Available().ok();
   std::string path = Write(dir, "p.toml", PartitionScenario("4", true));
-  json j = RunQuick(path, dir);
-  ASSERT_TRUE(j.is_object());
+  const std::string out = dir.path() + "/out";
+  ToolResult r = Experiment({"run", path, "--quick", "--out", out, "--lock_wait_s=20"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  json j = json::parse(ReadWholeFile(out + "/summary.json"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["verdict"], "PASS") << r.output;
   const std::string mode = j["runs"][0].value("partition_mode", "");
-  if (real) {
-    ASSERT_EQ(mode.rfind("nftables (table tessera_exp_", 0), 0u) << mode;
+  EXPECT_EQ(ReadWholeFile(out + "/partition.txt").rfind(mode.substr(0, 20), 0), 0u);
+  if (real && mode.rfind("nftables", 0) == 0) {
     std::string table = mode.substr(mode.find("tessera_exp_"));
-    table = table.substr(0, table.find(')'));
+    table = table.substr(0, table.find(','));
     EXPECT_FALSE(Partition::TableExists(table)) << table << " was left behind";
     // The partitioned server was noticed (heartbeats time out) and its data rebuilt.
     EXPECT_EQ(j["runs"][0]["server_failures"], 1);
   } else {
-    EXPECT_NE(mode.find("drop-all fault"), std::string::npos) << mode;
+    EXPECT_NE(mode.find("drop-all fault (nftables not usable: "), std::string::npos) << mode;
+    if (real) {
+      EXPECT_NE(mode.find("held"), std::string::npos) << mode;
+    }
+    std::fprintf(stderr, "note: partition ran as the fallback: %s\n", mode.c_str());
   }
 }
 
@@ -214,22 +226,34 @@ TEST(ExperimentCliTest, PartitionIsRemovedWhenInterrupted) {
   if (!probe.Available().ok()) GTEST_SKIP() << "nftables not usable here: " << probe.Available();
   TempDir dir;
   std::string path = Write(dir, "p.toml", PartitionScenario("60", false));
+  const std::string out = dir.path() + "/out";
   auto proc = Subprocess::Start(
-      {Exe(), "run", path, "--out", dir.path() + "/out", "--progress=false"},
+      {Exe(), "run", path, "--out", out, "--progress=false", "--lock_wait_s=20"},
       Subprocess::Options{.capture_stdout = false, .quiet_stderr = true, .extra_env = {}});
   ASSERT_TRUE(proc.ok()) << proc.status();
   const std::string table = "tessera_exp_" + std::to_string(proc->pid());
-  Deadline d = Deadline::AfterMs(60000);
-  while (!Partition::TableExists(table) && !d.Expired() && proc->running() && !proc->Poll()) {
+  // The runner settles the partition mode before it starts the clock.
+  Deadline d = Deadline::AfterMs(120000);
+  std::string mode;
+  while (mode.empty() && !d.Expired() && !proc->Poll()) {
+    mode = ReadWholeFile(out + "/partition.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling for the file
+  }
+  ASSERT_FALSE(mode.empty()) << "the runner never decided how to partition";
+  const bool real = mode.rfind("nftables", 0) == 0;
+  while (real && !Partition::TableExists(table) && !d.Expired() && !proc->Poll()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling for the rule
   }
-  ASSERT_TRUE(Partition::TableExists(table)) << "the partition never appeared";
+  if (real) {
+    ASSERT_TRUE(Partition::TableExists(table)) << "the partition never appeared";
+  }
   ASSERT_TRUE(proc->Signal(SIGTERM).ok());
   auto ws = proc->Wait(Deadline::AfterMs(60000));
   ASSERT_TRUE(ws.ok()) << ws.status();
   EXPECT_TRUE(WIFEXITED(*ws));
   EXPECT_EQ(WEXITSTATUS(*ws), 130);
   EXPECT_FALSE(Partition::TableExists(table)) << table << " was left behind after SIGTERM";
+  if (!real) GTEST_SKIP() << "the system lock was busy, the runner fell back: " << mode;
 }
 
 }  // namespace
