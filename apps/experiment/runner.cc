@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/subprocess.h"
+#include "common/units.h"
 
 namespace tessera::experiment {
 namespace {
@@ -52,21 +53,7 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t ParseSize(const std::string& s) {
-  uint64_t v = std::strtoull(s.c_str(), nullptr, 10);
-  switch (s.empty() ? 0 : s.back()) {
-    case 'K':
-      return v << 10;
-    case 'M':
-      return v << 20;
-    case 'G':
-      return v << 30;
-    case 'T':
-      return v << 40;
-    default:
-      return v;
-  }
-}
+uint64_t SizeOf(const std::string& s) { return ParseSize(s).value_or(0); }
 
 std::string Fmt(double v, int prec = 1) {
   if (std::isinf(v)) return "inf";
@@ -1177,7 +1164,7 @@ json Machine() {
 void Predict(const Scenario& s, const ClusterSpec& c, const RunOptions& o, RunResult* r,
              const std::set<size_t>& failed) {
   const uint64_t split = kPageSize / static_cast<uint64_t>(c.k);
-  const uint64_t per_slab = std::max<uint64_t>(1, ParseSize(c.slab_size) / split);
+  const uint64_t per_slab = std::max<uint64_t>(1, SizeOf(c.slab_size) / split);
   const uint64_t slabs = (s.workload.pages + per_slab - 1) / per_slab;
   const uint64_t spm = std::max<uint64_t>(
       1, (slabs + static_cast<uint64_t>(c.memservers) / 2) / static_cast<uint64_t>(c.memservers));

@@ -1,5 +1,7 @@
 #include "apps/experiment/scenario.h"
 
+#include "common/units.h"
+
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -110,22 +112,9 @@ class Reader {
   std::string origin_;
 };
 
-bool IsSize(const std::string& s) {
-  if (s.empty()) return false;
-  size_t i = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-  if (i == 0) return false;
-  if (i == s.size()) return true;
-  return i + 1 == s.size() && std::string("KMGT").find(s[i]) != std::string::npos;
-}
-
-bool IsDuration(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0) return false;
-  std::string unit = s.substr(i);
-  return unit == "us" || unit == "ms" || unit == "s";
-}
+// One grammar for sizes and durations across Tessera (common/units.h).
+bool IsSize(const std::string& s) { return ParseSize(s).ok(); }
+bool IsDuration(const std::string& s) { return ParseDurationNs(s).ok(); }
 
 #define TRY_ASSIGN(lhs, expr)         \
   do {                                \
