@@ -53,6 +53,10 @@ DEFINE_string(live_stats_file, "",
               "and tests; default: a private temporary file)");
 DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
 DEFINE_bool(summary, true, "Print the summary to stderr at exit");
+DEFINE_bool(write_traps, true,
+            "The victim policy write-protects resident dirty pages as they come round to learn "
+            "whether they are written again (--nowrite_traps: only first writes and re-faults "
+            "inform it; fewer write-protect ioctls and faults)");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -320,6 +324,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvRegion) + "=" + std::to_string(*region),
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
+      std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
   };
   // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.
   if (!gflags::GetCommandLineFlagInfoOrDie("log_level").is_default) {

@@ -604,7 +604,7 @@ int Main(int argc, char** argv) {
   // ---- FIFO vs smart on zipf; prefetch on seq ---------------------------------------------------
   if (want_section("policy")) {
   std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%...\n");
-    std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms, smart_traps, smart_armed;
+    std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms, smart_traps, smart_armed, smart_ioctls;
     std::vector<double> notrap_f, notrap_ms;
     for (int run = 0; run < FLAGS_runs; ++run) {
       InProcess fi = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
@@ -615,6 +615,7 @@ int Main(int argc, char** argv) {
       notrap_f.push_back(static_cast<double>(nt.stats.faults - nt.stats.zero_fills));
       notrap_ms.push_back(nt.outcome.ms);
       smart_armed.push_back(static_cast<double>(sm.stats.traps_armed));
+      smart_ioctls.push_back(static_cast<double>(sm.stats.trap_ioctls));
       fifo_f.push_back(static_cast<double>(fi.stats.faults - fi.stats.zero_fills));
       smart_f.push_back(static_cast<double>(sm.stats.faults - sm.stats.zero_fills));
       fifo_ms.push_back(fi.outcome.ms);
@@ -639,11 +640,12 @@ int Main(int argc, char** argv) {
                    .Set("remote_faults", Median(smart_f)).Set("ms", Median(smart_ms))
                    .Set("trap_faults", Median(smart_traps))
                    .Set("traps_armed", Median(smart_armed))
+                   .Set("trap_ioctls", Median(smart_ioctls))
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0));
     report.Add(Report::Row().Set("suite", "pager-policy")
                    .Set("case", "zipf, smart victims without write traps")
                    .Set("remote_faults", Median(notrap_f)).Set("ms", Median(notrap_ms))
-                   .Set("trap_faults", 0.0).Set("traps_armed", 0.0)
+                   .Set("trap_faults", 0.0).Set("traps_armed", 0.0).Set("trap_ioctls", 0.0)
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(notrap_f) / Median(fifo_f) : 0.0));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, prefetch")

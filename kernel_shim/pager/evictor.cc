@@ -64,7 +64,21 @@ void PagerImpl::DrainPolicyEvents() {
 
 void PagerImpl::ArmWriteTrap(PageId p) {
   traps_armed_.fetch_add(1, std::memory_order_relaxed);
-  (void)uffd_.WriteProtect(Addr(p), kPageSize, /*protect=*/true, 1000);  // Best effort: a hint.
+  traps_pending_.push_back(p);  // Set by FlushWriteTraps() once the chooser's round is over.
+}
+
+void PagerImpl::FlushWriteTraps() {
+  if (traps_pending_.empty()) return;
+  std::sort(traps_pending_.begin(), traps_pending_.end());
+  for (size_t k = 0; k < traps_pending_.size();) {
+    size_t j = k;
+    while (j + 1 < traps_pending_.size() && traps_pending_[j + 1] == traps_pending_[j] + 1) ++j;
+    // Best effort: a trap is a hint to the policy (a write it misses only costs accuracy).
+    (void)uffd_.WriteProtect(Addr(traps_pending_[k]), (j - k + 1) * kPageSize, true, 1000);
+    trap_ioctls_.fetch_add(1, std::memory_order_relaxed);
+    k = j + 1;
+  }
+  traps_pending_.clear();
 }
 
 void PagerImpl::WriteDone(PageOp* op) {
@@ -273,7 +287,9 @@ void PagerImpl::EvictLoop() {
       size_t want = std::min<size_t>(o_.evict_batch,
                                      static_cast<size_t>(static_cast<double>(r) - low) + 1);
       std::vector<Victim> victims;
-      if (chooser_->Pick(want, cap, &victims) == 0) {
+      const size_t picked = chooser_->Pick(want, cap, &victims);
+      FlushWriteTraps();
+      if (picked == 0) {
         if (inflight.empty()) break;
         finish_oldest();  // Its kept pages may become victims again.
         continue;

@@ -98,7 +98,8 @@ struct PagerStats {
   uint64_t wp_faults = 0;        // Write-protect faults (clean page became dirty).
   uint64_t trap_faults = 0;      // Write-protect faults on the smart policy's write traps (a
                                  // dirty page re-protected to see whether it is written again).
-  uint64_t traps_armed = 0;      // Write traps set (one UFFDIO_WRITEPROTECT each).
+  uint64_t traps_armed = 0;      // Write traps set (pages).
+  uint64_t trap_ioctls = 0;      // UFFDIO_WRITEPROTECT calls that set them (runs of pages).
   uint64_t zero_fills = 0;       // Faults on never-written pages (no store round trip).
   uint64_t zero_fill_around = 0; // Never-written neighbours mapped with such a fault.
   uint64_t zero_drops = 0;       // Never-stored victims still all zeros: dropped, not written.

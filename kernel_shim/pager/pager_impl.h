@@ -173,7 +173,11 @@ class PagerImpl final : public Pager {
   // written meanwhile or whose write-back failed. Returns the number of failed write-backs.
   size_t FinishEvict(EvictJob* job);
   // Write-protects a resident dirty page (it stays kDirty): its next write faults and sets kRef.
+  // Queues a write trap on resident dirty page p (the victim policy's callback); the evictor
+  // sets the queued traps after each round of the chooser, runs of pages in one ioctl.
   void ArmWriteTrap(PageId p);
+  void FlushWriteTraps();
+  std::vector<PageId> traps_pending_;  // Evictor thread only.
   void NoteTouched(PageId p) {
     uint64_t m = max_page_.load(std::memory_order_relaxed);
     while (p + 1 > m && !max_page_.compare_exchange_weak(m, p + 1)) {}
@@ -225,7 +229,7 @@ class PagerImpl final : public Pager {
   std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.  // One past the highest page ever faulted.
 
   // Counters.
-  std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0};
+  std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0}, trap_ioctls_{0};
   std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
       remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
       discarded_{0}, fill_errors_{0}, writeback_errors_{0};

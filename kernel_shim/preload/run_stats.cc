@@ -40,6 +40,9 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["zero_fills"] = p.zero_fills;
   r["zero_fill_around"] = p.zero_fill_around;
   r["zero_drops"] = p.zero_drops;
+  r["trap_faults"] = p.trap_faults;
+  r["traps_armed"] = p.traps_armed;
+  r["trap_ioctls"] = p.trap_ioctls;
   r["remote_reads"] = p.remote_reads;
   r["remote_writes"] = p.remote_writes;
   r["clean_drops"] = p.clean_drops;

@@ -402,6 +402,7 @@ void* BypassTrampoline(void* p) {
 struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
+  bool write_traps = true;
   LocalMemory local;
   uint64_t region = 8ull << 30;
 };
@@ -423,6 +424,8 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
+  std::string traps;
+  const bool has_traps = take(kEnvWriteTraps, &traps);
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
   if (const char* pre = getenv("LD_PRELOAD")) {
     std::string kept, entry;
@@ -441,6 +444,13 @@ bool TakeConfig(Config* c, std::string* error) {
     else setenv("LD_PRELOAD", kept.c_str(), 1);
   }
   if (!configured) return false;
+  if (has_traps) {
+    if (traps != "0" && traps != "1") {
+      *error = "bad " + std::string(kEnvWriteTraps) + " '" + traps + "' (0 or 1)";
+      return true;
+    }
+    c->write_traps = traps == "1";
+  }
   if (has_k) c->k = atoi(k.c_str());
   if (has_r) c->r = atoi(r.c_str());
   if (has_local) {
@@ -524,6 +534,7 @@ void* InitThread(void* arg) {
     po.region_bytes = c.region;
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
+    po.write_traps = c.write_traps;
     auto pager = Pager::Create(po);
     if (!pager.ok()) {
       error = "pager: " + pager.status().ToString();
