@@ -284,9 +284,9 @@ Status Client::PullAll(std::span<void* const> params, const std::vector<uint64_t
     if (!s.ok()) return s;
   }
   Status first;
+  std::vector<uint8_t>& p = pull_buf_;  // Reused: no allocation per MB-sized reply
   for (uint32_t i = 0; i < n; ++i) {
     Header h;
-    std::vector<uint8_t> p;
     Status s = Await(rids[i], &h, &p);
     if (!s.ok()) return s;
     if (h.status != 0) {

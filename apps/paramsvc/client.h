@@ -111,6 +111,7 @@ class Client {
   ClientCounters counters_;
   // Replies that arrived while waiting for another request id.
   std::map<uint64_t, std::pair<Header, std::vector<uint8_t>>> stash_;
+  std::vector<uint8_t> pull_buf_;
 };
 
 // JobSpec from JSON: {"name":..., "workers":N, "mode":"sync|async|bounded(s)",

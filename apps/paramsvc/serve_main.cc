@@ -8,6 +8,7 @@
 // from page traffic: its core threads run SCHED_BATCH at --nice, so the memserver's page
 // traffic keeps priority on the cores it lends (--cores).
 #include <gflags/gflags.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -74,6 +75,10 @@ void OnSignal(int) {
 
 int RunAggregator(const std::string& secret) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Pushes and pull snapshots are MB-sized buffers allocated and freed every iteration: keep
+  // them in the heap instead of mmap/munmap (and page-faulting) each one.
+  ::mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (::getppid() == 1) return 1;
   sigset_t set;
   sigemptyset(&set);

@@ -74,69 +74,67 @@ namespace {
 
 using json = nlohmann::json;
 
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // One client connection. Replies are queued and written by the connection's own writer thread,
 // so an aggregation core never blocks on a slow reader (a descheduled worker would otherwise
 // stall every other job's partitions on that core).
 struct Conn {
+  // A queued reply: its header, a payload of its own and/or a shared one (a partition's pull
+  // snapshot, sent to every worker that pulls that version without being copied again).
+  struct Out {
+    Header h;
+    std::vector<uint8_t> own;
+    std::shared_ptr<const std::vector<uint8_t>> shared;
+  };
   UniqueFd fd;
   std::atomic<bool> dead{false};
   std::mutex qmu;
   std::condition_variable qcv;
-  std::deque<std::vector<uint8_t>> out;
+  std::deque<Out> out;
   bool closing = false;
   std::thread writer;
 
-  // A frame buffer with the header filled in and room for `payload` bytes after it.
-  static std::vector<uint8_t> Frame(uint8_t op, uint16_t status, uint32_t job, uint64_t rid,
-                                    size_t payload) {
-    std::vector<uint8_t> f(kHeaderSize + payload);
-    EncodeHeader({op, status, static_cast<uint32_t>(payload), job, rid}, f.data());
-    return f;
-  }
-  void Queue(std::vector<uint8_t> frame) {
+  void Queue(Out o) {
     {
       std::lock_guard<std::mutex> l(qmu);
       if (dead.load() || closing) return;
-      out.push_back(std::move(frame));
+      out.push_back(std::move(o));
     }
     qcv.notify_one();
   }
-  void Send(uint8_t op, uint32_t job, uint64_t rid, std::span<const uint8_t> a = {},
-            std::span<const uint8_t> b = {}) {
-    auto f = Frame(op, 0, job, rid, a.size() + b.size());
-    if (!a.empty()) std::memcpy(f.data() + kHeaderSize, a.data(), a.size());
-    if (!b.empty()) std::memcpy(f.data() + kHeaderSize + a.size(), b.data(), b.size());
-    Queue(std::move(f));
+  void Send(uint8_t op, uint32_t job, uint64_t rid, std::span<const uint8_t> a = {}) {
+    Queue({Header{op, 0, 0, job, rid}, std::vector<uint8_t>(a.begin(), a.end()), nullptr});
+  }
+  void SendShared(uint8_t op, uint32_t job, uint64_t rid,
+                  std::shared_ptr<const std::vector<uint8_t>> body) {
+    Queue({Header{op, 0, 0, job, rid}, {}, std::move(body)});
   }
   void SendError(uint8_t op, uint32_t job, uint64_t rid, const Status& s) {
     const std::string& m = s.message();
-    auto f = Frame(op, static_cast<uint16_t>(s.code()), job, rid, m.size());
-    std::memcpy(f.data() + kHeaderSize, m.data(), m.size());
-    Queue(std::move(f));
+    Queue({Header{op, static_cast<uint16_t>(s.code()), 0, job, rid},
+           std::vector<uint8_t>(m.begin(), m.end()), nullptr});
   }
   void WriterLoop() {
     while (true) {
-      std::vector<uint8_t> f;
+      Out o;
       {
         std::unique_lock<std::mutex> l(qmu);
         qcv.wait(l, [&] { return closing || !out.empty(); });
         if (out.empty()) return;  // Closing and drained.
-        f = std::move(out.front());
+        o = std::move(out.front());
         out.pop_front();
       }
       if (dead.load()) continue;
-      const uint8_t* p = f.data();
-      size_t n = f.size();
-      while (n > 0) {
-        ssize_t w = ::send(fd.get(), p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-          dead = true;
-          ::shutdown(fd.get(), SHUT_RDWR);
-          break;
-        }
-        p += w;
-        n -= static_cast<size_t>(w);
+      std::span<const uint8_t> b;
+      if (o.shared) b = *o.shared;
+      if (!WriteFrame(fd.get(), o.h, o.own, b).ok()) {
+        dead = true;
+        ::shutdown(fd.get(), SHUT_RDWR);
       }
     }
   }
@@ -176,7 +174,10 @@ struct Partition {
   std::vector<PullWaiter> waiters;
   JobCounters c;
   bool dirty = false;
-  std::vector<uint8_t> scratch;  // Pull conversion buffer
+  // Pull snapshots per dtype and the version each holds (reset when values change
+  // without a version change: SetParams).
+  std::shared_ptr<const std::vector<uint8_t>> snap[kNumDTypes];
+  uint64_t snap_version[kNumDTypes] = {};
 
   std::atomic<int> core{0};
   std::atomic<int> target{-1};
@@ -325,17 +326,23 @@ struct Server::Impl {
     NotifyCheckpoint();
   }
 
-  // Converts the parameters straight into the reply frame and queues it.
+  // Pull replies of one version share one snapshot of the parameters (in the requested
+  // dtype), built on the first pull of that version.
   void SendPull(Partition& p, const std::shared_ptr<Conn>& conn, uint64_t rid, DType dtype) {
-    const size_t data = DTypeSize(dtype) * p.info.count;
-    auto f = Conn::Frame(static_cast<uint8_t>(Op::kPull), 0, p.job->id, rid, PullReply::kFixed + data);
-    uint8_t* fixed = f.data() + kHeaderSize;
-    Put64(fixed, p.st.version);
-    Put32(fixed + 8, p.info.count);
-    fixed[12] = static_cast<uint8_t>(dtype);
-    FromF32(fixed + PullReply::kFixed, p.st.param.data(), dtype, p.info.count);
-    p.bytes += data;
-    conn->Queue(std::move(f));
+    const int k = static_cast<int>(dtype);
+    if (!p.snap[k] || p.snap_version[k] != p.st.version) {
+      const size_t data = DTypeSize(dtype) * p.info.count;
+      auto body = std::make_shared<std::vector<uint8_t>>(PullReply::kFixed + data);
+      uint8_t* fixed = body->data();
+      Put64(fixed, p.st.version);
+      Put32(fixed + 8, p.info.count);
+      fixed[12] = static_cast<uint8_t>(dtype);
+      FromF32(fixed + PullReply::kFixed, p.st.param.data(), dtype, p.info.count);
+      p.snap[k] = std::move(body);
+      p.snap_version[k] = p.st.version;
+    }
+    p.bytes += p.snap[k]->size();
+    conn->SendShared(static_cast<uint8_t>(Op::kPull), p.job->id, rid, p.snap[k]);
   }
 
   void ServeWaiters(Partition& p) {
@@ -474,6 +481,7 @@ struct Server::Impl {
       return;
     }
     ToF32(p.st.param.data(), t.set.data.data(), t.set.dtype, t.set.count);
+    for (auto& sn : p.snap) sn.reset();
     p.dirty = true;
     NotifyCheckpoint();
     t.conn->Send(op, t.job->id, t.rid);
@@ -503,7 +511,9 @@ struct Server::Impl {
         Enqueue(owner, std::move(t));
         continue;
       }
-      const uint64_t t0 = MonotonicNs();
+      // Busy time is this thread's CPU time, not wall time: on a shared host a preempted core
+      // would otherwise look loaded and the packer would grab cores it does not need.
+      const uint64_t t0 = ThreadCpuNs();
       if (t->job->released.load()) {
         t->conn->SendError(static_cast<uint8_t>(t->kind == Task::kPush   ? Op::kPush
                                                 : t->kind == Task::kPull ? Op::kPull
@@ -516,7 +526,7 @@ struct Server::Impl {
       } else {
         ProcessSet(*t);
       }
-      c.busy_ns += MonotonicNs() - t0;
+      c.busy_ns += ThreadCpuNs() - t0;
     }
   }
 

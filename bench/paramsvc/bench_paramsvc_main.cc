@@ -473,8 +473,8 @@ void Packing() {
 
 // ---------------------------------------------------------------- 3. vs_allreduce
 void VsAllreduce() {
-  const double model_mb = FLAGS_quick ? 0.5 : 4.0;
-  const int iters = FLAGS_quick ? 10 : 60;
+  const double model_mb = FLAGS_quick ? 0.5 : 2.0;
+  const int iters = FLAGS_quick ? 10 : 40;
   Note("== vs_allreduce: MLP of ~" + std::to_string(model_mb).substr(0, 3) + " MB, " +
        std::to_string(iters) + " steps per worker, PyTorch example, service with 2 cores");
   const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py";

@@ -22,7 +22,7 @@ _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 class ServiceOptimizer:
     def __init__(self, model, host, port, secret, *, job, workers, rank, lr, momentum=0.0,
                  weight_decay=0.0, optimizer="sgd", mode="sync", late="drop",
-                 partition_bytes=4 << 20, timeout_ms=60000, reconnect_ms=30000):
+                 partition_bytes=1 << 20, timeout_ms=60000, reconnect_ms=30000):
         params = list(model.parameters()) if hasattr(model, "parameters") else list(model)
         for p in params:
             if p.dtype not in _DTYPES or p.device.type != "cpu" or not p.is_contiguous():
