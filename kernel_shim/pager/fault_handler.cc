@@ -148,8 +148,29 @@ void PagerImpl::Handoff(PageId p, bool write) {
   (void)!::write(stop_fd_.get(), &one, sizeof one);
 }
 
+bool PagerImpl::MapFillWritable() {
+  // Most stored pages mapped clean get written soon after (a write-protect fault each): then
+  // map them writable (their eviction writes them back, as it would have after the fault).
+  // Every 8th fill stays clean, so the ratio keeps being measured and the choice turns back within
+  // a few thousand fills when the program stops writing what it reads.
+  const uint64_t n = fill_seq_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t clean = filled_clean_.load(std::memory_order_relaxed);
+  const uint64_t written = written_after_fill_.load(std::memory_order_relaxed);
+  if (n % 8 != 0 && clean >= 64 && written * 4 >= clean * 3) {
+    fills_writable_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (filled_clean_.fetch_add(1, std::memory_order_relaxed) + 1 >= 256) {
+    // Decay (approximate under races): recent behaviour counts most.
+    filled_clean_.store(128, std::memory_order_relaxed);
+    written_after_fill_.store(written / 2, std::memory_order_relaxed);
+  }
+  return false;
+}
+
 bool PagerImpl::MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in_store,
                         uint64_t t0) {
+  if (!writable && in_store && o_.adaptive_writable_fills) writable = MapFillWritable();
   BecameResident(p);
   if (!CopyIn(p, src, writable)) {
     resident_.fetch_sub(1);
@@ -327,6 +348,7 @@ void PagerImpl::HandleWp(PageId p) {
       case kClean:
         if (!w.compare_exchange_weak(s, (With(s, kDirty) | kBusy | kRef) & ~kArmed)) continue;
         wp_faults_.fetch_add(1);
+        if (s & kInStore) written_after_fill_.fetch_add(1, std::memory_order_relaxed);
         Unprotect(p);
         w.fetch_and(~kBusy);
         return;

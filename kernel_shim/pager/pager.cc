@@ -177,6 +177,7 @@ PagerStats PagerImpl::Stats() const {
   s.zero_drops = zero_drops_.load();
   s.traps_armed = traps_armed_.load();
   s.trap_ioctls = trap_ioctls_.load();
+  s.fills_writable = fills_writable_.load();
   s.remote_reads = remote_reads_.load();
   s.remote_writes = remote_writes_.load();
   s.clean_drops = clean_drops_.load();

@@ -91,6 +91,10 @@ struct PagerOptions {
   // blocking ReadPage on its own thread and maps it (no hand-off to a store callback). False:
   // the read is submitted and the store's completion callback maps the page.
   bool fault_thread_reads = true;
+  // When most stored pages mapped write-protected for a read fault are written soon after (a
+  // write-protect fault each), map such fills writable (dirty) instead; every 8th stays clean
+  // to keep measuring. False: read faults always map clean.
+  bool adaptive_writable_fills = true;
 };
 
 struct PagerStats {
@@ -100,6 +104,7 @@ struct PagerStats {
                                  // dirty page re-protected to see whether it is written again).
   uint64_t traps_armed = 0;      // Write traps set (pages).
   uint64_t trap_ioctls = 0;      // UFFDIO_WRITEPROTECT calls that set them (runs of pages).
+  uint64_t fills_writable = 0;   // Read faults on stored pages mapped writable (adaptive).
   uint64_t zero_fills = 0;       // Faults on never-written pages (no store round trip).
   uint64_t zero_fill_around = 0; // Never-written neighbours mapped with such a fault.
   uint64_t zero_drops = 0;       // Never-stored victims still all zeros: dropped, not written.

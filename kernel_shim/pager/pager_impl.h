@@ -146,6 +146,8 @@ class PagerImpl final : public Pager {
   // (or kNever) and its waiters are woken to re-fault.
   bool MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in_store, uint64_t t0);
   void ResolveWaiters(PageId p, uint64_t old_word);
+  // Whether a stored page filled for a read fault is mapped writable (see fault_handler.cc).
+  bool MapFillWritable();
   void Handoff(PageId p, bool write);
 
   FillCtx* GetCtx(bool for_prefetch);
@@ -230,6 +232,9 @@ class PagerImpl final : public Pager {
 
   // Counters.
   std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0}, trap_ioctls_{0};
+  // Adaptive writable fills (MapFillWritable): stored pages mapped clean, and how many of them
+  // took a write-protect fault; fills mapped writable because of it.
+  std::atomic<uint64_t> fill_seq_{0}, filled_clean_{0}, written_after_fill_{0}, fills_writable_{0};
   std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
       remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
       discarded_{0}, fill_errors_{0}, writeback_errors_{0};

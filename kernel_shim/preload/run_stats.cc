@@ -43,6 +43,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["trap_faults"] = p.trap_faults;
   r["traps_armed"] = p.traps_armed;
   r["trap_ioctls"] = p.trap_ioctls;
+  r["fills_writable"] = p.fills_writable;
   r["remote_reads"] = p.remote_reads;
   r["remote_writes"] = p.remote_writes;
   r["clean_drops"] = p.clean_drops;

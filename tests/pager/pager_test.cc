@@ -152,6 +152,35 @@ TEST(PagerTest, FaultAroundStaysWithinTheCapAndZeroPagesAreDroppedUnwritten) {
   EXPECT_LT(s.footprint_pages, kPages) << "dropped zero pages still count as footprint";
 }
 
+TEST(PagerTest, FillsAreMappedWritableWhileTheProgramWritesWhatItReads) {
+  constexpr size_t kPages = 1024, kCap = 64;
+  FakeStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, /*prefetch=*/false);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  // Read then write every page, twice: most fills are written right after.
+  for (uint32_t round = 2; round <= 3; ++round) {
+    for (size_t p = 0; p < kPages; ++p) {
+      ASSERT_TRUE(CheckPage(b + p * kPage, p, round - 1)) << p;
+      FillPage(b + p * kPage, p, round);
+    }
+  }
+  PagerStats rw = pager->Stats();
+  EXPECT_GT(rw.fills_writable, kPages / 2) << "read-then-written fills still mapped clean";
+  EXPECT_LT(rw.wp_faults, kPages) << "a write-protect fault per fill despite the adaptation";
+  // Then read only, for a while: the adaptation turns back, so clean pages are dropped unwritten.
+  for (uint32_t pass = 0; pass < 6; ++pass) {
+    for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 3)) << p;
+  }
+  PagerStats ro1 = pager->Stats();
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 3)) << p;
+  PagerStats ro2 = pager->Stats();
+  EXPECT_LT(ro2.fills_writable - ro1.fills_writable, kPages / 8)
+      << "read-only fills still mapped writable after " << 6 * kPages << " of them";
+  EXPECT_GT(ro2.clean_drops, ro1.clean_drops);
+}
+
 TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
   constexpr size_t kPages = 512, kCap = 64;
   FakeStore store(kPages, 20);
