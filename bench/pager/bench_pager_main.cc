@@ -61,6 +61,9 @@ namespace tessera {
 namespace {
 
 using bench_pager::Pattern;
+// The erasure-coded layout of the store every section uses (OpenStore: the split layout, k+r
+// splits per page); every row says so.
+constexpr const char* kLayout = "split";
 using client::kPageSize;
 
 const cli::CliSpec kSpec{
@@ -400,7 +403,7 @@ int Main(int argc, char** argv) {
                  " samples");
     auto row = [&](const char* what, double p50, double p99) {
       report.Add(Report::Row()
-                     .Set("suite", "pager-latency")
+                     .Set("suite", "pager-latency").Set("layout", kLayout)
                      .Set("path", what)
                      .Set("p50_us", p50)
                      .Set("p99_us", p99)
@@ -528,7 +531,7 @@ int Main(int argc, char** argv) {
     const Cell& local = cells[key("local", pat, 1.0)];
     for (double f : fractions) {
       Report::Row row;
-      row.Set("suite", "pager-workload").Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
+      row.Set("suite", "pager-workload").Set("layout", kLayout).Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
       row.Set("plain_ms", local.ok ? local.Med() : -1.0);
       int failed_runs = 0;
       for (const char* mode : {"pager", "run", "swap"}) {
@@ -634,21 +637,21 @@ int Main(int argc, char** argv) {
       hit_rate.push_back(remote_faults ? static_cast<double>(on.stats.prefetch_hits) / remote_faults : 0.0);
     }
     report.Title("victim policy on zipf(0.99) and prefetch on seq, 50% local memory, in-process, medians");
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "zipf, FIFO victims")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "zipf, FIFO victims")
                    .Set("remote_faults", Median(fifo_f)).Set("ms", Median(fifo_ms)));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "zipf, smart victims (2Q+ghost)")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "zipf, smart victims (2Q+ghost)")
                    .Set("remote_faults", Median(smart_f)).Set("ms", Median(smart_ms))
                    .Set("trap_faults", Median(smart_traps))
                    .Set("traps_armed", Median(smart_armed))
                    .Set("trap_ioctls", Median(smart_ioctls))
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0));
-    report.Add(Report::Row().Set("suite", "pager-policy")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout)
                    .Set("case", "zipf, smart victims without write traps")
                    .Set("remote_faults", Median(notrap_f)).Set("ms", Median(notrap_ms))
                    .Set("trap_faults", 0.0).Set("traps_armed", 0.0).Set("trap_ioctls", 0.0)
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(notrap_f) / Median(fifo_f) : 0.0));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("case", "seq, prefetch")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "seq, prefetch")
                    .Set("ms", Median(on_ms)).Set("prefetch_issued", Median(issued))
                    .Set("prefetch_hits", Median(hits))
                    .Set("hits_per_issued", Median(issued) > 0 ? Median(hits) / Median(issued) : 0.0)
@@ -693,7 +696,7 @@ int Main(int argc, char** argv) {
     }
     double cost = Median(healthy) > 0 ? Median(killed) / Median(healthy) - 1.0 : 0.0;
     report.Title("(c) zipf at 50% local memory, in-process pager over RS(8,2), 1 of 10 memservers SIGKILLed half-way");
-    report.Add(Report::Row().Set("suite", "pager-failure").Set("healthy_ms", Median(healthy))
+    report.Add(Report::Row().Set("suite", "pager-failure").Set("layout", kLayout).Set("healthy_ms", Median(healthy))
                    .Set("killed_ms", Median(killed)).Set("cost", cost)
                    .Set("checksums", ok ? "equal" : "MISMATCH/ERROR")
                    .Set("writeback_errors", wb_errors)
@@ -707,7 +710,7 @@ int Main(int argc, char** argv) {
 
   report.Title("targets (issue 6)");
   for (auto& [target, fig, pass] : verdicts) {
-    report.Add(Report::Row().Set("suite", "pager-targets").Set("target", target).Set("measured", fig)
+    report.Add(Report::Row().Set("suite", "pager-targets").Set("layout", kLayout).Set("target", target).Set("measured", fig)
                    .Set("verdict", pass ? "PASS" : "MISS"));
   }
   report.Flush();
