@@ -66,6 +66,14 @@ struct PageStoreStats {
   uint64_t regenerations_pending = 0;
   uint64_t bytes_sent = 0;           // Payload bytes written to the backing (remote or disk).
   uint64_t bytes_received = 0;
+  // Group erasure-coded layout (0 elsewhere):
+  uint64_t hedged_reads = 0;      // Reads that asked the rest of the stripe after hedge_us.
+  uint64_t compaction_moves = 0;  // Live pages re-striped by compaction.
+  uint64_t stripes_written = 0;
+  uint64_t padding_slots = 0;     // Data slots of stripes sealed before they were full.
+  uint64_t parity_updates = 0;    // Padding slots filled later with an in-place parity update.
+  uint64_t stored_pages = 0;      // Pages stored in sealed stripes now.
+  uint64_t remote_bytes = 0;      // Remote memory held now (k+r slabs per stripe slab).
   LatencyHistogram read_latency;     // Per page, from Submit to done, in ns.
   LatencyHistogram write_latency;
 };

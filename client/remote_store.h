@@ -79,6 +79,37 @@ enum class AckPolicy : uint8_t {
 const char* AckPolicyName(AckPolicy policy);  // "all", "first-k"
 Result<AckPolicy> ParseAckPolicy(std::string_view name);
 
+// How an erasure-coded store lays pages out on the servers (see the file comment).
+enum class EcLayout : uint8_t {
+  // Hydra's EC-Split: every page is cut into k splits on k+r servers; a read asks k (+delta)
+  // servers. Cheap on RDMA, dear over TCP (k+1 messages per read, k+r per write).
+  kSplit,
+  // Carbink's EC-Batch: whole pages on one server each, k pages of k servers of one CodingSets
+  // group form a stripe with r parity pages beside them. A read asks one server (k when
+  // degraded); writes fill new stripes (log-structured) and compaction reclaims garbage.
+  kGroup,
+};
+std::string_view EcLayoutName(EcLayout layout);  // "split", "group"
+Result<EcLayout> ParseEcLayout(std::string_view name);
+
+// Settings of the group layout (EcLayout::kGroup).
+struct GroupOptions {
+  // A write waits at most this long in the stripe buffer for k-1 other writes to share its
+  // stripe (0..10000 us). A stripe sealed before it is full has padding slots (zeros that are
+  // neither sent nor read); the I/O thread keeps the newest such stripe's parity and fills its
+  // padding with later writes by updating the parity in place (ISA-L ec_encode_data_update:
+  // n + r writes, no new garbage). Flush() seals at once.
+  uint32_t fill_us = 50;
+  // A read whose one server has not answered after this long also asks the rest of the stripe
+  // and finishes with whichever completes first (0 = only when the server is classified slow or
+  // fails). 1..1000000 us.
+  uint32_t hedge_us = 2000;
+  // Garbage bound: compaction keeps the data slots of used stripes at most this factor times the
+  // live pages (plus two stripes of slack), so the memory overhead stays within
+  // (k+r)/k x this factor (plus one slab per I/O thread). 1.05..4.
+  double max_garbage_factor = 1.2;
+};
+
 // One memory server of the cluster.
 struct RemoteServer {
   fabric::Endpoint endpoint;
@@ -134,6 +165,10 @@ struct ErasureCodedStoreOptions {
   // and > median + 100 us) are asked last, for every layout (replication picks another copy).
   int delta = 1;
   AckPolicy ack = AckPolicy::kAll;
+  // Split or group layout; see EcLayout. The default is the one `tessera bench pagestore`
+  // measures faster on TCP (README, "Erasure-coded layouts").
+  EcLayout layout = EcLayout::kGroup;
+  GroupOptions group;  // Group layout only.
 };
 
 struct ReplicatedStoreOptions {

@@ -20,12 +20,15 @@ class LocalBenchCluster final : public BenchCluster {
     remote.secret = cluster_->secret();
     remote.capacity_pages = pages;
     remote.poll_us = poll_us_;
-    if (kind == "ec" || kind == "ec-d0") {
+    if (kind == "ec" || kind == "ec-d0" || kind == "ec-group" || kind == "ec-group-d0") {
+      // "ec": the split layout (EC-Split); "ec-group": whole pages in stripes (EC-Batch).
       client::ErasureCodedStoreOptions o;
       o.remote = remote;
       o.k = 8;
       o.r = 2;
-      o.delta = kind == "ec" ? 1 : 0;
+      o.delta = kind == "ec" || kind == "ec-group" ? 1 : 0;
+      o.layout = kind.rfind("ec-group", 0) == 0 ? client::EcLayout::kGroup
+                                                 : client::EcLayout::kSplit;
       return client::CreateErasureCodedStore(o);
     }
     client::ReplicatedStoreOptions o;

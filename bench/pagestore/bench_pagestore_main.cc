@@ -1,6 +1,6 @@
 // `tessera bench pagestore`: the PageStore layouts side by side in one run, over real memserver
-// processes on loopback — EC(8,2) with late binding (delta 1), EC(8,2) without it (delta 0),
-// 2- and 3-way replication, single copy, single copy with an asynchronous local-disk backup
+// processes on loopback — EC(8,2) in both layouts (split "ec", group "ec-group"), each with
+// late binding (delta 1) and without it (-d0), 2- and 3-way replication, single copy, single copy with an asynchronous local-disk backup
 // (Infiniswap), and the local SSD through io_uring (no remote memory).
 //
 // Each store gets a working set of --pages 4 KB pages, written first (every page, QD 64; the
@@ -52,7 +52,7 @@ DEFINE_string(disturbed_qds, "1,32", "Queue depths measured with a straggler / a
 DEFINE_int32(duration_ms, 200, "Minimum measured window per point");
 DEFINE_int32(lat_ops, 2000, "Minimum ops measured per QD1 point (for p99/p999)");
 DEFINE_int32(servers, 10, "Memory servers started on loopback (>= 10 for EC(8,2))");
-DEFINE_string(stores, "ec,ec-d0,rep2,rep3,single,single+disk,ssd",
+DEFINE_string(stores, "ec,ec-d0,ec-group,ec-group-d0,rep2,rep3,single,single+disk,ssd",
               "Stores to measure: ec, ec-d0, rep2, rep3, single, single+disk, ssd");
 DEFINE_string(scenarios, "normal,straggler,failed", "Scenarios: normal, straggler, failed");
 DEFINE_int32(straggler_us, 200, "Reply delay of the straggler server, microseconds");
@@ -79,8 +79,9 @@ const tessera::cli::CliSpec kSpec = {
     "[--quick] [--json] [--reps N] [--pages N] [--qds 1,..,64] [--stores LIST] "
     "[--scenarios normal,straggler,failed] [--ssd_dir DIR] [--poll_us N]",
     "4 KB page latency (p50/p99/p999 at QD1) and throughput (QD 1..64) of the PageStore\n"
-    "layouts in one run over 10 real memservers on loopback: EC(8,2) with late binding (delta 1)\n"
-    "and without (delta 0), 2- and 3-way replication, single copy, single copy + asynchronous\n"
+    "layouts in one run over 10 real memservers on loopback: EC(8,2) split (ec) and group\n"
+    "(ec-group) layouts, each with late binding (delta 1) and without (-d0), 2- and 3-way\n"
+    "replication, single copy, single copy + asynchronous\n"
     "disk backup, and the local SSD through io_uring; memory overhead measured from the bytes\n"
     "each store sends. Then again with one straggler server (+200 us) and with one SIGKILLed\n"
     "server. Prints PASS/MISS for the issue's targets.",
@@ -157,6 +158,9 @@ struct StoreUnderTest {
   double overhead_declared = 0;
   double overhead_measured = 0;
   bool remote = true;
+  // "split" / "group" (erasure-coded layouts), "copies" (single copy, replication), "local".
+  std::string layout;
+  double remote_overhead = 0;  // Group: remote memory held / page data, after the populate.
 };
 
 struct PointKey {
@@ -207,8 +211,8 @@ int main(int argc, char** argv) {
   const std::vector<int> disturbed_qds = ParseQds("disturbed_qds", FLAGS_disturbed_qds);
   const std::vector<std::string> kinds = SplitList(FLAGS_stores);
   const std::vector<std::string> scenarios = SplitList(FLAGS_scenarios);
-  static const std::vector<std::string> kKnownStores = {"ec",     "ec-d0",       "rep2", "rep3",
-                                                        "single", "single+disk", "ssd"};
+  static const std::vector<std::string> kKnownStores = {
+      "ec", "ec-d0", "ec-group", "ec-group-d0", "rep2", "rep3", "single", "single+disk", "ssd"};
   for (size_t i = 0; i < kinds.size(); ++i) {
     const std::string& k = kinds[i];
     if (std::find(kKnownStores.begin(), kKnownStores.end(), k) == kKnownStores.end()) {
@@ -281,6 +285,10 @@ int main(int argc, char** argv) {
       s.store = std::move(st).value();
     }
     s.label = kind;
+    s.layout = kind.rfind("ec-group", 0) == 0 ? "group"
+               : kind.rfind("ec", 0) == 0     ? "split"
+               : kind == "ssd"                ? "local"
+                                              : "copies";
     s.overhead_declared = s.store->memory_overhead();
     s.driver = std::make_unique<Driver>(s.store.get(), pages, 0x7e55e7a + stores.size());
     uint64_t before = s.store->Stats().bytes_sent;
@@ -289,6 +297,8 @@ int main(int argc, char** argv) {
     if (Status f = s.store->Flush(); !f.ok()) Die("flushing " + kind, f);
     uint64_t sent = s.store->Stats().bytes_sent - before;
     s.overhead_measured = static_cast<double>(sent) / static_cast<double>(pages * kPageSize);
+    s.remote_overhead = static_cast<double>(s.store->Stats().remote_bytes) /
+                        static_cast<double>(pages * kPageSize);
     stores.push_back(std::move(s));
   }
 
@@ -321,8 +331,10 @@ int main(int argc, char** argv) {
                    .Set("table", "overhead")
                    .Set("store", s.label)
                    .Set("name", s.store->name())
+                   .Set("layout", s.layout)
                    .Set("overhead", s.overhead_declared)
-                   .Set("measured", s.overhead_measured));
+                   .Set("measured", s.overhead_measured)
+                   .Set("held", s.layout == "group" ? s.remote_overhead : s.overhead_measured));
   }
   report.Flush();
 
@@ -390,6 +402,7 @@ int main(int argc, char** argv) {
           Report::Row row;
           row.Set("suite", "pagestore")
               .Set("store", s.label)
+              .Set("layout", s.layout)
               .Set("scenario", scenario)
               .Set("op", op)
               .Set("qd", qd)
@@ -416,13 +429,19 @@ int main(int argc, char** argv) {
                    .Set("suite", "pagestore")
                    .Set("table", "counters")
                    .Set("store", s.label)
+                   .Set("layout", s.layout)
                    .Set("reads", st.reads)
                    .Set("writes", st.writes)
                    .Set("degraded_reads", st.degraded_reads)
                    .Set("decodes", st.decodes)
                    .Set("data_loss", st.data_loss)
                    .Set("server_failures", st.server_failures)
-                   .Set("regenerations", st.regenerations_done));
+                   .Set("regenerations", st.regenerations_done)
+                   .Set("hedged_reads", st.hedged_reads)
+                   .Set("compaction_moves", st.compaction_moves)
+                   .Set("stripes", st.stripes_written)
+                   .Set("padding_slots", st.padding_slots)
+                   .Set("parity_updates", st.parity_updates));
   }
   report.Flush();
 
@@ -461,6 +480,16 @@ int main(int argc, char** argv) {
          get("ec", "normal", "read", 1, "p99"), 1.3, true);
   target("ec straggler read p99 QD1 < ec-d0 (delta 0)", get("ec", "straggler", "read", 1, "p99"),
          get("ec-d0", "straggler", "read", 1, "p99"), 1.0, true);
+  target("ec-group read p50 QD1 <= 1.15x single copy", get("ec-group", "normal", "read", 1, "p50"),
+         get("single", "normal", "read", 1, "p50"), 1.15, true);
+  target("ec-group read ops/s QD32 >= 0.9x single copy",
+         get("ec-group", "normal", "read", 32, "ops"), get("single", "normal", "read", 32, "ops"),
+         0.9, false);
+  target("ec-group read p50 QD1 < ec (split)", get("ec-group", "normal", "read", 1, "p50"),
+         get("ec", "normal", "read", 1, "p50"), 1.0, true);
+  target("ec-group straggler read p99 QD1 <= 1.3x ec-group normal",
+         get("ec-group", "straggler", "read", 1, "p99"),
+         get("ec-group", "normal", "read", 1, "p99"), 1.3, true);
   for (const auto& s : stores) {
     if (s.kind == "ec") {
       target("ec memory overhead (measured) <= 1.25", s.overhead_measured, 1.25, 1.0 + 1e-9, true);

@@ -6,6 +6,9 @@
 //   io_thread.cc         thread start, connection setup, the loop, posting, completions
 //   read_path.cc         split layout: k+delta reads, verification, decode, repair of corrupt splits
 //   write_path.cc        split layout: slab allocation, encode, k+r writes, acknowledgement
+//   group_read.cc        group layout: one-server reads, degraded (stripe) reads, hedging
+//   group_write.cc       group layout: stripe buffer, stripe writes, compaction, group trim
+//   stripe_codec.cc      RS(k,r) across k whole pages (ISA-L)
 //   trim.cc              trims and freeing remote slabs
 //   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
 //   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
@@ -32,6 +35,7 @@
 #include <boost/lockfree/queue.hpp>
 
 #include "client/page_store.h"
+#include "client/remote/stripe_codec.h"
 #include "client/remote_store.h"
 #include "coding/codec.h"
 #include "common/clock.h"
@@ -45,6 +49,10 @@ namespace tessera::client::remote {
 
 constexpr int kMaxWidth = coding::kMaxSplits;
 constexpr uint32_t kNoServer = ~0u;
+constexpr uint32_t kNoSlot = ~0u;
+constexpr PageId kNoPage = ~PageId{0};
+// Group layout: pages are owned by I/O threads in runs of this many consecutive pages.
+constexpr uint64_t kGroupRun = 64;
 constexpr size_t kMaxServersForMedian = 4096;
 
 inline bool IsConnectionError(const Status& s) {
@@ -62,9 +70,13 @@ struct Layout {
   int k = 1;
   int r = 0;
   bool copies = false;  // Replication: every split is the whole page.
-  size_t split = kPageSize;  // Bytes per split (copies: one page).
-  int delta = 0;             // Extra splits asked by a read.
+  // Group (EC-Batch): every split is a whole page of its own; row i of a logical slab's k+r
+  // remote slabs is one stripe of k data pages and r parity pages.
+  bool group = false;
+  size_t split = kPageSize;  // Bytes per split (copies and group: one page).
+  int delta = 0;             // Extra splits asked by a (split layout / degraded group) read.
   AckPolicy ack = AckPolicy::kAll;
+  GroupOptions g;            // Group layout only.
   int width() const { return k + r; }
 };
 
@@ -77,13 +89,16 @@ struct Ctx {
   enum class Kind : uint8_t {
     kRead,   // A user read.
     kWrite,  // A user write (split layout: the k+r split writes of one page).
-    kRegen   // Rebuild one split onto a replacement server.
+    kRegen,  // Rebuild one split (split layout) / stripe member (group) onto a replacement.
+    kMove,   // Group: read a live page of a stripe being compacted (it is then rewritten).
+    kStripe  // Group: the k+r page writes of one stripe.
   };
   Kind kind = Kind::kRead;
   PageOp* op = nullptr;
   PageId page = 0;
   uint32_t slab = 0;  // Index into the thread's slab table.
-  uint32_t pidx = 0;  // Page index inside the slab.
+  uint32_t pidx = 0;  // Page index (split layout) or row (group) inside the slab.
+  int col = 0;        // Group: the stripe member holding the page read.
   uint64_t start_ns = 0;
   uint32_t seq = 0;  // Page write sequence when the op started.
   uint8_t* buf = nullptr;  // width * split bytes (copies: one page, all splits alias it).
@@ -92,6 +107,7 @@ struct Ctx {
   uint64_t good = 0;     // Read: verified splits. Write: stored splits.
   uint64_t bad = 0;      // Failed or mismatching splits.
   uint64_t corrupt = 0;  // CRC mismatches on live servers.
+  uint64_t zero = 0;     // Group: stripe members that are padding (all zeros, never stored).
   int outstanding = 0;   // Requests posted and not completed.
   int regen_split = -1;
   bool finished = false;  // The logical op is over (user notified).
@@ -99,6 +115,10 @@ struct Ctx {
   bool repairing = false;
   bool released = false;
   bool slab_ref = false;  // Counted in its slab's refs (see IoThread::Attach).
+  bool stripe_ref = false;  // Group: counted in its stripe's refs (the row is not reused).
+  bool degraded = false;    // Group: the read asked the rest of the stripe.
+  bool scrub = false;       // Group kRegen: rewriting a member found corrupt (not a lost one).
+  bool extend = false;      // Group kStripe: fills padding slots of the open stripe in place.
   uint64_t retried = 0;  // Write splits already posted a second time.
   Ctx* next_write = nullptr;  // Writes of the same page queued behind this one.
   Ctx* next_free = nullptr;
@@ -113,6 +133,19 @@ struct Request {
   uint32_t next_free = 0;
   bool live = false;
   bool write = false;
+};
+
+// Group layout: one stripe (a row of a logical slab). Owned by one IoThread.
+struct Stripe {
+  enum class State : uint8_t { kFree, kWriting, kSealed };
+  State state = State::kFree;
+  uint8_t live = 0;   // Data slots whose page still lives here.
+  uint16_t refs = 0;  // Op contexts reading or rebuilding members of this stripe.
+  uint64_t zero = 0;  // Members that are padding (never stored, all zeros).
+  uint64_t rebuilding = 0;  // Members being rebuilt or updated in place (not readable yet).
+  uint32_t gen = 0;         // Bumped every time a new stripe is sealed into this row.
+  std::array<PageId, coding::kMaxDataSplits> page{};  // Page of each data slot, or kNoPage.
+  std::array<uint32_t, kMaxWidth> crc{};              // Of every member as stored.
 };
 
 // A logical slab: width remote slabs on width servers of one placement group, and the metadata
@@ -131,7 +164,12 @@ struct Slab {
   // A trim arrived while a write of the page was in flight (and no write was queued after the
   // trim): the page reads as zeros and becomes never-written when that write settles.
   std::vector<uint8_t> trim_after;
-  uint32_t written_count = 0;  // Pages with written[p] set.
+  // Group layout: per row.
+  std::vector<Stripe> stripes;
+  uint32_t stripes_used = 0;  // Rows not kFree.
+  uint32_t row_cursor = 0;    // Where the search for a free row starts.
+  bool draining = false;      // Compaction is emptying it: no new stripes go here.
+  uint32_t written_count = 0;  // Pages with written[p] set (split layout).
   uint32_t refs = 0;           // Op contexts (user ops, regeneration) using this slab.
   bool free_wanted = false;    // A trim touched it: free the remote slabs once nothing is left.
   Slab() {
@@ -139,9 +177,10 @@ struct Slab {
   }
 };
 
-// A Trim() in progress: one QueueItem per I/O thread points at it; each thread applies the trim
-// to its own pages and calls Done().
-struct TrimJob {
+// A Trim() or Flush() in progress: one QueueItem per I/O thread points at it; each thread applies
+// it to its own pages and calls Done(). Travelling through the queues orders it after every op
+// submitted before it.
+struct QueueJob {
   PageId first = 0;
   uint64_t count = 0;
   std::mutex mu;
@@ -156,13 +195,30 @@ struct TrimJob {
   }
 };
 
-// What travels through an I/O thread's queue: a page op, or a trim (its own kind, so a trim is
-// ordered after the writes submitted before it).
+// ServersOfPage() of the group layout asks the owning I/O thread (only it may read the page
+// table) through its queue.
+struct LocateJob {
+  PageId page = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // Guarded by mu.
+  Result<std::vector<size_t>> result = NotFound("not located");  // Guarded by mu.
+  void Done(Result<std::vector<size_t>> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(r);
+    done = true;
+    cv.notify_all();
+  }
+};
+
+// What travels through an I/O thread's queue: a page op, a trim (its own kind, so a trim is
+// ordered after the writes submitted before it), or a group-layout location query.
 struct QueueItem {
-  enum class Kind : uint8_t { kPage, kTrim };
+  enum class Kind : uint8_t { kPage, kTrim, kFlush, kLocate };
   Kind kind = Kind::kPage;
-  PageOp* op = nullptr;     // kPage.
-  TrimJob* trim = nullptr;  // kTrim.
+  PageOp* op = nullptr;         // kPage.
+  QueueJob* trim = nullptr;      // kTrim, kFlush.
+  LocateJob* locate = nullptr;  // kLocate.
 };
 
 // Counters every thread updates (relaxed atomics; read by Stats()).
@@ -170,7 +226,9 @@ struct SharedStats {
   std::atomic<uint64_t> reads{0}, writes{0}, read_errors{0}, write_errors{0}, trims{0},
       degraded_reads{0}, decodes{0}, corruptions_detected{0}, corruptions_repaired{0},
       data_loss{0}, server_failures{0}, regenerations_done{0}, regenerations_pending{0},
-      bytes_sent{0}, bytes_received{0}, slabs_freed{0};
+      bytes_sent{0}, bytes_received{0}, slabs_freed{0}, hedged_reads{0}, compaction_moves{0},
+      stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
+      parity_updates{0};
 };
 
 class IoThread {
@@ -185,15 +243,21 @@ class IoThread {
   void Wake();
   void CopyHistograms(LatencyHistogram* read, LatencyHistogram* write);
   Result<std::vector<size_t>> ServersOf(PageId page) const;
-  // Number of acknowledged writes whose splits are not all stored yet (any thread).
+  // Number of acknowledged writes whose splits are not all stored yet (any thread). Group
+  // layout: also the pages waiting in the stripe buffer.
   uint64_t unsettled() const { return unsettled_.load(std::memory_order_acquire); }
+  // Group layout: seal the stripe buffer now instead of after fill_us (Flush()). Any thread.
+  void RequestSeal() {
+    seal_wanted_.store(true, std::memory_order_release);
+    Wake();
+  }
 
  private:
   // ---- io_thread.cc ----
   void Run(std::promise<Status>* started);
   Status Connect();
   void Loop();
-  void Drain();
+  bool Drain();  // True when it took anything from the queue.
   void StartOp(PageOp* op);
   bool Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local);
   // Hands the requests Post() collected to the transport in one batch (one submit for all of
@@ -225,6 +289,37 @@ class IoThread {
   void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
   void WriteSettled(Ctx* c);
   void AckWrite(Ctx* c, Status st);
+  // ---- group_read.cc ----
+  void GroupStartRead(Ctx* c);
+  // Asks stripe members other than the page's own until good + zero + outstanding reaches
+  // k + delta; finishes with DataLoss when fewer than k can still arrive.
+  void GroupAskMore(Ctx* c);
+  void GroupOnRead(Ctx* c, int member, const Status& st);
+  void GroupFinishRead(Ctx* c, Status st);
+  void GroupHedge(uint64_t now);
+  Result<std::vector<size_t>> GroupLocate(PageId page);
+  // ---- group_write.cc ----
+  void GroupStartWrite(PageOp* op, uint64_t start_ns);
+  // Puts a page's newest data in the stripe buffer (a user write, or a compaction move when
+  // op is null); its old slot becomes garbage.
+  void GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns);
+  bool GroupSeal();  // False: no op context or no stripe space free now (retried later).
+  // The open stripe: the newest stripe sealed with padding, whose parity this thread keeps
+  // (open_parity_), so later pages can fill its padding slots with an in-place parity update
+  // (ISA-L ec_encode_data_update) instead of starting a new, mostly empty stripe. Null when
+  // there is none or it cannot take `n` pages now.
+  Stripe* GroupOpenStripe(int n);
+  void GroupCloseOpenStripe() { open_slab_ = kNoSlot; }
+  void GroupExtend(Stripe& st, uint64_t settle_count);
+  void GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st);
+  void GroupStripeSettled(Ctx* c);
+  void GroupKill(PageId page);  // The page's stored slot (if any) becomes garbage.
+  void GroupMaybeReleaseStripe(uint32_t slab, uint32_t row);
+  void GroupCompact();
+  void GroupHousekeeping(uint64_t now);
+  void GroupTrim(PageId first, uint64_t count);
+  bool GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why);
+  uint64_t LocalIndex(PageId p) const;
   // ---- trim.cc ----
   // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
   // with no written page give their remote slabs back.
@@ -244,6 +339,11 @@ class IoThread {
   Status FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline);
   void Housekeeping();
   void Regenerate(uint64_t now);
+  // Group layout: rebuild member j of the next rows of slab s; false when out of budget.
+  bool GroupRegenerate(Slab& s, int j);
+  // Rebuilds member j of a row from the rest of its stripe and rewrites it in place (kRegen);
+  // scrub: a corrupt member a read could not repair itself. Needs a free op context.
+  void GroupRebuildMember(uint32_t slab, uint32_t row, int j, bool scrub);
   void OnNotice(const fabric::Completion& comp);
   // ---- failure_detector.cc ----
   void ClassifySlow();
@@ -254,6 +354,7 @@ class IoThread {
   std::thread thread_;
   std::atomic<bool> stop_{false};      // Any thread sets; the I/O thread reads.
   std::atomic<bool> sleeping_{false};  // The I/O thread sets; Enqueue() reads (to wake it).
+  std::atomic<bool> seal_wanted_{false};  // Flush() sets; the I/O thread clears.
   UniqueFd event_fd_;                  // Written by any thread (Wake), read by the I/O thread.
   boost::lockfree::queue<QueueItem> queue_{4096};  // MPSC: any thread pushes, I/O thread pops.
   std::atomic<uint64_t> unsettled_{0};  // I/O thread writes, Flush() reads.
@@ -297,6 +398,46 @@ class IoThread {
   uint64_t now_ns_ = 0;
   uint64_t last_progress_ns_ = 0;  // When polling without progress began (0: not polling).
 
+  // Group layout (I/O thread only).
+  struct PageLoc {
+    enum class Where : uint8_t { kNone, kStored, kBuffered, kWriting };
+    Where where = Where::kNone;  // kNone: never written (or trimmed): reads as zeros.
+    uint8_t col = 0;      // kStored / kWriting: stripe member.
+    uint32_t slab = 0;    // kStored: slab index.
+    uint32_t row = 0;     // kStored: row; kBuffered: slot in gbuf_.
+    uint32_t seq = 0;     // Bumped by every write and trim of the page.
+    bool moving = false;  // kStored: a compaction move is reading it.
+    Ctx* writing = nullptr;  // kWriting: the stripe write holding the newest data.
+  };
+  std::vector<PageLoc> gloc_;  // By LocalIndex().
+  struct Buffered {            // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
+    PageId page = 0;
+    uint32_t seq = 0;
+  };
+  std::vector<Buffered> gbuf_;       // Up to k pages waiting for a stripe.
+  std::vector<uint8_t> gbuf_data_;   // k pages.
+  // User writes to acknowledge when the buffered pages' stripe settles (a page rewritten in the
+  // buffer has several). Moved to stripe_ops_[ctx] at seal.
+  std::vector<std::pair<PageOp*, uint64_t>> gbuf_ops_;
+  uint64_t gbuf_since_ns_ = 0;  // When the oldest buffered page arrived.
+  uint32_t gbuf_moves_ = 0;     // Compaction moves in the buffer.
+  // Per op context (index in ctxs_) of a stripe write: its user writes, the pages' sequences,
+  // and how many compaction moves it carries.
+  std::vector<std::vector<std::pair<PageOp*, uint64_t>>> stripe_ops_;
+  std::vector<std::array<uint32_t, coding::kMaxDataSplits>> stripe_seq_;
+  std::vector<uint32_t> stripe_moves_;
+  std::vector<uint8_t> zero_page_;  // kPageSize zeros (padding members).
+  uint64_t glive_ = 0;      // Pages stored in sealed stripes.
+  uint64_t gused_ = 0;      // Data slots of rows not free (live + garbage + padding + writing).
+  uint32_t gslab_rows_ = 0;  // Rows per slab (pages per remote slab).
+  uint32_t compact_inflight_ = 0;  // Compaction moves read or buffered, not yet settled.
+  uint64_t last_hedge_scan_ns_ = 0;
+  uint32_t open_slab_ = kNoSlot;  // The open stripe (see GroupOpenStripe()).
+  uint32_t open_row_ = 0;
+  uint32_t open_gen_ = 0;
+  std::vector<uint8_t> open_parity_;  // r pages: the open stripe's parity as stored.
+  uint64_t out_of_space_ = 0;  // Seals refused for want of stripe space (logged 1, 2, 4, ...).
+
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
   LatencyHistogram read_hist_, write_hist_;  // Guarded by hist_mu_.
 };
@@ -321,7 +462,7 @@ class RemoteStore final : public PageStore {
   PageStoreStats Stats() const override;
   Result<std::vector<size_t>> ServersOfPage(PageId page) const override;
 
-  // Which I/O thread owns page `page` (by logical slab).
+  // Which I/O thread owns page `page` (split layout: by logical slab; group: by kGroupRun run).
   size_t ThreadOf(PageId page) const;
 
   // Creates a transport through the options' factory (or fabric::Transport::Create).
@@ -336,9 +477,10 @@ class RemoteStore final : public PageStore {
   const Layout lay_;
   const std::string name_;
   std::optional<coding::Codec> codec_;
+  std::optional<StripeCodec> stripe_codec_;  // Group layout.
   uint64_t slab_size_ = 0;
   uint64_t pages_per_slab_ = 0;  // Pages per logical slab (slots per remote slab).
-  uint64_t num_slabs_ = 0;       // Logical slabs.
+  uint64_t num_slabs_ = 0;       // Split: logical slabs. Group: slab table size per thread.
   uint64_t client_id_ = 0;
 
   // Atomics shared by every thread.

@@ -118,8 +118,18 @@ void IoThread::Run(std::promise<Status>* started) {
   // The slab size is known once thread 0 connected; Init() starts the others after it.
   const uint64_t pps = store_->pages_per_slab_;
   const int T = store_->opt_.io_threads;
-  const uint64_t mine = (store_->num_slabs_ + T - 1 - index_) / T;
+  const uint64_t mine =
+      lay_.group ? store_->num_slabs_ : (store_->num_slabs_ + T - 1 - index_) / T;
   slabs_ = std::vector<Slab>(mine);
+  if (lay_.group) {
+    const uint64_t runs = (store_->opt_.capacity_pages + kGroupRun - 1) / kGroupRun;
+    gloc_.assign(((runs + T - 1) / T) * kGroupRun, PageLoc{});
+    gbuf_.reserve(lay_.k);
+    gbuf_data_.assign(static_cast<size_t>(lay_.k) * kPageSize, 0);
+    zero_page_.assign(kPageSize, 0);
+    open_parity_.assign(static_cast<size_t>(lay_.r) * kPageSize, 0);
+    gslab_rows_ = static_cast<uint32_t>(pps);
+  }
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
   const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;
   ctxs_ = std::vector<Ctx>(nctx);
@@ -142,18 +152,29 @@ void IoThread::Run(std::promise<Status>* started) {
   for (uint32_t i = 0; i < nreq; ++i) reqs_[i].next_free = i + 1;
   free_req_ = 0;
   comps_.resize(256);
-  (void)pps;
+  if (lay_.group) {
+    stripe_ops_.resize(nctx);
+    for (auto& v : stripe_ops_) v.reserve(2 * static_cast<size_t>(lay_.k));
+    gbuf_ops_.reserve(2 * static_cast<size_t>(lay_.k));
+    stripe_seq_.resize(nctx);
+    stripe_moves_.assign(nctx, 0);
+  }
   started->set_value(Status::Ok());
   Loop();
   // Shutdown: fail queued ops, then give in-flight ones a bounded time to finish.
   QueueItem item;
   while (queue_.pop(item)) {
-    if (item.kind == QueueItem::Kind::kTrim) {
+    if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
       item.trim->Done(Unavailable("page store is shutting down"));
+      continue;
+    }
+    if (item.kind == QueueItem::Kind::kLocate) {
+      item.locate->Done(Unavailable("page store is shutting down"));
       continue;
     }
     Complete(item.op, Unavailable("page store is shutting down"), 0);
   }
+  if (lay_.group) (void)GroupSeal();  // Store what the stripe buffer holds.
   Deadline d = Deadline::AfterMs(2000);
   FlushPosts();
   while (t_->inflight() > 0 && !d.Expired()) {
@@ -202,7 +223,7 @@ void IoThread::Loop() {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     progress |= n > 0;
     const int before = free_ctx_count_;
-    Drain();
+    progress |= Drain();
     progress |= free_ctx_count_ != before;
     Housekeeping();
     progress |= !pending_wrs_.empty();
@@ -220,7 +241,15 @@ void IoThread::Loop() {
     // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
     // also watches the eventfd, so a new op is started at once even while replies are still
     // out (e.g. a late-binding read's straggler split).
-    Sleep(t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000);
+    uint64_t timeout = t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000;
+    if (lay_.group && !gbuf_.empty()) {
+      // Wake when the oldest buffered page's fill delay is up.
+      const uint64_t due = gbuf_since_ns_ + uint64_t{lay_.g.fill_us} * 1000;
+      const uint64_t now = MonotonicNs();
+      timeout = std::min(timeout, due > now ? due - now : 0);
+      if (timeout == 0) continue;
+    }
+    Sleep(timeout);
   }
 }
 
@@ -279,10 +308,19 @@ void IoThread::FlushPosts() {
   for (const auto& wr : dead) fail(wr, Unavailable("connection to the server is down"));
 }
 
-void IoThread::Drain() {
+bool IoThread::Drain() {
   QueueItem item;
+  bool any = false;
   while (free_ctx_ != nullptr && queue_.pop(item)) {
-    if (item.kind == QueueItem::Kind::kTrim) {
+    any = true;
+    if (item.kind == QueueItem::Kind::kLocate) {
+      item.locate->Done(lay_.group ? GroupLocate(item.locate->page)
+                                   : ServersOf(item.locate->page));
+    } else if (item.kind == QueueItem::Kind::kFlush) {
+      // Group layout: seal the stripe buffer now (the ops before this item are in it).
+      if (lay_.group && !GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);
+      item.trim->Done(Status::Ok());
+    } else if (item.kind == QueueItem::Kind::kTrim) {
       DoTrim(item.trim->first, item.trim->count);
       item.trim->Done(Status::Ok());
       now_ns_ = MonotonicNs();  // FreeSlab calls may have blocked.
@@ -290,6 +328,7 @@ void IoThread::Drain() {
       StartOp(item.op);
     }
   }
+  return any;
 }
 
 void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
@@ -316,10 +355,19 @@ void IoThread::StartOp(PageOp* op) {
              now);
     return;
   }
+  if (lay_.group && op->kind == PageOp::Kind::kWrite) {
+    GroupStartWrite(op, now);  // Buffered (no op context until its stripe is sealed).
+    return;
+  }
   Ctx* c = NewCtx();
   c->op = op;
   c->page = op->page;
   c->start_ns = now;
+  if (lay_.group) {
+    c->kind = Ctx::Kind::kRead;
+    GroupStartRead(c);
+    return;
+  }
   const uint64_t ls = op->page / store_->pages_per_slab_;
   Attach(c, static_cast<uint32_t>(ls / store_->opt_.io_threads));
   c->pidx = static_cast<uint32_t>(op->page % store_->pages_per_slab_);
@@ -378,6 +426,11 @@ void IoThread::MaybeRelease(Ctx* c) {
   c->next_free = free_ctx_;
   free_ctx_ = c;
   ++free_ctx_count_;
+  if (c->stripe_ref) {
+    c->stripe_ref = false;
+    --slabs_[c->slab].stripes[c->pidx].refs;
+    GroupMaybeReleaseStripe(c->slab, c->pidx);
+  }
   if (c->slab_ref) {
     c->slab_ref = false;
     Slab& s = slabs_[c->slab];
@@ -412,7 +465,17 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   if (!comp.status.ok() && IsConnectionError(comp.status)) {
     FailServer(rq.server, comp.status.ToString());
   }
-  if (!was_write) {
+  if (lay_.group && !was_write) {
+    GroupOnRead(c, split, comp.status);
+    MaybeRelease(c);
+  } else if (lay_.group && c->kind == Ctx::Kind::kStripe) {
+    GroupOnStripeWrite(c, split, server, comp.status);
+  } else if (lay_.group && c->kind == Ctx::Kind::kRegen) {
+    // The rebuilt member is stored (or its new server failed too: it is re-placed and rebuilt
+    // again): readable from it either way once no rebuild is in flight.
+    slabs_[c->slab].stripes[c->pidx].rebuilding &= ~(1ull << split);
+    OnWriteSplit(c, split, server, comp.status);
+  } else if (!was_write) {
     OnReadSplit(c, split, comp.status);
     MaybeRelease(c);
   } else {

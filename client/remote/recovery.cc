@@ -112,13 +112,20 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     s.server[j].store(chosen, std::memory_order_relaxed);
     s.remote[j] = a->slab_id;
     const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
+    // What needs rebuilding: written pages (split layout), or rows in use whose member j is
+    // not padding (group layout).
+    auto needs = [&](uint32_t p) -> uint64_t {
+      if (!lay_.group) return s.written[p];
+      const Stripe& st = s.stripes[p];
+      return st.state != Stripe::State::kFree && ((st.zero >> j) & 1) == 0 ? 1 : 0;
+    };
     uint64_t pending = 0;
-    for (uint32_t p = 0; p < pps; ++p) pending += s.written[p];
+    for (uint32_t p = 0; p < pps; ++p) pending += needs(p);
     // Pages the previous rebuild of this split had not reached yet are counted again below.
     const uint32_t was = s.regen_cursor[j];
     if (was < pps) {
       uint64_t left = 0;
-      for (uint32_t p = was; p < pps; ++p) left += s.written[p];
+      for (uint32_t p = was; p < pps; ++p) left += needs(p);
       store_->stats_.regenerations_pending.fetch_sub(left, std::memory_order_relaxed);
     } else {
       ++regen_active_;
@@ -147,6 +154,10 @@ void IoThread::Regenerate(uint64_t now) {
   for (Slab& s : slabs_) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
+      if (lay_.group) {
+        if (s.regen_cursor[j] < pps && !GroupRegenerate(s, j)) return;
+        continue;
+      }
       while (s.regen_cursor[j] < pps) {
         if (regen_tokens_ < 1 || regen_inflight_ >= 16 || free_ctx_count_ < 4) return;
         const uint32_t p = s.regen_cursor[j]++;
@@ -174,6 +185,48 @@ void IoThread::Regenerate(uint64_t now) {
   }
 }
 
+bool IoThread::GroupRegenerate(Slab& s, int j) {
+  const uint32_t rows = static_cast<uint32_t>(store_->pages_per_slab_);
+  while (s.regen_cursor[j] < rows) {
+    if (regen_tokens_ < 1 || regen_inflight_ >= 16 || free_ctx_count_ < 4) return false;
+    const uint32_t row = s.regen_cursor[j];
+    Stripe& st = s.stripes[row];
+    if (st.state == Stripe::State::kWriting) {
+      // The stripe write in flight stores (or re-places) the member itself; wait for it.
+      return true;
+    }
+    ++s.regen_cursor[j];
+    if (s.regen_cursor[j] == rows) --regen_active_;
+    if (st.state == Stripe::State::kFree || ((st.zero >> j) & 1)) continue;
+    regen_tokens_ -= 1;
+    GroupRebuildMember(static_cast<uint32_t>(&s - slabs_.data()), row, j, /*scrub=*/false);
+  }
+  return true;
+}
+
+void IoThread::GroupRebuildMember(uint32_t slab, uint32_t row, int j, bool scrub) {
+  Slab& s = slabs_[slab];
+  Stripe& st = s.stripes[row];
+  Ctx* c = NewCtx();
+  c->kind = Ctx::Kind::kRegen;
+  c->scrub = scrub;
+  c->page = kNoPage;
+  Attach(c, slab);
+  c->pidx = row;
+  c->col = j;
+  c->regen_split = j;
+  c->crcs = st.crc;
+  c->zero = st.zero;
+  c->stripe_ref = true;
+  ++st.refs;
+  st.rebuilding |= 1ull << j;  // Cleared when the rebuilt member is stored (or given up).
+  c->asked = 1ull << j;  // Never read the member being rebuilt.
+  c->degraded = true;
+  ++regen_inflight_;
+  if (scrub) store_->stats_.regenerations_pending.fetch_add(1, std::memory_order_relaxed);
+  GroupAskMore(c);
+}
+
 void IoThread::Housekeeping() {
   HandleLocalFailures();
   const uint64_t now = MonotonicNs();
@@ -191,6 +244,7 @@ void IoThread::Housekeeping() {
       }
     }
   }
+  if (lay_.group) GroupHousekeeping(now);
   if (regen_active_ > 0 || regen_inflight_ > 0) {
     Regenerate(now);
   } else {

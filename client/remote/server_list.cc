@@ -15,6 +15,17 @@ Result<AckPolicy> ParseAckPolicy(std::string_view name) {
   return InvalidArgument("unknown ack policy '" + std::string(name) + "' (all, first-k)");
 }
 
+std::string_view EcLayoutName(EcLayout layout) {
+  return layout == EcLayout::kSplit ? "split" : "group";
+}
+
+Result<EcLayout> ParseEcLayout(std::string_view name) {
+  if (name == "split") return EcLayout::kSplit;
+  if (name == "group") return EcLayout::kGroup;
+  return InvalidArgument("unknown erasure-coded layout '" + std::string(name) +
+                         "' (split, group)");
+}
+
 Result<std::vector<RemoteServer>> ParseServerList(std::string_view list) {
   std::vector<RemoteServer> out;
   size_t pos = 0;

@@ -26,7 +26,10 @@ Status RemoteStore::Init() {
   if (o.heartbeat_interval_ms == 0 || o.heartbeat_timeout_ms == 0 || o.op_timeout_ms == 0) {
     return InvalidArgument("heartbeat and op timeouts must be > 0");
   }
-  if (!lay_.copies) {
+  if (lay_.group) {
+    TESSERA_ASSIGN_OR_RETURN(auto codec, StripeCodec::Create(lay_.k, lay_.r));
+    stripe_codec_.emplace(std::move(codec));
+  } else if (!lay_.copies) {
     TESSERA_ASSIGN_OR_RETURN(auto codec, coding::Codec::Create(lay_.k, lay_.r));
     codec_.emplace(std::move(codec));
   }
@@ -56,6 +59,15 @@ Status RemoteStore::Init() {
   if (slab_size_ < lay_.split) return InvalidArgument("server slab size is below one split");
   pages_per_slab_ = slab_size_ / lay_.split;
   num_slabs_ = (o.capacity_pages + pages_per_slab_ - 1) / pages_per_slab_;
+  if (lay_.group) {
+    // Per I/O thread: room for twice its pages in stripes (compaction keeps the used slots
+    // within max_garbage_factor x the live pages), plus two slabs.
+    const uint64_t T = static_cast<uint64_t>(o.io_threads);
+    const uint64_t runs = (o.capacity_pages + kGroupRun - 1) / kGroupRun;
+    const uint64_t pages = ((runs + T - 1) / T) * kGroupRun;
+    const uint64_t slots = pages_per_slab_ * static_cast<uint64_t>(lay_.k);
+    num_slabs_ = (2 * pages + slots - 1) / slots + 2;
+  }
 
   std::vector<placement::ServerInfo> infos;
   for (size_t i = 0; i < o.servers.size(); ++i) {
@@ -106,10 +118,9 @@ Status RemoteStore::Submit(std::span<PageOp* const> ops) {
   if (threads_.empty()) return Unavailable("page store is shut down");
   const uint64_t T = threads_.size();
   for (PageOp* op : ops) {
-    const uint64_t ls = op->page >= opt_.capacity_pages ? 0 : op->page / pages_per_slab_;
     QueueItem item;
     item.op = op;
-    threads_[ls % T]->Enqueue(item);
+    threads_[op->page >= opt_.capacity_pages ? 0 : ThreadOf(op->page) % T]->Enqueue(item);
   }
   return Status::Ok();
 }
@@ -118,6 +129,24 @@ Status RemoteStore::Submit(std::span<PageOp* const> ops) {
 Status RemoteStore::Flush() {
   // Wait (bounded by the op timeout plus slack) until no acknowledged write has splits left.
   const Deadline d = Deadline::AfterMs(opt_.op_timeout_ms * 3 + opt_.control_timeout_ms);
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  // A barrier through every I/O thread's queue: the ops submitted before this call have been
+  // started when it passes (group layout: and the stripe buffers are sealed), so the wait below
+  // covers them too: every write submitted or acknowledged before Flush() is stored with all
+  // k+r splits / stripe members when it returns.
+  {
+    QueueJob job;
+    job.left = static_cast<int>(threads_.size());
+    for (auto& t : threads_) {
+      QueueItem item;
+      item.kind = QueueItem::Kind::kFlush;
+      item.trim = &job;
+      t->Enqueue(item);
+    }
+    std::unique_lock<std::mutex> lock(job.mu);
+    job.cv.wait(lock, [&] { return job.left == 0; });
+    TESSERA_RETURN_IF_ERROR(job.status);
+  }
   for (;;) {
     uint64_t left = 0;
     for (const auto& t : threads_) left += t->unsettled();
@@ -147,6 +176,14 @@ PageStoreStats RemoteStore::Stats() const {
   s.regenerations_pending = pending < 0 ? 0 : static_cast<uint64_t>(pending);
   s.bytes_sent = stats_.bytes_sent.load();
   s.bytes_received = stats_.bytes_received.load();
+  s.hedged_reads = stats_.hedged_reads.load();
+  s.compaction_moves = stats_.compaction_moves.load();
+  s.stripes_written = stats_.stripes_written.load();
+  s.padding_slots = stats_.padding_slots.load();
+  s.parity_updates = stats_.parity_updates.load();
+  const int64_t stored = static_cast<int64_t>(stats_.stored_pages.load());
+  s.stored_pages = stored < 0 ? 0 : static_cast<uint64_t>(stored);
+  s.remote_bytes = stats_.remote_slabs.load() * slab_size_;
   for (const auto& t : threads_) t->CopyHistograms(&s.read_latency, &s.write_latency);
   return s;
 }
@@ -155,11 +192,23 @@ PageStoreStats RemoteStore::Stats() const {
 Result<std::vector<size_t>> RemoteStore::ServersOfPage(PageId page) const {
   if (page >= opt_.capacity_pages) return OutOfRange("page beyond capacity");
   if (threads_.empty()) return Unavailable("page store is shut down");
-  return threads_[ThreadOf(page)]->ServersOf(page);
+  if (!lay_.group) return threads_[ThreadOf(page)]->ServersOf(page);
+  // Only the owning I/O thread may read the page table: ask it through its queue.
+  LocateJob job;
+  job.page = page;
+  QueueItem item;
+  item.kind = QueueItem::Kind::kLocate;
+  item.locate = &job;
+  threads_[ThreadOf(page)]->Enqueue(item);
+  std::unique_lock<std::mutex> lock(job.mu);
+  job.cv.wait(lock, [&] { return job.done; });
+  return std::move(job.result);
 }
 
 size_t RemoteStore::ThreadOf(PageId page) const {
-  return static_cast<size_t>((page / pages_per_slab_) % static_cast<uint64_t>(opt_.io_threads));
+  const uint64_t T = static_cast<uint64_t>(opt_.io_threads);
+  if (lay_.group) return static_cast<size_t>((page / kGroupRun) % T);
+  return static_cast<size_t>((page / pages_per_slab_) % T);
 }
 
 Result<std::unique_ptr<fabric::Transport>> RemoteStore::NewTransport(
@@ -195,16 +244,34 @@ Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
   lay.k = options.k;
   lay.r = options.r;
   lay.copies = false;
-  if (options.k < 1 || options.k > coding::kMaxDataSplits || kPageSize % options.k != 0) {
+  lay.group = options.layout == EcLayout::kGroup;
+  if (options.layout != EcLayout::kSplit && options.layout != EcLayout::kGroup) {
+    return InvalidArgument("unknown erasure-coded layout");
+  }
+  if (lay.group) {
+    if (options.k < 1 || options.k > coding::kMaxDataSplits) {
+      return InvalidArgument("k must be 1..32");
+    }
+  } else if (options.k < 1 || options.k > coding::kMaxDataSplits || kPageSize % options.k != 0) {
     return InvalidArgument("k must divide 4096 and be at most 32");
   }
   if (options.r < 1 || options.r > coding::kMaxParitySplits) {
     return InvalidArgument("r must be 1..4");
   }
-  lay.split = kPageSize / static_cast<size_t>(options.k);
+  const GroupOptions& g = options.group;
+  if (lay.group) {
+    if (g.fill_us > 10000) return InvalidArgument("group fill_us must be 0..10000");
+    if (g.hedge_us > 1000000) return InvalidArgument("group hedge_us must be 0..1000000");
+    if (!(g.max_garbage_factor >= 1.05 && g.max_garbage_factor <= 4.0)) {
+      return InvalidArgument("group max_garbage_factor must be 1.05..4");
+    }
+  }
+  lay.split = lay.group ? kPageSize : kPageSize / static_cast<size_t>(options.k);
   lay.delta = options.delta;
   lay.ack = options.ack;
-  std::string name = "ec(" + std::to_string(options.k) + "," + std::to_string(options.r) +
+  lay.g = g;
+  std::string name = std::string(lay.group ? "ec-group(" : "ec(") + std::to_string(options.k) +
+                     "," + std::to_string(options.r) +
                      ") delta=" + std::to_string(options.delta) +
                      " ack=" + AckPolicyName(options.ack);
   auto store = std::make_unique<RemoteStore>(options.remote, lay, name);

@@ -22,6 +22,10 @@ void IoThread::Unwrite(Slab& s, uint32_t p) {
 }
 
 void IoThread::DoTrim(PageId first, uint64_t count) {
+  if (lay_.group) {
+    GroupTrim(first, count);
+    return;
+  }
   if (count == 0 || first >= store_->opt_.capacity_pages) return;
   const uint64_t last = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);  // excl.
   const uint64_t pps = store_->pages_per_slab_;
@@ -46,7 +50,12 @@ void IoThread::DoTrim(PageId first, uint64_t count) {
 }
 
 void IoThread::MaybeFreeSlab(Slab& s) {
-  if (!s.allocated || !s.free_wanted || s.written_count > 0 || s.refs > 0) return;
+  const uint32_t in_use = lay_.group ? s.stripes_used : s.written_count;
+  if (!s.allocated || !s.free_wanted || in_use > 0 || s.refs > 0) return;
+  if (lay_.group) {
+    store_->stats_.remote_slabs.fetch_sub(static_cast<uint64_t>(lay_.width()),
+                                          std::memory_order_relaxed);
+  }
   const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
   std::array<std::pair<uint32_t, uint64_t>, kMaxWidth> remotes{};
   // Unpublish first: from here on a write to this logical slab allocates a fresh set, and a
@@ -108,7 +117,7 @@ Status RemoteStore::Trim(PageId first, uint64_t count) {
   // trim goes through the same queues as page ops, so it is ordered after every write
   // submitted before this call; a write submitted after it is stored normally (a freed
   // logical slab is allocated afresh).
-  TrimJob job;
+  QueueJob job;
   job.first = first;
   job.count = count;
   const size_t T = threads_.size();

@@ -18,6 +18,24 @@ Status IoThread::AllocateSlab(Slab& s) {
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
     auto p = store_->policy_->Place(*store_->snap_, ls, store_->load_);
+    if (!p.ok() && lay_.group) {
+      // Group layout: no coding group has k+r live servers any more, but writes still need
+      // stripes. Reuse the servers of a slab of ours that kept at least k live members; the
+      // failed ones stay missing (see below).
+      for (const Slab& o : slabs_) {
+        if (!o.allocated) continue;
+        int live = 0;
+        std::vector<placement::ServerId> set(lay_.width());
+        for (int j = 0; j < lay_.width(); ++j) {
+          set[j] = o.server[j].load(std::memory_order_relaxed);
+          live += set[j] != kNoServer && !store_->failed_[set[j]].load() ? 1 : 0;
+        }
+        if (live >= lay_.k) {
+          p = set;
+          break;
+        }
+      }
+    }
     if (!p.ok()) return Unavailable("no placement for slab " + std::to_string(ls) + ": " +
                                     p.status().ToString());
     servers = *p;
@@ -31,6 +49,7 @@ Status IoThread::AllocateSlab(Slab& s) {
   constexpr int kMaxReplacements = 3;
   const uint32_t attempt_ms =
       std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
+  int missing = 0;  // Group layout: members left on a failed server (see below).
   for (int j = 0; j < lay_.width(); ++j) {
     Status last;
     bool done = false;
@@ -79,6 +98,21 @@ Status IoThread::AllocateSlab(Slab& s) {
       store_->load_[*rep]++;
       servers[j] = *rep;
     }
+    if (!done && lay_.group && missing < lay_.r && IsConnectionError(last)) {
+      // Group layout: every write may need a new slab, so a cluster that lost servers (and has
+      // no spare in the coding group) must still take writes. The member stays on its failed
+      // server: its writes fail (stripes are stored with fewer members, at least k) and reads
+      // treat it as an erasure, as for a slab whose server failed after allocation. At most r
+      // members of a slab can be missing.
+      ++missing;
+      s.server[j].store(servers[j], std::memory_order_relaxed);
+      s.remote[j] = 0;
+      s.regen_cursor[j] = static_cast<uint32_t>(pps);
+      if (!store_->failed_[servers[j]].load()) {
+        FailServer(servers[j], "cannot allocate a slab there: " + last.ToString());
+      }
+      continue;
+    }
     if (!done) {
       // Roll back what we took.
       for (int i = 0; i < j; ++i) {
@@ -98,6 +132,17 @@ Status IoThread::AllocateSlab(Slab& s) {
                          store_->opt_.servers[servers[j]].endpoint.ToString() + ": " +
                          last.ToString());
     }
+  }
+  s.free_wanted = false;
+  s.allocated = true;
+  if (lay_.group) {
+    s.stripes.assign(pps, Stripe{});
+    s.stripes_used = 0;
+    s.row_cursor = 0;
+    s.draining = false;
+    store_->stats_.remote_slabs.fetch_add(static_cast<uint64_t>(lay_.width()),
+                                          std::memory_order_relaxed);
+    return Status::Ok();
   }
   s.crc.assign(pps * lay_.width(), 0);
   // Sequences only ever grow (also across a free and a reallocation), so an op context that
@@ -184,7 +229,7 @@ void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st
   const uint64_t bit = 1ull << split;
   if (c->kind != Ctx::Kind::kWrite) {  // A repair or regeneration write.
     if (st.ok()) {
-      if (c->kind == Ctx::Kind::kRegen) {
+      if (c->kind == Ctx::Kind::kRegen && !c->scrub) {
         store_->stats_.regenerations_done.fetch_add(1, std::memory_order_relaxed);
       } else {
         store_->stats_.corruptions_repaired.fetch_add(1, std::memory_order_relaxed);

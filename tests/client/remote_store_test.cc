@@ -49,12 +49,24 @@ RemoteStoreOptions RemoteOptions(const LocalCluster& c, uint64_t pages) {
 }
 
 // RS(k,r) over every server of `c`, with the other settings at their defaults.
-ErasureCodedStoreOptions EcOptions(const LocalCluster& c, uint64_t pages, int k, int r) {
+ErasureCodedStoreOptions EcOptions(const LocalCluster& c, uint64_t pages, int k, int r,
+                                   EcLayout layout = EcLayout::kSplit) {
   ErasureCodedStoreOptions o;
   o.remote = RemoteOptions(c, pages);
   o.k = k;
   o.r = r;
+  o.layout = layout;
   return o;
+}
+
+// The failure tests run against both erasure-coded layouts.
+class EcLayoutTest : public ::testing::TestWithParam<EcLayout> {
+ protected:
+  bool group() const { return GetParam() == EcLayout::kGroup; }
+};
+
+std::string LayoutParamName(const ::testing::TestParamInfo<EcLayout>& info) {
+  return std::string(EcLayoutName(info.param));
 }
 
 // Page content: a function of (page, version), so every page's hash can be checked.
@@ -121,6 +133,17 @@ TEST(RemoteStoreTest, RoundTripEveryLayout) {
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_EQ((*f)->name(), "ec(4,2) delta=2 ack=first-k");
     stores.push_back(std::move(*f));
+    // The group layout, both ack policies; k need not divide 4096 there.
+    o = EcOptions(*cluster, kPages, 3, 2, EcLayout::kGroup);
+    auto g = CreateErasureCodedStore(o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ((*g)->name(), "ec-group(3,2) delta=1 ack=all");
+    EXPECT_NEAR((*g)->memory_overhead(), 5.0 / 3.0, 1e-9);
+    stores.push_back(std::move(*g));
+    o.ack = AckPolicy::kFirstK;
+    auto gf = CreateErasureCodedStore(o);
+    ASSERT_TRUE(gf.ok()) << gf.status();
+    stores.push_back(std::move(*gf));
   }
   for (int copies : {1, 2, 3}) {
     ReplicatedStoreOptions o;
@@ -156,6 +179,7 @@ TEST(RemoteStoreTest, RoundTripEveryLayout) {
   }
   // Settings are validated.
   ErasureCodedStoreOptions bad;
+  bad.layout = EcLayout::kSplit;
   bad.remote = RemoteOptions(*cluster, kPages);
   bad.k = 3;
   EXPECT_FALSE(CreateErasureCodedStore(bad).ok());
@@ -207,11 +231,11 @@ void WaitFor(const std::function<bool()>& cond, const char* what) {
   }
 }
 
-TEST(RemoteStoreTest, SigkillRServersUnderMixedLoadLosesNothing) {
+TEST_P(EcLayoutTest, SigkillRServersUnderMixedLoadLosesNothing) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 512;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -272,11 +296,11 @@ uint64_t SumServerStat(const LocalCluster& c, const std::string& key,
 // Many pages in flight: splits for one server travel coalesced (READV/WRITEV, far fewer requests
 // than splits). A server SIGKILLed while a big write batch is in flight, another while a big
 // read batch is: every write is acknowledged, every page reads back right.
-TEST(RemoteStoreTest, CoalescedBatchesSurviveKillsMidBatch) {
+TEST_P(EcLayoutTest, CoalescedBatchesSurviveKillsMidBatch) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 1536;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -290,7 +314,8 @@ TEST(RemoteStoreTest, CoalescedBatchesSurviveKillsMidBatch) {
   const uint64_t requests_before = SumServerStat(*cluster, "data_requests");
   ASSERT_TRUE(store->WritePages(ids.data(), kPages, bufs.data()).ok());
   const uint64_t requests = SumServerStat(*cluster, "data_requests") - requests_before;
-  const uint64_t splits = kPages * 6;
+  // Split layout: 6 splits per page; group: 6 members per stripe of 4 pages.
+  const uint64_t splits = group() ? kPages / 4 * 6 : kPages * 6;
   EXPECT_LT(requests * 4, splits) << requests << " requests for " << splits
                                   << " split writes: splits were not coalesced";
 
@@ -351,10 +376,10 @@ TEST(RemoteStoreTest, ReadsAvoidAServerThatIsMuchSlowerThanTheOthers) {
 }
 
 // poll_us: the I/O thread polls before sleeping; same results, and out-of-range values refused.
-TEST(RemoteStoreTest, PollingIoThreadRoundTripsAndBadPollIsRefused) {
+TEST_P(EcLayoutTest, PollingIoThreadRoundTripsAndBadPollIsRefused) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o = EcOptions(*cluster, 256, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, 256, 4, 2, GetParam());
   o.remote.poll_us = 1001;
   auto bad = CreateErasureCodedStore(o);
   ASSERT_FALSE(bad.ok());
@@ -369,11 +394,11 @@ TEST(RemoteStoreTest, PollingIoThreadRoundTripsAndBadPollIsRefused) {
   VerifyAll(s->get(), versions);
 }
 
-TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) {
+TEST_P(EcLayoutTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 1024;  // 16 logical slabs of 64 pages.
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -388,7 +413,9 @@ TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) 
     ASSERT_TRUE(servers.ok());
     int lost = 0;
     for (size_t sv : *servers) lost += killed.count(sv);
-    affected[p] = lost > 2;
+    // Split layout: a page needs 4 of its 6 servers. Group: its own server (first), or 4 of
+    // the 6 members of its stripe.
+    affected[p] = lost > 2 && (!group() || killed.count((*servers)[0]) > 0);
     n_affected += affected[p];
   }
   for (size_t k : killed) ASSERT_TRUE(cluster->Kill(k).ok());
@@ -407,16 +434,17 @@ TEST(RemoteStoreTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) 
   EXPECT_LT(n_affected, kPages);
   EXPECT_EQ(store->Stats().data_loss, n_affected);
   // An affected page written again is whole again.
-  ASSERT_TRUE(WriteVersion(store, 0, 5).ok());
+  Status rewrite = WriteVersion(store, 0, 5);
+  ASSERT_TRUE(rewrite.ok()) << rewrite;
   ASSERT_TRUE(store->ReadPage(0, buf).ok());
   EXPECT_TRUE(Matches(0, 5, buf));
 }
 
-TEST(RemoteStoreTest, SigstopStragglerReadsCompleteByLateBinding) {
+TEST_P(EcLayoutTest, SigstopStragglerReadsCompleteByLateBinding) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 256;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   o.delta = 1;
   // Long timeouts: only late binding can make reads complete while the server is stopped.
   o.remote.op_timeout_ms = 60000;
@@ -443,13 +471,14 @@ TEST(RemoteStoreTest, SigstopStragglerReadsCompleteByLateBinding) {
   EXPECT_EQ(st.server_failures, 0u);
   EXPECT_GE(st.decodes, 1u);
   EXPECT_GE(st.degraded_reads, 1u);
+  if (group()) EXPECT_GE(st.hedged_reads + st.degraded_reads, 1u);
 }
 
-TEST(RemoteStoreTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenerated) {
+TEST_P(EcLayoutTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenerated) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 4;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   o.remote.heartbeat_interval_ms = 20;
   o.remote.heartbeat_timeout_ms = 200;
   o.remote.op_timeout_ms = 60000;  // Only the heartbeat can declare the failure.
@@ -472,11 +501,11 @@ TEST(RemoteStoreTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenera
   EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
-TEST(RemoteStoreTest, BitFlipsAreDetectedAndRepaired) {
+TEST_P(EcLayoutTest, BitFlipsAreDetectedAndRepaired) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 4;  // Every split slot of 4 logical slabs is written.
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   // delta 0: every read asks exactly the data splits, so a second pass reads the same splits
   // and must find them repaired (with delta 1 a late extra split may be checked in one pass
   // and not the other).
@@ -514,11 +543,11 @@ TEST(RemoteStoreTest, BitFlipsAreDetectedAndRepaired) {
   EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
-TEST(RemoteStoreTest, EvictionNoticeMovesSplitsAndLosesNothing) {
+TEST_P(EcLayoutTest, EvictionNoticeMovesSplitsAndLosesNothing) {
   auto cluster = StartCluster(8);  // Spare servers to move the evicted splits to.
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 6;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2);
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -549,7 +578,7 @@ void OnDone(PageOp* op) {
   c->done.notify_all();
 }
 
-TEST(RemoteStoreTest, ManyThreadsManyOpsInFlight) {
+TEST_P(EcLayoutTest, ManyThreadsManyOpsInFlight) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr int kThreads = 4;
@@ -560,6 +589,7 @@ TEST(RemoteStoreTest, ManyThreadsManyOpsInFlight) {
   o.remote.io_threads = 2;
   o.k = 4;
   o.r = 2;
+  o.layout = GetParam();
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -672,6 +702,7 @@ TEST(RemoteStoreTest, TrimFreesWholeSlabsRemotelyAndZeroesPartialOnesLocally) {
     uint64_t pps, width;
     if (layout == 0) {
       ErasureCodedStoreOptions o;
+      o.layout = EcLayout::kSplit;
       o.remote = RemoteOptions(*cluster, 320);
       o.remote.io_threads = 2;  // Slabs alternate between the threads.
       o.k = 2;
@@ -749,6 +780,7 @@ TEST(RemoteStoreTest, TrimConcurrentWithWritesLosesNoWrite) {
   auto cluster = StartCluster(3);
   ASSERT_NE(cluster, nullptr);
   ErasureCodedStoreOptions o;
+  o.layout = EcLayout::kSplit;
   o.remote = RemoteOptions(*cluster, 256);  // 8 logical slabs of 32 pages.
   o.remote.io_threads = 2;
   o.k = 2;
@@ -840,6 +872,7 @@ TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared
   auto cluster = StartCluster(5);
   ASSERT_NE(cluster, nullptr);
   ErasureCodedStoreOptions o;
+  o.layout = EcLayout::kSplit;
   o.remote = RemoteOptions(*cluster, 32 * 16);  // 16 logical slabs of 32 pages.
   o.remote.heartbeat_interval_ms = 600000;  // Heartbeats never get to notice.
   o.remote.heartbeat_timeout_ms = 600000;
@@ -885,6 +918,7 @@ TEST(RemoteStoreTest, TrimDuringRegenerationDropsThePendingRebuilds) {
   auto cluster = StartCluster(4);
   ASSERT_NE(cluster, nullptr);
   ErasureCodedStoreOptions o;
+  o.layout = EcLayout::kSplit;
   o.remote = RemoteOptions(*cluster, 128);  // 4 logical slabs of 32 pages.
   o.remote.regeneration_pages_per_sec = 1;  // Rebuilds stay pending while we trim.
   o.k = 2;
@@ -932,6 +966,137 @@ TEST(RemoteStoreTest, NewSlabAvoidsAServerThatRefusesAllocations) {
     ASSERT_TRUE(Matches(sl * 32 + 3, 1, buf));
   }
   EXPECT_EQ(store->Stats().server_failures, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EcLayoutTest,
+                         ::testing::Values(EcLayout::kSplit, EcLayout::kGroup), LayoutParamName);
+
+TEST(EcLayoutNamesTest, ParseAndName) {
+  EXPECT_EQ(*ParseEcLayout("split"), EcLayout::kSplit);
+  EXPECT_EQ(*ParseEcLayout("group"), EcLayout::kGroup);
+  EXPECT_EQ(EcLayoutName(EcLayout::kGroup), "group");
+  EXPECT_EQ(EcLayoutName(EcLayout::kSplit), "split");
+  auto bad = ParseEcLayout("batch");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("split, group"), std::string::npos) << bad.status();
+}
+
+// Group layout: rewriting pages again and again leaves garbage in old stripes; compaction
+// re-stripes the survivors so the used stripe space stays within max_garbage_factor x the live
+// pages, and every page still reads back right (also after r servers die).
+TEST(GroupLayoutTest, CompactionBoundsGarbageAndLosesNothing) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 512;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, EcLayout::kGroup);
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, kPages);
+  std::vector<uint32_t> versions(kPages, 1);
+  // Rewrite a shifting eighth of the pages, one at a time, many rounds: each rewrite turns a
+  // slot of an old stripe into garbage.
+  std::mt19937 rng(5);
+  for (int round = 0; round < 6; ++round) {
+    for (PageId p = 0; p < kPages; ++p) {
+      if (rng() % 8 != 0) continue;
+      ASSERT_TRUE(WriteVersion(store, p, ++versions[p]).ok());
+    }
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  // Remote memory: at most (k+r)/k x 1.2 x the pages, plus two slabs per server of the group of
+  // slack (slab granularity: a partly used slab, and one being drained) -- 512 pages of 4K.
+  const double data = kPages * kPageSize;
+  const double bound = data * 1.5 * 1.2 + 2 * 6 * 65536.0;
+  WaitFor([&] { return static_cast<double>(store->Stats().remote_bytes) <= bound; },
+          "compaction to bring the remote memory within (k+r)/k x 1.2");
+  {
+    auto x = store->Stats();
+    EXPECT_LE(static_cast<double>(x.remote_bytes), bound)
+        << "remote " << x.remote_bytes << " stored " << x.stored_pages << " moves "
+        << x.compaction_moves << " stripes " << x.stripes_written << " padding "
+        << x.padding_slots;
+  }
+  auto st = store->Stats();
+  EXPECT_GT(st.compaction_moves, 0u);
+  EXPECT_EQ(st.stored_pages, kPages);
+  VerifyAll(store, versions);
+  // Nothing is lost, after compaction, when r servers die.
+  ASSERT_TRUE(cluster->Kill(0).ok());
+  ASSERT_TRUE(cluster->Kill(3).ok());
+  VerifyAll(store, versions);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+// Group layout: single-page writes wait in the stripe buffer for at most fill_us, and Flush()
+// seals it at once: when Flush returns, every acknowledged write is stored with all k+r
+// members, so r servers can die at once without losing any of them.
+TEST(GroupLayoutTest, FlushSealsTheStripeBufferAndGivesFullResilience) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, EcLayout::kGroup);
+  o.group.fill_us = 10000;  // Long: only Flush() (or a full stripe) seals early.
+  o.ack = AckPolicy::kFirstK;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  // 3 pages (fewer than k): they wait in the buffer until Flush().
+  std::vector<uint8_t> bufs(3 * kPageSize);
+  std::vector<PageOp> ops(3);
+  AsyncCounter counter;
+  for (int i = 0; i < 3; ++i) {
+    Fill(i, 1, bufs.data() + i * kPageSize);
+    ops[i].kind = PageOp::Kind::kWrite;
+    ops[i].page = i;
+    ops[i].buf = bufs.data() + i * kPageSize;
+    ops[i].done = OnDone;
+    ops[i].user = &counter;
+    PageOp* one = &ops[i];
+    ASSERT_TRUE(store->Submit(std::span<PageOp* const>(&one, 1)).ok());
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(counter.done.load(), 3u);
+  EXPECT_EQ(counter.failed.load(), 0u);
+  auto st = store->Stats();
+  EXPECT_EQ(st.stored_pages, 3u);
+  EXPECT_EQ(st.padding_slots, 1u);  // One stripe of 3 pages and 1 padding slot.
+  // Kill r members of the stripe other than page 0's own server, and page 0's own server.
+  auto servers = ServersOfPage(*store, 0);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  ASSERT_EQ(servers->size(), 5u);  // Its own, 2 other pages', 2 parity (padding: nowhere).
+  ASSERT_TRUE(cluster->Kill((*servers)[0]).ok());
+  ASSERT_TRUE(cluster->Kill((*servers)[4]).ok());
+  std::vector<uint32_t> versions(3, 1);
+  VerifyAll(store, versions);
+  EXPECT_GE(store->Stats().decodes, 1u);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+// Group layout: trimming every page frees the remote memory (all stripe slabs go back to the
+// servers); pages read as zeros and can be written again.
+TEST(GroupLayoutTest, TrimFreesRemoteMemory) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 256;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, EcLayout::kGroup);
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, kPages);
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_GT(store->Stats().remote_bytes, 0u);
+  EXPECT_GT(SumServerStat(*cluster, "slabs_allocated"), 0u);
+  ASSERT_TRUE(store->Trim(0, kPages).ok());
+  EXPECT_EQ(store->Stats().remote_bytes, 0u);
+  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 0u);
+  uint8_t buf[kPageSize];
+  ASSERT_TRUE(store->ReadPage(7, buf).ok());
+  EXPECT_TRUE(std::all_of(buf, buf + kPageSize, [](uint8_t b) { return b == 0; }));
+  ASSERT_TRUE(WriteVersion(store, 7, 3).ok());
+  ASSERT_TRUE(store->ReadPage(7, buf).ok());
+  EXPECT_TRUE(Matches(7, 3, buf));
 }
 
 }  // namespace

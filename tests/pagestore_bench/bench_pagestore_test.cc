@@ -39,6 +39,7 @@ TEST(BenchPagestoreTest, QuickRunMeasuresEveryStoreInEveryScenario) {
   std::string line;
   std::map<std::string, int> rows_per_scenario;
   std::map<std::string, double> overhead;
+  std::map<std::string, std::string> layout;
   int targets = 0;
   while (std::getline(in, line)) {
     line.erase(std::remove(line.begin(), line.end(), ' '), line.end());
@@ -47,6 +48,7 @@ TEST(BenchPagestoreTest, QuickRunMeasuresEveryStoreInEveryScenario) {
     std::string store = StrField(line, "store");
     if (table == "overhead") {
       overhead[store] = Field(line, "measured");
+      layout[store] = StrField(line, "layout");
     } else if (table == "targets") {
       std::string result = StrField(line, "result");
       EXPECT_TRUE(result == "PASS" || result == "MISS") << line;
@@ -64,13 +66,18 @@ TEST(BenchPagestoreTest, QuickRunMeasuresEveryStoreInEveryScenario) {
       }
     }
   }
-  // --quick: {read, write} x QD {1, 32}; 7 stores normally, the 6 remote ones when disturbed.
-  EXPECT_EQ(rows_per_scenario["normal"], 28) << r.stdout_text;
-  EXPECT_EQ(rows_per_scenario["straggler"], 24) << r.stdout_text;
-  EXPECT_EQ(rows_per_scenario["failed"], 24) << r.stdout_text;
-  EXPECT_EQ(targets, 6) << r.stdout_text;
+  // --quick: {read, write} x QD {1, 32}; 9 stores normally, the 8 remote ones when disturbed.
+  EXPECT_EQ(rows_per_scenario["normal"], 36) << r.stdout_text;
+  EXPECT_EQ(rows_per_scenario["straggler"], 32) << r.stdout_text;
+  EXPECT_EQ(rows_per_scenario["failed"], 32) << r.stdout_text;
+  EXPECT_EQ(targets, 10) << r.stdout_text;
   EXPECT_NEAR(overhead["ec"], 1.25, 0.01);
   EXPECT_NEAR(overhead["ec-d0"], 1.25, 0.01);
+  // Group layout: at least (k+r)/k is sent; partly filled stripes and compaction moves add.
+  EXPECT_GE(overhead["ec-group"], 1.25 - 0.01);
+  EXPECT_EQ(layout["ec-group"], "group");
+  EXPECT_EQ(layout["ec"], "split");
+  EXPECT_EQ(layout["rep2"], "copies");
   EXPECT_NEAR(overhead["rep2"], 2.0, 0.01);
   EXPECT_NEAR(overhead["rep3"], 3.0, 0.01);
   EXPECT_NEAR(overhead["single"], 1.0, 0.01);

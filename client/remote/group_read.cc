@@ -1,0 +1,313 @@
+// Group layout (EC-Batch) read path.
+//
+// A page is read whole from the one server holding its stripe member: one round trip. The read
+// turns degraded, asking the other members of the stripe (k + delta of them, late binding), when
+// that server is failed or much slower than the others (ClassifySlow), when its reply fails or
+// does not match the page's CRC, or when it has not answered within hedge_us (a hedge: the
+// first of the page's own reply and the decode wins). Padding members count as known zeros.
+// The page is then decoded (StripeCodec::Rebuild); a corrupt member is rewritten from the
+// decode. Fewer than k good members: DataLoss naming the page. The same machinery rebuilds a
+// lost member for regeneration (kRegen) and reads live pages for compaction (kMove).
+#include <bit>
+#include <cstring>
+
+#include "client/remote/engine.h"
+#include "coding/codec.h"
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+void IoThread::GroupStartRead(Ctx* c) {
+  PageLoc& L = gloc_[LocalIndex(c->page)];
+  const bool move = c->kind == Ctx::Kind::kMove;
+  const uint8_t* newest = nullptr;
+  if (L.where == PageLoc::Where::kBuffered) {
+    newest = gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize;
+  } else if (L.where == PageLoc::Where::kWriting) {
+    newest = SplitBuf(L.writing, L.col);
+  }
+  if (L.where != PageLoc::Where::kStored) {
+    c->finished = true;
+    if (move) {
+      // Rewritten or trimmed since the compaction chose it: nothing to move.
+      --compact_inflight_;
+      L.moving = false;
+    } else {
+      if (newest != nullptr) {
+        std::memcpy(c->op->buf, newest, kPageSize);  // Newest data, possibly not yet acked.
+      } else {
+        std::memset(c->op->buf, 0, kPageSize);
+      }
+      Complete(c->op, Status::Ok(), c->start_ns);
+      c->op = nullptr;
+    }
+    MaybeRelease(c);
+    return;
+  }
+  Attach(c, L.slab);
+  c->pidx = L.row;
+  c->col = L.col;
+  c->seq = L.seq;
+  Stripe& st = slabs_[L.slab].stripes[L.row];
+  if (!c->stripe_ref) {
+    c->stripe_ref = true;
+    ++st.refs;
+  }
+  c->crcs = st.crc;
+  c->zero = st.zero;
+  c->asked = c->good = c->bad = c->corrupt = 0;
+  c->degraded = false;
+  Slab& s = slabs_[c->slab];
+  const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
+  const bool slow = server < slow_.size() && slow_[server];
+  const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
+  c->asked |= 1ull << c->col;
+  if (!slow && settled && Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) return;
+  if (!slow && settled) c->bad |= 1ull << c->col;  // Its server is failed.
+  if (slow || !settled) {
+    // Ask it anyway (it may answer first, and an unsettled member may hold this stripe if the
+    // stripe was written after the replacement), but go to the rest of the stripe at once.
+    if (!Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) c->bad |= 1ull << c->col;
+  }
+  c->degraded = true;
+  GroupAskMore(c);
+}
+
+void IoThread::GroupAskMore(Ctx* c) {
+  if (c->finished) return;
+  Slab& s = slabs_[c->slab];
+  const uint64_t bad_others = c->bad & ~(1ull << c->col);
+  const int want = lay_.k + (bad_others == 0 ? lay_.delta : 0);
+  int have = std::popcount((c->good | c->zero) & ~(c->kind == Ctx::Kind::kRegen
+                                                      ? (1ull << c->regen_split)
+                                                      : 0)) +
+             c->outstanding;
+  // The page's own member, still outstanding, counts (it finishes the read on its own).
+  for (int pass = 0; pass < 3 && have < want; ++pass) {
+    for (int j = 0; j < lay_.width() && have < want; ++j) {
+      const uint64_t bit = 1ull << j;
+      if ((c->asked & bit) != 0 || (c->zero & bit) != 0) continue;
+      if (c->regen_split == j) continue;
+      const bool settled =
+          s.regen_cursor[j] > c->pidx && ((s.stripes[c->pidx].rebuilding >> j) & 1) == 0;
+      if (!settled) {
+        if (pass != 2) continue;
+      } else {
+        const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+        const bool slow = server < slow_.size() && slow_[server];
+        if (pass != (slow ? 1 : 0)) continue;
+      }
+      c->asked |= bit;
+      if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
+        ++have;
+      } else {
+        c->bad |= bit;
+      }
+    }
+  }
+  if (have >= lay_.k) return;
+  if (c->outstanding > 0) return;  // Wait: more may arrive (they count toward k).
+  if (c->kind == Ctx::Kind::kRead &&
+      (gloc_[LocalIndex(c->page)].seq != c->seq ||
+       gloc_[LocalIndex(c->page)].where != PageLoc::Where::kStored)) {
+    // A write or trim raced with us: start over (the newest data may be in memory now).
+    if (c->stripe_ref) {
+      c->stripe_ref = false;
+      Stripe& st = s.stripes[c->pidx];
+      --st.refs;
+      const uint32_t slab = c->slab, row = c->pidx;
+      GroupMaybeReleaseStripe(slab, row);
+    }
+    if (c->slab_ref) {
+      c->slab_ref = false;
+      --s.refs;
+    }
+    GroupStartRead(c);
+    return;
+  }
+  const int usable = std::popcount(c->good | c->zero);
+  GroupFinishRead(c, DataLoss("page " + std::to_string(c->page) + ": only " +
+                              std::to_string(usable) + " of the " +
+                              std::to_string(lay_.width()) +
+                              " members of its stripe are readable and intact (" +
+                              std::to_string(lay_.k) + " needed); the page's data is lost"));
+}
+
+void IoThread::GroupOnRead(Ctx* c, int member, const Status& st) {
+  const uint64_t bit = 1ull << member;
+  if (c->finished) return;
+  if (!st.ok()) {
+    c->bad |= bit;
+  } else if (coding::Crc32c(SplitBuf(c, member), kPageSize) == c->crcs[member]) {
+    c->good |= bit;
+  } else {
+    c->bad |= bit;
+    Slab& s = slabs_[c->slab];
+    if (s.regen_cursor[member] > c->pidx &&
+        ((s.stripes[c->pidx].rebuilding >> member) & 1) == 0 && (c->kind == Ctx::Kind::kRegen || gloc_[LocalIndex(c->page)].seq == c->seq)) {
+      c->corrupt |= bit;
+      store_->stats_.corruptions_detected.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  const bool own = c->kind != Ctx::Kind::kRegen && (c->good >> c->col) & 1;
+  if (own || std::popcount(c->good | c->zero) >= lay_.k) {
+    GroupFinishRead(c, Status::Ok());
+    return;
+  }
+  if (!c->degraded && (c->bad & (1ull << c->col))) c->degraded = true;
+  if (c->degraded) GroupAskMore(c);
+}
+
+void IoThread::GroupHedge(uint64_t now) {
+  if (lay_.g.hedge_us == 0) return;
+  const uint64_t limit = uint64_t{lay_.g.hedge_us} * 1000;
+  for (Ctx& c : ctxs_) {
+    if (c.released || c.finished || c.degraded || c.op == nullptr) continue;
+    if (c.kind != Ctx::Kind::kRead || c.outstanding == 0) continue;
+    if (now - c.start_ns < limit) continue;
+    c.degraded = true;
+    store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
+    GroupAskMore(&c);
+  }
+}
+
+void IoThread::GroupFinishRead(Ctx* c, Status st) {
+  c->finished = true;
+  Slab& s = slabs_[c->slab];
+  uint8_t page[kPageSize];
+  const int target = c->kind == Ctx::Kind::kRegen ? c->regen_split : c->col;
+  uint8_t* out = c->kind == Ctx::Kind::kRead ? c->op->buf : page;
+  const uint8_t* members[kMaxWidth];
+  for (int j = 0; j < lay_.width(); ++j) {
+    members[j] = (c->zero >> j) & 1 ? zero_page_.data() : SplitBuf(c, j);
+  }
+  bool decoded = false;
+  if (st.ok()) {
+    if (c->kind != Ctx::Kind::kRegen && ((c->good >> target) & 1)) {
+      std::memcpy(out, SplitBuf(c, target), kPageSize);
+    } else {
+      st = store_->stripe_codec_->Rebuild(members, c->good | c->zero, target, out, kPageSize);
+      decoded = st.ok();
+      if (decoded) store_->stats_.decodes.fetch_add(1, std::memory_order_relaxed);
+      if (!st.ok() && st.code() != StatusCode::kDataLoss) {
+        st = DataLoss("page " + std::to_string(c->page) + ": " + st.ToString());
+      }
+    }
+    if (st.ok() && c->kind == Ctx::Kind::kRead && c->degraded &&
+        ((c->good >> c->col) & 1) == 0) {
+      store_->stats_.degraded_reads.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (st.ok() && c->kind == Ctx::Kind::kRegen &&
+        coding::Crc32c(out, kPageSize) != c->crcs[target]) {
+      st = DataLoss("stripe member rebuilt with the wrong CRC");
+    }
+  } else if (st.code() == StatusCode::kDataLoss && c->kind == Ctx::Kind::kRead) {
+    store_->stats_.data_loss.fetch_add(1, std::memory_order_relaxed);
+  }
+  PageLoc* L = c->kind == Ctx::Kind::kRegen ? nullptr : &gloc_[LocalIndex(c->page)];
+  const bool unchanged = L == nullptr || (L->seq == c->seq && L->where == PageLoc::Where::kStored &&
+                                          L->slab == c->slab && L->row == c->pidx);
+  // Members to rewrite: the rebuilt one (regeneration) or corrupt ones (decoded from the rest).
+  uint64_t rewrite = 0;
+  if (st.ok()) {
+    if (c->kind == Ctx::Kind::kRegen) {
+      rewrite = 1ull << target;
+      std::memcpy(SplitBuf(c, target), out, kPageSize);
+    } else if (c->corrupt != 0 && unchanged) {
+      const uint64_t good = c->good | c->zero;
+      if (std::popcount(good) >= lay_.k) {
+        for (int j = 0; j < lay_.width(); ++j) {
+          if (((c->corrupt >> j) & 1) == 0) continue;
+          // Every outstanding request targets a member not in `corrupt`; rebuild in place.
+          if (store_->stripe_codec_->Rebuild(members, good, j, page, kPageSize).ok()) {
+            std::memcpy(SplitBuf(c, j), page, kPageSize);
+            rewrite |= 1ull << j;
+          }
+        }
+      }
+    }
+  }
+  // Corrupt members this read could not rebuild (it finished with its own member before k
+  // others arrived): rebuild them from the rest of the stripe in the background.
+  if (unchanged && c->kind != Ctx::Kind::kRegen) {
+    for (int j = 0; j < lay_.width(); ++j) {
+      if (((c->corrupt & ~rewrite) >> j) & 1) {
+        if (free_ctx_ == nullptr) break;
+        GroupRebuildMember(c->slab, c->pidx, j, /*scrub=*/true);
+      }
+    }
+  }
+  if (c->kind == Ctx::Kind::kRead) {
+    Complete(c->op, st, c->start_ns);
+    c->op = nullptr;
+  } else if (c->kind == Ctx::Kind::kMove) {
+    L->moving = false;
+    if (st.ok() && unchanged) {
+      GroupBufferPage(c->page, out, nullptr, 0);  // Kills the old slot; the move is buffered.
+    } else {
+      --compact_inflight_;
+      if (!st.ok()) {
+        TLOG(WARNING) << store_->name_ << ": compaction cannot read page " << c->page << ": "
+                      << st;
+      }
+    }
+  } else {  // kRegen
+    --regen_inflight_;
+    if (!st.ok()) s.stripes[c->pidx].rebuilding &= ~(1ull << target);
+    if (!st.ok()) {
+      const uint64_t failures = ++regen_failures_;
+      if (LogThisOne(failures)) {
+        TLOG(WARNING) << store_->name_ << ": cannot rebuild member " << target << " of stripe "
+                      << c->pidx << " of slab " << s.id << ": " << st << " (" << failures
+                      << " so far on this thread)";
+      }
+    }
+    store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (rewrite != 0) {
+    c->repairing = true;
+    c->asked = rewrite;
+    c->good = 0;
+    for (int j = 0; j < lay_.width(); ++j) {
+      if ((rewrite & (1ull << j)) && !Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) {
+        c->asked &= ~(1ull << j);
+        if (c->kind == Ctx::Kind::kRegen) s.stripes[c->pidx].rebuilding &= ~(1ull << j);
+      }
+    }
+  }
+  MaybeRelease(c);
+}
+
+Result<std::vector<size_t>> IoThread::GroupLocate(PageId page) {
+  const PageLoc& L = gloc_[LocalIndex(page)];
+  const Slab* s = nullptr;
+  int col = 0;
+  if (L.where == PageLoc::Where::kStored) {
+    s = &slabs_[L.slab];
+    col = L.col;
+  } else if (L.where == PageLoc::Where::kWriting) {
+    s = &slabs_[L.writing->slab];
+    col = L.col;
+  } else {
+    return NotFound("page " + std::to_string(page) +
+                    (L.where == PageLoc::Where::kBuffered ? " is in the stripe buffer"
+                                                          : " is not stored"));
+  }
+  // The page's own server first, then the servers of the other stored members of its stripe
+  // in member order (padding members are stored nowhere).
+  const uint64_t zero = L.where == PageLoc::Where::kStored ? s->stripes[L.row].zero
+                                                            : L.writing->zero;
+  std::vector<size_t> out;
+  out.push_back(s->server[col].load(std::memory_order_relaxed));
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (j != col && ((zero >> j) & 1) == 0) {
+      out.push_back(s->server[j].load(std::memory_order_relaxed));
+    }
+  }
+  for (size_t v : out) {
+    if (v == kNoServer) return NotFound("page " + std::to_string(page) + " has no server");
+  }
+  return out;
+}
+
+}  // namespace tessera::client::remote

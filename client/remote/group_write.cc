@@ -1,0 +1,631 @@
+// Group layout (EC-Batch) write path: the stripe buffer, stripe writes, garbage and
+// compaction, and group trims.
+//
+// A write copies the page into the stripe buffer (gbuf_); the page's old slot, if any, becomes
+// garbage at once (its newest data is in memory from now on and reads are served from there).
+// When the buffer holds k pages, or its oldest page has waited fill_us, or Flush() asks, the
+// buffer is sealed: a free row becomes the stripe, parity is encoded across the k pages (missing
+// pages are padding: zeros that are neither sent nor read), and the k+r members are posted to
+// the k+r servers of the slab. When the stripe settles, the pages whose newest data it holds
+// point at it and their writes are acknowledged (AckPolicy::kFirstK: once any k members are
+// stored). A row whose pages all died (rewritten or trimmed) is free again; a slab whose rows
+// are all free is given back. Compaction re-stripes the live pages of the stripes with the most
+// garbage (read, then buffered like a write) whenever the used data slots exceed
+// max_garbage_factor x the live pages (+ two stripes).
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "client/remote/engine.h"
+#include "coding/codec.h"
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+uint64_t IoThread::LocalIndex(PageId p) const {
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  return (p / kGroupRun / T) * kGroupRun + p % kGroupRun;
+}
+
+void IoThread::GroupStartWrite(PageOp* op, uint64_t start_ns) {
+  GroupBufferPage(op->page, op->buf, op, start_ns);
+}
+
+void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns) {
+  PageLoc& L = gloc_[LocalIndex(page)];
+  if (L.where == PageLoc::Where::kBuffered && gbuf_[L.row].seq == L.seq) {
+    // Rewritten before its stripe was sealed: replace the buffered copy.
+    std::memcpy(gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize, data, kPageSize);
+    ++L.seq;
+    gbuf_[L.row].seq = L.seq;
+    if (op != nullptr) gbuf_ops_.emplace_back(op, start_ns);
+    return;
+  }
+  GroupKill(page);  // Its stored slot (if any) is garbage now.
+  const uint32_t slot = static_cast<uint32_t>(gbuf_.size());
+  std::memcpy(gbuf_data_.data() + static_cast<size_t>(slot) * kPageSize, data, kPageSize);
+  ++L.seq;
+  L.where = PageLoc::Where::kBuffered;
+  L.row = slot;
+  L.writing = nullptr;
+  gbuf_.push_back(Buffered{page, L.seq});
+  if (op != nullptr) {
+    gbuf_ops_.emplace_back(op, start_ns);
+  } else {
+    ++gbuf_moves_;
+  }
+  unsettled_.fetch_add(1, std::memory_order_relaxed);
+  if (gbuf_.size() == 1) gbuf_since_ns_ = now_ns_;
+  if (gbuf_.size() >= static_cast<size_t>(lay_.k)) (void)GroupSeal();
+}
+
+void IoThread::GroupKill(PageId page) {
+  PageLoc& L = gloc_[LocalIndex(page)];
+  if (L.where != PageLoc::Where::kStored) return;
+  Slab& s = slabs_[L.slab];
+  Stripe& st = s.stripes[L.row];
+  st.page[L.col] = kNoPage;
+  --st.live;
+  --glive_;
+  store_->stats_.stored_pages.fetch_sub(1, std::memory_order_relaxed);
+  L.where = PageLoc::Where::kNone;
+  L.moving = false;
+  GroupMaybeReleaseStripe(L.slab, L.row);
+}
+
+void IoThread::GroupMaybeReleaseStripe(uint32_t slab, uint32_t row) {
+  Slab& s = slabs_[slab];
+  Stripe& st = s.stripes[row];
+  if (st.state != Stripe::State::kSealed || st.live > 0 || st.refs > 0) return;
+  st.state = Stripe::State::kFree;
+  if (open_slab_ == slab && open_row_ == row) GroupCloseOpenStripe();
+  --s.stripes_used;
+  gused_ -= static_cast<uint64_t>(lay_.k);
+  // Members of a free row need no regeneration.
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (s.regen_cursor[j] <= row) {
+      store_->stats_.regenerations_pending.fetch_sub(
+          (st.zero >> j) & 1 ? 0 : 1, std::memory_order_relaxed);
+    }
+  }
+  st.zero = 0;
+  st.rebuilding = 0;
+  if (s.stripes_used == 0) {
+    // Give an empty slab back when a trim asked for it or when the other slabs have a slab's
+    // worth of free rows (so a steady write load does not allocate and free in turn).
+    uint64_t free_rows = 0;
+    for (const Slab& o : slabs_) {
+      if (o.allocated && &o != &s) free_rows += gslab_rows_ - o.stripes_used;
+    }
+    if (free_rows >= gslab_rows_) s.free_wanted = true;
+    MaybeFreeSlab(s);  // Once no op context uses it (else when the last one is released).
+  }
+}
+
+bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
+  // Members of a slab on failed servers (no replacement was found): stripes there are stored
+  // with fewer members, so new stripes go to healthy slabs first.
+  auto missing = [&](const Slab& s) {
+    int n = 0;
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      n += server == kNoServer || local_failed_[server] || store_->failed_[server].load() ? 1 : 0;
+    }
+    return n;
+  };
+  // Fill the fullest healthy slab first (so emptier ones drain and can be given back).
+  auto pick = [&](int max_missing) {
+    int best = -1;
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      const Slab& s = slabs_[i];
+      if (!s.allocated || s.draining || s.stripes_used >= gslab_rows_) continue;
+      if (missing(s) > max_missing) continue;
+      if (best < 0 || s.stripes_used > slabs_[best].stripes_used) best = static_cast<int>(i);
+    }
+    return best;
+  };
+  int best = pick(0);
+  if (best < 0) {
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      if (slabs_[i].allocated) continue;
+      Status st = AllocateSlab(slabs_[i]);
+      now_ns_ = MonotonicNs();  // The control calls may have blocked.
+      if (!st.ok()) {
+        *why = st;
+      } else {
+        best = static_cast<int>(i);
+      }
+      break;
+    }
+  }
+  if (best < 0) best = pick(lay_.r);  // Degraded: still at least k members.
+  if (best < 0) {
+    // Out of slabs: stop draining one rather than fail.
+    for (size_t i = 0; i < slabs_.size() && best < 0; ++i) {
+      Slab& s = slabs_[i];
+      if (s.allocated && s.draining && s.stripes_used < gslab_rows_ && missing(s) <= lay_.r) {
+        s.draining = false;
+        s.free_wanted = false;
+        best = static_cast<int>(i);
+      }
+    }
+  }
+  if (best < 0) {
+    if (why->ok()) {
+      *why = ResourceExhausted("group layout: no stripe slot of this I/O thread is free on " +
+                               std::to_string(lay_.k + 1) +
+                               " or more live servers; compaction has not caught up");
+    }
+    return false;
+  }
+  Slab& s = slabs_[best];
+  for (uint32_t n = 0; n < gslab_rows_; ++n) {
+    const uint32_t r = (s.row_cursor + n) % gslab_rows_;
+    if (s.stripes[r].state == Stripe::State::kFree) {
+      s.row_cursor = (r + 1) % gslab_rows_;
+      *slab = static_cast<uint32_t>(best);
+      *row = r;
+      return true;
+    }
+  }
+  *why = Internal("slab row count out of step");
+  return false;
+}
+
+bool IoThread::GroupSeal() {
+  if (gbuf_.empty()) return true;
+  if (free_ctx_ == nullptr) return false;
+  // Pages trimmed (or rewritten into a later buffer) since they were buffered are dropped.
+  int n = 0;
+  for (const Buffered& b : gbuf_) n += gloc_[LocalIndex(b.page)].seq == b.seq ? 1 : 0;
+  if (n > 0) {
+    if (Stripe* open = GroupOpenStripe(n)) {
+      GroupExtend(*open, gbuf_.size());
+      return true;
+    }
+  }
+  uint32_t slab = 0, row = 0;
+  Status why;
+  if (n > 0 && !GroupFreeRow(&slab, &row, &why)) {
+    // No stripe space: fail the buffered writes (their pages become never-written) rather than
+    // block the thread; logged at 1, 2, 4, ...
+    if (LogThisOne(++out_of_space_)) {
+      TLOG(WARNING) << store_->name_ << ": cannot seal a stripe: " << why << " ("
+                    << out_of_space_ << " so far on this thread)";
+    }
+    for (const Buffered& b : gbuf_) {
+      PageLoc& L = gloc_[LocalIndex(b.page)];
+      if (L.seq == b.seq) {
+        L.where = PageLoc::Where::kNone;
+        ++L.seq;
+      }
+    }
+    for (auto& [op, start] : gbuf_ops_) {
+      Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()),
+               start);
+    }
+    compact_inflight_ -= std::min(compact_inflight_, gbuf_moves_);
+    unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
+    gbuf_.clear();
+    gbuf_ops_.clear();
+    gbuf_moves_ = 0;
+    return true;
+  }
+  Ctx* c = NewCtx();
+  const size_t ci = static_cast<size_t>(c - ctxs_.data());
+  c->kind = Ctx::Kind::kStripe;
+  c->start_ns = now_ns_;
+  stripe_ops_[ci].swap(gbuf_ops_);
+  gbuf_ops_.clear();
+  stripe_moves_[ci] = gbuf_moves_;
+  const uint64_t settle_count = gbuf_.size();
+  if (n == 0) {
+    // Everything buffered died: nothing to store, acknowledge the writes.
+    c->finished = true;
+    c->pidx = 0;
+    c->seq = static_cast<uint32_t>(settle_count);
+    c->asked = c->good = 0;
+    c->zero = 0;
+    c->slab = kNoSlot;
+    gbuf_.clear();
+    gbuf_moves_ = 0;
+    GroupStripeSettled(c);
+    return true;
+  }
+  Attach(c, slab);
+  c->pidx = row;
+  Slab& s = slabs_[slab];
+  Stripe& st = s.stripes[row];
+  st.state = Stripe::State::kWriting;
+  st.live = 0;
+  st.rebuilding = 0;
+  ++st.gen;
+  ++s.stripes_used;
+  gused_ += static_cast<uint64_t>(lay_.k);
+  int m = 0;
+  for (const Buffered& b : gbuf_) {
+    PageLoc& L = gloc_[LocalIndex(b.page)];
+    if (L.seq != b.seq) continue;
+    std::memcpy(SplitBuf(c, m), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
+                kPageSize);
+    st.page[m] = b.page;
+    stripe_seq_[ci][m] = b.seq;
+    L.where = PageLoc::Where::kWriting;
+    L.writing = c;
+    L.col = static_cast<uint8_t>(m);
+    ++m;
+  }
+  c->zero = 0;
+  for (int j = m; j < lay_.k; ++j) {
+    st.page[j] = kNoPage;
+    std::memset(SplitBuf(c, j), 0, kPageSize);
+    c->zero |= 1ull << j;
+  }
+  st.zero = c->zero;
+  store_->stats_.padding_slots.fetch_add(static_cast<uint64_t>(lay_.k - m),
+                                         std::memory_order_relaxed);
+  const uint8_t* data[coding::kMaxDataSplits];
+  uint8_t* parity[coding::kMaxParitySplits];
+  for (int j = 0; j < lay_.k; ++j) data[j] = SplitBuf(c, j);
+  for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+  store_->stripe_codec_->Encode(data, parity, kPageSize);
+  for (int j = 0; j < lay_.width(); ++j) {
+    st.crc[j] = (c->zero >> j) & 1 ? 0 : coding::Crc32c(SplitBuf(c, j), kPageSize);
+  }
+  c->crcs = st.crc;
+  c->seq = static_cast<uint32_t>(settle_count);  // Given back to unsettled_ when it settles.
+  gbuf_.clear();
+  gbuf_moves_ = 0;
+  store_->stats_.stripes_written.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
+  c->asked = all & ~c->zero;
+  c->good = c->bad = 0;
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint64_t bit = 1ull << j;
+    if ((c->asked & bit) == 0) continue;
+    if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
+    if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
+  }
+  if (c->outstanding == 0) GroupStripeSettled(c);
+  return true;
+}
+
+Stripe* IoThread::GroupOpenStripe(int n) {
+  if (open_slab_ == kNoSlot || free_ctx_ == nullptr) return nullptr;
+  Slab& s = slabs_[open_slab_];
+  Stripe& st = s.stripes[open_row_];
+  const uint64_t data_mask = (1ull << lay_.k) - 1;
+  if (!s.allocated || s.draining || st.gen != open_gen_ ||
+      st.state != Stripe::State::kSealed || (st.zero & data_mask) == 0) {
+    GroupCloseOpenStripe();
+    return nullptr;
+  }
+  // Reads in flight on the stripe use its CRCs and padding as they were: wait for them.
+  if (st.refs > 0 || st.rebuilding != 0 || std::popcount(st.zero & data_mask) < n) {
+    return nullptr;
+  }
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    if (server == kNoServer || local_failed_[server] || store_->failed_[server].load() ||
+        s.regen_cursor[j] <= open_row_) {
+      GroupCloseOpenStripe();  // Being rebuilt: no in-place update.
+      return nullptr;
+    }
+  }
+  return &st;
+}
+
+// Fills padding slots of the open stripe with the buffered pages: each new page's slot was all
+// zeros, so the parity update is parity_j ^= coef(j, slot) * page (ec_encode_data_update on the
+// kept parity); then the new pages and the r parity pages are written in place (n + r writes,
+// no padding, no garbage). Until they settle, the stripe's CRCs and padding mask are the old
+// ones and its parity members count as being rebuilt (a read decodes with the old, consistent
+// state and never takes a half-updated parity page for corruption).
+void IoThread::GroupExtend(Stripe& st, uint64_t settle_count) {
+  Ctx* c = NewCtx();
+  const size_t ci = static_cast<size_t>(c - ctxs_.data());
+  c->kind = Ctx::Kind::kStripe;
+  c->extend = true;
+  c->start_ns = now_ns_;
+  stripe_ops_[ci].swap(gbuf_ops_);
+  gbuf_ops_.clear();
+  stripe_moves_[ci] = gbuf_moves_;
+  Attach(c, open_slab_);
+  c->pidx = open_row_;
+  st.state = Stripe::State::kWriting;
+  uint8_t* parity[coding::kMaxParitySplits];
+  for (int j = 0; j < lay_.r; ++j) {
+    parity[j] = SplitBuf(c, lay_.k + j);
+    std::memcpy(parity[j], open_parity_.data() + static_cast<size_t>(j) * kPageSize, kPageSize);
+  }
+  uint64_t free_slots = st.zero & ((1ull << lay_.k) - 1);
+  uint64_t chosen = 0;
+  for (const Buffered& b : gbuf_) {
+    PageLoc& L = gloc_[LocalIndex(b.page)];
+    if (L.seq != b.seq) continue;
+    const int j = std::countr_zero(free_slots);
+    free_slots &= free_slots - 1;
+    chosen |= 1ull << j;
+    std::memcpy(SplitBuf(c, j), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
+                kPageSize);
+    store_->stripe_codec_->UpdateParity(j, SplitBuf(c, j), parity, kPageSize);
+    st.page[j] = b.page;
+    stripe_seq_[ci][j] = b.seq;
+    L.where = PageLoc::Where::kWriting;
+    L.writing = c;
+    L.col = static_cast<uint8_t>(j);
+  }
+  const uint64_t pmask = ((1ull << lay_.r) - 1) << lay_.k;
+  c->zero = st.zero & ~chosen;
+  c->crcs = st.crc;
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (((chosen | pmask) >> j) & 1) c->crcs[j] = coding::Crc32c(SplitBuf(c, j), kPageSize);
+  }
+  st.rebuilding |= pmask;
+  c->seq = static_cast<uint32_t>(settle_count);
+  gbuf_.clear();
+  gbuf_moves_ = 0;
+  store_->stats_.parity_updates.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
+  c->asked = chosen | pmask;
+  c->good = all & ~st.zero & ~c->asked;  // The members left as they are.
+  c->bad = 0;
+  Slab& s = slabs_[c->slab];
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint64_t bit = 1ull << j;
+    if ((c->asked & bit) == 0) continue;
+    if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
+    if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
+  }
+  if (c->outstanding == 0) GroupStripeSettled(c);
+}
+
+void IoThread::GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st) {
+  const uint64_t bit = 1ull << member;
+  Slab& slab = slabs_[c->slab];
+  if (st.ok() && slab.server[member].load(std::memory_order_relaxed) != server &&
+      (c->retried & bit) == 0) {
+    // Stored on a server the member has since moved away from (failure or eviction notice
+    // while in flight): store it at the replacement too, or it would be missing there.
+    c->retried |= bit;
+    if (Post(c, member, fabric::OpKind::kWrite, SplitBuf(c, member))) return;
+    c->bad |= bit;
+  } else if (st.ok()) {
+    c->good |= bit;
+  } else {
+    Slab& s = slab;
+    if (IsConnectionError(st)) FailServer(server, st.ToString());  // Idempotent.
+    if ((c->retried & bit) == 0 &&
+        (s.server[member].load(std::memory_order_relaxed) != server ||
+         (server != kNoServer && !store_->failed_[server].load()))) {
+      c->retried |= bit;  // Moved to a replacement (or refused once): retry once there.
+      if (!Post(c, member, fabric::OpKind::kWrite, SplitBuf(c, member))) c->bad |= bit;
+    } else {
+      c->bad |= bit;
+    }
+  }
+  const int stored = std::popcount(c->good | c->zero);
+  if (!c->acked && lay_.ack == AckPolicy::kFirstK && stored >= lay_.k) {
+    // Readable now (any k members rebuild every page): acknowledge, settle later.
+    c->acked = true;
+    const size_t ci = static_cast<size_t>(c - ctxs_.data());
+    for (auto& [op, start] : stripe_ops_[ci]) Complete(op, Status::Ok(), start);
+    stripe_ops_[ci].clear();
+  }
+  if (c->outstanding == 0) GroupStripeSettled(c);
+}
+
+void IoThread::GroupStripeSettled(Ctx* c) {
+  const size_t ci = static_cast<size_t>(c - ctxs_.data());
+  const bool stored_ok = c->slab == kNoSlot || std::popcount(c->good | c->zero) >= lay_.k;
+  Status fail;
+  if (!stored_ok) {
+    fail = Unavailable("only " + std::to_string(std::popcount(c->good)) + " of " +
+                       std::to_string(lay_.width() - std::popcount(c->zero)) +
+                       " stripe members could be stored");
+  }
+  if (c->slab != kNoSlot) {
+    Slab& s = slabs_[c->slab];
+    Stripe& st = s.stripes[c->pidx];
+    st.state = Stripe::State::kSealed;
+    const uint64_t pmask = ((1ull << lay_.r) - 1) << lay_.k;
+    if (c->extend) {
+      // The new state (even if a write failed: a member whose write may or may not have landed
+      // must not match its old CRC, so it reads as an erasure, never as stale parity).
+      for (int j = 0; j < lay_.width(); ++j) {
+        if ((c->asked >> j) & 1) st.crc[j] = c->crcs[j];
+      }
+      st.zero = c->zero;
+      st.rebuilding &= ~pmask;
+    }
+    const bool all_stored = (c->good & c->asked) == c->asked;
+    const uint64_t data_mask = (1ull << lay_.k) - 1;
+    if (all_stored && stored_ok && (c->zero & data_mask) != 0) {
+      // Padding left: this is the open stripe now; keep its parity for in-place updates.
+      open_slab_ = c->slab;
+      open_row_ = c->pidx;
+      open_gen_ = st.gen;
+      for (int j = 0; j < lay_.r; ++j) {
+        std::memcpy(open_parity_.data() + static_cast<size_t>(j) * kPageSize,
+                    SplitBuf(c, lay_.k + j), kPageSize);
+      }
+    } else if (open_slab_ == c->slab && open_row_ == c->pidx) {
+      GroupCloseOpenStripe();
+    }
+    for (int m = 0; m < lay_.k; ++m) {
+      if (c->extend && ((c->asked >> m) & 1) == 0) continue;  // Pages already there.
+      const PageId p = st.page[m];
+      if (p == kNoPage) continue;
+      PageLoc& L = gloc_[LocalIndex(p)];
+      if (L.where == PageLoc::Where::kWriting && L.writing == c && L.seq == stripe_seq_[ci][m]) {
+        if (stored_ok) {
+          L.where = PageLoc::Where::kStored;
+          L.slab = c->slab;
+          L.row = c->pidx;
+          L.col = static_cast<uint8_t>(m);
+          L.writing = nullptr;
+          ++st.live;
+          ++glive_;
+          store_->stats_.stored_pages.fetch_add(1, std::memory_order_relaxed);
+          // A member whose rebuild has not reached this row yet was just written whole.
+          continue;
+        }
+        // Not readable as written: forget the page rather than return wrong bytes.
+        L.where = PageLoc::Where::kNone;
+        L.writing = nullptr;
+        ++L.seq;
+      }
+      st.page[m] = kNoPage;  // Rewritten or trimmed meanwhile: garbage from the start.
+    }
+  }
+  if (!c->acked) {
+    c->acked = true;
+    for (auto& [op, start] : stripe_ops_[ci]) {
+      Complete(op,
+               stored_ok ? Status::Ok()
+                         : Unavailable("page " + std::to_string(op->page) + ": " +
+                                       fail.ToString()),
+               start);
+    }
+    stripe_ops_[ci].clear();
+  }
+  compact_inflight_ -= std::min(compact_inflight_, stripe_moves_[ci]);
+  store_->stats_.compaction_moves.fetch_add(stripe_moves_[ci], std::memory_order_relaxed);
+  stripe_moves_[ci] = 0;
+  unsettled_.fetch_sub(c->seq, std::memory_order_release);
+  c->finished = true;
+  const uint32_t slab = c->slab, row = c->pidx;
+  const bool had_slab = c->slab != kNoSlot;
+  if (!had_slab) c->slab_ref = false;
+  MaybeRelease(c);
+  if (had_slab) GroupMaybeReleaseStripe(slab, row);
+}
+
+// Compaction keeps two bounds.
+//  - Garbage: while the used data slots exceed max_garbage_factor x (live + in flight) + two
+//    stripes, re-stripe the live pages of the sealed stripes with the most garbage.
+//  - Scattered free rows: when the allocated slabs hold more than one slab's worth of free rows,
+//    drain the emptiest slab (no new stripes go there; its live pages move) and give it back.
+// Each move reads the page (one round trip, degraded if need be) and buffers it like a write;
+// its old slot becomes garbage once it is buffered, and a row is free once its last live page
+// has moved. At most 64 moves are in flight, and only while op contexts are plentiful.
+void IoThread::GroupCompact() {
+  constexpr uint32_t kMaxMoves = 64;
+  if (compact_inflight_ >= kMaxMoves || free_ctx_count_ < 8) return;
+  Stripe* open = open_slab_ == kNoSlot ? nullptr : &slabs_[open_slab_].stripes[open_row_];
+  auto move_stripe = [&](Stripe& st) {
+    if (&st == open) return;  // Filling up in place; not garbage.
+    for (int m = 0; m < lay_.k && compact_inflight_ < kMaxMoves && free_ctx_count_ >= 8; ++m) {
+      const PageId p = st.page[m];
+      if (p == kNoPage) continue;
+      PageLoc& L = gloc_[LocalIndex(p)];
+      if (L.where != PageLoc::Where::kStored || L.moving) continue;
+      L.moving = true;  // Cleared when the move's read finishes.
+      Ctx* c = NewCtx();
+      c->kind = Ctx::Kind::kMove;
+      c->page = p;
+      c->start_ns = now_ns_;
+      ++compact_inflight_;
+      GroupStartRead(c);
+    }
+  };
+  // Scattered free rows: pick a slab to drain when none is draining.
+  uint64_t free_rows = 0;
+  Slab* draining = nullptr;
+  Slab* emptiest = nullptr;
+  for (Slab& s : slabs_) {
+    if (!s.allocated) continue;
+    if (s.draining) {
+      draining = &s;
+      continue;
+    }
+    free_rows += gslab_rows_ - s.stripes_used;
+    if (emptiest == nullptr || s.stripes_used < emptiest->stripes_used) emptiest = &s;
+  }
+  if (draining == nullptr && emptiest != nullptr &&
+      free_rows - (gslab_rows_ - emptiest->stripes_used) >= emptiest->stripes_used &&
+      free_rows > gslab_rows_) {
+    draining = emptiest;
+    draining->draining = true;
+    draining->free_wanted = true;  // Given back once empty.
+    if (open_slab_ == static_cast<uint32_t>(draining - slabs_.data())) {
+      GroupCloseOpenStripe();
+      open = nullptr;
+    }
+  }
+  if (draining != nullptr) {
+    for (uint32_t row = 0; row < gslab_rows_ && compact_inflight_ < kMaxMoves; ++row) {
+      Stripe& st = draining->stripes[row];
+      if (st.state == Stripe::State::kSealed && st.live > 0) move_stripe(st);
+    }
+    if (compact_inflight_ > 0) return;
+  }
+  // Garbage.
+  const uint64_t k = static_cast<uint64_t>(lay_.k);
+  const uint64_t pending = unsettled_.load(std::memory_order_relaxed);
+  const double bound =
+      lay_.g.max_garbage_factor * static_cast<double>(glive_ + pending) + 2.0 * k;
+  if (static_cast<double>(gused_) <= bound) return;
+  // The sealed stripes with the fewest live pages (most garbage) first, up to the move budget.
+  for (int live_limit = 1; live_limit < lay_.k && compact_inflight_ < kMaxMoves; ++live_limit) {
+    for (size_t si = 0; si < slabs_.size() && compact_inflight_ < kMaxMoves; ++si) {
+      Slab& s = slabs_[si];
+      if (!s.allocated) continue;
+      for (uint32_t row = 0; row < gslab_rows_ && compact_inflight_ < kMaxMoves; ++row) {
+        Stripe& st = s.stripes[row];
+        if (st.state != Stripe::State::kSealed || st.live == 0 || st.live > live_limit) continue;
+        if (free_ctx_count_ < 8) return;
+        move_stripe(st);
+      }
+    }
+    if (compact_inflight_ > 0) return;  // Work started at this level; continue next tick.
+  }
+}
+
+void IoThread::GroupHousekeeping(uint64_t now) {
+  if (seal_wanted_.exchange(false, std::memory_order_acq_rel) ||
+      (!gbuf_.empty() && now - gbuf_since_ns_ >= uint64_t{lay_.g.fill_us} * 1000)) {
+    if (!GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);  // Retry next tick.
+  }
+  if (now - last_hedge_scan_ns_ >= 500000) {
+    last_hedge_scan_ns_ = now;
+    GroupHedge(now);
+    GroupCompact();
+  }
+}
+
+void IoThread::GroupTrim(PageId first, uint64_t count) {
+  const uint64_t end = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  for (PageId p = first; p < end;) {
+    const uint64_t run = p / kGroupRun;
+    const PageId run_end = std::min<uint64_t>((run + 1) * kGroupRun, end);
+    if (run % T != static_cast<uint64_t>(index_)) {
+      p = run_end;
+      continue;
+    }
+    for (; p < run_end; ++p) {
+      PageLoc& L = gloc_[LocalIndex(p)];
+      if (L.where == PageLoc::Where::kNone) continue;
+      if (L.where == PageLoc::Where::kStored) {
+        Slab& s = slabs_[L.slab];
+        s.free_wanted = true;
+        GroupKill(p);
+      }
+      // Buffered or being written: the newer sequence makes its slot garbage when it settles.
+      L.where = PageLoc::Where::kNone;
+      L.writing = nullptr;
+      ++L.seq;
+    }
+  }
+  // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now).
+  for (Slab& s : slabs_) {
+    if (s.allocated && s.free_wanted && s.stripes_used == 0) MaybeFreeSlab(s);
+  }
+}
+
+}  // namespace tessera::client::remote
