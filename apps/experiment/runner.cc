@@ -24,6 +24,7 @@
 
 #include "apps/experiment/partition.h"
 #include "apps/experiment/tools.h"
+#include "apps/paramsvc/client.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
@@ -392,6 +393,8 @@ struct RunResult {
   double lost_fraction = 0;
   double predicted_fraction = -1;
   std::string prediction_cmd;
+  // kind = paramsvc.
+  uint64_t rollbacks = 0, reconnects = 0, iterations = 0;
   // kind = run.
   int exit_code = 0;
   std::string output;
@@ -493,6 +496,8 @@ class ScenarioRun {
         std::sort(out.begin(), out.end());
         break;
       }
+      case TargetKind::kAggregator:
+        break;  // Not a memserver: FireFault acts on its pid.
       case TargetKind::kPage:
         if (load_ != nullptr) {
           auto r = client::ServersOfPage(*load_->store(), f.target.n);
@@ -589,6 +594,27 @@ class ScenarioRun {
     if (f.action == FaultAction::kDelay) rec.what += " " + f.delay;
     if (f.action == FaultAction::kBitflip) rec.what += " bits=" + std::to_string(f.bits);
     if (f.duration_s > 0) rec.what += " for " + Fmt(f.duration_s, 2) + " s";
+    if (f.target.kind == TargetKind::kAggregator) {
+      const pid_t pid = aggregator_pid_.load();
+      const int sig = f.action == FaultAction::kKill   ? SIGKILL
+                      : f.action == FaultAction::kStop ? SIGSTOP
+                                                       : SIGCONT;
+      rec.note = "aggregator pid " + std::to_string(pid);
+      if (pid <= 0 || ::kill(pid, sig) != 0) {
+        rec.ok = false;
+        rec.note += ": " + std::string(pid <= 0 ? "not started" : std::strerror(errno));
+      }
+      if (f.action == FaultAction::kStop && f.duration_s > 0) {
+        active_.push_back({FaultAction::kStop, {}, t + f.duration_s, true});
+        aggregator_stopped_ = pid;
+      } else {
+        active_.push_back({f.action, {}, f.action == FaultAction::kKill ? kInf : t, false});
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      res_.faults.push_back(rec);
+      last_fault_text_ = rec.what;
+      return;
+    }
     if (rec.servers.empty()) {
       rec.ok = false;
       rec.note = "target resolved to no server";
@@ -642,6 +668,10 @@ class ScenarioRun {
     bool any_active = false;
     for (Active& a : active_) {
       if (a.undo && t >= a.until) {
+        if (a.servers.empty() && aggregator_stopped_ > 0) {
+          ::kill(aggregator_stopped_, SIGCONT);
+          aggregator_stopped_ = 0;
+        }
         for (size_t i : a.servers) Undo(a.action, i).IgnoreError();
         a.undo = false;
         std::lock_guard<std::mutex> l(mu_);
@@ -686,6 +716,8 @@ class ScenarioRun {
         a.undo = false;
       }
     }
+    if (aggregator_stopped_ > 0) ::kill(aggregator_stopped_, SIGCONT);
+    aggregator_stopped_ = 0;
   }
 
   // ---- sampling ----
@@ -979,6 +1011,193 @@ class ScenarioRun {
     return Status::Ok();
   }
 
+  // The gradient worker w pushes at iteration `it`: deterministic, so a rerun pushes the same.
+  static void Gradient(std::vector<float>* g, int w, uint64_t it) {
+    const float scale = 1e-3f * static_cast<float>(w + 1) * static_cast<float>(it % 5 + 1);
+    for (size_t i = 0; i < g->size(); ++i) (*g)[i] = scale * static_cast<float>(i % 7 + 1);
+  }
+
+  // `tessera paramsvc serve` with its checkpoints erasure-coded on the scenario's memservers,
+  // and `workers` training workers doing PushPull rounds; every worker's final parameters must
+  // equal the service's.
+  Status RunParamsvc() {
+    const WorkloadSpec& w = s_.workload;
+    std::vector<std::string> argv = {o_.bin_dir + "/tessera-paramsvc-serve",
+                                     "--port=0",
+                                     "--log_level=error",
+                                     "--auth_token_file=" + cluster_->token_path(),
+                                     "--store=" + cluster_file_,
+                                     "--ec_k=" + std::to_string(c_.k),
+                                     "--ec_r=" + std::to_string(c_.r),
+                                     "--store_mb=256"};
+    Subprocess::Options so;
+    so.capture_stdout = true;
+    so.quiet_stderr = true;
+    TESSERA_ASSIGN_OR_RETURN(Subprocess svc, Subprocess::Start(argv, so));
+    auto line = svc.WaitForLine("listening on ", Deadline::AfterMs(20000));
+    if (!line.ok()) return line.status().WithContext("starting tessera paramsvc serve");
+    const uint16_t port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+    line = svc.WaitForLine("aggregator ready", Deadline::AfterMs(20000));
+    if (!line.ok()) return line.status().WithContext("waiting for the aggregation server");
+    {
+      const size_t p = line->find("pid ");
+      if (p != std::string::npos) aggregator_pid_.store(std::atoi(line->c_str() + p + 4));
+    }
+    // The supervisor prints `aggregator pid N` again after each restart.
+    std::atomic<bool> reader_stop{false};
+    std::thread reader([&] {
+      while (!reader_stop.load()) {
+        auto l = svc.ReadLine(Deadline::AfterMs(100));
+        if (!l.ok()) {
+          if (l.status().code() != StatusCode::kTimeout) break;
+          continue;
+        }
+        if (l->rfind("aggregator pid ", 0) == 0) aggregator_pid_.store(std::atoi(l->c_str() + 15));
+        std::lock_guard<std::mutex> g(mu_);
+        events_.push_back(*l);
+      }
+    });
+
+    paramsvc::JobSpec spec;
+    spec.name = "experiment-" + s_.name;
+    spec.workers = static_cast<uint32_t>(w.workers);
+    spec.mode = w.mode == "async" ? paramsvc::Mode::kAsync : paramsvc::Mode::kSync;
+    spec.optimizer.lr = 0.01f;
+    spec.tensors = {{"w", paramsvc::DType::kF32, {w.elements}}};
+    std::atomic<uint64_t> iterations{0}, data_loss{0};
+    std::mutex hist_mu;
+    LatencyHistogram interval, phase_hist[3];
+    std::vector<std::vector<float>> finals(static_cast<size_t>(w.workers));
+    std::vector<std::string> errors(static_cast<size_t>(w.workers));
+    std::vector<paramsvc::ClientCounters> counters(static_cast<size_t>(w.workers));
+    auto connect = [&]() {
+      paramsvc::ClientOptions co;
+      co.port = port;
+      co.secret = cluster_->secret();
+      co.op_timeout_ms = 60000;
+      co.reconnect_ms = 30000;
+      return paramsvc::Client::Connect(co);
+    };
+    auto probe = [&]() {
+      WorkloadSample x;
+      x.ops = iterations.load();
+      std::lock_guard<std::mutex> g(hist_mu);
+      x.p50_us = static_cast<double>(interval.p50()) / 1e3;
+      x.p99_us = static_cast<double>(interval.p99()) / 1e3;
+      interval.Clear();
+      x.data_loss = data_loss.load();
+      return x;
+    };
+    t0_ = Now();
+    std::thread sampler([&] { Sampler(probe); });
+    std::thread sched;
+    if (!res_.healthy) sched = std::thread([&] { Scheduler(); });
+    const Deadline deadline(MonotonicNs() + static_cast<uint64_t>(s_.duration_s * 1e9));
+    std::vector<std::thread> workers;
+    for (int wk = 0; wk < w.workers; ++wk) {
+      workers.emplace_back([&, wk] {
+        auto c = connect();
+        Status st = c.ok() ? (*c)->Join(spec, static_cast<uint32_t>(wk)) : c.status();
+        if (st.ok()) st = (*c)->Barrier(0);
+        std::vector<float> p(w.elements, 0.0f), g(w.elements);
+        const void* gp[1] = {g.data()};
+        void* pp[1] = {p.data()};
+        if (st.ok()) st = (*c)->Pull(pp, false);
+        // A training loop runs until the model reached its version, not for a count of its own
+        // rounds: a round the service discarded on a restart (a rollback) is not counted.
+        for (uint64_t it = 0; st.ok() && (*c)->min_version() < w.iterations; ++it) {
+          if (o_.cancel->load() || deadline.Expired()) {
+            st = Timeout("model version ", (*c)->min_version(), " of ", w.iterations,
+                         " at duration_s");
+            break;
+          }
+          Gradient(&g, wk, it);
+          const int start_phase = phase_.load();
+          const uint64_t a = MonotonicNs();
+          st = (*c)->PushPull(gp, pp);
+          const uint64_t lat = MonotonicNs() - a;
+          if (st.code() == StatusCode::kDataLoss) data_loss.fetch_add(1);
+          if (!st.ok()) break;
+          iterations.fetch_add(1);
+          // Progress events for at_event faults, from worker 0's view of the model.
+          if (wk == 0) {
+            const uint64_t v = (*c)->min_version();
+            std::lock_guard<std::mutex> l(mu_);
+            if (v * 4 >= w.iterations && !quarter_seen_) {
+              quarter_seen_ = true;
+              events_.push_back("quarter-way");
+            }
+            if (v * 2 >= w.iterations && !half_seen_) {
+              half_seen_ = true;
+              events_.push_back("half-way");
+            }
+          }
+          std::lock_guard<std::mutex> l(hist_mu);
+          interval.Record(lat);
+          const int end_phase = std::clamp(phase_.load(), 0, 2);
+          phase_hist[(start_phase == 1 || end_phase == 1) ? 1 : end_phase].Record(lat);
+        }
+        if (!st.ok())
+          errors[static_cast<size_t>(wk)] = "worker " + std::to_string(wk) + ": " + st.ToString();
+        if (c.ok()) counters[static_cast<size_t>(wk)] = (*c)->counters();
+        finals[static_cast<size_t>(wk)] = std::move(p);
+      });
+    }
+    for (std::thread& t : workers) t.join();
+    res_.completion_s = Now() - t0_;
+    sched_stop_.store(true);
+    if (sched.joinable()) sched.join();
+    // The service's parameters now; every worker's last pull must have returned exactly them
+    // (sync) — async workers may legitimately hold an older version, so only sync is judged.
+    std::vector<float> service(w.elements, 0.0f);
+    Status final_st;
+    {
+      auto c = connect();
+      final_st = c.ok() ? (*c)->Join(spec, 0) : c.status();
+      void* pp[1] = {service.data()};
+      if (final_st.ok()) final_st = (*c)->Pull(pp, false);
+      if (final_st.code() == StatusCode::kDataLoss) data_loss.fetch_add(1);
+      if (final_st.ok()) (*c)->Release().IgnoreError();
+    }
+    sampler_stop_.store(true);
+    sampler.join();
+    TakeSample(probe);
+    reader_stop.store(true);
+    reader.join();
+    svc.Signal(SIGTERM).IgnoreError();
+    if (!svc.Wait(Deadline::AfterMs(10000)).ok()) svc.Signal(SIGKILL).IgnoreError();
+
+    res_.iterations = iterations.load();
+    res_.data_loss = data_loss.load();
+    for (const auto& k : counters) {
+      res_.rollbacks += k.rollbacks;
+      res_.reconnects += k.reconnects;
+    }
+    if (final_st.ok() && w.mode == "sync") {
+      for (const auto& f : finals) {
+        if (f.size() != service.size()) continue;
+        ++res_.reads_checked;
+        const auto* a = reinterpret_cast<const uint8_t*>(f.data());
+        const auto* b = reinterpret_cast<const uint8_t*>(service.data());
+        uint64_t wrong = 0;
+        for (size_t i = 0; i < f.size() * sizeof(float); ++i) wrong += a[i] != b[i];
+        res_.wrong_bytes += wrong;
+        res_.wrong_pages += wrong > 0;
+      }
+    }
+    res_.p50_before_us = phase_hist[0].p50() / 1e3;
+    res_.p99_before_us = phase_hist[0].p99() / 1e3;
+    res_.p50_during_us = phase_hist[1].p50() / 1e3;
+    res_.p99_during_us = phase_hist[1].p99() / 1e3;
+    std::string err;
+    for (const std::string& e : errors) {
+      if (!e.empty()) err += (err.empty() ? "" : "; ") + e;
+    }
+    if (!final_st.ok()) err += (err.empty() ? "" : "; ") + ("final pull: " + final_st.ToString());
+    if (!err.empty()) return Internal(err);
+    return Status::Ok();
+  }
+
   Status RunInner() {
     ::mkdir(dir_.c_str(), 0755);
     // Partitions: nftables and the machine-wide lock are settled before the clock starts, so
@@ -998,6 +1217,7 @@ class ScenarioRun {
     }
     TESSERA_RETURN_IF_ERROR(StartCluster());
     if (s_.workload.kind == "pagestore") return RunPagestore();
+    if (s_.workload.kind == "paramsvc") return RunParamsvc();
     return RunProgram();
   }
 
@@ -1036,6 +1256,9 @@ class ScenarioRun {
   bool have_snapshot_ = false;
   std::atomic<int> phase_{0};
   std::atomic<bool> sched_stop_{false}, sampler_stop_{false};
+  std::atomic<pid_t> aggregator_pid_{0};
+  bool quarter_seen_ = false, half_seen_ = false;  // paramsvc progress events (under mu_)
+  pid_t aggregator_stopped_ = 0;
   double t0_ = 0;
   double last_sample_t_ = 0;
   uint64_t last_ops_ = 0, last_ticks_ = 0;
@@ -1094,21 +1317,42 @@ Status WritePlot(const RunResult& r, const std::string& dir, const std::string& 
   }
   const std::string csv = GnuplotQuote(dir + "/timeline.csv");
   const bool run = workload_kind == "run";
-  g += "set ylabel " + GnuplotQuote(run ? "page faults/s" : "page ops/s") + "\n";
+  const bool ps = workload_kind == "paramsvc";
+  g += "set ylabel " +
+       GnuplotQuote(run  ? "page faults/s"
+                    : ps ? "iterations/s"
+                         : "page ops/s") +
+       "\n";
   g += "plot " + csv + " every ::1 using 1:2 with lines lw 1.5 lc rgb '#1f77b4' title " +
-       GnuplotQuote(run ? "faults/s" : "ops/s") + "\n";
+       GnuplotQuote(run  ? "faults/s"
+                    : ps ? "PushPull rounds/s"
+                         : "ops/s") +
+       "\n";
   g += "unset label\n";
   g += "set ylabel 'latency (us)'\nset logscale y\n";
   g += "plot " + csv + " every ::1 using 1:($3>0?$3:1/0) with lines lc rgb '#2ca02c' title " +
-       GnuplotQuote(run ? "fault p50 (cumulative)" : "read p50") + ", " + csv +
-       " every ::1 using 1:($4>0?$4:1/0) with lines lc rgb '#d62728' title " +
-       GnuplotQuote(run ? "fault p99 (cumulative)" : "read p99") + "\n";
-  g += "set xlabel 'time (s)'\nset ylabel 'count (log)'\n";
+       GnuplotQuote(run  ? "fault p50 (cumulative)"
+                    : ps ? "PushPull p50"
+                         : "read p50") +
+       ", " + csv + " every ::1 using 1:($4>0?$4:1/0) with lines lc rgb '#d62728' title " +
+       GnuplotQuote(run  ? "fault p99 (cumulative)"
+                    : ps ? "PushPull p99"
+                         : "read p99") +
+       "\n";
+  // Log scale for the counters, unless all are zero (gnuplot refuses an empty log plot).
+  bool any = false;
+  for (const Sample& x : r.samples) {
+    any = any || x.degraded_reads + x.regenerations_pending + x.data_loss + x.server_failures > 0;
+  }
+  g += "set xlabel 'time (s)'\n";
+  g += any ? "set ylabel 'count (log)'\n"
+           : "unset logscale y\nset yrange [0:1]\nset ylabel 'count'\n";
   g += "plot " + csv + " every ::1 using 1:($5>0?$5:1/0) with lines title 'degraded reads', " +
        csv + " every ::1 using 1:($6>0?$6:1/0) with lines title 'regenerations pending', " + csv +
        " every ::1 using 1:($7>0?$7:1/0) with lines lw 2 title " +
        GnuplotQuote(run ? "data loss (reads)" : "data loss (pages)") + ", " + csv +
-       " every ::1 using 1:($8>0?$8:1/0) with steps lw 2 title 'server failures'\n";
+       " every ::1 using 1:($8>0?$8:1/0) with steps lw 2 title 'server failures'" +
+       (any ? "" : ", 0 with lines lc rgb '#cccccc' title 'all zero'") + "\n";
   g += "unset multiplot\n";
   const std::string script = dir + "/timeline.gnuplot";
   TESSERA_RETURN_IF_ERROR(WriteWholeFile(script, g));
@@ -1232,7 +1476,8 @@ void Judge(const ExpectSpec& e, const RunResult& r, const RunResult* healthy,
   }
   if (e.wrong_bytes) {
     add("wrong_bytes", "= " + std::to_string(*e.wrong_bytes),
-        std::to_string(r.wrong_bytes) + " (" + std::to_string(r.reads_checked) + " reads checked)",
+        std::to_string(r.wrong_bytes) + " (" + std::to_string(r.reads_checked) +
+            (w.kind == "paramsvc" ? " workers' final parameters checked)" : " reads checked)"),
         static_cast<int64_t>(r.wrong_bytes) == *e.wrong_bytes);
   }
   if (e.identical_output) {
@@ -1360,6 +1605,11 @@ json ResultJson(const RunResult& r) {
     j["prediction_command"] = r.prediction_cmd;
   }
   if (!r.partition_mode.empty()) j["partition_mode"] = r.partition_mode;
+  if (r.iterations > 0) {
+    j["iterations"] = r.iterations;
+    j["rollbacks"] = r.rollbacks;
+    j["reconnects"] = r.reconnects;
+  }
   j["exit_code"] = r.exit_code;
   if (!r.error.empty()) j["error"] = r.error;
   json faults = json::array();
@@ -1375,12 +1625,10 @@ json ResultJson(const RunResult& r) {
 }  // namespace
 
 Status CheckRunnable(const Scenario& s) {
-  if (s.workload.kind == "kv" || s.workload.kind == "paramsvc") {
-    return Unsupported("workload kind \"", s.workload.kind,
-                       "\" is not available in this build: the ",
-                       s.workload.kind == "kv" ? "KV offload service (apps/kayak)"
-                                               : "parameter service (apps/paramsvc)",
-                       " has not landed yet; use kind = \"run\" or \"pagestore\"");
+  if (s.workload.kind == "kv") {
+    return Unsupported(
+        "workload kind \"kv\" is not available in this build: the KV offload service "
+        "(apps/kayak) has not landed yet; use kind = \"run\", \"pagestore\" or \"paramsvc\"");
   }
   auto layout_ok = [&](const std::string& l) -> Status {
     if (l == "group") {
@@ -1394,8 +1642,8 @@ Status CheckRunnable(const Scenario& s) {
   for (const VariantSpec& v : s.variants) {
     if (v.layout) TESSERA_RETURN_IF_ERROR(layout_ok(*v.layout));
   }
-  if (s.workload.kind == "run" && s.cluster.layout != "split") {
-    return Unsupported("kind = \"run\" uses tessera run's split layout only");
+  if (s.workload.kind != "pagestore" && s.cluster.layout != "split") {
+    return Unsupported("kind = \"", s.workload.kind, "\" uses the split layout only");
   }
   auto check_expect = [&](const ExpectSpec& e) -> Status {
     if (e.max_slowdown_vs_healthy && s.workload.kind == "pagestore" && s.workload.ops == 0) {
@@ -1594,7 +1842,15 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
           std::to_string(r.cluster.k) + "," + std::to_string(r.cluster.r) + ") delta " +
           std::to_string(r.cluster.delta) + ", " + r.cluster.placement + " placement, " +
           r.cluster.layout + " layout\n";
-    if (s.workload.kind == "run") {
+    if (s.workload.kind == "paramsvc") {
+      md += "- completion " + Fmt(r.completion_s, 2) + " s; " + std::to_string(r.iterations) +
+            " PushPull rounds, p50/p99 before faults " + Fmt(r.p50_before_us) + "/" +
+            Fmt(r.p99_before_us) + " us, during " + Fmt(r.p50_during_us) + "/" +
+            Fmt(r.p99_during_us) + " us; rounds/s median before " + Fmt(r.median_ops_before, 0) +
+            ", lowest 300 ms during " + Fmt(std::max(0.0, r.min_ops_during), 0) +
+            "; worker rollbacks " + std::to_string(r.rollbacks) + ", reconnects " +
+            std::to_string(r.reconnects) + "\n";
+    } else if (s.workload.kind == "run") {
       md += "- completion " + Fmt(r.completion_s, 2) + " s; page faults/s median before faults " +
             Fmt(r.median_ops_before, 0) + ", lowest 300 ms during " +
             Fmt(std::max(0.0, r.min_ops_during), 0) + "; fault latency p99 (cumulative) " +

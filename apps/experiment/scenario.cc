@@ -163,8 +163,8 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
 }
 
 constexpr std::initializer_list<const char*> kWorkloadKeys = {
-    "kind",       "command", "local_memory",  "pages",        "qd",
-    "read_ratio", "ops",     "verify_at_end", "verify_passes"};
+    "kind",          "command",       "local_memory", "pages",      "qd",       "read_ratio", "ops",
+    "verify_at_end", "verify_passes", "workers",      "iterations", "elements", "mode"};
 
 // Reads workload keys present in `t` into `w`; `seen` gets the keys found.
 Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::string& where,
@@ -204,6 +204,14 @@ Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::stri
   if (ops >= 0) w->ops = static_cast<uint64_t>(ops);
   TRY_ASSIGN(w->verify_at_end, rd.Bool(t, "verify_at_end"));
   TRY_ASSIGN(w->verify_passes, rd.Int(t, "verify_passes", 1, 10));
+  TRY_ASSIGN(w->workers, rd.Int(t, "workers", 1, 16));
+  int64_t iterations = -1;
+  TRY_ASSIGN(iterations, rd.Int(t, "iterations", 1, int64_t{1} << 32));
+  if (iterations > 0) w->iterations = static_cast<uint64_t>(iterations);
+  int64_t elements = -1;
+  TRY_ASSIGN(elements, rd.Int(t, "elements", 1, int64_t{1} << 26));
+  if (elements > 0) w->elements = static_cast<uint64_t>(elements);
+  TRY_ASSIGN(w->mode, rd.Str(t, "mode", {"sync", "async"}));
   return Status::Ok();
 }
 
@@ -226,6 +234,16 @@ Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadSpec&
       }
     }
   }
+  if (w.kind == "paramsvc" && w.iterations == 0) {
+    return rd.Error(t.source(), "[workload] kind = \"paramsvc\" needs iterations");
+  }
+  if (w.kind != "paramsvc") {
+    for (const char* k : {"workers", "iterations", "elements", "mode"}) {
+      if (t.contains(k)) {
+        return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"paramsvc\" only");
+      }
+    }
+  }
   return Status::Ok();
 }
 
@@ -234,6 +252,10 @@ Result<Target> ParseTarget(const Reader& rd, const toml::node& n) {
   if (!s) return rd.Error(n.source(), "target must be a string like \"server:2\"");
   Target t;
   t.text = *s;
+  if (*s == "aggregator") {
+    t.kind = TargetKind::kAggregator;
+    return t;
+  }
   size_t colon = s->find(':');
   std::string kind = colon == std::string::npos ? *s : s->substr(0, colon);
   std::string num = colon == std::string::npos ? "" : s->substr(colon + 1);
@@ -317,7 +339,10 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e,
     return Status::Ok();
   };
   TESSERA_RETURN_IF_ERROR(need(e.identical_output.has_value(), "identical_output", "run"));
-  TESSERA_RETURN_IF_ERROR(need(e.wrong_bytes.has_value(), "wrong_bytes", "pagestore"));
+  if (e.wrong_bytes && kind != "pagestore" && kind != "paramsvc") {
+    return rd.Error(rd.Line(t, "wrong_bytes"),
+                    "wrong_bytes applies to kind = \"pagestore\" and \"paramsvc\" workloads only");
+  }
   TESSERA_RETURN_IF_ERROR(
       need(e.regenerated_within_s.has_value(), "regenerated_within_s", "pagestore"));
   TESSERA_RETURN_IF_ERROR(
@@ -343,6 +368,12 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
   }
   if (f->at_s && *f->at_s >= s.duration_s) {
     return rd.Error(rd.Line(t, "at_s"), "at_s must be before duration_s");
+  }
+  if (!f->at_event.empty() && s.workload.kind == "paramsvc" && f->at_event != "quarter-way" &&
+      f->at_event != "half-way") {
+    return rd.Error(rd.Line(t, "at_event"),
+                    "a paramsvc workload has the events \"quarter-way\" and \"half-way\" (of "
+                    "the model versions)");
   }
   if (!f->at_event.empty() && s.workload.kind == "pagestore" && f->at_event != "loaded") {
     return rd.Error(rd.Line(t, "at_event"),
@@ -385,6 +416,15 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
       if (f->target.n >= static_cast<uint64_t>(s.cluster.racks)) {
         return rd.Error(tn->source(), "target " + f->target.text + ": the cluster has racks 0.." +
                                           std::to_string(s.cluster.racks - 1));
+      }
+      break;
+    case TargetKind::kAggregator:
+      if (s.workload.kind != "paramsvc") {
+        return rd.Error(tn->source(), "target aggregator needs a paramsvc workload");
+      }
+      if (f->action != FaultAction::kKill && f->action != FaultAction::kStop &&
+          f->action != FaultAction::kResume) {
+        return rd.Error(tn->source(), "the aggregator can be killed, stopped or resumed only");
       }
       break;
     case TargetKind::kPage:
@@ -667,6 +707,10 @@ Scenario ApplyQuick(const Scenario& s) {
     if (key == "ops") q.workload.ops = w.ops;
     if (key == "verify_at_end") q.workload.verify_at_end = w.verify_at_end;
     if (key == "verify_passes") q.workload.verify_passes = w.verify_passes;
+    if (key == "workers") q.workload.workers = w.workers;
+    if (key == "iterations") q.workload.iterations = w.iterations;
+    if (key == "elements") q.workload.elements = w.elements;
+    if (key == "mode") q.workload.mode = w.mode;
   }
   return q;
 }

@@ -54,6 +54,13 @@ struct WorkloadSpec {
   uint64_t ops = 0;           // 0: run until duration_s.
   bool verify_at_end = true;  // Read back and check every page when the load ends.
   int verify_passes = 1;      // Extra final passes (bit-flip scrubbing needs > 1).
+  // kind = paramsvc: `workers` training workers push deterministic gradients of one fp32
+  // tensor of `elements` values and pull the parameters until the model reaches version
+  // `iterations` (sync or async mode).
+  int workers = 2;
+  uint64_t iterations = 0;
+  uint64_t elements = 65536;
+  std::string mode = "sync";  // sync | async
 };
 
 enum class FaultAction {
@@ -69,7 +76,7 @@ enum class FaultAction {
 };
 const char* FaultActionName(FaultAction a);
 
-enum class TargetKind { kServer, kRandom, kRack, kPage };
+enum class TargetKind { kServer, kRandom, kRack, kPage, kAggregator };
 struct Target {
   TargetKind kind = TargetKind::kServer;
   uint64_t n = 0;  // server index, random count, rack index, page id.

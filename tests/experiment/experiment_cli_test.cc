@@ -163,6 +163,16 @@ TEST(ExperimentCliTest, QuickRPlusOne) {
   EXPECT_EQ(j["runs"][0]["data_loss"], j["runs"][0]["pages_affected"]);
 }
 
+TEST(ExperimentCliTest, QuickParamsvcAggregatorKill) {
+  TempDir dir;
+  json j = RunQuick("paramsvc-aggregator-kill", dir);
+  ASSERT_TRUE(j.is_object());
+  const json& r = j["runs"][0];
+  ASSERT_EQ(r["faults"].size(), 2u);
+  EXPECT_TRUE(r["faults"][1]["ok"].get<bool>()) << r["faults"][1].dump();
+  EXPECT_GE(r["reconnects"].get<int>(), 1) << "the workers never saw the aggregator die";
+}
+
 TEST(ExperimentCliTest, FailedExpectationExits1) {
   TempDir dir;
   // Killing r+1 servers of page 0's group and expecting no loss must fail the verdict.

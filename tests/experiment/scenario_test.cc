@@ -125,6 +125,8 @@ TEST(ScenarioTest, BadTargetsAreRejected) {
   ExpectError(Edit("target = \"rack:1\"", "target = \"random:9\""), 17, "random:N needs");
   ExpectError(Edit("target = \"rack:1\"", "target = \"page:1024\""), 17, "pages 0..1023");
   ExpectError(Edit("racks = 2\n", ""), 16, "the cluster has no racks");
+  ExpectError(Edit("target = \"rack:1\"", "target = \"aggregator\""), 17,
+              "target aggregator needs a paramsvc workload");
 }
 
 TEST(ScenarioTest, MissingFieldsAreNamed) {
@@ -164,7 +166,7 @@ TEST(ScenarioTest, VariantsAreChecked) {
 }
 
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
-  ASSERT_EQ(BuiltinScenarios().size(), 5u);
+  ASSERT_EQ(BuiltinScenarios().size(), 6u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
     auto r = ParseScenario(b.text, b.name);
     ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();
@@ -177,7 +179,7 @@ TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
 }
 
 TEST(ScenarioTest, ServicesThatDoNotExistYetAreRefusedClearly) {
-  for (const char* kind : {"kv", "paramsvc"}) {
+  for (const char* kind : {"kv"}) {
     std::string text = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5\n",
                             std::string("kind = \"") + kind + "\"\n");
     text = text.substr(0, text.find("[[fault]]"));
