@@ -603,6 +603,8 @@ struct Server::Impl {
     const uint8_t op = h.op;
     auto fail = [&](const Status& s) { conn->SendError(op, h.job, h.request_id, s); };
     switch (static_cast<Op>(op)) {
+      case Op::kError:
+        return fail(ProtocolError("ERROR is a reply, not a request"));
       case Op::kHello:
       case Op::kAuth:
         return fail(ProtocolError(OpName(op), " after authentication"));

@@ -103,7 +103,9 @@ TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCh
     std::vector<float> gw(3000), gb(10);
     void* params[2] = {w0.data(), b0.data()};
     const void* grads[2] = {gw.data(), gb.data()};
-    if (w == 0) ASSERT_TRUE((*c)->SetParams({params, 2}).ok());
+    if (w == 0) {
+      ASSERT_TRUE((*c)->SetParams({params, 2}).ok());
+    }
     ASSERT_TRUE((*c)->Barrier(0).ok());
     ASSERT_TRUE((*c)->Pull({params, 2}, false).ok());
     while ((*c)->min_version() < kTarget) {
@@ -134,7 +136,9 @@ TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCh
   // Kill the aggregation server once training is under way (polling a counter the worker
   // publishes; bounded).
   const Deadline d = Deadline::AfterMs(60000);
-  while (seen.load() < kKillAt && !d.Expired()) std::this_thread::yield();
+  while (seen.load() < kKillAt && !d.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // Polling a counter, bounded.
+  }
   ASSERT_GE(seen.load(), kKillAt) << "training did not progress";
   killed = true;
   ASSERT_EQ(::kill(svc->aggregator, SIGKILL), 0);
@@ -258,7 +262,9 @@ TEST(ParamsvcIntegration, BenchQuickPrintsEverySectionWithTheContractKeysAndPlot
     EXPECT_EQ(j["suite"], "paramsvc");
     const std::string sec = j["section"];
     sections[sec]++;
-    if (sec == "summation") EXPECT_GT(j["gbps"].get<double>(), 0.0) << line;
+    if (sec == "summation") {
+      EXPECT_GT(j["gbps"].get<double>(), 0.0) << line;
+    }
     if (sec == "packing" && j["jobs"].is_number() && j["jobs"].get<int>() >= 8) {
       EXPECT_GT(j["cpu_core_s"].get<double>(), 0.0) << line;
       EXPECT_GT(j["cores_avg"].get<double>(), 0.0) << line;
@@ -267,7 +273,9 @@ TEST(ParamsvcIntegration, BenchQuickPrintsEverySectionWithTheContractKeysAndPlot
       EXPECT_GT(j["iter_ms_p50"].get<double>(), 0.0) << line;
       EXPECT_TRUE(j["final_loss"].is_number()) << line;
     }
-    if (sec == "staleness") EXPECT_TRUE(j["staleness_max"].is_number()) << line;
+    if (sec == "staleness") {
+      EXPECT_TRUE(j["staleness_max"].is_number()) << line;
+    }
   }
   EXPECT_EQ(sections["summation"], 4);      // memcpy, fp32, fp16, bf16
   EXPECT_EQ(sections["packing"], 2 * 8 + 2);  // Per job, both systems, then the totals
