@@ -60,6 +60,32 @@ struct OpPolicy {
   static OpPolicy Drop() { return {Action::kDrop, 0}; }
 };
 
+class ServerIoThread;
+struct AsyncReplyChannel;  // Internal: how a reply finds its I/O thread.
+
+// The reply to one asynchronous request (the KV ops, see RequestHandler::HandleKv): the handler
+// keeps it and calls Send() exactly once, later, from any thread (e.g. an offload worker). The
+// reply is queued to the connection's I/O thread (woken by an eventfd) and leaves in order with
+// that connection's other replies; the caller never blocks on the network. Send() is a no-op
+// when the connection has closed or the server stopped meanwhile. Copyable value; thread-safe.
+class AsyncReply {
+ public:
+  AsyncReply() = default;
+  AsyncReply(std::shared_ptr<AsyncReplyChannel> channel, uint64_t connection_id, Op op,
+             uint64_t request_id)
+      : channel_(std::move(channel)), connection_id_(connection_id), op_(op),
+        request_id_(request_id) {}
+  // An OK response whose payload is `payload`, or an error response with its code and message.
+  // The payload must be valid for the op (fabric/wire.h), or the client drops the connection.
+  void Send(Result<std::vector<uint8_t>> payload) const;
+
+ private:
+  std::shared_ptr<AsyncReplyChannel> channel_;
+  uint64_t connection_id_ = 0;
+  Op op_ = Op::kKvGet;
+  uint64_t request_id_ = 0;
+};
+
 // Implemented by the memserver (and by tests). See the thread rules above. A non-OK Status or
 // Result is sent back to the client as an error response carrying its code and message; the
 // connection stays open.
@@ -90,6 +116,18 @@ class RequestHandler {
     (void)peer;
     (void)args;
     return Unsupported("no offload function ", function_id, " on this server");
+  }
+  // A KV op (fabric/wire.h "KV frames"; frame.body holds its decoded fixed part, frame.data the
+  // rest, both valid only during the call). Either answer now, on the I/O thread — return the
+  // response payload or an error — or return std::nullopt and answer later with reply.Send()
+  // (exactly once, from any thread). Long work (offload functions) must go the second way.
+  virtual std::optional<Result<std::vector<uint8_t>>> HandleKv(const PeerInfo& peer,
+                                                               const ParsedFrame& frame,
+                                                               AsyncReply reply) {
+    (void)peer;
+    (void)reply;
+    return Result<std::vector<uint8_t>>(
+        Unsupported(OpName(frame.header.op), ": this server hosts no KV tables"));
   }
   virtual Status Fault(const PeerInfo& peer, const FaultRequest& req) {
     (void)peer;

@@ -36,11 +36,30 @@ __kernel_timespec TimespecNs(uint64_t ns) {
 }  // namespace
 
 ServerIoThread::ServerIoThread(Server::Impl* server, int index, UniqueFd listen_fd)
-    : server_(server), index_(index), listen_fd_(std::move(listen_fd)) {}
+    : server_(server), index_(index), listen_fd_(std::move(listen_fd)),
+      reply_channel_(std::make_shared<AsyncReplyChannel>()) {
+  reply_channel_->thread = this;
+}
 
 // Every connection is gone by the time Run() returns; the ring's only remaining ops are
 // timeouts, which reference no user memory, so the IoRing may exit now.
-ServerIoThread::~ServerIoThread() = default;
+ServerIoThread::~ServerIoThread() {
+  std::lock_guard<std::mutex> lock(reply_channel_->mu);
+  reply_channel_->thread = nullptr;
+}
+
+void AsyncReply::Send(Result<std::vector<uint8_t>> payload) const {
+  if (!channel_) return;
+  std::lock_guard<std::mutex> lock(channel_->mu);
+  if (channel_->thread == nullptr) return;
+  ServerIoThread::Command c;
+  c.kind = ServerIoThread::Command::Kind::kReply;
+  c.connection_id = connection_id_;
+  c.op = op_;
+  c.request_id = request_id_;
+  c.reply = std::move(payload);
+  channel_->thread->Enqueue(std::move(c));
+}
 
 Status ServerIoThread::Init(uint32_t ring_entries) {
   event_fd_.Reset(::eventfd(0, EFD_CLOEXEC));
@@ -379,6 +398,19 @@ void ServerIoThread::Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
       if (!st.ok()) return AppendError(out, h.op, h.request_id, st);
       return AppendOk(out, h.op, h.request_id);
     }
+    case Op::kKvGet:
+    case Op::kKvMultiGet:
+    case Op::kKvPut:
+    case Op::kKvDelete:
+    case Op::kKvInvoke:
+    case Op::kKvCommit: {
+      auto r = handler->HandleKv(c->peer, f,
+                                 AsyncReply(reply_channel_, c->peer.connection_id, h.op,
+                                            h.request_id));
+      if (!r) return;  // Answered later through the AsyncReply.
+      if (!r->ok()) return AppendError(out, h.op, h.request_id, r->status());
+      return AppendBytes(out, h.op, h.request_id, **r);
+    }
     case Op::kHello:
     case Op::kAuth:
     case Op::kNotice:
@@ -500,6 +532,17 @@ void ServerIoThread::OnEvent() {
       case Command::Kind::kStop:
         BeginStop(cmd.grace_deadline_ns);
         break;
+      case Command::Kind::kReply: {
+        Conn* c = Find(cmd.connection_id);
+        if (c == nullptr || c->closing) break;  // The client went away meanwhile.
+        if (cmd.reply.ok()) {
+          AppendBytes(c->io.pending, cmd.op, cmd.request_id, *cmd.reply);
+        } else {
+          AppendError(c->io.pending, cmd.op, cmd.request_id, cmd.reply.status());
+        }
+        Flush(c);
+        break;
+      }
     }
   }
 }

@@ -29,14 +29,26 @@
 
 namespace tessera::fabric {
 
+// Shared by an I/O thread and every AsyncReply it handed out; `thread` is cleared (under mu)
+// when the I/O thread goes away, so late replies are dropped instead of touching freed memory.
+struct AsyncReplyChannel {
+  std::mutex mu;
+  ServerIoThread* thread = nullptr;
+};
+
 class ServerIoThread {
  public:
   // A request handed to an I/O thread by another thread.
   struct Command {
-    enum class Kind { kNotice, kDisconnect, kStop } kind;
+    enum class Kind { kNotice, kDisconnect, kStop, kReply } kind;
     std::optional<uint64_t> client_id;
     Notice notice;
     uint64_t grace_deadline_ns = 0;
+    // kReply (AsyncReply::Send): the connection, the request and its answer.
+    uint64_t connection_id = 0;
+    Op op = Op::kKvGet;
+    uint64_t request_id = 0;
+    Result<std::vector<uint8_t>> reply = std::vector<uint8_t>();
   };
 
   ServerIoThread(Server::Impl* server, int index, UniqueFd listen_fd);
@@ -90,6 +102,7 @@ class ServerIoThread {
   UniqueFd event_fd_;
   IoRing ring_;
   std::thread thread_;
+  std::shared_ptr<AsyncReplyChannel> reply_channel_;
   std::mutex mu_;
   std::deque<Command> commands_;
   uint64_t event_buf_ = 0;

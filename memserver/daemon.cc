@@ -42,6 +42,8 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   ho.headroom_bytes = options.headroom_bytes;
   ho.orphan_grace_ns = options.orphan_grace_ns;
   d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
+  TESSERA_ASSIGN_OR_RETURN(d->kv_, KvService::Create(d->pool_.get(), options.offload));
+  d->handler_->AttachKv(d->kv_.get());
 
   d->source_ = std::make_unique<MeminfoSource>(options.meminfo_path);
   ResourceMonitor::Options mo;

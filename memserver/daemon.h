@@ -22,6 +22,7 @@
 #include "fabric/transport.h"
 #include "memserver/handler.h"
 #include "memserver/http_metrics.h"
+#include "memserver/kv_service.h"
 #include "memserver/resource_monitor.h"
 #include "memserver/slab_pool.h"
 
@@ -45,6 +46,8 @@ struct DaemonOptions {
   // Slabs of a client with no open connection for this long are freed (0: never).
   uint64_t orphan_grace_ns = 30000ull * 1000000;
   double smoothing = 0.5;
+  // KV tables and offload functions (Kayak): workers, pushback bound, budget, libraries.
+  OffloadOptions offload;
 };
 
 class MemServerDaemon {
@@ -72,6 +75,7 @@ class MemServerDaemon {
   DaemonOptions options_;
   // Destroyed bottom-up: endpoint, network, monitor, handler, memory.
   std::unique_ptr<SlabPool> pool_;
+  std::unique_ptr<KvService> kv_;  // Outlives the handler; its slabs go back to the pool.
   std::unique_ptr<MemServerHandler> handler_;
   std::unique_ptr<MeminfoSource> source_;
   MonotonicClock clock_;

@@ -359,7 +359,11 @@ Result<std::string> MemServerHandler::FlipBits(const FaultSpec& spec) {
 }
 
 fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
-  (void)peer;
+  if (peer.client_id == kKvOwner) {
+    // The KV tables' slabs belong to this id: no client may act as it.
+    TLOG(WARNING) << "client " << peer.address << " claims the reserved KV owner id; dropped";
+    return fabric::OpPolicy::Drop();
+  }
   if (op == Op::kRead || op == Op::kWrite) metrics_.CountDataRequest();
   FaultState::Decision d = faults_.Decide(static_cast<uint16_t>(op), MonotonicNs());
   if (d.drop) {
@@ -375,6 +379,17 @@ fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
     return fabric::OpPolicy::Delay(d.delay_ns);
   }
   return fabric::OpPolicy::Proceed();
+}
+
+std::optional<Result<std::vector<uint8_t>>> MemServerHandler::HandleKv(
+    const PeerInfo& peer, const fabric::ParsedFrame& frame, fabric::AsyncReply reply) {
+  (void)peer;
+  KvService* kv = kv_.load(std::memory_order_acquire);
+  if (kv == nullptr) {
+    return Result<std::vector<uint8_t>>(
+        Unsupported(fabric::OpName(frame.header.op), ": this memserver hosts no KV tables"));
+  }
+  return kv->Handle(frame, std::move(reply));
 }
 
 void MemServerHandler::SlabEvicting(OwnerId owner, uint64_t slab_id, uint64_t deadline_ms) {
@@ -438,6 +453,7 @@ std::string MemServerHandler::StatsText() {
   o << "service_p99_ns " << metrics_.service().Percentile(0.99) << "\n";
   o << "load_permille " << metrics_.load_permille() << "\n";
   o << "faulted_ops " << metrics_.faulted_ops() << "\n";
+  if (KvService* kv = kv_.load(std::memory_order_acquire)) o << kv->StatsText();
   o << "faults " << faults_.Describe(now) << "\n";
   return o.str();
 }

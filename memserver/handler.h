@@ -34,6 +34,7 @@
 
 #include "fabric/server.h"
 #include "memserver/fault_state.h"
+#include "memserver/kv_service.h"
 #include "memserver/metrics.h"
 #include "memserver/resource_monitor.h"
 #include "memserver/slab_pool.h"
@@ -64,6 +65,8 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
 
   void AttachServer(fabric::Server* server, fabric::MemoryRegistration registration);
   void AttachMonitor(ResourceMonitor* monitor);
+  // The KV tables and offload runtime (KV frames); without it KV ops get Unsupported.
+  void AttachKv(KvService* kv) { kv_.store(kv, std::memory_order_release); }
 
   // Registers an INVOKE function. AlreadyExists for a taken id; InvalidArgument for ids at or
   // above kReservedFunctionIdBase.
@@ -84,6 +87,9 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   Result<std::vector<uint8_t>> Invoke(const fabric::PeerInfo& peer, uint32_t function_id,
                                       std::span<const uint8_t> args) override;
   Status Fault(const fabric::PeerInfo& peer, const fabric::FaultRequest& req) override;
+  std::optional<Result<std::vector<uint8_t>>> HandleKv(const fabric::PeerInfo& peer,
+                                                       const fabric::ParsedFrame& frame,
+                                                       fabric::AsyncReply reply) override;
   fabric::OpPolicy BeforeOp(const fabric::PeerInfo& peer, fabric::Op op) override;
 
   // EvictionSink (called by the monitor).
@@ -113,6 +119,7 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   const uint64_t start_ns_;
   std::atomic<fabric::Server*> server_{nullptr};
   std::atomic<ResourceMonitor*> monitor_{nullptr};
+  std::atomic<KvService*> kv_{nullptr};
   fabric::MemoryRegistration registration_;  // Set before Start().
   FaultState faults_;
   ServerMetrics metrics_;

@@ -29,6 +29,7 @@ const Subcommand kSubcommands[] = {
     {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
     {"nbd", "serve the resilient page store as a Network Block Device export"},
     {"experiment", "run failure-injection experiments from scenario files (TOML)"},
+    {"kv", "get/put/delete keys of a KV table on memservers, invoke offload functions"},
     {"sim placement", "simulate placement policies under correlated failures"},
     {"bench coding", "erasure-coding throughput: ISA-L RS vs Jerasure vs replication"},
     {"bench fabric", "one-sided read/write latency and throughput vs memcached"},
@@ -40,6 +41,7 @@ const Subcommand kSubcommands[] = {
     {"paramsvc serve", "run the Parameter Service (model aggregation) on a memserver host"},
     {"paramsvc status", "show a Parameter Service's jobs, cores and counters"},
     {"bench paramsvc", "Parameter Service: summation, packing, vs gloo allreduce, staleness"},
+    {"bench kayak", "KV vs RPC offload chosen adaptively under a p99 SLO, vs Redis GET/FCALL"},
 };
 
 bool IsExecutable(const std::string& path) {

@@ -33,6 +33,14 @@ DEFINE_string(orphan_grace, "30s",
               "process died or exited without releasing them); a reconnect within it keeps them. "
               "0 = never free them. Checked every --monitor_interval");
 DEFINE_string(monitor_interval, "200ms", "How often free host memory is sampled");
+DEFINE_string(offload_lib, "",
+              "Comma-separated shared libraries of operators' offload functions, loaded at "
+              "start-up (C ABI: memserver/tessera_offload.h)");
+DEFINE_int32(offload_workers, 2, "Worker threads that run offload functions (1..64)");
+DEFINE_int32(offload_queue, 32,
+             "Offload invocations that may wait for a worker; beyond it the server answers "
+             "'pushed back' at once and the client runs the request the KV way");
+DEFINE_string(offload_budget, "50ms", "Wall time one run of an offload function may take");
 DEFINE_string(meminfo_path, "/proc/meminfo",
               "Where MemAvailable is read (tests point it at a file they write)");
 
@@ -108,6 +116,21 @@ int main(int argc, char** argv) {
     o.orphan_grace_ns = *grace;
   }
   o.meminfo_path = FLAGS_meminfo_path;
+  if (FLAGS_offload_workers < 1 || FLAGS_offload_workers > 64) {
+    UsageError(kSpec, "--offload_workers must be in [1, 64]");
+  }
+  if (FLAGS_offload_queue < 1 || FLAGS_offload_queue > 4096) {
+    UsageError(kSpec, "--offload_queue must be in [1, 4096]");
+  }
+  o.offload.workers = FLAGS_offload_workers;
+  o.offload.max_queue = static_cast<uint32_t>(FLAGS_offload_queue);
+  o.offload.budget_ns = DurationFlag("offload_budget", FLAGS_offload_budget);
+  for (size_t start = 0; start < FLAGS_offload_lib.size();) {
+    size_t comma = FLAGS_offload_lib.find(',', start);
+    if (comma == std::string::npos) comma = FLAGS_offload_lib.size();
+    if (comma > start) o.offload.libraries.push_back(FLAGS_offload_lib.substr(start, comma - start));
+    start = comma + 1;
+  }
 
   auto secret = tessera::fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera memserver");
   if (!secret.ok()) {
