@@ -44,8 +44,12 @@ TEST(BenchKayakTest, QuickJsonRowsKeepTheContract) {
       const double x = j["x_final"].get<double>();
       EXPECT_GE(x, 0.0);
       EXPECT_LE(x, 1.0);
-      if (j["mode"] == "kv") EXPECT_EQ(x, 0.0);
-      if (j["mode"] == "rpc") EXPECT_EQ(x, 1.0);
+      if (j["mode"] == "kv") {
+        EXPECT_EQ(x, 0.0);
+      }
+      if (j["mode"] == "rpc") {
+        EXPECT_EQ(x, 1.0);
+      }
     }
   }
   EXPECT_EQ(modes, (std::set<std::string>{"kv", "rpc", "pushback", "kayak", "redis-get", "redis-fcall"}));
