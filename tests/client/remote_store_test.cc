@@ -19,10 +19,15 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "fabric/control_client.h"
+#include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::client {
 namespace {
+
+using ::tessera::testing::IsOk;
+using ::tessera::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr int kWaitMs = 30000;
 
@@ -423,10 +428,10 @@ TEST_P(EcLayoutTest, KillRPlusOneOfOneGroupExactlyAffectedPagesReportDataLoss) {
   for (PageId p = 0; p < kPages; ++p) {
     Status st = store->ReadPage(p, buf);
     if (affected[p]) {
-      ASSERT_EQ(st.code(), StatusCode::kDataLoss) << "page " << p << ": " << st;
-      EXPECT_NE(st.message().find("page " + std::to_string(p) + ":"), std::string::npos) << st;
+      ASSERT_THAT(st, StatusIs(StatusCode::kDataLoss, HasSubstr("page " + std::to_string(p) + ":")))
+          << "page " << p;
     } else {
-      ASSERT_TRUE(st.ok()) << "page " << p << ": " << st;
+      ASSERT_THAT(st, IsOk()) << "page " << p;
       ASSERT_TRUE(Matches(p, 1, buf)) << "page " << p;
     }
   }
@@ -976,10 +981,9 @@ TEST(EcLayoutNamesTest, ParseAndName) {
   EXPECT_EQ(*ParseEcLayout("group"), EcLayout::kGroup);
   EXPECT_EQ(EcLayoutName(EcLayout::kGroup), "group");
   EXPECT_EQ(EcLayoutName(EcLayout::kSplit), "split");
-  auto bad = ParseEcLayout("batch");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("split, group"), std::string::npos) << bad.status();
+  EXPECT_THAT(ParseEcLayout("batch"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("(split, group)")));
+  EXPECT_THAT(ParseEcLayout("group"), IsOk());
 }
 
 // Group layout: rewriting pages again and again leaves garbage in old stripes; compaction
@@ -1056,7 +1060,7 @@ TEST(GroupLayoutTest, FlushSealsTheStripeBufferAndGivesFullResilience) {
     PageOp* one = &ops[i];
     ASSERT_TRUE(store->Submit(std::span<PageOp* const>(&one, 1)).ok());
   }
-  ASSERT_TRUE(store->Flush().ok());
+  ASSERT_THAT(store->Flush(), IsOk());
   EXPECT_EQ(counter.done.load(), 3u);
   EXPECT_EQ(counter.failed.load(), 0u);
   auto st = store->Stats();
@@ -1088,7 +1092,7 @@ TEST(GroupLayoutTest, TrimFreesRemoteMemory) {
   ASSERT_TRUE(store->Flush().ok());
   EXPECT_GT(store->Stats().remote_bytes, 0u);
   EXPECT_GT(SumServerStat(*cluster, "slabs_allocated"), 0u);
-  ASSERT_TRUE(store->Trim(0, kPages).ok());
+  ASSERT_THAT(store->Trim(0, kPages), IsOk());
   EXPECT_EQ(store->Stats().remote_bytes, 0u);
   EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 0u);
   uint8_t buf[kPageSize];
