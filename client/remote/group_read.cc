@@ -78,9 +78,8 @@ void IoThread::GroupAskMore(Ctx* c) {
   Slab& s = slabs_[c->slab];
   const uint64_t bad_others = c->bad & ~(1ull << c->col);
   const int want = lay_.k + (bad_others == 0 ? lay_.delta : 0);
-  int have = std::popcount((c->good | c->zero) & ~(c->kind == Ctx::Kind::kRegen
-                                                      ? (1ull << c->regen_split)
-                                                      : 0)) +
+  int have = std::popcount((c->good | c->zero) &
+                           ~(c->kind == Ctx::Kind::kRegen ? (1ull << c->regen_split) : 0)) +
              c->outstanding;
   // The page's own member, still outstanding, counts (it finishes the read on its own).
   for (int pass = 0; pass < 3 && have < want; ++pass) {
@@ -127,8 +126,7 @@ void IoThread::GroupAskMore(Ctx* c) {
   }
   const int usable = std::popcount(c->good | c->zero);
   GroupFinishRead(c, DataLoss("page " + std::to_string(c->page) + ": only " +
-                              std::to_string(usable) + " of the " +
-                              std::to_string(lay_.width()) +
+                              std::to_string(usable) + " of the " + std::to_string(lay_.width()) +
                               " members of its stripe are readable and intact (" +
                               std::to_string(lay_.k) + " needed); the page's data is lost"));
 }
@@ -143,8 +141,8 @@ void IoThread::GroupOnRead(Ctx* c, int member, const Status& st) {
   } else {
     c->bad |= bit;
     Slab& s = slabs_[c->slab];
-    if (s.regen_cursor[member] > c->pidx &&
-        ((s.stripes[c->pidx].rebuilding >> member) & 1) == 0 && (c->kind == Ctx::Kind::kRegen || gloc_[LocalIndex(c->page)].seq == c->seq)) {
+    if (s.regen_cursor[member] > c->pidx && ((s.stripes[c->pidx].rebuilding >> member) & 1) == 0 &&
+        (c->kind == Ctx::Kind::kRegen || gloc_[LocalIndex(c->page)].seq == c->seq)) {
       c->corrupt |= bit;
       store_->stats_.corruptions_detected.fetch_add(1, std::memory_order_relaxed);
     }
@@ -193,8 +191,7 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
         st = DataLoss("page " + std::to_string(c->page) + ": " + st.ToString());
       }
     }
-    if (st.ok() && c->kind == Ctx::Kind::kRead && c->degraded &&
-        ((c->good >> c->col) & 1) == 0) {
+    if (st.ok() && c->kind == Ctx::Kind::kRead && c->degraded && ((c->good >> c->col) & 1) == 0) {
       store_->stats_.degraded_reads.fetch_add(1, std::memory_order_relaxed);
     }
     if (st.ok() && c->kind == Ctx::Kind::kRegen &&
@@ -247,8 +244,7 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
     } else {
       --compact_inflight_;
       if (!st.ok()) {
-        TLOG(WARNING) << store_->name_ << ": compaction cannot read page " << c->page << ": "
-                      << st;
+        TLOG(WARNING) << store_->name_ << ": compaction cannot read page " << c->page << ": " << st;
       }
     }
   } else {  // kRegen
@@ -289,14 +285,14 @@ Result<std::vector<size_t>> IoThread::GroupLocate(PageId page) {
     s = &slabs_[L.writing->slab];
     col = L.col;
   } else {
-    return NotFound("page " + std::to_string(page) +
-                    (L.where == PageLoc::Where::kBuffered ? " is in the stripe buffer"
-                                                          : " is not stored"));
+    return NotFound(
+        "page " + std::to_string(page) +
+        (L.where == PageLoc::Where::kBuffered ? " is in the stripe buffer" : " is not stored"));
   }
   // The page's own server first, then the servers of the other stored members of its stripe
   // in member order (padding members are stored nowhere).
-  const uint64_t zero = L.where == PageLoc::Where::kStored ? s->stripes[L.row].zero
-                                                            : L.writing->zero;
+  const uint64_t zero =
+      L.where == PageLoc::Where::kStored ? s->stripes[L.row].zero : L.writing->zero;
   std::vector<size_t> out;
   out.push_back(s->server[col].load(std::memory_order_relaxed));
   for (int j = 0; j < lay_.width(); ++j) {

@@ -84,8 +84,8 @@ void IoThread::GroupMaybeReleaseStripe(uint32_t slab, uint32_t row) {
   // Members of a free row need no regeneration.
   for (int j = 0; j < lay_.width(); ++j) {
     if (s.regen_cursor[j] <= row) {
-      store_->stats_.regenerations_pending.fetch_sub(
-          (st.zero >> j) & 1 ? 0 : 1, std::memory_order_relaxed);
+      store_->stats_.regenerations_pending.fetch_sub((st.zero >> j) & 1 ? 0 : 1,
+                                                     std::memory_order_relaxed);
     }
   }
   st.zero = 0;
@@ -190,8 +190,8 @@ bool IoThread::GroupSeal() {
     // No stripe space: fail the buffered writes (their pages become never-written) rather than
     // block the thread; logged at 1, 2, 4, ...
     if (LogThisOne(++out_of_space_)) {
-      TLOG(WARNING) << store_->name_ << ": cannot seal a stripe: " << why << " ("
-                    << out_of_space_ << " so far on this thread)";
+      TLOG(WARNING) << store_->name_ << ": cannot seal a stripe: " << why << " (" << out_of_space_
+                    << " so far on this thread)";
     }
     for (const Buffered& b : gbuf_) {
       PageLoc& L = gloc_[LocalIndex(b.page)];
@@ -201,8 +201,7 @@ bool IoThread::GroupSeal() {
       }
     }
     for (auto& [op, start] : gbuf_ops_) {
-      Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()),
-               start);
+      Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()), start);
     }
     compact_inflight_ -= std::min(compact_inflight_, gbuf_moves_);
     unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
@@ -297,8 +296,8 @@ Stripe* IoThread::GroupOpenStripe(int n) {
   Slab& s = slabs_[open_slab_];
   Stripe& st = s.stripes[open_row_];
   const uint64_t data_mask = (1ull << lay_.k) - 1;
-  if (!s.allocated || s.draining || st.gen != open_gen_ ||
-      st.state != Stripe::State::kSealed || (st.zero & data_mask) == 0) {
+  if (!s.allocated || s.draining || st.gen != open_gen_ || st.state != Stripe::State::kSealed ||
+      (st.zero & data_mask) == 0) {
     GroupCloseOpenStripe();
     return nullptr;
   }
@@ -399,9 +398,8 @@ void IoThread::GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Sta
   } else {
     Slab& s = slab;
     if (IsConnectionError(st)) FailServer(server, st.ToString());  // Idempotent.
-    if ((c->retried & bit) == 0 &&
-        (s.server[member].load(std::memory_order_relaxed) != server ||
-         (server != kNoServer && !store_->failed_[server].load()))) {
+    if ((c->retried & bit) == 0 && (s.server[member].load(std::memory_order_relaxed) != server ||
+                                    (server != kNoServer && !store_->failed_[server].load()))) {
       c->retried |= bit;  // Moved to a replacement (or refused once): retry once there.
       if (!Post(c, member, fabric::OpKind::kWrite, SplitBuf(c, member))) c->bad |= bit;
     } else {
@@ -487,8 +485,7 @@ void IoThread::GroupStripeSettled(Ctx* c) {
     for (auto& [op, start] : stripe_ops_[ci]) {
       Complete(op,
                stored_ok ? Status::Ok()
-                         : Unavailable("page " + std::to_string(op->page) + ": " +
-                                       fail.ToString()),
+                         : Unavailable("page " + std::to_string(op->page) + ": " + fail.ToString()),
                start);
     }
     stripe_ops_[ci].clear();
@@ -567,8 +564,7 @@ void IoThread::GroupCompact() {
   // Garbage.
   const uint64_t k = static_cast<uint64_t>(lay_.k);
   const uint64_t pending = unsettled_.load(std::memory_order_relaxed);
-  const double bound =
-      lay_.g.max_garbage_factor * static_cast<double>(glive_ + pending) + 2.0 * k;
+  const double bound = lay_.g.max_garbage_factor * static_cast<double>(glive_ + pending) + 2.0 * k;
   if (static_cast<double>(gused_) <= bound) return;
   // The sealed stripes with the fewest live pages (most garbage) first, up to the move budget.
   for (int live_limit = 1; live_limit < lay_.k && compact_inflight_ < kMaxMoves; ++live_limit) {

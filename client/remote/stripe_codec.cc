@@ -29,8 +29,8 @@ void StripeCodec::Encode(const uint8_t* const* data, uint8_t* const* parity, siz
                  const_cast<uint8_t**>(data), const_cast<uint8_t**>(parity));
 }
 
-Status StripeCodec::Rebuild(const uint8_t* const* members, uint64_t good, int target,
-                            uint8_t* out, size_t len) const {
+Status StripeCodec::Rebuild(const uint8_t* const* members, uint64_t good, int target, uint8_t* out,
+                            size_t len) const {
   if (target < 0 || target >= k_ + r_) return InvalidArgument("bad stripe member");
   if (target < k_ && (good >> target) & 1) {
     std::memcpy(out, members[target], len);
@@ -44,8 +44,8 @@ Status StripeCodec::Rebuild(const uint8_t* const* members, uint64_t good, int ta
   }
   if (n < k_) {
     return DataLoss("only " + std::to_string(std::popcount(good)) + " of " +
-                    std::to_string(k_ + r_) + " stripe members are good (" +
-                    std::to_string(k_) + " needed)");
+                    std::to_string(k_ + r_) + " stripe members are good (" + std::to_string(k_) +
+                    " needed)");
   }
   constexpr int K = coding::kMaxDataSplits;
   std::array<uint8_t, K * K> b{};

@@ -37,7 +37,7 @@ class StripeCodec {
   StripeCodec() = default;
   int k_ = 0;
   int r_ = 0;
-  std::vector<uint8_t> matrix_;  // (k + r) x k generator: identity, then Cauchy rows.
+  std::vector<uint8_t> matrix_;         // (k + r) x k generator: identity, then Cauchy rows.
   std::vector<uint8_t> encode_tables_;  // 32 * k * r.
 };
 

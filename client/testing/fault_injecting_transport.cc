@@ -101,12 +101,12 @@ size_t FaultInjectingTransport::Wait(std::span<fabric::Completion> out, Deadline
 
 std::function<Result<std::unique_ptr<fabric::Transport>>(const fabric::TransportOptions&)>
 FaultInjectingFactory(std::shared_ptr<TransportFaults> faults) {
-  return [faults](const fabric::TransportOptions& to)
-             -> Result<std::unique_ptr<fabric::Transport>> {
-    TESSERA_ASSIGN_OR_RETURN(auto inner, fabric::Transport::Create(to));
-    return std::unique_ptr<fabric::Transport>(
-        new FaultInjectingTransport(std::move(inner), faults));
-  };
+  return
+      [faults](const fabric::TransportOptions& to) -> Result<std::unique_ptr<fabric::Transport>> {
+        TESSERA_ASSIGN_OR_RETURN(auto inner, fabric::Transport::Create(to));
+        return std::unique_ptr<fabric::Transport>(
+            new FaultInjectingTransport(std::move(inner), faults));
+      };
 }
 
 }  // namespace tessera::client::testing

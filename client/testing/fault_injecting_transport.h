@@ -50,9 +50,7 @@ class FaultInjectingTransport final : public fabric::Transport {
                                        const fabric::ConnectOptions& options) override;
   Status Disconnect(fabric::ConnectionId c) override { return inner_->Disconnect(c); }
   Status Abort(fabric::ConnectionId c) override { return inner_->Abort(c); }
-  Result<fabric::ServerInfo> Info(fabric::ConnectionId c) const override {
-    return inner_->Info(c);
-  }
+  Result<fabric::ServerInfo> Info(fabric::ConnectionId c) const override { return inner_->Info(c); }
   bool Connected(fabric::ConnectionId c) const override { return inner_->Connected(c); }
   Status RegisterMemory(void* addr, size_t length) override {
     return inner_->RegisterMemory(addr, length);

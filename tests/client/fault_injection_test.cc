@@ -61,8 +61,7 @@ TEST_P(FaultInjectionTest, CorruptRepliesAndFailedOpsLoseNothing) {
     std::vector<uint8_t> got(kPages * kPageSize);
     ASSERT_THAT(store->ReadPages(ids.data(), kPages, got.data()), IsOk());
     for (PageId p = 0; p < kPages; ++p) {
-      ASSERT_EQ(std::memcmp(got.data() + p * kPageSize, data.data() + p * kPageSize, kPageSize),
-                0)
+      ASSERT_EQ(std::memcmp(got.data() + p * kPageSize, data.data() + p * kPageSize, kPageSize), 0)
           << "page " << p;
     }
   };
