@@ -37,6 +37,7 @@ DEFINE_int32(k, 8, "Data splits per page");
 DEFINE_int32(r, 2, "Parity splits per page (memservers that may fail)");
 DEFINE_string(listen, "127.0.0.1:10809", "TCP address to listen on, HOST:PORT (port 0: ephemeral)");
 DEFINE_string(unix, "", "Listen on this unix socket instead of TCP");
+DEFINE_string(layout, "", "Erasure-coded layout: split or group (default: the store's default)");
 DEFINE_int32(io_threads, 1, "I/O threads of the page store");
 DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token paths");
 
@@ -72,6 +73,10 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
   }
   if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16) cli::UsageError(kSpec, "--io_threads must be in 1..16");
+  if (!FLAGS_layout.empty()) {
+    auto l = client::ParseEcLayout(FLAGS_layout);
+    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
+  }
 
   // Exports.
   std::vector<std::pair<std::string, uint64_t>> sizes;
@@ -163,6 +168,7 @@ int Main(int argc, char** argv) {
   eo.remote.io_threads = FLAGS_io_threads;
   eo.k = FLAGS_k;
   eo.r = FLAGS_r;
+  if (!FLAGS_layout.empty()) eo.layout = *client::ParseEcLayout(FLAGS_layout);  // Checked above.
   auto store_or = client::CreateErasureCodedStore(eo);
   if (!store_or.ok()) {
     std::fprintf(stderr, "tessera nbd: %s\n", store_or.status().ToString().c_str());

@@ -53,6 +53,10 @@ DEFINE_string(live_stats_file, "",
               "and tests; default: a private temporary file)");
 DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
 DEFINE_bool(summary, true, "Print the summary to stderr at exit");
+DEFINE_string(layout, "",
+              "Erasure-coded layout: split (a page cut into k splits on k+r servers) or group "
+              "(whole pages on one server each, k of them plus r parity pages per stripe); "
+              "default: the page store's default");
 DEFINE_bool(write_traps, true,
             "The victim policy write-protects resident dirty pages as they come round to learn "
             "whether they are written again (--nowrite_traps: only first writes and re-faults "
@@ -222,6 +226,12 @@ int Main(int argc, char** argv) {
   }
   if (FLAGS_spares < -1 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in -1..8");
   if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
+  std::string layout_name = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
+  if (!FLAGS_layout.empty()) {
+    auto l = client::ParseEcLayout(FLAGS_layout);
+    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
+    layout_name = std::string(client::EcLayoutName(*l));
+  }
   if (!(FLAGS_term_grace >= 0 && FLAGS_term_grace <= 3600)) {
     cli::UsageError(kSpec, "--term-grace must be in [0, 3600] seconds");
   }
@@ -325,6 +335,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
+      std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
   };
   // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.
   if (!gflags::GetCommandLineFlagInfoOrDie("log_level").is_default) {
@@ -434,8 +445,8 @@ int Main(int argc, char** argv) {
   if (FLAGS_summary) {
     std::string limit = FLAGS_local_memory;
     std::fprintf(stderr,
-                 "tessera run: %s after %.2f s; RS(%d,%d) over %s; local memory %s%s\n", how.c_str(),
-                 secs, FLAGS_k, FLAGS_r, where.c_str(), limit.c_str(),
+                 "tessera run: %s after %.2f s; RS(%d,%d) %s layout over %s; local memory %s%s\n",
+                 how.c_str(), secs, FLAGS_k, FLAGS_r, layout_name.c_str(), where.c_str(), limit.c_str(),
                  stats.empty() ? " (no stats: the program ended before the shim wrote any)"
                  : final       ? ""
                                : " (stats: last live snapshot, the program did not exit normally)");
@@ -471,7 +482,7 @@ int Main(int argc, char** argv) {
   if (!FLAGS_stats_json.empty()) {
     std::string j = "{\"exit_code\":" + std::to_string(code) + ",\"status\":\"" +
                     JsonEscape(how) + "\",\"elapsed_s\":" + std::to_string(secs) +
-                    ",\"k\":" + std::to_string(FLAGS_k) + ",\"r\":" + std::to_string(FLAGS_r) +
+                    ",\"layout\":\"" + layout_name + "\",\"k\":" + std::to_string(FLAGS_k) + ",\"r\":" + std::to_string(FLAGS_r) +
                     ",\"local_memory\":\"" + JsonEscape(FLAGS_local_memory) +
                     "\",\"servers\":\"" + JsonEscape(where) + "\",\"stats_final\":" +
                     (final ? "true" : "false") + ",\"failures_survived\":" +

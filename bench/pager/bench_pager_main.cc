@@ -54,6 +54,8 @@ DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local 
 DEFINE_bool(fault_thread_reads, true,
             "Pager: the fault thread reads a remote page itself (blocking ReadPage) instead of "
             "submitting it and mapping it from the store's completion callback");
+DEFINE_string(layout, "",
+              "Erasure-coded layout of the store: split or group (default: the store's default)");
 DEFINE_int32(zero_fault_around, 16,
              "Pager: never-written neighbours mapped with a zero-fill fault (0..64)");
 
@@ -61,9 +63,8 @@ namespace tessera {
 namespace {
 
 using bench_pager::Pattern;
-// The erasure-coded layout of the store every section uses (OpenStore: the split layout, k+r
-// splits per page); every row says so.
-constexpr const char* kLayout = "split";
+// The erasure-coded layout of the store every section uses (--layout); every row says so.
+std::string kLayout;
 using client::kPageSize;
 
 const cli::CliSpec kSpec{
@@ -203,6 +204,7 @@ Result<std::unique_ptr<client::PageStore>> OpenStore(client::LocalCluster& clust
   eo.remote.capacity_pages = capacity_pages;
   eo.k = 8;
   eo.r = 2;
+  eo.layout = *client::ParseEcLayout(kLayout);  // Validated in Main.
   return client::CreateErasureCodedStore(eo);
 }
 
@@ -281,6 +283,12 @@ int Main(int argc, char** argv) {
   }
   if (!(FLAGS_low_watermark > 0 && FLAGS_low_watermark <= 1)) {
     cli::UsageError(kSpec, "--low_watermark must be in (0, 1]");
+  }
+  kLayout = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
+  if (!FLAGS_layout.empty()) {
+    auto l = client::ParseEcLayout(FLAGS_layout);
+    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
+    kLayout = std::string(client::EcLayoutName(*l));
   }
   if (FLAGS_zero_fault_around < 0 || FLAGS_zero_fault_around > 64) {
     cli::UsageError(kSpec, "--zero_fault_around must be in [0, 64]");
@@ -501,7 +509,7 @@ int Main(int argc, char** argv) {
           std::vector<std::string> argv = {run_bin, "--cluster", cluster->cluster_file_path(),
                                            "--auth_token_file", cluster->token_path(),
                                            "--local_memory", Pct(f), "--k", "8", "--r", "2",
-                                           "--summary=false",
+                                           "--summary=false", "--layout", kLayout,
                                            "--progress=false", "--"};
           auto w = workload_argv(pat);
           argv.insert(argv.end(), w.begin(), w.end());

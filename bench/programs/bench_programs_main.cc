@@ -34,6 +34,7 @@
 
 #include "apps/cli/cli.h"
 #include "client/local_cluster.h"
+#include "client/remote_store.h"
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
@@ -44,9 +45,9 @@ DEFINE_bool(json, false, "JSON lines instead of tables");
 DEFINE_int32(runs, 3, "Runs per configuration (medians are reported)");
 DEFINE_string(programs, "workload,sort,redis", "Comma-separated: workload, sort, redis");
 DEFINE_string(local_memory, "75%,50%", "Comma-separated local-memory shares to run at");
-DEFINE_string(layouts, "split",
-              "Comma-separated erasure-coded layouts for `tessera run` (passed as --layout when "
-              "`tessera run` has that flag)");
+DEFINE_string(layouts, "split,group",
+              "Comma-separated erasure-coded layouts for `tessera run --layout` (--quick: the "
+              "store's default only)");
 DEFINE_int32(k, 4, "`tessera run` --k");
 DEFINE_int32(r, 2, "`tessera run` --r");
 DEFINE_bool(swap, true, "Compare with Linux swap (swapfile + cgroup-v1 memory limit)");
@@ -404,6 +405,9 @@ int Main(int argc, char** argv) {
     FLAGS_redis_requests = std::min(FLAGS_redis_requests, 10000);
     if (gflags::GetCommandLineFlagInfoOrDie("local_memory").is_default) FLAGS_local_memory = "50%";
     if (gflags::GetCommandLineFlagInfoOrDie("programs").is_default) FLAGS_programs = "workload,sort";
+    if (gflags::GetCommandLineFlagInfoOrDie("layouts").is_default) {
+      FLAGS_layouts = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
+    }
   }
   if (FLAGS_runs < 1 || FLAGS_runs > 20) cli::UsageError(kSpec, "--runs must be in [1, 20]");
   if (FLAGS_timeout_s < 10) cli::UsageError(kSpec, "--timeout_s must be at least 10");
@@ -640,8 +644,9 @@ int Main(int argc, char** argv) {
       for (const auto& layout : layouts) {
         const Series& s = paged[prog + "/" + Pct(f) + "/" + layout];
         auto sw = swapped.find(prog + "/" + Pct(f));
+        // A swap cell with an OOM-killed run reports no time (null), never the survivors'.
         const bool swap_ok = sw != swapped.end() && !sw->second.secs.empty() &&
-                             sw->second.identical;
+                             sw->second.identical && sw->second.ooms == 0;
         const bool ok = !s.secs.empty();
         const double tessera_s = ok ? Median(s.secs) : 0.0;
         const bool identical = ok && s.identical && s.failures == 0 &&

@@ -27,6 +27,7 @@ inline constexpr const char* kEnvRegion = "TESSERA_RUN_REGION";    // paged regi
 inline constexpr const char* kEnvStats = "TESSERA_RUN_STATS";      // final stats file
 inline constexpr const char* kEnvLive = "TESSERA_RUN_LIVE";        // live stats file
 inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
+inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
 inline constexpr const char* kPreloadName = "libtessera_preload.so";
 

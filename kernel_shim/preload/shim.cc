@@ -403,6 +403,7 @@ struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
   bool write_traps = true;
+  std::string layout;  // "" = the store's default
   LocalMemory local;
   uint64_t region = 8ull << 30;
 };
@@ -426,6 +427,7 @@ bool TakeConfig(Config* c, std::string* error) {
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
   std::string traps;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  take(kEnvLayout, &c->layout);
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
   if (const char* pre = getenv("LD_PRELOAD")) {
     std::string kept, entry;
@@ -524,6 +526,14 @@ void* InitThread(void* arg) {
     eo.remote.capacity_pages = c.region / kPage;
     eo.k = c.k;
     eo.r = c.r;
+    if (!c.layout.empty()) {
+      auto layout = client::ParseEcLayout(c.layout);
+      if (!layout.ok()) {
+        error = "bad " + std::string(kEnvLayout) + ": " + layout.status().ToString();
+        break;
+      }
+      eo.layout = *layout;
+    }
     auto store = client::CreateErasureCodedStore(eo);
     if (!store.ok()) {
       error = "page store: " + store.status().ToString();

@@ -1,0 +1,53 @@
+// `tessera run --layout split|group` (and `tessera nbd --layout`): the program's heap is paged
+// through the chosen erasure-coded layout on real memservers and its output is the unpaged one.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_util.h"
+
+namespace tessera {
+namespace {
+
+using testing::BinDir;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::TempDir;
+
+const std::string kScript = std::string(TESSERA_RUN_TEST_DIR) + "/workload.py";
+
+TEST(RunLayout, EachLayoutPagesTheProgramAndKeepsItsOutput) {
+  auto local = RunCommand({"/usr/bin/python3", kScript, "40000", "8", "3"}, 120000);
+  ASSERT_EQ(local.exit_code, 0);
+  for (const std::string layout : {"split", "group"}) {
+    TempDir tmp;
+    const std::string json = tmp.path() + "/stats.json";
+    auto out = RunCommand({BinDir() + "/tessera", "run", "--layout", layout, "--local-memory",
+                           "50%", "--stats-json", json, "--", "/usr/bin/python3", kScript,
+                           "40000", "8", "3"},
+                          240000);
+    ASSERT_EQ(out.exit_code, 0) << layout;
+    EXPECT_EQ(out.stdout_text, local.stdout_text) << layout;
+    auto j = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << ReadFile(json);
+    EXPECT_EQ(j.value("layout", ""), layout) << j.dump();
+    EXPECT_GT(j.value("remote_writes", 0), 0) << layout << ": nothing paged out: " << j.dump();
+    EXPECT_GT(j.value("remote_reads", 0), 0) << layout << ": nothing paged in: " << j.dump();
+    EXPECT_EQ(j.value("fill_errors", -1), 0) << j.dump();
+    EXPECT_EQ(j.value("store_data_loss", -1), 0) << j.dump();
+  }
+}
+
+TEST(RunLayout, UnknownLayoutIsAUsageError) {
+  EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", "--layout", "striped", "--", "/bin/true"})
+                .exit_code,
+            2);
+  EXPECT_EQ(RunCommand({BinDir() + "/tessera", "nbd", "--size", "64M", "--layout", "striped"})
+                .exit_code,
+            2);
+}
+
+}  // namespace
+}  // namespace tessera
