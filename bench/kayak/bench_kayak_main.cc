@@ -185,7 +185,9 @@ class Driver {
     }
     stopping_ = true;
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return inflight_ == 0; });
+    // Every request answered and no callback still inside Pump(): then nothing touches this
+    // Driver any more and the caller may destroy it.
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return inflight_ == 0 && busy_ == 0; });
     *completed = measured_;
   }
 
@@ -209,9 +211,11 @@ class Driver {
             ++measured_;
           }
           if (!ok) ++errors_;
-          if (inflight_ == 0) cv_.notify_all();
+          ++busy_;
         }
         Pump();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--busy_ == 0 && inflight_ == 0) cv_.notify_all();
       });
     }
   }
@@ -221,6 +225,7 @@ class Driver {
   std::mutex mu_;
   std::condition_variable cv_;
   uint32_t inflight_ = 0;
+  uint32_t busy_ = 0;  // Callbacks between their bookkeeping and their return.
   uint64_t measured_ = 0, errors_ = 0;
   std::atomic<uint64_t> total_{0};
   std::atomic<bool> stopping_{false};
