@@ -307,7 +307,9 @@ int main(int argc, char** argv) {
   co.bin_dir = tessera::SelfExeDir();
   co.servers = static_cast<size_t>(FLAGS_servers);
   const uint64_t need = static_cast<uint64_t>(FLAGS_keys) * (FLAGS_value_size + 80) / FLAGS_servers;
-  co.capacity = std::to_string(std::max<uint64_t>(256, need / (1 << 20) * 3 + 64)) + "M";
+  // Room for the records in their size classes, rounded to whole 2 MiB slabs.
+  const uint64_t cap_mib = std::max<uint64_t>(256, need / (1 << 20) * 3 + 64);
+  co.capacity = std::to_string((cap_mib + 1) / 2 * 2) + "M";
   co.slab_size = "2M";
   co.extra_flags = {"--offload_workers=" + std::to_string(FLAGS_offload_workers),
                     "--offload_queue=16"};
