@@ -73,6 +73,7 @@ struct WorkloadSample {
   uint64_t regenerations_pending = 0;
   uint64_t data_loss = 0;
   uint64_t server_failures = 0;
+  uint64_t regenerations_done = 0;
 };
 
 struct Sample {
@@ -192,6 +193,7 @@ class PageLoad {
     s.regenerations_pending = st.regenerations_pending;
     s.data_loss = lost_pages_.load(std::memory_order_relaxed);
     s.server_failures = st.server_failures;
+    s.regenerations_done = st.regenerations_done;
     return s;
   }
 
@@ -409,6 +411,8 @@ class ScenarioRun {
     res_.name = std::move(name);
     res_.healthy = healthy;
     res_.cluster = c;
+    if (s.workload.kind == "pagestore" && c_.layout.empty())
+      c_.layout = res_.cluster.layout = "split";
   }
 
   RunResult Run() {
@@ -758,11 +762,16 @@ class ScenarioRun {
     // Regeneration: the first moment after the last failure at which the failure has been
     // noticed and nothing is pending.
     const double failed_at = last_failure_t_.load();
+    // Rebuilt: the failure was noticed, splits were rebuilt since, and none is left pending.
     if (failed_at >= 0 && regen_after_.load() < 0 && s.t > failed_at &&
-        w.server_failures >= failures_before_.load() + 1 && w.regenerations_pending == 0) {
+        w.server_failures >= failures_before_.load() + 1 &&
+        w.regenerations_done > regens_before_.load() && w.regenerations_pending == 0) {
       regen_after_.store(s.t - failed_at);
     }
-    if (last_failure_t_ < 0) failures_before_ = w.server_failures;
+    if (last_failure_t_ < 0) {
+      failures_before_ = w.server_failures;
+      regens_before_ = w.regenerations_done;
+    }
     {
       std::lock_guard<std::mutex> l(mu_);
       res_.samples.push_back(s);
@@ -818,6 +827,8 @@ class ScenarioRun {
     eo.k = c_.k;
     eo.r = c_.r;
     eo.delta = c_.delta;
+    TESSERA_ASSIGN_OR_RETURN(eo.layout,
+                             client::ParseEcLayout(c_.layout.empty() ? "split" : c_.layout));
     load_ = std::make_unique<PageLoad>(s_.workload, s_.seed, &phase_, o_.cancel);
     TESSERA_RETURN_IF_ERROR(load_->Open(eo));
     TESSERA_RETURN_IF_ERROR(load_->Fill().WithContext("writing the pages"));
@@ -1264,7 +1275,7 @@ class ScenarioRun {
   uint64_t last_ops_ = 0, last_ticks_ = 0;
   int last_phase_ = 0;
   std::atomic<double> last_failure_t_{-1};
-  std::atomic<uint64_t> failures_before_{0};
+  std::atomic<uint64_t> failures_before_{0}, regens_before_{0};
   std::atomic<double> regen_after_{-1};
 };
 
@@ -1570,7 +1581,7 @@ json ResultJson(const RunResult& r) {
   j["healthy_baseline"] = r.healthy;
   j["cluster"] = {{"memservers", r.cluster.memservers},
                   {"racks", r.cluster.racks},
-                  {"layout", r.cluster.layout},
+                  {"layout", r.cluster.layout.empty() ? "tool default" : r.cluster.layout},
                   {"k", r.cluster.k},
                   {"r", r.cluster.r},
                   {"delta", r.cluster.delta},
@@ -1630,20 +1641,18 @@ Status CheckRunnable(const Scenario& s) {
         "workload kind \"kv\" is not available in this build: the KV offload service "
         "(apps/kayak) has not landed yet; use kind = \"run\", \"pagestore\" or \"paramsvc\"");
   }
+  // The layout is a setting of the in-process page store; `tessera run` and the Parameter
+  // Service's checkpoints use their own store's default layout.
   auto layout_ok = [&](const std::string& l) -> Status {
-    if (l == "group") {
-      return Unsupported(
-          "layout = \"group\" is not available in this build: the client has only "
-          "the split layout so far");
+    if (!l.empty() && s.workload.kind != "pagestore") {
+      return Unsupported("layout applies to kind = \"pagestore\" only (kind = \"", s.workload.kind,
+                         "\" uses its own store's default layout)");
     }
     return Status::Ok();
   };
   TESSERA_RETURN_IF_ERROR(layout_ok(s.cluster.layout));
   for (const VariantSpec& v : s.variants) {
     if (v.layout) TESSERA_RETURN_IF_ERROR(layout_ok(*v.layout));
-  }
-  if (s.workload.kind != "pagestore" && s.cluster.layout != "split") {
-    return Unsupported("kind = \"", s.workload.kind, "\" uses the split layout only");
   }
   auto check_expect = [&](const ExpectSpec& e) -> Status {
     if (e.max_slowdown_vs_healthy && s.workload.kind == "pagestore" && s.workload.ops == 0) {
@@ -1841,7 +1850,11 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
           (r.cluster.racks ? " in " + std::to_string(r.cluster.racks) + " racks" : "") + ", RS(" +
           std::to_string(r.cluster.k) + "," + std::to_string(r.cluster.r) + ") delta " +
           std::to_string(r.cluster.delta) + ", " + r.cluster.placement + " placement, " +
-          r.cluster.layout + " layout\n";
+          (r.cluster.layout.empty()
+               ? (s.workload.kind == "pagestore" ? std::string("split layout")
+                                                 : std::string("the tool's default layout"))
+               : r.cluster.layout + " layout") +
+          "\n";
     if (s.workload.kind == "paramsvc") {
       md += "- completion " + Fmt(r.completion_s, 2) + " s; " + std::to_string(r.iterations) +
             " PushPull rounds, p50/p99 before faults " + Fmt(r.p50_before_us) + "/" +

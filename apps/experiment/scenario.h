@@ -29,7 +29,7 @@ namespace tessera::experiment {
 struct ClusterSpec {
   int memservers = 0;  // Required, 1..64.
   int racks = 0;       // 0: no rack labels; else servers i*racks/N... (contiguous blocks).
-  std::string layout = "split";
+  std::string layout;  // split | group; "" = split for pagestore, the tool's own otherwise.
   int k = 4;
   int r = 2;
   int delta = 1;

@@ -178,6 +178,24 @@ TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
   EXPECT_EQ(FindBuiltin("nope"), nullptr);
 }
 
+TEST(ScenarioTest, LayoutsApplyToThePagestoreOnly) {
+  auto group = ParseScenario(Edit("k = 4", "layout = \"group\"\nk = 4"), "f.toml");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(group->cluster.layout, "group");
+  EXPECT_TRUE(CheckRunnable(*group).ok()) << CheckRunnable(*group);
+  ExpectError(Edit("k = 4", "layout = \"stripes\"\nk = 4"), 7,
+              "layout must be one of split, group");
+  const BuiltinScenario* python = FindBuiltin("kill-during-python");
+  ASSERT_NE(python, nullptr);
+  std::string text = python->text;
+  text.replace(text.find("k = 4"), 5, "layout = \"group\"\nk = 4");
+  auto run = ParseScenario(text, "python.toml");
+  ASSERT_TRUE(run.ok()) << run.status();
+  Status st = CheckRunnable(*run);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
+  EXPECT_NE(st.message().find("layout applies to kind = \"pagestore\" only"), std::string::npos);
+}
+
 TEST(ScenarioTest, ServicesThatDoNotExistYetAreRefusedClearly) {
   for (const char* kind : {"kv"}) {
     std::string text = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5\n",
