@@ -627,6 +627,16 @@ class ScenarioRun {
       placement_snapshot_ = load_->SnapshotPlacement();
       have_snapshot_ = true;
     }
+    // Several servers are killed or stopped at once: signal them all before reaping any, so no
+    // regeneration can run between the first and the last (r + 1 failures must be r + 1).
+    if (rec.servers.size() > 1 &&
+        (f.action == FaultAction::kKill || f.action == FaultAction::kStop)) {
+      for (size_t i : rec.servers) {
+        if (cluster_->Running(i)) {
+          ::kill(cluster_->pid(i), f.action == FaultAction::kKill ? SIGKILL : SIGSTOP);
+        }
+      }
+    }
     for (size_t i : rec.servers) {
       std::string note;
       Status st = Apply(f.action, i, f, &note);
@@ -1638,8 +1648,9 @@ json ResultJson(const RunResult& r) {
 Status CheckRunnable(const Scenario& s) {
   if (s.workload.kind == "kv") {
     return Unsupported(
-        "workload kind \"kv\" is not available in this build: the KV offload service "
-        "(apps/kayak) has not landed yet; use kind = \"run\", \"pagestore\" or \"paramsvc\"");
+        "workload kind \"kv\" is not available in this build: the runner does not drive the "
+        "KV offload service (kayak::Client) yet; use kind = \"run\", \"pagestore\" or "
+        "\"paramsvc\"");
   }
   // The layout is a setting of the in-process page store; `tessera run` and the Parameter
   // Service's checkpoints use their own store's default layout.
