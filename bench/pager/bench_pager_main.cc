@@ -13,7 +13,6 @@
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/swap.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "bench/pager/workload.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
+#include "bench/support/swap_cgroup.h"
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/report.h"
@@ -79,73 +79,7 @@ const cli::CliSpec kSpec{
 // ---------------------------------------------------------------------------------------------
 // Linux swap environment: a swapfile and a memory cgroup, removed on every exit path.
 
-char g_swapfile[256];
-char g_cgroup[256];
-std::atomic<bool> g_swap_on{false};
-
-void TeardownSwap() {
-  if (g_cgroup[0]) {
-    ::rmdir(g_cgroup);
-    g_cgroup[0] = 0;
-  }
-  if (g_swap_on.exchange(false)) ::swapoff(g_swapfile);
-  if (g_swapfile[0]) {
-    ::unlink(g_swapfile);
-    g_swapfile[0] = 0;
-  }
-}
-
-void OnSignal(int sig) {
-  TeardownSwap();
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-bool WriteFile(const std::string& path, const std::string& value) {
-  std::ofstream f(path);
-  f << value;
-  f.flush();
-  return static_cast<bool>(f);
-}
-
-// Sets up swap and the cgroup; on failure says why (the swap column is then skipped).
-Status SetupSwap(uint64_t swap_bytes) {
-  if (::geteuid() != 0) return Unsupported("Linux swap comparison needs root");
-  struct stat st;
-  if (::stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) != 0) {
-    return Unsupported("no cgroup-v1 memory controller at /sys/fs/cgroup/memory");
-  }
-  std::snprintf(g_swapfile, sizeof g_swapfile, "%s/tessera-bench-swap-%d", FLAGS_swap_dir.c_str(),
-                static_cast<int>(::getpid()));
-  std::snprintf(g_cgroup, sizeof g_cgroup, "/sys/fs/cgroup/memory/tessera-bench-%d",
-                static_cast<int>(::getpid()));
-  ::atexit(TeardownSwap);
-  ::signal(SIGINT, OnSignal);
-  ::signal(SIGTERM, OnSignal);
-  ::signal(SIGHUP, OnSignal);
-  {
-    // Written out (not fallocated): swap files must have no holes or unwritten extents.
-    FILE* f = std::fopen(g_swapfile, "w");
-    if (!f) return ErrnoError("create ", g_swapfile);
-    std::vector<char> zeros(1 << 20);
-    for (uint64_t done = 0; done < swap_bytes; done += zeros.size()) {
-      if (std::fwrite(zeros.data(), 1, zeros.size(), f) != zeros.size()) {
-        std::fclose(f);
-        return ErrnoError("write ", g_swapfile);
-      }
-    }
-    std::fclose(f);
-    ::chmod(g_swapfile, 0600);
-  }
-  auto mk = Subprocess::Start({"mkswap", g_swapfile}, Subprocess::Options{true, true, {}});
-  if (!mk.ok()) return mk.status().WithContext("mkswap");
-  auto ws = mk->Wait(Deadline::AfterMs(30000));
-  if (!ws.ok() || !WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) return Unavailable("mkswap failed");
-  if (::swapon(g_swapfile, 0) != 0) return ErrnoError("swapon ", g_swapfile);
-  g_swap_on = true;
-  if (::mkdir(g_cgroup, 0755) != 0) return ErrnoError("mkdir ", g_cgroup);
-  return Status::Ok();
-}
+bench::SwapCgroup g_swap;  // The Linux-swap peer (bench/support/swap_cgroup.h).
 
 // ---------------------------------------------------------------------------------------------
 
@@ -451,13 +385,13 @@ int Main(int argc, char** argv) {
   bool have_swap = false;
   if (want_section("workloads")) {
   if (FLAGS_swap) {
-    Status st = SetupSwap(2 * bytes + (64 << 20));
+    Status st = g_swap.Setup(FLAGS_swap_dir, "tessera-bench", 2 * bytes + (64 << 20));
     if (st.ok()) {
       have_swap = true;
     } else {
       std::fprintf(stderr, "tessera bench pager: Linux swap column skipped: %s\n",
                    st.ToString().c_str());
-      TeardownSwap();
+      g_swap.Teardown();
     }
   }
   // Memory the workload process charges beyond its heap (stack, private binary pages, malloc
@@ -517,12 +451,10 @@ int Main(int argc, char** argv) {
         }
         if (have_swap) {
           uint64_t limit = static_cast<uint64_t>(f * static_cast<double>(bytes)) + kProcessAllowance;
-          if (!WriteFile(std::string(g_cgroup) + "/memory.limit_in_bytes", std::to_string(limit))) {
-            note(key("swap", pat, f), Outcome{false, 0, 0, "cannot set memory.limit_in_bytes"});
+          if (Status lim = g_swap.SetLimit(limit); !lim.ok()) {
+            note(key("swap", pat, f), Outcome{false, 0, 0, lim.ToString()});
           } else {
-            std::string cmd = "echo $$ > " + std::string(g_cgroup) + "/cgroup.procs && exec";
-            for (const auto& a : workload_argv(pat)) cmd += " '" + a + "'";
-            note(key("swap", pat, f), RunWorkloadProcess({"/bin/sh", "-c", cmd}));
+            note(key("swap", pat, f), RunWorkloadProcess(g_swap.Wrap(workload_argv(pat))));
           }
         }
       }
@@ -609,7 +541,7 @@ int Main(int argc, char** argv) {
                             fig, ratio <= bound);
     }
   }
-  TeardownSwap();
+  g_swap.Teardown();
   }
 
   // ---- FIFO vs smart on zipf; prefetch on seq ---------------------------------------------------

@@ -15,7 +15,6 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/swap.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +34,7 @@
 #include "apps/cli/cli.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
+#include "bench/support/swap_cgroup.h"
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
@@ -91,75 +91,11 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-bool WriteFile(const std::string& path, const std::string& value) {
-  std::ofstream f(path);
-  f << value;
-  f.flush();
-  return static_cast<bool>(f);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Linux swap: a swapfile and a cgroup-v1 memory cgroup, removed on every exit path.
 
-char g_swapfile[256];
-char g_cgroup[256];
-std::atomic<bool> g_swap_on{false};
-
-void TeardownSwap() {
-  if (g_cgroup[0]) {
-    ::rmdir(g_cgroup);
-    g_cgroup[0] = 0;
-  }
-  if (g_swap_on.exchange(false)) ::swapoff(g_swapfile);
-  if (g_swapfile[0]) {
-    ::unlink(g_swapfile);
-    g_swapfile[0] = 0;
-  }
-}
-
-void OnSignal(int sig) {
-  TeardownSwap();
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-Status SetupSwap(uint64_t swap_bytes) {
-  if (::geteuid() != 0) return Unsupported("Linux swap comparison needs root");
-  struct stat st;
-  if (::stat("/sys/fs/cgroup/memory/memory.limit_in_bytes", &st) != 0) {
-    return Unsupported("no cgroup-v1 memory controller at /sys/fs/cgroup/memory");
-  }
-  std::snprintf(g_swapfile, sizeof g_swapfile, "%s/tessera-bench-programs-swap-%d",
-                FLAGS_swap_dir.c_str(), static_cast<int>(::getpid()));
-  std::snprintf(g_cgroup, sizeof g_cgroup, "/sys/fs/cgroup/memory/tessera-bench-programs-%d",
-                static_cast<int>(::getpid()));
-  ::atexit(TeardownSwap);
-  ::signal(SIGINT, OnSignal);
-  ::signal(SIGTERM, OnSignal);
-  ::signal(SIGHUP, OnSignal);
-  {
-    // Written out (not fallocated): swap files must have no holes or unwritten extents.
-    FILE* f = std::fopen(g_swapfile, "w");
-    if (!f) return ErrnoError("create ", g_swapfile);
-    std::vector<char> zeros(1 << 20);
-    for (uint64_t done = 0; done < swap_bytes; done += zeros.size()) {
-      if (std::fwrite(zeros.data(), 1, zeros.size(), f) != zeros.size()) {
-        std::fclose(f);
-        return ErrnoError("write ", g_swapfile);
-      }
-    }
-    std::fclose(f);
-    ::chmod(g_swapfile, 0600);
-  }
-  auto mk = Subprocess::Start({"mkswap", g_swapfile}, Subprocess::Options{true, true, {}});
-  if (!mk.ok()) return mk.status().WithContext("mkswap");
-  auto ws = mk->Wait(Deadline::AfterMs(60000));
-  if (!ws.ok() || !WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0) return Unavailable("mkswap failed");
-  if (::swapon(g_swapfile, 0) != 0) return ErrnoError("swapon ", g_swapfile);
-  g_swap_on = true;
-  if (::mkdir(g_cgroup, 0755) != 0) return ErrnoError("mkdir ", g_cgroup);
-  return Status::Ok();
-}
+bench::SwapCgroup g_swap;  // The Linux-swap peer (bench/support/swap_cgroup.h).
 
 // ---------------------------------------------------------------------------------------------
 // Running one program.
@@ -193,9 +129,7 @@ std::vector<std::string> Wrap(Env* env, const Mode& m, const std::vector<std::st
     if (env->run_has_layout) out.insert(out.end(), {"--layout", m.layout});
     out.push_back("--");
   } else if (m.kind == Mode::kSwap) {
-    std::string cmd = "echo $$ > " + std::string(g_cgroup) + "/cgroup.procs && exec";
-    for (const auto& a : argv) cmd += " '" + a + "'";
-    return {"/bin/sh", "-c", cmd};
+    return g_swap.Wrap(argv);
   }
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
@@ -553,14 +487,14 @@ int Main(int argc, char** argv) {
   if (FLAGS_swap) {
     uint64_t biggest = 0;
     for (auto& [p, s] : local) biggest = std::max(biggest, s.peak_rss);
-    Status st = SetupSwap(2 * biggest + (256ull << 20));
+    Status st = g_swap.Setup(FLAGS_swap_dir, "tessera-bench-programs", 2 * biggest + (256ull << 20));
     if (st.ok()) {
       have_swap = true;
     } else {
       swap_why = st.ToString();
       std::fprintf(stderr, "tessera bench programs: Linux swap column skipped: %s\n",
                    swap_why.c_str());
-      TeardownSwap();
+      g_swap.Teardown();
     }
   } else {
     swap_why = "--noswap";
@@ -600,10 +534,9 @@ int Main(int argc, char** argv) {
       m.limit_bytes = static_cast<uint64_t>(f * static_cast<double>(local[prog].peak_rss));
       std::fprintf(stderr, "%s: swap at %s (limit %.0f MB)", prog.c_str(), Pct(f).c_str(),
                    m.limit_bytes / 1e6);
-      if (!WriteFile(std::string(g_cgroup) + "/memory.limit_in_bytes",
-                     std::to_string(m.limit_bytes))) {
+      if (Status lim = g_swap.SetLimit(m.limit_bytes); !lim.ok()) {
         s.failures = FLAGS_runs;
-        s.error = "cannot set memory.limit_in_bytes";
+        s.error = lim.ToString();
         std::fprintf(stderr, " %s\n", s.error.c_str());
         continue;
       }
@@ -624,7 +557,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "\n");
     }
   }
-  TeardownSwap();
+  g_swap.Teardown();
 
   Report report(FLAGS_json);
   report.Title("tessera bench programs: completion time (s), median of " +
