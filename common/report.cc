@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 namespace tessera {
 
 Report::Row& Report::Row::Put(std::string key, Value v) {
@@ -19,6 +21,7 @@ Report::Row& Report::Row::Put(std::string key, Value v) {
 std::string Report::Format(const Value& v) {
   if (const auto* s = std::get_if<std::string>(&v)) return *s;
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (const auto* u = std::get_if<uint64_t>(&v)) return std::to_string(*u);
   double d = std::get<double>(v);
   char buf[64];
   if (!std::isfinite(d)) return std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf");
@@ -35,54 +38,26 @@ std::string Report::Format(const Value& v) {
   return buf;
 }
 
-namespace {
-void AppendJsonString(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
-}  // namespace
-
 std::string Report::ToJson(const Row& row) {
-  std::string out = "{";
-  bool first = true;
+  nlohmann::ordered_json obj = nlohmann::ordered_json::object();
   for (const auto& [k, v] : row.fields()) {
-    if (!first) out += ", ";
-    first = false;
-    AppendJsonString(out, k);
-    out += ": ";
     if (const auto* s = std::get_if<std::string>(&v)) {
-      AppendJsonString(out, *s);
+      obj[k] = *s;
     } else if (const auto* i = std::get_if<int64_t>(&v)) {
-      out += std::to_string(*i);
+      obj[k] = *i;
+    } else if (const auto* u = std::get_if<uint64_t>(&v)) {
+      obj[k] = *u;
     } else {
-      double d = std::get<double>(v);
-      if (!std::isfinite(d)) {
-        out += "null";
+      const double d = std::get<double>(v);
+      if (std::isfinite(d)) {
+        obj[k] = d;
       } else {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%.6g", d);
-        out += buf;
+        obj[k] = nullptr;
       }
     }
   }
-  out += "}";
-  return out;
+  // Invalid UTF-8 in a string is replaced (U+FFFD) instead of throwing.
+  return obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 void Report::Title(std::string title) {

@@ -1,4 +1,6 @@
-// Report: the output of every benchmark and simulator, as an aligned table or JSON lines.
+// Report: the output of every benchmark and simulator, as an aligned table or JSON lines
+// (written with nlohmann-json: strings escaped per RFC 8259, doubles printed so they read back
+// exactly, unsigned 64-bit values kept unsigned, non-finite doubles as null).
 //
 //   Report rep(json);
 //   rep.Add(Report::Row().Set("suite", "coding").Set("scheme", "RS(8,2)").Set("ns_per_page", 312.5));
@@ -18,7 +20,7 @@ namespace tessera {
 
 class Report {
  public:
-  using Value = std::variant<std::string, double, int64_t>;
+  using Value = std::variant<std::string, double, int64_t, uint64_t>;
   class Row {
    public:
     Row& Set(std::string key, std::string v) { return Put(std::move(key), Value(std::move(v))); }
@@ -26,7 +28,7 @@ class Report {
     Row& Set(std::string key, double v) { return Put(std::move(key), Value(v)); }
     Row& Set(std::string key, int64_t v) { return Put(std::move(key), Value(v)); }
     Row& Set(std::string key, int v) { return Put(std::move(key), Value(int64_t{v})); }
-    Row& Set(std::string key, uint64_t v) { return Put(std::move(key), Value(static_cast<int64_t>(v))); }
+    Row& Set(std::string key, uint64_t v) { return Put(std::move(key), Value(v)); }
     const std::vector<std::pair<std::string, Value>>& fields() const { return fields_; }
 
    private:
@@ -45,6 +47,7 @@ class Report {
   void Title(std::string title);
   void Flush();
 
+  // One JSON object, keys in column order, no newline.
   static std::string ToJson(const Row& row);
   static std::string Format(const Value& v);
 

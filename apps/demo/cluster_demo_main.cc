@@ -227,8 +227,8 @@ int Main(int argc, char** argv) {
   Report::Row row;
   row.Set("suite", "demo-cluster")
       .Set("store", store.name())
-      .Set("memservers", static_cast<int64_t>(servers))
-      .Set("killed", static_cast<int64_t>(kill))
+      .Set("memservers", static_cast<uint64_t>(servers))
+      .Set("killed", static_cast<uint64_t>(kill))
       .Set("pages", pages)
       .Set("bytes", bytes)
       .Set("write_MBps", mbps(write1, pages))

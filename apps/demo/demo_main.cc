@@ -173,22 +173,22 @@ int Main(int argc, char** argv) {
   const std::string code = "RS(" + std::to_string(k) + "," + std::to_string(r) + ")";
   std::vector<std::pair<std::string, Report::Value>> figures = {
       {"code", code},
-      {"pages", static_cast<int64_t>(pages)},
-      {"bytes", static_cast<int64_t>(pages * kPageSize)},
-      {"splits_lost", static_cast<int64_t>(splits_lost)},
-      {"loss_patterns", static_cast<int64_t>(patterns.size())},
-      {"corruptions_injected", static_cast<int64_t>(corruptions)},
-      {"corruptions_detected", static_cast<int64_t>(detected)},
-      {"pages_rebuilt", static_cast<int64_t>(rebuilt)},
-      {"pages_decoded", static_cast<int64_t>(decoded)},
-      {"unrepairable_reported", static_cast<int64_t>(unrepairable_reported)},
-      {"unrepairable_returned_ok", static_cast<int64_t>(silent)},
-      {"repairable_not_rebuilt", static_cast<int64_t>(not_rebuilt)},
-      {"mismatches", static_cast<int64_t>(mismatches)},
-      {"encode_p50_ns", static_cast<int64_t>(encode_ns.p50())},
-      {"encode_p99_ns", static_cast<int64_t>(encode_ns.p99())},
-      {"rebuild_p50_ns", static_cast<int64_t>(rebuild_ns.p50())},
-      {"rebuild_p99_ns", static_cast<int64_t>(rebuild_ns.p99())},
+      {"pages", static_cast<uint64_t>(pages)},
+      {"bytes", static_cast<uint64_t>(pages * kPageSize)},
+      {"splits_lost", static_cast<uint64_t>(splits_lost)},
+      {"loss_patterns", static_cast<uint64_t>(patterns.size())},
+      {"corruptions_injected", static_cast<uint64_t>(corruptions)},
+      {"corruptions_detected", static_cast<uint64_t>(detected)},
+      {"pages_rebuilt", static_cast<uint64_t>(rebuilt)},
+      {"pages_decoded", static_cast<uint64_t>(decoded)},
+      {"unrepairable_reported", static_cast<uint64_t>(unrepairable_reported)},
+      {"unrepairable_returned_ok", static_cast<uint64_t>(silent)},
+      {"repairable_not_rebuilt", static_cast<uint64_t>(not_rebuilt)},
+      {"mismatches", static_cast<uint64_t>(mismatches)},
+      {"encode_p50_ns", static_cast<uint64_t>(encode_ns.p50())},
+      {"encode_p99_ns", static_cast<uint64_t>(encode_ns.p99())},
+      {"rebuild_p50_ns", static_cast<uint64_t>(rebuild_ns.p50())},
+      {"rebuild_p99_ns", static_cast<uint64_t>(rebuild_ns.p99())},
   };
   {
     Report report(FLAGS_json);
@@ -196,11 +196,7 @@ int Main(int argc, char** argv) {
       Report::Row row;
       row.Set("suite", "demo");
       for (auto& [name, v] : figures) {
-        if (auto* s = std::get_if<std::string>(&v)) {
-          row.Set(name, *s);
-        } else {
-          row.Set(name, std::get<int64_t>(v));
-        }
+        std::visit([&row, &name](const auto& x) { row.Set(name, x); }, v);
       }
       report.Add(std::move(row));
     } else {

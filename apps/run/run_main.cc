@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/cli/cli.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
@@ -192,19 +194,6 @@ void PrintProgress(const kernel_shim::RunStats& s, double secs) {
                Mb(Get(s, "resident_pages")).c_str(),
                Get(s, "limit_pages") ? Mb(Get(s, "limit_pages")).c_str() : "none");
   std::fflush(stderr);
-}
-
-std::string JsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      o += ' ';
-      continue;
-    }
-    o += c;
-  }
-  return o;
 }
 
 int Main(int argc, char** argv) {
@@ -480,15 +469,20 @@ int Main(int argc, char** argv) {
     }
   }
   if (!FLAGS_stats_json.empty()) {
-    std::string j = "{\"exit_code\":" + std::to_string(code) + ",\"status\":\"" +
-                    JsonEscape(how) + "\",\"elapsed_s\":" + std::to_string(secs) +
-                    ",\"layout\":\"" + layout_name + "\",\"k\":" + std::to_string(FLAGS_k) + ",\"r\":" + std::to_string(FLAGS_r) +
-                    ",\"local_memory\":\"" + JsonEscape(FLAGS_local_memory) +
-                    "\",\"servers\":\"" + JsonEscape(where) + "\",\"stats_final\":" +
-                    (final ? "true" : "false") + ",\"failures_survived\":" +
-                    std::to_string(failures);
-    for (const auto& [key, v] : stats) j += ",\"" + key + "\":" + std::to_string(v);
-    j += "}\n";
+    nlohmann::ordered_json out;
+    out["exit_code"] = code;
+    out["status"] = how;
+    out["elapsed_s"] = secs;
+    out["layout"] = layout_name;
+    out["k"] = FLAGS_k;
+    out["r"] = FLAGS_r;
+    out["local_memory"] = FLAGS_local_memory;
+    out["servers"] = where;
+    out["stats_final"] = final;
+    out["failures_survived"] = failures;
+    for (const auto& [key, v] : stats) out[key] = v;  // uint64 stays uint64.
+    const std::string j =
+        out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
     Status st = kernel_shim::WriteFileAtomically(FLAGS_stats_json, j);
     if (!st.ok()) {
       std::fprintf(stderr, "tessera run: --stats-json: %s\n", st.ToString().c_str());

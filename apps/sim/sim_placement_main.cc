@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
     if (!placed.ok()) Fail(placed.status().WithContext((*policy)->name()));
     Report::Row row;
     row.Set("policy", (*policy)->name()).Set("overhead", (*policy)->overhead());
-    row.Set("failed", static_cast<int64_t>(*failed));
+    row.Set("failed", static_cast<uint64_t>(*failed));
     if (want_mc) {
       auto mc = pl::RunMonteCarlo(*placed, *snap, model, FLAGS_trials, FLAGS_seed);
       if (!mc.ok()) Fail(mc.status());

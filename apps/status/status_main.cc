@@ -148,8 +148,8 @@ int main(int argc, char** argv) {
     out.Set("rack", r.member.rack.empty() ? "-" : r.member.rack);
     out.Set("health", r.reachable ? "reachable" : "unreachable");
     if (r.reachable) {
-      out.Set("slabs_used", static_cast<int64_t>(r.hb.slabs_used));
-      out.Set("slabs_free", static_cast<int64_t>(r.hb.slabs_free));
+      out.Set("slabs_used", uint64_t{r.hb.slabs_used});
+      out.Set("slabs_free", uint64_t{r.hb.slabs_free});
       out.Set("used", tessera::FormatSize(static_cast<uint64_t>(r.hb.slabs_used) * r.slab_size));
       out.Set("lendable", tessera::FormatSize(r.hb.free_bytes));
       out.Set("capacity", tessera::FormatSize(r.hb.total_bytes));
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
       out.Set("load", load);
       out.Set("ops_per_sec", r.ops_per_sec);
       out.Set("evictions", r.evictions);
-      out.Set("conns", static_cast<int64_t>(r.hb.connections));
+      out.Set("conns", uint64_t{r.hb.connections});
       out.Set("rdma", r.rdma);
       char rtt[24];
       std::snprintf(rtt, sizeof(rtt), "%.0f", r.rtt_ns / 1e3);

@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/cli/cli.h"
 #include "bench/nbd/nbd_driver_py.h"
 #include "client/local_cluster.h"
@@ -89,18 +91,6 @@ int RunStatus(const std::vector<std::string>& argv, std::string* out, int timeou
   auto st = p->Wait(d);
   if (!st.ok()) return -1;
   return WIFEXITED(*st) ? WEXITSTATUS(*st) : -1;
-}
-
-double Num(const std::string& line, const std::string& key) {
-  const size_t at = line.find("\"" + key + "\": ");
-  if (at == std::string::npos) return -1;
-  return std::strtod(line.c_str() + at + key.size() + 4, nullptr);
-}
-std::string Str(const std::string& line, const std::string& key) {
-  const size_t at = line.find("\"" + key + "\": \"");
-  if (at == std::string::npos) return "";
-  const size_t b = at + key.size() + 5;
-  return line.substr(b, line.find('"', b) - b);
 }
 
 uint16_t FreePort() {
@@ -253,13 +243,15 @@ int Main(int argc, char** argv) {
           const size_t nl = out.find('\n', pos);
           const std::string l = out.substr(pos, nl - pos);
           pos = nl == std::string::npos ? out.size() : nl + 1;
-          const std::string w = Str(l, "workload");
-          if (w.empty()) continue;
-          Samples& s = results[{scenario, name, w, static_cast<int>(Num(l, "qd"))}];
-          s.p50.push_back(Num(l, "p50_us"));
-          s.p99.push_back(Num(l, "p99_us"));
-          s.ops.push_back(Num(l, "ops_per_s"));
-          s.mismatches += static_cast<uint64_t>(Num(l, "mismatches"));
+          // The driver prints one JSON object per workload (other lines are progress).
+          const nlohmann::json j = nlohmann::json::parse(l, nullptr, /*allow_exceptions=*/false);
+          if (!j.is_object() || !j.contains("workload") || !j["workload"].is_string()) continue;
+          const std::string w = j["workload"].get<std::string>();
+          Samples& s = results[{scenario, name, w, j.value("qd", -1)}];
+          s.p50.push_back(j.value("p50_us", -1.0));
+          s.p99.push_back(j.value("p99_us", -1.0));
+          s.ops.push_back(j.value("ops_per_s", -1.0));
+          s.mismatches += j.value("mismatches", uint64_t{0});
         }
       }
     }

@@ -5,64 +5,42 @@
 // the speed targets are the bench's job.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <string>
-#include <vector>
 
 #include "tests/support/test_util.h"
 
 namespace tessera {
 namespace {
 
-double Field(const std::string& line, const std::string& name) {
-  std::string key = "\"" + name + "\":";
-  size_t at = line.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(line.substr(at + key.size()));
-}
-
-std::string StrField(const std::string& line, const std::string& name) {
-  std::string key = "\"" + name + "\":\"";
-  size_t at = line.find(key);
-  if (at == std::string::npos) return "";
-  size_t end = line.find('"', at + key.size());
-  return line.substr(at + key.size(), end - at - key.size());
-}
-
 TEST(BenchPagestoreTest, QuickRunMeasuresEveryStoreInEveryScenario) {
   auto r = testing::RunTessera({"bench", "pagestore", "--quick", "--json"}, 240000);
   ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
-  std::istringstream in(r.stdout_text);
-  std::string line;
   std::map<std::string, int> rows_per_scenario;
   std::map<std::string, double> overhead;
   std::map<std::string, std::string> layout;
   int targets = 0;
-  while (std::getline(in, line)) {
-    line.erase(std::remove(line.begin(), line.end(), ' '), line.end());
-    if (line.find("\"suite\":\"pagestore\"") == std::string::npos) continue;
-    std::string table = StrField(line, "table");
-    std::string store = StrField(line, "store");
+  for (const auto& row : testing::JsonRows(r.stdout_text, "suite", "pagestore")) {
+    const std::string table = row.value("table", "");
+    const std::string store = row.value("store", "");
     if (table == "overhead") {
-      overhead[store] = Field(line, "measured");
-      layout[store] = StrField(line, "layout");
+      overhead[store] = row.value("measured", -1.0);
+      layout[store] = row.value("layout", "");
     } else if (table == "targets") {
-      std::string result = StrField(line, "result");
-      EXPECT_TRUE(result == "PASS" || result == "MISS") << line;
+      const std::string result = row.value("result", "");
+      EXPECT_TRUE(result == "PASS" || result == "MISS") << row;
       targets++;
     } else if (table.empty()) {
-      std::string scenario = StrField(line, "scenario");
+      const std::string scenario = row.value("scenario", "");
       rows_per_scenario[scenario]++;
-      EXPECT_EQ(Field(line, "wrong_bytes"), 0) << line;
+      EXPECT_EQ(row.value("wrong_bytes", -1.0), 0) << row;
       bool lossy = store == "single" || store == "single+disk";
       if (scenario != "failed" || !lossy) {
-        EXPECT_EQ(Field(line, "errors"), 0) << line;
-        EXPECT_GT(Field(line, "ops_per_s"), 0) << line;
-        EXPECT_GT(Field(line, "p50_us"), 0) << line;
-        EXPECT_GE(Field(line, "p99_us"), Field(line, "p50_us")) << line;
+        EXPECT_EQ(row.value("errors", -1.0), 0) << row;
+        EXPECT_GT(row.value("ops_per_s", -1.0), 0) << row;
+        EXPECT_GT(row.value("p50_us", -1.0), 0) << row;
+        EXPECT_GE(row.value("p99_us", -1.0), row.value("p50_us", -1.0)) << row;
       }
     }
   }
@@ -91,7 +69,8 @@ TEST(BenchPagestoreTest, LocalSsdAloneNeedsNoServers) {
                                 "--ssd_dir", dir.path()},
                                60000);
   ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
-  EXPECT_NE(r.stdout_text.find("\"store\": \"ssd\""), std::string::npos) << r.stdout_text;
+  auto rows = testing::JsonRows(r.stdout_text, "store", "ssd");
+  EXPECT_FALSE(rows.empty()) << r.stdout_text;
   // The bench's scratch directory is gone.
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << dir.path();
 }

@@ -70,9 +70,35 @@ std::string ReadFile(const std::string& path) {
 }
 
 long long JsonInt(const std::string& json, const std::string& key) {
-  const size_t at = json.find("\"" + key + "\":");
-  if (at == std::string::npos) return -1;
-  return std::strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return -1;
+  return j[key].get<long long>();
+}
+
+std::vector<nlohmann::json> JsonLines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] != '{') continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<nlohmann::json> JsonRows(const std::string& text, const std::string& key,
+                                     const std::string& value) {
+  std::vector<nlohmann::json> out;
+  for (nlohmann::json& j : JsonLines(text)) {
+    if (j.contains(key) && j[key].is_string() && j[key].get<std::string>() == value) {
+      out.push_back(std::move(j));
+    }
+  }
+  return out;
 }
 
 }  // namespace tessera::testing

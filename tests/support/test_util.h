@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace tessera::testing {
 
 // build/bin: from $TESSERA_BIN_DIR (set by ctest) or the test executable's own directory.
@@ -25,9 +27,16 @@ CommandOutcome RunTessera(const std::vector<std::string>& args, int timeout_ms =
 // The whole content of a file ("" if it cannot be read).
 std::string ReadFile(const std::string& path);
 
-// The integer value of "key": in one-line JSON such as `tessera run --stats-json` writes;
-// -1 if the key is absent.
+// The integer value of "key" in one JSON object (such as `tessera run --stats-json` writes),
+// parsed with nlohmann-json; -1 if the text is not a JSON object or the key is absent or not an
+// integer.
 long long JsonInt(const std::string& json, const std::string& key);
+// Every line of `text` that is a JSON object, parsed (other lines, e.g. tables or log lines,
+// are skipped). For `--json` outputs of benches and tools.
+std::vector<nlohmann::json> JsonLines(const std::string& text);
+// The objects of JsonLines(text) whose `key` is the string `value` (e.g. "suite", "fabric").
+std::vector<nlohmann::json> JsonRows(const std::string& text, const std::string& key,
+                                     const std::string& value);
 
 // A fresh temporary directory, removed (recursively) on destruction.
 class TempDir {
