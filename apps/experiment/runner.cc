@@ -24,6 +24,7 @@
 
 #include "apps/experiment/partition.h"
 #include "apps/experiment/tools.h"
+#include "apps/kayak/client.h"
 #include "apps/paramsvc/client.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
@@ -32,6 +33,7 @@
 #include "common/histogram.h"
 #include "common/subprocess.h"
 #include "common/units.h"
+#include "memserver/offload_builtins.h"
 
 namespace tessera::experiment {
 namespace {
@@ -41,6 +43,7 @@ using client::PageId;
 using client::PageOp;
 using client::PageStore;
 using json = nlohmann::json;
+namespace kbi = memserver::builtins;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kSampleMs = 100;
@@ -397,6 +400,10 @@ struct RunResult {
   std::string prediction_cmd;
   // kind = paramsvc.
   uint64_t rollbacks = 0, reconnects = 0, iterations = 0;
+  // kind = kv.
+  uint64_t kv_ops = 0, kv_final_errors = 0, kv_invoke_errors = 0;
+  uint64_t kv_rpc = 0, kv_kv = 0, kv_pushed_back = 0;  // Invokes by how they ran.
+  std::string kv_first_error;                          // The first failed op, for the report.
   // kind = run.
   int exit_code = 0;
   std::string output;
@@ -934,6 +941,7 @@ class ScenarioRun {
                                      "--k=" + std::to_string(c_.k),
                                      "--r=" + std::to_string(c_.r),
                                      "--local_memory=" + s_.workload.local_memory,
+                                     "--layout=" + c_.layout,
                                      "--stats_json=" + stats,
                                      "--live_stats_file=" + live,
                                      "--progress=false",
@@ -1219,6 +1227,232 @@ class ScenarioRun {
     return Status::Ok();
   }
 
+  // ---- kind = kv ----
+
+  // The value of `key` written by its `seq`th PUT: the first 8 bytes name the key itself (a
+  // chain of one key, so a chase stays on the key's server in every mode), bytes 8..15 the
+  // sequence number, the rest derived from (seed, key, seq).
+  static std::vector<uint8_t> KvValue(uint64_t seed, uint64_t key, uint64_t seq, size_t size) {
+    std::vector<uint8_t> v(size);
+    kbi::StoreLe64(v.data(), key);
+    kbi::StoreLe64(v.data() + 8, seq);
+    for (size_t i = 16; i < size; i += 8) {
+      const uint64_t x = Mix(seed ^ (key << 24) ^ (seq * 0x9e3779b97f4a7c15ull) ^ i);
+      for (size_t j = 0; j < 8 && i + j < size; ++j) v[i + j] = static_cast<uint8_t>(x >> (8 * j));
+    }
+    return v;
+  }
+
+  // A KV table loaded before t = 0, then `clients` closed-loop threads of GET/PUT/Invoke through
+  // one kayak::Client. Thread t owns the keys k with k % clients == t, so it knows the last
+  // acknowledged PUT of each: a GET must return exactly it, a chase must fold exactly it (a PUT
+  // that failed leaves either value acceptable until the next acknowledged one). A read that
+  // returns an older version of the key, or NotFound, is an acknowledged PUT lost (data_loss);
+  // bytes that are no version of the key are wrong_bytes; errors (a dead server without
+  // replication: Unavailable) are counted, never judged as values.
+  Status RunKv() {
+    const WorkloadSpec& w = s_.workload;
+    kayak::ClientOptions ko;
+    ko.servers = cluster_->endpoints();
+    ko.secret = cluster_->secret();
+    ko.client_id = s_.seed * 2 + 1;
+    ko.replicas = static_cast<uint32_t>(w.replicas);
+    TESSERA_ASSIGN_OR_RETURN(ko.controller.mode, kayak::ParseMode(w.mode));
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<kayak::Client> client,
+                             kayak::Client::Connect(ko));
+    const size_t nthreads = static_cast<size_t>(w.clients);
+    const size_t vsize = static_cast<size_t>(w.value_size);
+    struct KeyState {
+      uint64_t acked = 0, pending = 0;  // seq of the last acknowledged / of a failed PUT
+      bool lost = false;
+    };
+    // keys[t][j]: key id t + 1 + j * nthreads.
+    std::vector<std::vector<KeyState>> state(nthreads);
+    for (uint64_t k = 0; k < w.keys; ++k) state[k % nthreads].emplace_back();
+    auto key_of = [&](size_t t, size_t j) { return t + 1 + j * nthreads; };
+    std::atomic<uint64_t> ops{0}, issued{0}, lost{0}, wrong_bytes{0}, wrong_values{0};
+    std::atomic<uint64_t> get_errors{0}, put_errors{0}, invoke_errors{0}, checked{0};
+    std::mutex hist_mu, err_mu;
+    LatencyHistogram interval, phase_hist[3];
+    std::string first_error;
+    auto note_error = [&](const char* what, uint64_t key, const Status& st) {
+      std::lock_guard<std::mutex> l(err_mu);
+      if (first_error.empty())
+        first_error = std::string(what) + " key " + std::to_string(key) + ": " + st.ToString();
+    };
+    // Checks a value read for key (thread t, slot j); returns false when it was wrong.
+    auto check = [&](KeyState& ks, uint64_t key, const std::vector<uint8_t>& got) {
+      checked.fetch_add(1);
+      const std::vector<uint8_t> want = KvValue(s_.seed, key, ks.acked, vsize);
+      if (got == want) return true;
+      if (ks.pending != 0 && got == KvValue(s_.seed, key, ks.pending, vsize)) return true;
+      const uint64_t seq = got.size() >= 16 ? kbi::LoadLe64(got.data() + 8) : 0;
+      if (seq < ks.acked && got == KvValue(s_.seed, key, seq, vsize)) {
+        if (!ks.lost) lost.fetch_add(1);  // An older version: an acknowledged PUT was lost.
+        ks.lost = true;
+        return false;
+      }
+      uint64_t bad = got.size() > want.size() ? got.size() - want.size() : want.size() - got.size();
+      for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) bad += got[i] != want[i];
+      wrong_bytes.fetch_add(bad);
+      wrong_values.fetch_add(1);
+      return false;
+    };
+    // Load: every thread writes its keys once (seq 1).
+    {
+      std::vector<std::thread> loaders;
+      std::vector<Status> load_st(nthreads);
+      for (size_t t = 0; t < nthreads; ++t) {
+        loaders.emplace_back([&, t] {
+          for (size_t j = 0; j < state[t].size() && load_st[t].ok(); ++j) {
+            const uint64_t key = key_of(t, j);
+            auto r = client->Put(kbi::KeyBytes(key), KvValue(s_.seed, key, 1, vsize));
+            if (!r.ok()) load_st[t] = r.status().WithContext("loading key " + std::to_string(key));
+            state[t][j].acked = 1;
+          }
+        });
+      }
+      for (std::thread& th : loaders) th.join();
+      for (const Status& st : load_st) TESSERA_RETURN_IF_ERROR(st.WithContext("loading the table"));
+    }
+    if (o_.cancel->load()) return Cancelled("cancelled");
+    auto probe = [&]() {
+      WorkloadSample x;
+      x.ops = ops.load();
+      std::lock_guard<std::mutex> g(hist_mu);
+      x.p50_us = static_cast<double>(interval.p50()) / 1e3;
+      x.p99_us = static_cast<double>(interval.p99()) / 1e3;
+      interval.Clear();
+      x.data_loss = lost.load();
+      return x;
+    };
+    t0_ = Now();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      events_.push_back("loaded");
+    }
+    std::thread sampler([&] { Sampler(probe); });
+    std::thread sched;
+    if (!res_.healthy) sched = std::thread([&] { Scheduler(); });
+    const double until = t0_ + s_.duration_s;
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < nthreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng(Mix(s_.seed ^ (0x6b76ull << 32) ^ t));
+        std::uniform_real_distribution<double> u(0.0, 1.0);
+        std::vector<KeyState>& mine = state[t];
+        if (mine.empty()) return;
+        while (!o_.cancel->load() && Now() < until) {
+          if (w.ops > 0 && issued.fetch_add(1) >= w.ops) break;
+          const size_t j = static_cast<size_t>(rng() % mine.size());
+          const uint64_t key = key_of(t, j);
+          KeyState& ks = mine[j];
+          const double dice = u(rng);
+          const int start_phase = phase_.load();
+          const uint64_t a = MonotonicNs();
+          if (dice < w.put_ratio) {
+            const uint64_t seq = std::max(ks.acked, ks.pending) + 1;
+            auto r = client->Put(kbi::KeyBytes(key), KvValue(s_.seed, key, seq, vsize));
+            if (r.ok()) {
+              ks.acked = seq;
+              ks.pending = 0;
+              ks.lost = false;
+            } else {
+              ks.pending = seq;
+              put_errors.fetch_add(1);
+              note_error("PUT", key, r.status());
+            }
+          } else if (dice < w.put_ratio + w.invoke_ratio) {
+            const uint32_t hops = static_cast<uint32_t>(w.hops);
+            auto r = client->Invoke(kbi::kChase, kbi::ChaseArgs{key, hops, 0}.Encode());
+            if (!r.ok()) {
+              invoke_errors.fetch_add(1);
+              note_error("chase", key, r.status());
+            } else {
+              checked.fetch_add(1);
+              auto fold = [&](uint64_t seq) {
+                const std::vector<uint8_t> v = KvValue(s_.seed, key, seq, vsize);
+                uint64_t d = kbi::kDigestSeed;
+                for (uint32_t h = 0; h < hops; ++h) d = kbi::Fold(d, v);
+                return d;
+              };
+              auto res = kbi::ChaseResult::Decode(r->result);
+              if (!res.ok() || res->last_key != key ||
+                  (res->value != fold(ks.acked) &&
+                   (ks.pending == 0 || res->value != fold(ks.pending)))) {
+                wrong_values.fetch_add(1);
+                wrong_bytes.fetch_add(8);  // The 8-byte digest of the chase's result.
+              }
+            }
+          } else {
+            auto r = client->Get(kbi::KeyBytes(key));
+            if (r.ok()) {
+              check(ks, key, r->bytes);
+            } else if (r.status().code() == StatusCode::kNotFound) {
+              if (!ks.lost) lost.fetch_add(1);
+              ks.lost = true;
+            } else {
+              get_errors.fetch_add(1);
+              note_error("GET", key, r.status());
+            }
+          }
+          const uint64_t lat = MonotonicNs() - a;
+          ops.fetch_add(1);
+          std::lock_guard<std::mutex> l(hist_mu);
+          interval.Record(lat);
+          const int end_phase = std::clamp(phase_.load(), 0, 2);
+          phase_hist[(start_phase == 1 || end_phase == 1) ? 1 : end_phase].Record(lat);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    res_.completion_s = Now() - t0_;
+    sched_stop_.store(true);
+    if (sched.joinable()) sched.join();
+    // Every key read back once more.
+    uint64_t final_errors = 0;
+    if (w.verify_at_end && !o_.cancel->load()) {
+      for (size_t t = 0; t < nthreads; ++t) {
+        for (size_t j = 0; j < state[t].size(); ++j) {
+          const uint64_t key = key_of(t, j);
+          KeyState& ks = state[t][j];
+          auto r = client->Get(kbi::KeyBytes(key));
+          if (r.ok()) {
+            check(ks, key, r->bytes);
+          } else if (r.status().code() == StatusCode::kNotFound) {
+            if (!ks.lost) lost.fetch_add(1);
+            ks.lost = true;
+          } else {
+            ++final_errors;
+            note_error("final GET", key, r.status());
+          }
+        }
+      }
+    }
+    sampler_stop_.store(true);
+    sampler.join();
+    TakeSample(probe);
+    const kayak::Client::Counters kc = client->counters();
+    res_.data_loss = lost.load();
+    res_.wrong_bytes = wrong_bytes.load();
+    res_.wrong_pages = wrong_values.load();
+    res_.reads_checked = checked.load();
+    res_.read_errors = get_errors.load() + invoke_errors.load() + final_errors;
+    res_.write_errors = put_errors.load();
+    res_.kv_ops = ops.load();
+    res_.kv_final_errors = final_errors;
+    res_.kv_invoke_errors = invoke_errors.load();
+    res_.kv_rpc = kc.rpc;
+    res_.kv_kv = kc.kv;
+    res_.kv_pushed_back = kc.pushed_back;
+    res_.kv_first_error = first_error;
+    res_.p50_before_us = phase_hist[0].p50() / 1e3;
+    res_.p99_before_us = phase_hist[0].p99() / 1e3;
+    res_.p50_during_us = phase_hist[1].p50() / 1e3;
+    res_.p99_during_us = phase_hist[1].p99() / 1e3;
+    return Status::Ok();
+  }
+
   Status RunInner() {
     ::mkdir(dir_.c_str(), 0755);
     // Partitions: nftables and the machine-wide lock are settled before the clock starts, so
@@ -1239,6 +1473,7 @@ class ScenarioRun {
     TESSERA_RETURN_IF_ERROR(StartCluster());
     if (s_.workload.kind == "pagestore") return RunPagestore();
     if (s_.workload.kind == "paramsvc") return RunParamsvc();
+    if (s_.workload.kind == "kv") return RunKv();
     return RunProgram();
   }
 
@@ -1492,7 +1727,9 @@ void Judge(const ExpectSpec& e, const RunResult& r, const RunResult* healthy,
   if (!r.error.empty()) add("run completed", "no error", r.error, false);
   if (e.data_loss) {
     add("data_loss", "= " + std::to_string(*e.data_loss),
-        std::to_string(r.data_loss) + (w.kind == "pagestore" ? " pages" : " reads"),
+        std::to_string(r.data_loss) + (w.kind == "pagestore" ? " pages"
+                                       : w.kind == "kv"      ? " acknowledged PUTs lost"
+                                                             : " reads"),
         static_cast<int64_t>(r.data_loss) == *e.data_loss);
   }
   if (e.wrong_bytes) {
@@ -1626,6 +1863,20 @@ json ResultJson(const RunResult& r) {
     j["prediction_command"] = r.prediction_cmd;
   }
   if (!r.partition_mode.empty()) j["partition_mode"] = r.partition_mode;
+  if (r.kv_ops > 0) {
+    j["kv"] = {{"ops", r.kv_ops},
+               {"acknowledged_puts_lost", r.data_loss},
+               {"wrong_values", r.wrong_pages},
+               {"values_checked", r.reads_checked},
+               {"get_errors", r.read_errors - r.kv_invoke_errors - r.kv_final_errors},
+               {"put_errors", r.write_errors},
+               {"invoke_errors", r.kv_invoke_errors},
+               {"final_read_errors", r.kv_final_errors},
+               {"invokes_rpc", r.kv_rpc},
+               {"invokes_kv", r.kv_kv},
+               {"invokes_pushed_back", r.kv_pushed_back},
+               {"first_error", r.kv_first_error}};
+  }
   if (r.iterations > 0) {
     j["iterations"] = r.iterations;
     j["rollbacks"] = r.rollbacks;
@@ -1646,18 +1897,12 @@ json ResultJson(const RunResult& r) {
 }  // namespace
 
 Status CheckRunnable(const Scenario& s) {
-  if (s.workload.kind == "kv") {
-    return Unsupported(
-        "workload kind \"kv\" is not available in this build: the runner does not drive the "
-        "KV offload service (kayak::Client) yet; use kind = \"run\", \"pagestore\" or "
-        "\"paramsvc\"");
-  }
-  // The layout is a setting of the in-process page store; `tessera run` and the Parameter
-  // Service's checkpoints use their own store's default layout.
+  // The layout is a setting of the in-process page store and of `tessera run` (--layout); the
+  // Parameter Service's checkpoint store and the KV tables (replicated) have none.
   auto layout_ok = [&](const std::string& l) -> Status {
-    if (!l.empty() && s.workload.kind != "pagestore") {
-      return Unsupported("layout applies to kind = \"pagestore\" only (kind = \"", s.workload.kind,
-                         "\" uses its own store's default layout)");
+    if (!l.empty() && (s.workload.kind == "paramsvc" || s.workload.kind == "kv")) {
+      return Unsupported("layout applies to kind = \"pagestore\" and \"run\" only (kind = \"",
+                         s.workload.kind, "\" uses its own store's default layout)");
     }
     return Status::Ok();
   };
@@ -1857,6 +2102,12 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
   md += "\n## Runs\n\n";
   auto describe = [&](const RunResult& r, const std::string& dir) {
     md += "### " + r.name + "\n\n";
+    if (s.workload.kind == "kv") {
+      md += "- cluster: " + std::to_string(r.cluster.memservers) + " memservers; one KV table of " +
+            std::to_string(s.workload.keys) + " keys x " + std::to_string(s.workload.value_size) +
+            " B, " + std::to_string(s.workload.replicas) + "-way replicated, " +
+            std::to_string(s.workload.clients) + " closed-loop clients\n";
+    } else
     md += "- cluster: " + std::to_string(r.cluster.memservers) + " memservers" +
           (r.cluster.racks ? " in " + std::to_string(r.cluster.racks) + " racks" : "") + ", RS(" +
           std::to_string(r.cluster.k) + "," + std::to_string(r.cluster.r) + ") delta " +
@@ -1879,6 +2130,20 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
             Fmt(r.median_ops_before, 0) + ", lowest 300 ms during " +
             Fmt(std::max(0.0, r.min_ops_during), 0) + "; fault latency p99 (cumulative) " +
             Fmt(r.p99_before_us) + " us before faults, " + Fmt(r.p99_during_us) + " us after\n";
+    } else if (s.workload.kind == "kv") {
+      md += "- completion " + Fmt(r.completion_s, 2) + " s; " + std::to_string(r.kv_ops) +
+            " ops (" + s.workload.mode + " mode, " + std::to_string(s.workload.replicas) +
+            "-way); op p50/p99 before faults " + Fmt(r.p50_before_us) + "/" +
+            Fmt(r.p99_before_us) + " us, during faults " + Fmt(r.p50_during_us) + "/" +
+            Fmt(r.p99_during_us) + " us; ops/s median before " + Fmt(r.median_ops_before, 0) +
+            ", lowest 300 ms during " + Fmt(std::max(0.0, r.min_ops_during), 0) + "\n";
+      md += "- acknowledged PUTs lost " + std::to_string(r.data_loss) + ", wrong values " +
+            std::to_string(r.wrong_pages) + " of " + std::to_string(r.reads_checked) +
+            " checked; errors: GET/chase " + std::to_string(r.read_errors) + ", PUT " +
+            std::to_string(r.write_errors) + "; invokes rpc/kv/pushed back " +
+            std::to_string(r.kv_rpc) + "/" + std::to_string(r.kv_kv) + "/" +
+            std::to_string(r.kv_pushed_back) + "\n";
+      if (!r.kv_first_error.empty()) md += "- first error: " + r.kv_first_error + "\n";
     } else {
       md += "- completion " + Fmt(r.completion_s, 2) + " s; read p50/p99 before faults " +
             Fmt(r.p50_before_us) + "/" + Fmt(r.p99_before_us) + " us, during faults " +

@@ -1,8 +1,10 @@
 // Runner: executes a Scenario end to end and judges it.
 //
 // For each variant (or once) it starts a fresh LocalCluster of real memserver processes with
-// fault injection on, runs the workload (an unmodified program under `tessera run`, or the
-// in-process pagestore load generator that checks every byte it reads), fires the scenario's
+// fault injection on, runs the workload (an unmodified program under `tessera run` with the
+// scenario's layout, the in-process pagestore load generator that checks every byte it reads,
+// the Parameter Service, or a Kayak KV table driven by kayak::Client with every value read
+// checked against the last acknowledged PUT), fires the scenario's
 // faults on schedule or on a workload event, samples metrics every 100 ms (workload throughput
 // and latency, degraded reads, regenerations pending, data loss, memserver CPU and RSS from
 // /proc), and at the end writes OUT/timeline.csv, OUT/timeline.png (gnuplot), OUT/summary.json

@@ -164,7 +164,9 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
 
 constexpr std::initializer_list<const char*> kWorkloadKeys = {
     "kind",          "command",       "local_memory", "pages",      "qd",       "read_ratio", "ops",
-    "verify_at_end", "verify_passes", "workers",      "iterations", "elements", "mode"};
+    "verify_at_end", "verify_passes", "workers",      "iterations", "elements", "mode",
+    "keys",          "value_size",    "replicas",     "clients",    "put_ratio", "invoke_ratio",
+    "hops"};
 
 // Reads workload keys present in `t` into `w`; `seen` gets the keys found.
 Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::string& where,
@@ -211,7 +213,18 @@ Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::stri
   int64_t elements = -1;
   TRY_ASSIGN(elements, rd.Int(t, "elements", 1, int64_t{1} << 26));
   if (elements > 0) w->elements = static_cast<uint64_t>(elements);
-  TRY_ASSIGN(w->mode, rd.Str(t, "mode", {"sync", "async"}));
+  TRY_ASSIGN(w->mode, rd.Str(t, "mode", {"sync", "async", "kv", "rpc", "pushback", "kayak"}));
+  int64_t keys = -1;
+  TRY_ASSIGN(keys, rd.Int(t, "keys", 1, int64_t{1} << 24));
+  if (keys > 0) w->keys = static_cast<uint64_t>(keys);
+  int64_t value_size = -1;
+  TRY_ASSIGN(value_size, rd.Int(t, "value_size", 16, 65536));
+  if (value_size > 0) w->value_size = static_cast<uint64_t>(value_size);
+  TRY_ASSIGN(w->replicas, rd.Int(t, "replicas", 1, 8));
+  TRY_ASSIGN(w->clients, rd.Int(t, "clients", 1, 64));
+  TRY_ASSIGN(w->put_ratio, rd.Num(t, "put_ratio", 0.0, 1.0));
+  TRY_ASSIGN(w->invoke_ratio, rd.Num(t, "invoke_ratio", 0.0, 1.0));
+  TRY_ASSIGN(w->hops, rd.Int(t, "hops", 1, 64));
   return Status::Ok();
 }
 
@@ -228,21 +241,54 @@ Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadSpec&
                     "command and local_memory apply to kind = \"run\" only");
   }
   if (w.kind != "pagestore") {
-    for (const char* k : {"pages", "qd", "read_ratio", "ops", "verify_at_end", "verify_passes"}) {
+    for (const char* k : {"pages", "qd", "read_ratio", "verify_passes"}) {
       if (t.contains(k)) {
         return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"pagestore\" only");
       }
     }
   }
+  if (w.kind != "pagestore" && w.kind != "kv") {
+    for (const char* k : {"ops", "verify_at_end"}) {
+      if (t.contains(k)) {
+        return rd.Error(rd.Line(t, k),
+                        std::string(k) + " applies to kind = \"pagestore\" and \"kv\" only");
+      }
+    }
+  }
+  if (w.kind != "kv") {
+    for (const char* k :
+         {"keys", "value_size", "replicas", "clients", "put_ratio", "invoke_ratio", "hops"}) {
+      if (t.contains(k)) {
+        return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"kv\" only");
+      }
+    }
+  }
+  if (w.kind == "kv") {
+    if (t.contains("mode") && w.mode != "kv" && w.mode != "rpc" && w.mode != "pushback" &&
+        w.mode != "kayak") {
+      return rd.Error(rd.Line(t, "mode"),
+                      "mode for kind = \"kv\" must be one of kv, rpc, pushback, kayak");
+    }
+    if (w.put_ratio + w.invoke_ratio > 1.0) {
+      return rd.Error(rd.Line(t, t.contains("invoke_ratio") ? "invoke_ratio" : "put_ratio"),
+                      "put_ratio + invoke_ratio must be at most 1 (the rest are GETs)");
+    }
+  }
+  if (w.kind == "paramsvc" && t.contains("mode") && w.mode != "sync" && w.mode != "async") {
+    return rd.Error(rd.Line(t, "mode"), "mode for kind = \"paramsvc\" must be sync or async");
+  }
   if (w.kind == "paramsvc" && w.iterations == 0) {
     return rd.Error(t.source(), "[workload] kind = \"paramsvc\" needs iterations");
   }
   if (w.kind != "paramsvc") {
-    for (const char* k : {"workers", "iterations", "elements", "mode"}) {
+    for (const char* k : {"workers", "iterations", "elements"}) {
       if (t.contains(k)) {
         return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"paramsvc\" only");
       }
     }
+  }
+  if (w.kind != "paramsvc" && w.kind != "kv" && t.contains("mode")) {
+    return rd.Error(rd.Line(t, "mode"), "mode applies to kind = \"paramsvc\" and \"kv\" only");
   }
   return Status::Ok();
 }
@@ -339,9 +385,10 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e,
     return Status::Ok();
   };
   TESSERA_RETURN_IF_ERROR(need(e.identical_output.has_value(), "identical_output", "run"));
-  if (e.wrong_bytes && kind != "pagestore" && kind != "paramsvc") {
+  if (e.wrong_bytes && kind != "pagestore" && kind != "paramsvc" && kind != "kv") {
     return rd.Error(rd.Line(t, "wrong_bytes"),
-                    "wrong_bytes applies to kind = \"pagestore\" and \"paramsvc\" workloads only");
+                    "wrong_bytes applies to kind = \"pagestore\", \"paramsvc\" and \"kv\" "
+                    "workloads only");
   }
   TESSERA_RETURN_IF_ERROR(
       need(e.regenerated_within_s.has_value(), "regenerated_within_s", "pagestore"));
@@ -378,6 +425,10 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
   if (!f->at_event.empty() && s.workload.kind == "pagestore" && f->at_event != "loaded") {
     return rd.Error(rd.Line(t, "at_event"),
                     "a pagestore workload has one event, \"loaded\" (its pages are written)");
+  }
+  if (!f->at_event.empty() && s.workload.kind == "kv" && f->at_event != "loaded") {
+    return rd.Error(rd.Line(t, "at_event"),
+                    "a kv workload has one event, \"loaded\" (its table is written)");
   }
   std::string action;
   TRY_ASSIGN(action, rd.Str(t, "action",
@@ -527,6 +578,13 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
   std::map<std::string, int> seen;
   TESSERA_RETURN_IF_ERROR(ParseWorkloadKeys(rd, *workload, "[workload]", &s.workload, &seen));
   TESSERA_RETURN_IF_ERROR(CheckWorkload(rd, *workload, s.workload));
+  if (s.workload.kind == "kv" && !workload->contains("mode")) s.workload.mode = "kayak";
+  if (s.workload.kind == "kv" && s.workload.replicas > s.cluster.memservers) {
+    return rd.Error(rd.Line(*workload, "replicas"),
+                    "replicas (" + std::to_string(s.workload.replicas) +
+                        ") must be at most memservers (" + std::to_string(s.cluster.memservers) +
+                        ")");
+  }
   if (s.workload.kind == "pagestore" && s.cluster.layout == "group") {
     // Checked again by the runner against what the client supports.
   }
@@ -711,6 +769,13 @@ Scenario ApplyQuick(const Scenario& s) {
     if (key == "iterations") q.workload.iterations = w.iterations;
     if (key == "elements") q.workload.elements = w.elements;
     if (key == "mode") q.workload.mode = w.mode;
+    if (key == "keys") q.workload.keys = w.keys;
+    if (key == "value_size") q.workload.value_size = w.value_size;
+    if (key == "replicas") q.workload.replicas = w.replicas;
+    if (key == "clients") q.workload.clients = w.clients;
+    if (key == "put_ratio") q.workload.put_ratio = w.put_ratio;
+    if (key == "invoke_ratio") q.workload.invoke_ratio = w.invoke_ratio;
+    if (key == "hops") q.workload.hops = w.hops;
   }
   return q;
 }

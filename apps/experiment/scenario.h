@@ -1,10 +1,11 @@
 // Scenario: one failure-injection experiment, parsed from a TOML file (toml++).
 //
 // A scenario names a cluster (memservers, racks, code, placement), a workload (an unmodified
-// program under `tessera run`, or the built-in pagestore load generator), a schedule of faults
-// and the expectations that make its verdict. The file format is documented in the README
-// ("tessera experiment") and in ParseScenario() below; every key is checked, so an unknown key
-// or a bad value is an InvalidArgument naming the file and line.
+// program under `tessera run`, the built-in pagestore load generator, the Parameter Service or a
+// Kayak KV load), a schedule of faults and the expectations that make its verdict. The file
+// format is documented in the README ("tessera experiment") and in ParseScenario() below; every
+// key is checked, so an unknown key or a bad value is an InvalidArgument naming the file and
+// line.
 //
 // Variants: `[[variant]]` tables run the same scenario once per variant with a few cluster
 // settings changed (delta, placement, layout) and their own `[variant.expect]`; they are how
@@ -60,7 +61,18 @@ struct WorkloadSpec {
   int workers = 2;
   uint64_t iterations = 0;
   uint64_t elements = 65536;
-  std::string mode = "sync";  // sync | async
+  std::string mode = "sync";  // paramsvc: sync | async; kv: kv | rpc | pushback | kayak (default)
+  // kind = kv: a Kayak KV table of `keys` keys with `value_size`-byte values, `replicas`-way
+  // replicated, loaded before t = 0 (event "loaded"); then `clients` closed-loop threads issue
+  // GET, PUT (put_ratio) and Invoke (invoke_ratio: a built-in chase of `hops` hops) through one
+  // kayak::Client in `mode`. `ops` (0: until duration_s) and `verify_at_end` apply too.
+  uint64_t keys = 4096;
+  uint64_t value_size = 128;
+  int replicas = 1;
+  int clients = 4;
+  double put_ratio = 0.3;
+  double invoke_ratio = 0.2;
+  int hops = 4;
 };
 
 enum class FaultAction {

@@ -59,8 +59,12 @@ TEST(ExperimentCliTest, BadScenarioFilesExit2NamingTheLine) {
        "bad.toml:8: qd must be in [1, 1024], got -4"},
       {"name = \"x\"\nduration_s = 5\n[workload]\nkind = \"pagestore\"\npages = 64\n",
        "bad.toml:1: the scenario needs a [cluster] table"},
-      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"kv\"\n",
-       "workload kind \"kv\" is not available in this build"},
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"kv\"\n"
+       "replicas = 2\nmode = \"teleport\"\n",
+       "bad.toml:8: mode must be one of sync, async, kv, rpc, pushback, kayak"},
+      {"name = \"x\"\nduration_s = 5\n[cluster]\nmemservers = 8\n[workload]\nkind = \"kv\"\n"
+       "keys = 100\nvalue_sizes = 64\n",
+       "bad.toml:8: unknown key 'value_sizes' in [workload]"},
   };
   for (const Case& c : cases) {
     std::string path = Write(dir, "bad.toml", c.text);
@@ -171,6 +175,42 @@ TEST(ExperimentCliTest, QuickParamsvcAggregatorKill) {
   ASSERT_EQ(r["faults"].size(), 2u);
   EXPECT_TRUE(r["faults"][1]["ok"].get<bool>()) << r["faults"][1].dump();
   EXPECT_GE(r["reconnects"].get<int>(), 1) << "the workers never saw the aggregator die";
+}
+
+// A memserver SIGKILLed under a replicated KV load: every value checked, none lost or wrong.
+// Then the same without replication: the dead server's keys fail with errors, which are
+// counted as errors and never as wrong values or lost PUTs.
+TEST(ExperimentCliTest, QuickKvKillReplicatedAndUnreplicated) {
+  TempDir dir;
+  json j = RunQuick("kv-kill-replicated", dir);
+  ASSERT_TRUE(j.is_object());
+  const json& r = j["runs"][0];
+  ASSERT_EQ(r["faults"].size(), 1u);
+  EXPECT_TRUE(r["faults"][0]["ok"].get<bool>()) << r["faults"][0].dump();
+  EXPECT_GT(r["kv"]["ops"].get<int64_t>(), 1000);
+  EXPECT_GT(r["kv"]["values_checked"].get<int64_t>(), 1000);
+  EXPECT_EQ(r["kv"]["acknowledged_puts_lost"], 0);
+  EXPECT_EQ(r["kv"]["wrong_values"], 0);
+  EXPECT_GT(r["kv"]["invokes_rpc"].get<int64_t>() + r["kv"]["invokes_kv"].get<int64_t>(), 0);
+
+  const BuiltinScenario* b = FindBuiltin("kv-kill-replicated");
+  ASSERT_NE(b, nullptr);
+  std::string text = b->text;
+  const size_t at = text.find("replicas = 2");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 12, "replicas = 1");
+  TempDir dir1;
+  json u = RunQuick(Write(dir1, "unreplicated.toml", text), dir1);
+  ASSERT_TRUE(u.is_object());
+  const json& kv = u["runs"][0]["kv"];
+  EXPECT_GT(kv["get_errors"].get<int64_t>() + kv["invoke_errors"].get<int64_t>() +
+                kv["final_read_errors"].get<int64_t>(),
+            0)
+      << "no op failed on the killed unreplicated server: " << kv.dump();
+  EXPECT_NE(kv["first_error"].get<std::string>().find("Unavailable"), std::string::npos)
+      << kv.dump();
+  EXPECT_EQ(kv["wrong_values"], 0);
+  EXPECT_EQ(kv["acknowledged_puts_lost"], 0);
 }
 
 TEST(ExperimentCliTest, FailedExpectationExits1) {

@@ -166,7 +166,7 @@ TEST(ScenarioTest, VariantsAreChecked) {
 }
 
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
-  ASSERT_EQ(BuiltinScenarios().size(), 6u);
+  ASSERT_EQ(BuiltinScenarios().size(), 7u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
     auto r = ParseScenario(b.text, b.name);
     ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();
@@ -178,35 +178,69 @@ TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
   EXPECT_EQ(FindBuiltin("nope"), nullptr);
 }
 
-TEST(ScenarioTest, LayoutsApplyToThePagestoreOnly) {
+TEST(ScenarioTest, LayoutsApplyToThePagestoreAndRunButNotParamsvc) {
   auto group = ParseScenario(Edit("k = 4", "layout = \"group\"\nk = 4"), "f.toml");
   ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_EQ(group->cluster.layout, "group");
   EXPECT_TRUE(CheckRunnable(*group).ok()) << CheckRunnable(*group);
   ExpectError(Edit("k = 4", "layout = \"stripes\"\nk = 4"), 7,
               "layout must be one of split, group");
+  // kind = run passes the layout to `tessera run --layout`.
   const BuiltinScenario* python = FindBuiltin("kill-during-python");
   ASSERT_NE(python, nullptr);
   std::string text = python->text;
-  text.replace(text.find("k = 4"), 5, "layout = \"group\"\nk = 4");
+  text.replace(text.find("k = 4"), 5, "layout = \"split\"\nk = 4");
   auto run = ParseScenario(text, "python.toml");
   ASSERT_TRUE(run.ok()) << run.status();
-  Status st = CheckRunnable(*run);
+  EXPECT_EQ(run->cluster.layout, "split");
+  EXPECT_TRUE(CheckRunnable(*run).ok()) << CheckRunnable(*run);
+  // The Parameter Service's checkpoint store has no layout setting.
+  const BuiltinScenario* ps = FindBuiltin("paramsvc-aggregator-kill");
+  ASSERT_NE(ps, nullptr);
+  text = ps->text;
+  const size_t at = text.find("[cluster]\n");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + 10, "layout = \"group\"\n");
+  auto svc = ParseScenario(text, "ps.toml");
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  Status st = CheckRunnable(*svc);
   EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
-  EXPECT_NE(st.message().find("layout applies to kind = \"pagestore\" only"), std::string::npos);
+  EXPECT_NE(st.message().find("layout applies to kind = \"pagestore\" and \"run\" only"),
+            std::string::npos)
+      << st;
 }
 
-TEST(ScenarioTest, ServicesThatDoNotExistYetAreRefusedClearly) {
-  for (const char* kind : {"kv"}) {
-    std::string text = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5\n",
-                            std::string("kind = \"") + kind + "\"\n");
-    text = text.substr(0, text.find("[[fault]]"));
-    auto r = ParseScenario(text, "f.toml");
-    ASSERT_TRUE(r.ok()) << r.status();
-    Status st = CheckRunnable(*r);
-    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
-    EXPECT_NE(st.message().find("not available in this build"), std::string::npos) << st;
-  }
+// kind = kv: its keys parse, apply to kv only, and bad values name their line.
+TEST(ScenarioTest, KvWorkloadKeysAreChecked) {
+  const std::string head = "name = \"t\"\nduration_s = 5\n[cluster]\nmemservers = 4\nk = 2\nr = 1\n[workload]\n";
+  auto kv = ParseScenario(head + "kind = \"kv\"\nkeys = 100\nvalue_size = 64\nreplicas = 2\n"
+                                 "clients = 3\nput_ratio = 0.5\ninvoke_ratio = 0.1\nhops = 2\n",
+                          "f.toml");
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->workload.keys, 100u);
+  EXPECT_EQ(kv->workload.value_size, 64u);
+  EXPECT_EQ(kv->workload.replicas, 2);
+  EXPECT_EQ(kv->workload.clients, 3);
+  EXPECT_EQ(kv->workload.hops, 2);
+  EXPECT_EQ(kv->workload.mode, "kayak");  // the default mode for kv
+  EXPECT_TRUE(CheckRunnable(*kv).ok()) << CheckRunnable(*kv);
+  ExpectError(head + "kind = \"kv\"\nmode = \"sync\"\n", 9,
+              "mode for kind = \"kv\" must be one of kv, rpc, pushback, kayak");
+  ExpectError(head + "kind = \"kv\"\nreplicas = 5\n", 9, "replicas (5) must be at most memservers");
+  ExpectError(head + "kind = \"kv\"\nput_ratio = 0.7\ninvoke_ratio = 0.5\n", 10,
+              "put_ratio + invoke_ratio must be at most 1");
+  ExpectError(head + "kind = \"kv\"\nvalue_size = 8\n", 9, "value_size must be in [16, 65536]");
+  ExpectError(head + "kind = \"kv\"\nqd = 4\n", 9, "qd applies to kind = \"pagestore\" only");
+  ExpectError(head + "kind = \"pagestore\"\npages = 64\nhops = 4\n", 10,
+              "hops applies to kind = \"kv\" only");
+  ExpectError(head + "kind = \"paramsvc\"\niterations = 4\nmode = \"rpc\"\n", 10,
+              "mode for kind = \"paramsvc\" must be sync or async");
+  // The KV tables are replicated, not erasure-coded: a layout is refused with the reason.
+  auto lay = ParseScenario("name = \"t\"\nduration_s = 5\n[cluster]\nmemservers = 4\n"
+                           "layout = \"group\"\nk = 2\nr = 1\n[workload]\nkind = \"kv\"\n",
+                           "f.toml");
+  ASSERT_TRUE(lay.ok()) << lay.status();
+  EXPECT_EQ(CheckRunnable(*lay).code(), StatusCode::kUnsupported);
 }
 
 }  // namespace
