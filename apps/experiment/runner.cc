@@ -1910,6 +1910,28 @@ Status CheckRunnable(const Scenario& s) {
   for (const VariantSpec& v : s.variants) {
     if (v.layout) TESSERA_RETURN_IF_ERROR(layout_ok(*v.layout));
   }
+  // kayak::Client has no per-op timeout: an op to a server stopped or partitioned for good would
+  // block the load forever, so such faults need a duration or a later resume/heal.
+  if (s.workload.kind == "kv") {
+    for (size_t i = 0; i < s.faults.size(); ++i) {
+      const FaultSpec& f = s.faults[i];
+      if ((f.action != FaultAction::kStop && f.action != FaultAction::kPartition) ||
+          f.duration_s > 0) {
+        continue;
+      }
+      const FaultAction undo =
+          f.action == FaultAction::kStop ? FaultAction::kResume : FaultAction::kHeal;
+      bool undone = false;
+      for (const FaultSpec& g : s.faults) undone |= g.action == undo;
+      if (!undone) {
+        return Unsupported(s.origin, ":", f.line, ": with kind = \"kv\" a ",
+                           FaultActionName(f.action), " needs duration_s or a later ",
+                           FaultActionName(undo),
+                           " (kayak::Client has no per-operation timeout: requests to that "
+                           "server would wait for ever)");
+      }
+    }
+  }
   auto check_expect = [&](const ExpectSpec& e) -> Status {
     if (e.max_slowdown_vs_healthy && s.workload.kind == "pagestore" && s.workload.ops == 0) {
       return InvalidArgument(s.origin,

@@ -235,6 +235,20 @@ TEST(ScenarioTest, KvWorkloadKeysAreChecked) {
               "hops applies to kind = \"kv\" only");
   ExpectError(head + "kind = \"paramsvc\"\niterations = 4\nmode = \"rpc\"\n", 10,
               "mode for kind = \"paramsvc\" must be sync or async");
+  // A stop for good would block the client's requests for ever: refused with the line.
+  const std::string kv_head = head + "kind = \"kv\"\n[[fault]]\nat_s = 1\naction = \"stop\"\n"
+                                     "target = \"server:1\"\n";
+  auto stop = ParseScenario(kv_head, "f.toml");
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  Status st = CheckRunnable(*stop);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
+  EXPECT_NE(st.message().find("f.toml:9: with kind = \"kv\" a stop needs duration_s or a later "
+                              "resume"),
+            std::string::npos)
+      << st;
+  auto timed = ParseScenario(kv_head + "duration_s = 0.5\n", "f.toml");
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  EXPECT_TRUE(CheckRunnable(*timed).ok()) << CheckRunnable(*timed);
   // The KV tables are replicated, not erasure-coded: a layout is refused with the reason.
   auto lay = ParseScenario("name = \"t\"\nduration_s = 5\n[cluster]\nmemservers = 4\n"
                            "layout = \"group\"\nk = 2\nr = 1\n[workload]\nkind = \"kv\"\n",
