@@ -53,7 +53,12 @@ struct ClientOptions {
   uint32_t table = 1;      // Non-zero.
   uint32_t replicas = 1;   // 1: no replication; n: n-way (<= servers).
   ControllerOptions controller;
-  uint32_t max_attempts = 64;  // KV-way runs of a read-write function before giving up.
+  // KV-way runs of a read-write function before giving up. A run fails only when another
+  // commit on a key it read succeeded meanwhile (optimistic concurrency: someone always makes
+  // progress), so this bounds starvation, not correctness: a KV-way run racing RPC runs, which
+  // apply on the server in one short step, can lose many times in a row on a loaded machine
+  // (64 was seen to run out on 2 busy cores with 3 other writers on the same key).
+  uint32_t max_attempts = 1024;
   int connect_timeout_ms = 5000;
   bool measure_rtt = true;     // Connect() measures the round trip (sets the default SLO).
   // Connect() succeeds while some servers are unreachable (they count as failed: with
