@@ -12,9 +12,9 @@ scripts/build.sh release -j "$jobs"
 echo "== all tests (release)"
 # A failed test is run once more before the run fails (ctest prints both attempts). The
 # integration tests run real memserver fleets on 2 shared cores; a few of them have failed
-# once in dozens of runs at load averages of 5-15 (a live server declared failed by a 1 s
-# heartbeat under load, see the closing notes) and passed on rerun. A test that fails twice
-# fails the run.
+# once in dozens of runs at load averages of 5-15 and passed on rerun (causes not yet found;
+# a suspect is a live server declared failed by the 1 s heartbeat timeout under that load).
+# A test that fails twice fails the run.
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600 --repeat until-pass:2
 
 echo "== unit tests under ASan+UBSan"
