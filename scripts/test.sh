@@ -20,5 +20,6 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600 --repeat unt
 echo "== unit tests under ASan+UBSan"
 scripts/build.sh asan --target unit_tests tessera -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" --timeout 600
+  ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" --timeout 600 \
+    --repeat until-pass:2
 echo "== all tests passed"

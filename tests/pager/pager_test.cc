@@ -141,8 +141,11 @@ TEST(PagerTest, FaultAroundStaysWithinTheCapAndZeroPagesAreDroppedUnwritten) {
   }
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   PagerStats s = pager->Stats();
-  EXPECT_GT(s.zero_fill_around, 0u);
-  EXPECT_LT(s.faults, kPages / 2) << "fault-around did not batch the first touches";
+  // Under a cap, how many neighbours a fault maps depends on how much headroom the evictor
+  // has freed by then (a slow machine or ASan leaves less, so more faults): only that batching
+  // happened is checked here; one fault per full window is checked without a cap by
+  // ZeroFillFaultAroundMapsAWindowPerFault.
+  EXPECT_GT(s.zero_fill_around, 0u) << "fault-around did not batch the first touches";
   EXPECT_GT(s.zero_drops, 0u);
   EXPECT_EQ(s.remote_writes, 0u);
   EXPECT_EQ(store.writes(), 0u) << "all-zero never-stored pages were written back";
