@@ -71,3 +71,11 @@ pkg_check_modules(TOMLPLUSPLUS IMPORTED_TARGET tomlplusplus)
 if(NOT TOMLPLUSPLUS_FOUND)
   message(FATAL_ERROR "Tessera needs toml++: install the Debian package 'libtomlplusplus-dev'")
 endif()
+
+# Cluster membership in etcd (membership/): libcurl speaks to etcd's v3 JSON gateway. The
+# tests start Debian's etcd (etcd-server) and skip with a message when /usr/bin/etcd is absent.
+pkg_check_modules(CURL IMPORTED_TARGET libcurl)
+if(NOT CURL_FOUND)
+  message(FATAL_ERROR "Tessera needs libcurl (etcd membership): install the Debian package "
+                      "'libcurl4-openssl-dev'")
+endif()

@@ -1,0 +1,111 @@
+#include "tests/support/etcd_process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "common/clock.h"
+#include "membership/etcd_client.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr const char* kEtcd = "/usr/bin/etcd";
+
+// A port the kernel just handed out (closed again; etcd binds it right after).
+Result<int> FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return ErrnoError("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    Status st = ErrnoError("bind");
+    ::close(fd);
+    return st;
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+}  // namespace
+
+std::string EtcdProcess::SkipReason() {
+  if (::access(kEtcd, X_OK) != 0) {
+    return std::string(kEtcd) + " not found: install the Debian package 'etcd-server'";
+  }
+  return "";
+}
+
+Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
+  std::unique_ptr<EtcdProcess> e(new EtcdProcess());
+  Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(e->client_port_, FreePort());
+    TESSERA_ASSIGN_OR_RETURN(e->peer_port_, FreePort());
+    e->endpoint_ = "127.0.0.1:" + std::to_string(e->client_port_);
+    last = e->Launch();
+    if (last.ok()) return e;
+    (void)e->Kill();
+    ::system(("rm -rf '" + e->dir_.path() + "/data'").c_str());
+  }
+  return last;
+}
+
+EtcdProcess::~EtcdProcess() { (void)Kill(); }
+
+Status EtcdProcess::Launch() {
+  const std::string client = "http://" + endpoint_;
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  Subprocess::Options so;
+  so.quiet_stderr = true;
+  so.own_process_group = true;
+  TESSERA_ASSIGN_OR_RETURN(
+      proc_, Subprocess::Start({kEtcd, "--name=test", "--data-dir=" + dir_.path() + "/data",
+                                "--listen-client-urls=" + client,
+                                "--advertise-client-urls=" + client,
+                                "--listen-peer-urls=" + peer,
+                                "--initial-advertise-peer-urls=" + peer,
+                                "--initial-cluster=test=" + peer, "--logger=zap",
+                                "--log-outputs=" + dir_.path() + "/etcd.log"},
+                               so));
+  membership::EtcdOptions o;
+  o.endpoints = {endpoint_};
+  o.connect_timeout_ms = 200;
+  o.request_timeout_ms = 500;
+  TESSERA_ASSIGN_OR_RETURN(auto c, membership::EtcdClient::Create(o));
+  const Deadline d = Deadline::AfterMs(15000);
+  Status st;
+  while (!d.Expired()) {
+    if (!proc_.running() || proc_.Poll()) {
+      return Unavailable("etcd exited at start (log: ", dir_.path(), "/etcd.log): ",
+                         ReadFile(dir_.path() + "/etcd.log").substr(0, 2000));
+    }
+    auto r = c->Get("/health-probe");
+    if (r.ok()) return Status::Ok();
+    st = r.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // Poll interval, not a sync.
+  }
+  return Timeout("etcd did not answer within 15 s: ", st.ToString());
+}
+
+Status EtcdProcess::Kill() {
+  if (!proc_.running()) return Status::Ok();
+  TESSERA_RETURN_IF_ERROR(proc_.Signal(SIGKILL));
+  auto w = proc_.Wait(Deadline::AfterMs(10000));
+  return w.ok() ? Status::Ok() : w.status();
+}
+
+Status EtcdProcess::Restart() {
+  TESSERA_RETURN_IF_ERROR(Kill());
+  return Launch();
+}
+
+}  // namespace tessera::testing
