@@ -26,6 +26,8 @@ tessera_require_pkg(ISAL libisal libisal-dev)
 tessera_require_pkg(URING liburing liburing-dev)
 tessera_require_pkg(IBVERBS libibverbs libibverbs-dev)
 tessera_require_pkg(RDMACM librdmacm librdmacm-dev)
+# SHA-256 / HMAC-SHA256 of the fabric handshake (fabric/auth.h says why nettle, not libcrypto).
+tessera_require_pkg(NETTLE nettle nettle-dev)
 
 find_package(Threads REQUIRED)
 

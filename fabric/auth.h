@@ -1,6 +1,16 @@
 // Authentication primitives of the fabric: SHA-256 (FIPS 180-4), HMAC-SHA256 (RFC 2104), the
 // handshake MACs, and loading the shared secret.
 //
+// SHA-256, HMAC-SHA256 and the constant-time comparison come from nettle (Debian nettle-dev),
+// not libcrypto. This code is linked into the LD_PRELOAD shim (kernel_shim/preload), so whatever
+// the crypto library does when it is loaded runs inside arbitrary programs. nettle keeps no
+// global state and has no initialisation call: its one load-time constructor (the "fat" build's
+// CPU dispatch, fat_init) runs cpuid, reads NETTLE_FAT_VERBOSE / NETTLE_FAT_OVERRIDE and stores
+// function pointers; it allocates nothing, opens no file, starts no thread and registers no
+// atexit or fork handler (checked with readelf/objdump on libnettle.so.8.6: .init_array holds
+// frame_dummy and fat_init only; libnettle needs only libc). libcrypto instead sets up
+// OPENSSL_init state, atexit handlers, locks and config-file loading in the host process.
+//
 // Handshake (no secret on the wire, both sides authenticated):
 //   client -> HELLO {client_nonce, client_id}
 //   server -> CHALLENGE {server_nonce, server_id}
@@ -18,6 +28,8 @@
 #include <string>
 #include <string_view>
 
+#include <nettle/sha2.h>
+
 #include "common/status.h"
 #include "fabric/wire.h"
 
@@ -25,7 +37,7 @@ namespace tessera::fabric {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 
-// Incremental SHA-256. A value type; not thread-safe per object.
+// Incremental SHA-256 (nettle's sha256_ctx). A value type; not thread-safe per object.
 class Sha256 {
  public:
   Sha256() { Reset(); }
@@ -34,15 +46,11 @@ class Sha256 {
   void Update(std::string_view s) {
     Update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
   }
-  Sha256Digest Finish();  // The object must be Reset() before reuse.
+  Sha256Digest Finish();  // Leaves the object reset, ready for a new message.
   static Sha256Digest Hash(std::span<const uint8_t> data);
 
  private:
-  void Block(const uint8_t* p);
-  uint32_t h_[8];
-  uint8_t buf_[64];
-  size_t buf_len_ = 0;
-  uint64_t total_len_ = 0;
+  sha256_ctx ctx_;
 };
 
 Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> message);
@@ -61,7 +69,8 @@ struct HandshakeTranscript {
 };
 Mac ClientMac(std::string_view secret, const HandshakeTranscript& t);
 Mac ServerMac(std::string_view secret, const HandshakeTranscript& t);
-// Constant-time comparison.
+// Constant-time comparison (nettle's memeql_sec): the time taken does not depend on where, or
+// whether, the two MACs differ.
 bool MacEqual(const Mac& a, const Mac& b);
 
 // Fills `out` from the kernel's CSPRNG (getrandom). IoError if that fails.

@@ -41,6 +41,9 @@ TEST(Sha256Test, FipsVectors) {
     left -= n;
   }
   EXPECT_EQ(Hex(s.Finish()), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // Finish() leaves the object ready for a new message.
+  s.Update("abc");
+  EXPECT_EQ(Hex(s.Finish()), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 // RFC 4231 test cases 1-4, 6, 7 (5 is a truncated output).
@@ -82,6 +85,26 @@ TEST(AuthTest, MacsDependOnEveryInputAndDiffer) {
   t2 = t;
   t2.client_id = 5;
   EXPECT_FALSE(MacEqual(c, ClientMac("secret-secret-secret", t2)));
+}
+
+// MacEqual (nettle's memeql_sec) must not stop at the first difference: every single-bit
+// difference, at every position, makes the MACs unequal, and equal MACs compare equal.
+TEST(AuthTest, MacEqualSeesEveryBit) {
+  Mac a;
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 37 + 11);
+  EXPECT_TRUE(MacEqual(a, a));
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      Mac b = a;
+      b[i] ^= static_cast<uint8_t>(1u << bit);
+      EXPECT_FALSE(MacEqual(a, b)) << "byte " << i << " bit " << bit;
+      EXPECT_FALSE(MacEqual(b, a)) << "byte " << i << " bit " << bit;
+    }
+  }
+  Mac zero{}, ones;
+  ones.fill(0xff);
+  EXPECT_FALSE(MacEqual(zero, ones));
+  EXPECT_TRUE(MacEqual(zero, Mac{}));
 }
 
 TEST(AuthTest, RandomBytesAreNotConstant) {
