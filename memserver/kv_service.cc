@@ -83,6 +83,14 @@ std::optional<Result<std::vector<uint8_t>>> KvService::Handle(const fabric::Pars
     }
     case fabric::Op::kKvInvoke: {
       const auto& req = std::get<fabric::KvInvokeRequest>(f.body);
+      if (auto r = runtime_->TryInline(req.table, req.function_id, f.data)) {
+        // A cheap built-in ran here on the I/O thread: answered at once, no hand-off.
+        if (!r->ok()) return Reply(r->status());
+        if ((*r)->result.size() + fabric::KvInvokeResponse::kWireSize > fabric::kMaxDataLength) {
+          return Reply(Internal("offload result of ", (*r)->result.size(), " bytes is too large"));
+        }
+        return Reply(Encode(fabric::KvInvokeResponse{KvOutcome::kDone, (*r)->attempts}, (*r)->result));
+      }
       auto done = [reply](Result<InvokeResult> r) {
         if (!r.ok()) return reply.Send(r.status());
         if (r->result.size() + fabric::KvInvokeResponse::kWireSize > fabric::kMaxDataLength) {

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -31,12 +32,16 @@ constexpr uint32_t kUserOutCap = 1u << 20;  // Result bytes an operator's functi
 
 class Txn {
  public:
-  Txn(KvStore* store, uint32_t table, uint64_t deadline_ns)
+  // track_reads = false for a function known to be read-only (a built-in): its reads need no
+  // validation, so they are not recorded.
+  Txn(KvStore* store, uint32_t table, uint64_t deadline_ns, bool track_reads = true)
       : store_(store), table_id_(table), table_(store->Table(table, false)),
-        deadline_ns_(deadline_ns) {}
+        deadline_ns_(deadline_ns), track_reads_(track_reads) {}
 
   // Found or not; the value in *out. Reads see the transaction's own writes.
   bool Get(std::span<const uint8_t> key, std::vector<uint8_t>* out) {
+    if (table_ == nullptr) table_ = store_->Table(table_id_, false);
+    if (!track_reads_) return table_ != nullptr && table_->Get(key, out) != 0;
     std::string k(reinterpret_cast<const char*>(key.data()), key.size());
     auto w = writes_.find(k);
     if (w != writes_.end()) {
@@ -44,17 +49,18 @@ class Txn {
       *out = *w->second;
       return true;
     }
-    if (table_ == nullptr) table_ = store_->Table(table_id_, false);
     uint64_t version = table_ != nullptr ? table_->Get(key, out) : 0;
     auto [it, inserted] = reads_.emplace(k, version);
     if (!inserted && it->second != version) inconsistent_ = true;  // Will fail validation.
     return version != 0;
   }
   void Put(std::span<const uint8_t> key, std::span<const uint8_t> value) {
+    TCHECK(track_reads_) << "a write in a transaction opened read-only";
     writes_[std::string(reinterpret_cast<const char*>(key.data()), key.size())] =
         std::vector<uint8_t>(value.begin(), value.end());
   }
   void Delete(std::span<const uint8_t> key) {
+    TCHECK(track_reads_) << "a delete in a transaction opened read-only";
     writes_[std::string(reinterpret_cast<const char*>(key.data()), key.size())] = std::nullopt;
   }
   bool Expired() const { return MonotonicNs() > deadline_ns_; }
@@ -89,6 +95,7 @@ class Txn {
   const uint32_t table_id_;
   KvTable* table_;
   const uint64_t deadline_ns_;
+  const bool track_reads_;
   std::map<std::string, uint64_t> reads_;
   std::map<std::string, std::optional<std::vector<uint8_t>>> writes_;
   bool inconsistent_ = false;
@@ -373,6 +380,18 @@ Result<std::unique_ptr<OffloadRuntime>> OffloadRuntime::Create(KvStore* store,
   if (options.budget_ns == 0) return InvalidArgument("offload budget must be positive");
   if (options.max_attempts == 0) return InvalidArgument("offload max_attempts must be >= 1");
   std::unique_ptr<OffloadRuntime> rt(new OffloadRuntime(store, options));
+  if (rt->options_.inline_ns > 0) {
+    // The compute rounds' speed on this machine (best of three short runs), for EstimateNs.
+    uint64_t best = ~0ull;
+    constexpr uint32_t kRounds = 20000;
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t t0 = MonotonicNs();
+      volatile uint64_t sink = bi::Compute(i, kRounds);
+      (void)sink;
+      best = std::min(best, MonotonicNs() - t0);
+    }
+    rt->compute_ns_per_iter_ = std::max(0.1, static_cast<double>(best) / kRounds);
+  }
   for (const std::string& lib : rt->options_.libraries) {
     TESSERA_RETURN_IF_ERROR(rt->LoadLibrary(lib));
   }
@@ -466,6 +485,59 @@ Result<OffloadRuntime::SubmitOutcome> OffloadRuntime::Submit(uint32_t table, uin
   return SubmitOutcome::kQueued;
 }
 
+uint64_t OffloadRuntime::EstimateNs(uint32_t id, std::span<const uint8_t> args) const {
+  // A hop (hash lookup, copy and fold of a small value) costs well under this on any machine
+  // this runs on; large values are caught by the inline deadline instead.
+  constexpr double kHopNs = 300;
+  if (id == bi::kMultiGetAggregate) {
+    if (args.size() < 8) return 0;
+    return static_cast<uint64_t>(kHopNs * std::min<uint64_t>(bi::LoadLe64(args.data()), bi::kMaxAggregateKeys));
+  }
+  if (!bi::IsBuiltin(id) || args.size() != bi::ChaseArgs::kSize) return 0;
+  const uint64_t w = bi::LoadLe64(args.data() + 8);
+  const double hops = static_cast<double>(std::min<uint32_t>(static_cast<uint32_t>(w), bi::kMaxHops));
+  const double iters = static_cast<double>(static_cast<uint32_t>(w >> 32));
+  return static_cast<uint64_t>(kHopNs * hops + compute_ns_per_iter_ * iters);
+}
+
+std::optional<Result<InvokeResult>> OffloadRuntime::TryInline(uint32_t table, uint32_t id,
+                                                             std::span<const uint8_t> args) {
+  if (options_.inline_ns == 0 || !bi::IsBuiltin(id)) return std::nullopt;
+  if (table == 0) return Result<InvokeResult>(InvalidArgument("table id must be non-zero"));
+  if (EstimateNs(id, args) > options_.inline_ns) return std::nullopt;
+  const uint64_t cutoff_ns = options_.inline_ns * 4 + 20'000;
+  InvokeResult out;
+  for (uint32_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+    Txn txn(store_, table, MonotonicNs() + cutoff_ns, bi::IsReadWrite(id));
+    auto r = RunBuiltin(txn, id, args, cutoff_ns);
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kTimeout) {
+        // Over the inline deadline: nothing was written; the pool runs it with the full budget.
+        inline_overran_.fetch_add(1, std::memory_order_relaxed);
+        return std::nullopt;
+      }
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      return Result<InvokeResult>(r.status());
+    }
+    auto committed = txn.Commit();
+    if (!committed.ok()) {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      return Result<InvokeResult>(committed.status());
+    }
+    if (*committed) {
+      out.result = std::move(*r);
+      out.attempts = attempt;
+      completed_.fetch_add(1, std::memory_order_relaxed);
+      inline_completed_.fetch_add(1, std::memory_order_relaxed);
+      return Result<InvokeResult>(std::move(out));
+    }
+    conflicts_.fetch_add(1, std::memory_order_relaxed);
+  }
+  failed_.fetch_add(1, std::memory_order_relaxed);
+  return Result<InvokeResult>(Unavailable("offload function ", id, " gave up after ",
+                                          options_.max_attempts, " conflicting attempts"));
+}
+
 Result<InvokeResult> OffloadRuntime::RunBuiltinHere(uint32_t table, uint32_t function_id,
                                                     std::span<const uint8_t> args) {
   if (!bi::IsBuiltin(function_id)) return NotFound("no built-in function ", function_id);
@@ -528,8 +600,10 @@ void OffloadRuntime::WorkerMain(int index) {
 Result<InvokeResult> OffloadRuntime::Run(const Task& task) {
   InvokeResult out;
   for (uint32_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
-    Txn txn(store_, task.table, MonotonicNs() + options_.budget_ns);
-    if (bi::IsBuiltin(task.function_id)) {
+    const bool builtin = bi::IsBuiltin(task.function_id);
+    Txn txn(store_, task.table, MonotonicNs() + options_.budget_ns,
+            !builtin || bi::IsReadWrite(task.function_id));
+    if (builtin) {
       auto r = RunBuiltin(txn, task.function_id, task.args, options_.budget_ns);
       if (!r.ok()) {
         if (r.status().code() == StatusCode::kTimeout) {
@@ -595,6 +669,8 @@ OffloadRuntime::Stats OffloadRuntime::stats() const {
   s.stopped_budget = stopped_budget_.load();
   s.stopped_fault = stopped_fault_.load();
   s.conflicts = conflicts_.load();
+  s.inline_completed = inline_completed_.load();
+  s.inline_overran = inline_overran_.load();
   std::lock_guard<std::mutex> lock(mu_);
   s.queued = static_cast<uint32_t>(queue_.size());
   return s;
@@ -609,6 +685,8 @@ std::string OffloadRuntime::StatsText() const {
       << "offload_stopped_budget " << s.stopped_budget << "\n"
       << "offload_stopped_fault " << s.stopped_fault << "\n"
       << "offload_conflicts " << s.conflicts << "\n"
+      << "offload_inline_completed " << s.inline_completed << "\n"
+      << "offload_inline_overran " << s.inline_overran << "\n"
       << "offload_queued " << s.queued << "\n";
   return out.str();
 }

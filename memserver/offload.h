@@ -2,7 +2,13 @@
 //
 // Functions are the built-ins (memserver/offload_builtins.h) and operators' functions loaded at
 // start-up from shared libraries (the C ABI in memserver/tessera_offload.h). They run on a
-// bounded pool of worker threads, never on the network I/O threads:
+// bounded pool of worker threads, except cheap built-ins, which run inline on the caller's thread
+// (the network I/O thread) to spare the request two thread hand-offs:
+//   - Inline: TryInline() runs a built-in whose estimated cost (hops, keys and compute rounds,
+//     the rounds timed at start-up) is within `inline_ns`, with a deadline of a few times that;
+//     one that overruns it (large values) has written nothing and is handed to the pool instead.
+//     Operators' functions always go to the pool: stopping one that misbehaves needs the
+//     worker's timer signal and alternate stack.
 //   - Server pushback: when more than `max_queue` invocations wait for a worker, Submit()
 //     refuses at once (the server answers "pushed back" and the client runs the request the KV
 //     way) instead of letting queueing delay grow (Splinter/ASFP-style adaptive placement).
@@ -31,6 +37,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,6 +54,9 @@ struct OffloadOptions {
   uint32_t max_queue = 32;           // Waiting invocations beyond which Submit() pushes back.
   uint32_t hard_queue = 4096;        // Even kNoPushback invocations are refused beyond this.
   uint64_t budget_ns = 50'000'000;   // Wall time one run of a function may take.
+  // Built-ins estimated to take at most this run inline on the I/O thread (0: never); an
+  // inline run is cut off (and queued instead) after inline_ns * 4 + 20 us.
+  uint64_t inline_ns = 10'000;
   uint32_t max_attempts = 16;        // Runs of a read-write function before giving up on conflicts.
   std::vector<std::string> libraries;  // --offload_lib paths, loaded by Create().
 };
@@ -67,6 +78,8 @@ class OffloadRuntime {
     uint64_t stopped_budget = 0;
     uint64_t stopped_fault = 0;
     uint64_t conflicts = 0;  // Reruns after a failed commit.
+    uint64_t inline_completed = 0;  // Of `completed`, run inline on an I/O thread.
+    uint64_t inline_overran = 0;    // Inline runs cut off and queued instead.
     uint32_t queued = 0;
   };
 
@@ -81,6 +94,13 @@ class OffloadRuntime {
   // otherwise). NotFound for an unknown function, InvalidArgument for table 0.
   Result<SubmitOutcome> Submit(uint32_t table, uint32_t function_id, std::vector<uint8_t> args,
                                bool no_pushback, Done done);
+  // Runs a cheap built-in here (see above): nullopt when it is not cheap or overran its inline
+  // deadline (nothing written): then Submit() it. Errors (bad arguments, a broken chain) are
+  // answers like any other. Same argument checks as Submit().
+  std::optional<Result<InvokeResult>> TryInline(uint32_t table, uint32_t function_id,
+                                                std::span<const uint8_t> args);
+  // Estimated nanoseconds of a built-in call with these arguments (0 for malformed ones).
+  uint64_t EstimateNs(uint32_t function_id, std::span<const uint8_t> args) const;
   // Runs one invocation on the calling thread (tests, and the CLI-free in-process path). The
   // budget applies to built-ins only when called here (operators' functions need a worker).
   Result<InvokeResult> RunBuiltinHere(uint32_t table, uint32_t function_id,
@@ -122,7 +142,8 @@ class OffloadRuntime {
   std::vector<std::thread> workers_;
 
   std::atomic<uint64_t> completed_{0}, failed_{0}, pushed_back_{0}, stopped_budget_{0},
-      stopped_fault_{0}, conflicts_{0};
+      stopped_fault_{0}, conflicts_{0}, inline_completed_{0}, inline_overran_{0};
+  double compute_ns_per_iter_ = 1.0;  // Timed by Create().
 };
 
 }  // namespace tessera::memserver

@@ -41,6 +41,9 @@ DEFINE_int32(offload_queue, 32,
              "Offload invocations that may wait for a worker; beyond it the server answers "
              "'pushed back' at once and the client runs the request the KV way");
 DEFINE_string(offload_budget, "50ms", "Wall time one run of an offload function may take");
+DEFINE_string(offload_inline, "10us",
+              "Built-in functions estimated to take at most this run inline on the network I/O "
+              "thread instead of the worker pool (0: never)");
 DEFINE_string(meminfo_path, "/proc/meminfo",
               "Where MemAvailable is read (tests point it at a file they write)");
 
@@ -125,6 +128,12 @@ int main(int argc, char** argv) {
   o.offload.workers = FLAGS_offload_workers;
   o.offload.max_queue = static_cast<uint32_t>(FLAGS_offload_queue);
   o.offload.budget_ns = DurationFlag("offload_budget", FLAGS_offload_budget);
+  if (FLAGS_offload_inline == "0") {
+    o.offload.inline_ns = 0;
+  } else {
+    o.offload.inline_ns = DurationFlag("offload_inline", FLAGS_offload_inline);
+    if (o.offload.inline_ns > 1'000'000) UsageError(kSpec, "--offload_inline must be at most 1ms");
+  }
   for (size_t start = 0; start < FLAGS_offload_lib.size();) {
     size_t comma = FLAGS_offload_lib.find(',', start);
     if (comma == std::string::npos) comma = FLAGS_offload_lib.size();

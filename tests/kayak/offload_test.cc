@@ -165,6 +165,71 @@ TEST(OffloadTest, PushesBackWhenTheQueueIsFull) {
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == queued; }));
 }
 
+TEST(OffloadTest, CheapBuiltinsRunInlineAndHeavyOnesGoToThePool) {
+  Fixture fx;
+  OffloadOptions o;
+  o.inline_ns = 10'000;
+  auto rt = OffloadRuntime::Create(fx.store.get(), o).value();
+  // A 4-hop chase is cheap: it runs here, with the pool's answer.
+  auto cheap = bi::ChaseArgs{10, 4, 0}.Encode();
+  auto here = rt->TryInline(1, bi::kChase, cheap);
+  ASSERT_TRUE(here.has_value());
+  ASSERT_TRUE(here->ok()) << here->status().ToString();
+  auto pooled = Call(*rt, 1, bi::kChase, cheap);
+  ASSERT_TRUE(pooled.ok());
+  EXPECT_EQ((*here)->result, pooled->result);
+  EXPECT_EQ(rt->stats().inline_completed, 1u);
+  EXPECT_EQ(rt->stats().completed, 2u);
+  // A million compute rounds are not (whatever this machine's speed): the pool runs them.
+  EXPECT_FALSE(rt->TryInline(1, bi::kChaseCompute, bi::ChaseArgs{10, 1, 1'000'000}.Encode()));
+  EXPECT_GT(rt->EstimateNs(bi::kChaseCompute, bi::ChaseArgs{10, 1, 1'000'000}.Encode()), 10'000u);
+  // Errors are answers like any other; table 0 is refused as Submit() refuses it.
+  auto broken = rt->TryInline(1, bi::kChase, bi::ChaseArgs{1000, 2, 0}.Encode());
+  ASSERT_TRUE(broken.has_value());
+  EXPECT_EQ(broken->status().code(), StatusCode::kNotFound);
+  auto bad = rt->TryInline(1, bi::kChase, std::vector<uint8_t>(3));
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status().code(), StatusCode::kInvalidArgument);
+  auto table0 = rt->TryInline(0, bi::kChase, cheap);
+  ASSERT_TRUE(table0.has_value());
+  EXPECT_EQ(table0->status().code(), StatusCode::kInvalidArgument);
+  // The read-write built-in commits inline.
+  auto inc = rt->TryInline(1, bi::kChaseIncrement, bi::ChaseArgs{20, 2, 0}.Encode());
+  ASSERT_TRUE(inc.has_value() && inc->ok());
+  std::vector<uint8_t> v;
+  fx.table->Get(bi::KeyBytes(21), &v);
+  EXPECT_EQ(bi::LoadLe64(v.data() + 8), 1u);
+  // Inline off: nothing runs here.
+  OffloadOptions off;
+  off.inline_ns = 0;
+  auto rt_off = OffloadRuntime::Create(fx.store.get(), off).value();
+  EXPECT_FALSE(rt_off->TryInline(1, bi::kChase, cheap));
+}
+
+TEST(OffloadTest, AnInlineRunThatOverrunsWritesNothingAndGoesToThePool) {
+  Fixture fx;
+  // A 64-hop ring of 64 KiB values: estimated cheap by its hop count, but folding 4 MiB takes
+  // milliseconds, far past the inline cut-off (4 x 20 us + 20 us).
+  for (uint64_t i = 0; i < 64; ++i) {
+    ASSERT_TRUE(fx.table->Put(bi::KeyBytes(1000 + i), ChainValue(1000 + (i + 1) % 64, 0, 65536), 0).ok());
+  }
+  OffloadOptions o;
+  o.inline_ns = 20'000;
+  auto rt = OffloadRuntime::Create(fx.store.get(), o).value();
+  auto args = bi::ChaseArgs{1000, 64, 0}.Encode();
+  ASSERT_LE(rt->EstimateNs(bi::kChaseIncrement, args), o.inline_ns);
+  EXPECT_FALSE(rt->TryInline(1, bi::kChaseIncrement, args));
+  EXPECT_EQ(rt->stats().inline_overran, 1u);
+  std::vector<uint8_t> v;
+  fx.table->Get(bi::KeyBytes(1063), &v);
+  EXPECT_EQ(bi::LoadLe64(v.data() + 8), 0u) << "an abandoned inline run wrote";
+  // The pool runs it to completion with the full budget.
+  auto r = Call(*rt, 1, bi::kChaseIncrement, args);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  fx.table->Get(bi::KeyBytes(1063), &v);
+  EXPECT_EQ(bi::LoadLe64(v.data() + 8), 1u);
+}
+
 #ifndef TESSERA_SANITIZER_BUILD
 // Signal-based stops are not exercised under ASan (it owns SIGSEGV); the integration test runs
 // the same library in a real memserver.
