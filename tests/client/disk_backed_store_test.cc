@@ -1,23 +1,19 @@
 // DiskBackedStore (single copy + asynchronous disk backup): reads fall back to the disk copy when
-// the primary loses a page, never to a stale one. The primary is an in-test fake that can lose
-// pages; the backup is either a fake that can hold or fail writes, or a real LocalSsdStore.
+// the primary loses a page, never to a stale one. The primary is the in-memory store double
+// (client/testing/memory_page_store.h) losing pages; the backup is either a double holding or
+// failing writes, or a real LocalSsdStore.
 #include "client/disk_backed_store.h"
 
 #include <gtest/gtest.h>
 
-#include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <map>
-#include <mutex>
 #include <random>
-#include <set>
 #include <thread>
 #include <vector>
 
 #include "client/local_ssd_store.h"
+#include "client/testing/memory_page_store.h"
 #include "common/clock.h"
 #include "tests/support/test_util.h"
 
@@ -26,145 +22,15 @@ namespace {
 
 using tessera::testing::TempDir;
 
-// An in-memory PageStore completing ops on its own worker thread. Reads of "lost" pages fail
-// with DataLoss (a write makes the page whole again). Writes can be held (not completed) until
-// Release(), or failed with IoError.
-class FakeStore final : public PageStore {
- public:
-  explicit FakeStore(uint64_t capacity, std::string name = "fake")
-      : capacity_(capacity), name_(std::move(name)), worker_([this] { Run(); }) {}
-  ~FakeStore() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      EXPECT_TRUE(held_.empty()) << name_ << ": destroyed with held writes";
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
+using testing::MemoryPageStore;
+using testing::MemoryPageStoreOptions;
+using HoldKind = MemoryPageStore::HoldKind;
 
-  std::string name() const override { return name_; }
-  uint64_t capacity_pages() const override { return capacity_; }
-  double memory_overhead() const override { return 1.0; }
-  Status Submit(std::span<PageOp* const> ops) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (reject_submits_) return Unavailable(name_, " rejects submissions");
-    for (PageOp* op : ops) queue_.push_back(op);
-    cv_.notify_all();
-    return Status::Ok();
-  }
-  Status Trim(PageId first, uint64_t count) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (PageId p = first; p < first + count; ++p) data_.erase(p);
-    return Status::Ok();
-  }
-  Status Flush() override { return Status::Ok(); }
-  PageStoreStats Stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    PageStoreStats s;
-    s.writes = writes_done_;
-    s.bytes_sent = writes_done_ * kPageSize;
-    return s;
-  }
-
-  void Lose(PageId p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    lost_.insert(p);
-  }
-  void HoldWrites(bool hold) {
-    std::lock_guard<std::mutex> lock(mu_);
-    hold_ = hold;
-    if (!hold) {
-      for (PageOp* op : held_) queue_.push_back(op);
-      held_.clear();
-      cv_.notify_all();
-    }
-  }
-  void FailWrites(bool fail) {
-    std::lock_guard<std::mutex> lock(mu_);
-    fail_writes_ = fail;
-  }
-  // Writes fail with `st` (e.g. Unavailable: the server holding the page is gone).
-  void FailWritesWith(Status st) {
-    std::lock_guard<std::mutex> lock(mu_);
-    write_error_ = std::move(st);
-  }
-  void RejectSubmits(bool reject) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reject_submits_ = reject;
-  }
-  void FailReadsWith(Status st) {
-    std::lock_guard<std::mutex> lock(mu_);
-    read_error_ = std::move(st);
-  }
-  size_t held() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return held_.size();
-  }
-  uint64_t writes_of(PageId p) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = writes_per_page_.find(p);
-    return it == writes_per_page_.end() ? 0 : it->second;
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      PageOp* op = queue_.front();
-      queue_.pop_front();
-      if (op->kind == PageOp::Kind::kWrite && hold_) {
-        held_.push_back(op);
-        continue;
-      }
-      op->status = Apply(op);
-      lock.unlock();
-      op->done(op);
-      lock.lock();
-    }
-  }
-  Status Apply(PageOp* op) {
-    if (op->page >= capacity_) return OutOfRange("page ", op->page, " out of range");
-    if (op->kind == PageOp::Kind::kWrite) {
-      if (fail_writes_) return IoError(name_, ": write of page ", op->page, " failed");
-      if (!write_error_.ok()) return write_error_;
-      std::memcpy(data_[op->page].data(), op->buf, kPageSize);
-      lost_.erase(op->page);
-      writes_per_page_[op->page]++;
-      writes_done_++;
-      return Status::Ok();
-    }
-    if (!read_error_.ok()) return read_error_;
-    if (lost_.count(op->page)) return DataLoss(name_, ": page ", op->page, " is lost");
-    auto it = data_.find(op->page);
-    if (it == data_.end()) {
-      std::memset(op->buf, 0, kPageSize);
-    } else {
-      std::memcpy(op->buf, it->second.data(), kPageSize);
-    }
-    return Status::Ok();
-  }
-
-  const uint64_t capacity_;
-  const std::string name_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<PageOp*> queue_;
-  std::vector<PageOp*> held_;
-  std::map<PageId, std::array<uint8_t, kPageSize>> data_;
-  std::map<PageId, uint64_t> writes_per_page_;
-  std::set<PageId> lost_;
-  Status read_error_;
-  Status write_error_;
-  uint64_t writes_done_ = 0;
-  bool hold_ = false;
-  bool fail_writes_ = false;
-  bool reject_submits_ = false;
-  bool stop_ = false;
-  std::thread worker_;  // Last: starts after every other member is built.
-};
+// The in-memory asynchronous store double (client/testing), named for its role.
+std::unique_ptr<MemoryPageStore> Fake(uint64_t capacity, std::string name = "fake") {
+  return std::make_unique<MemoryPageStore>(
+      MemoryPageStoreOptions{.capacity_pages = capacity, .name = std::move(name)});
+}
 
 std::vector<uint8_t> Pattern(uint64_t seed) {
   std::vector<uint8_t> v(kPageSize);
@@ -175,16 +41,20 @@ std::vector<uint8_t> Pattern(uint64_t seed) {
 
 struct Fixture {
   explicit Fixture(uint64_t pages) {
-    auto p = std::make_unique<FakeStore>(pages, "primary");
-    auto b = std::make_unique<FakeStore>(pages, "backup");
+    auto p = Fake(pages, "primary");
+    auto b = Fake(pages, "backup");
     primary = p.get();
     backup = b.get();
     auto r = DiskBackedStore::Create(std::move(p), std::move(b));
     EXPECT_TRUE(r.ok()) << r.status();
     store = std::move(r).value();
   }
-  FakeStore* primary;
-  FakeStore* backup;
+  ~Fixture() {
+    EXPECT_EQ(primary->held(), 0u) << "test ends with held primary writes";
+    EXPECT_EQ(backup->held(), 0u) << "test ends with held backup writes";
+  }
+  MemoryPageStore* primary;
+  MemoryPageStore* backup;
   std::unique_ptr<DiskBackedStore> store;
 };
 
@@ -193,7 +63,7 @@ TEST(DiskBackedStoreTest, ReadsFallBackToDiskWhenPrimaryLosesPages) {
   for (PageId p = 0; p < 64; ++p) ASSERT_TRUE(f.store->WritePage(p, Pattern(p).data()).ok());
   ASSERT_TRUE(f.store->Flush().ok());
   EXPECT_EQ(f.store->backup_pending(), 0u);
-  for (PageId p = 0; p < 64; p += 3) f.primary->Lose(p);
+  for (PageId p = 0; p < 64; p += 3) f.primary->LosePage(p);
   std::vector<uint8_t> out(kPageSize);
   for (PageId p = 0; p < 64; ++p) {
     ASSERT_TRUE(f.store->ReadPage(p, out.data()).ok()) << "page " << p;
@@ -216,17 +86,17 @@ TEST(DiskBackedStoreTest, NeverReturnsAStaleDiskCopy) {
   Fixture f(8);
   ASSERT_TRUE(f.store->WritePage(3, Pattern(1).data()).ok());
   ASSERT_TRUE(f.store->Flush().ok());  // Disk holds version 1.
-  f.backup->HoldWrites(true);
+  f.backup->Hold(HoldKind::kWrites);
   ASSERT_TRUE(f.store->WritePage(3, Pattern(2).data()).ok());  // Acked, backup held.
   EXPECT_EQ(f.store->backup_pending(), 1u);
-  f.primary->Lose(3);
+  f.primary->LosePage(3);
   std::vector<uint8_t> out(kPageSize);
   Status st = f.store->ReadPage(3, out.data());
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find("disk backup of page 3 is behind"), std::string::npos) << st;
   EXPECT_EQ(f.store->stale_refusals(), 1u);
   EXPECT_EQ(f.store->Stats().data_loss, 1u);
-  f.backup->HoldWrites(false);
+  f.backup->Release();
   ASSERT_TRUE(f.store->Flush().ok());
   ASSERT_TRUE(f.store->ReadPage(3, out.data()).ok());
   EXPECT_EQ(out, Pattern(2));
@@ -237,17 +107,17 @@ TEST(DiskBackedStoreTest, NeverReturnsAStaleDiskCopy) {
 // ends with the last acknowledged content.
 TEST(DiskBackedStoreTest, BackupWritesOfAPageAreSerialisedAndCoalesced) {
   Fixture f(4);
-  f.backup->HoldWrites(true);
+  f.backup->Hold(HoldKind::kWrites);
   for (uint64_t v = 1; v <= 10; ++v) ASSERT_TRUE(f.store->WritePage(2, Pattern(v).data()).ok());
   // The first backup write is posted just after its ack; wait (bounded) until it is held.
   Deadline deadline = Deadline::AfterMs(10000);
   while (f.backup->held() == 0 && !deadline.Expired()) std::this_thread::yield();
   EXPECT_EQ(f.backup->held(), 1u);       // Only the first is in flight ...
   EXPECT_EQ(f.store->backup_pending(), 2u);  // ... and the newest is queued behind it.
-  f.primary->Lose(2);
+  f.primary->LosePage(2);
   std::vector<uint8_t> out(kPageSize);
   EXPECT_EQ(f.store->ReadPage(2, out.data()).code(), StatusCode::kDataLoss);
-  f.backup->HoldWrites(false);
+  f.backup->Release();
   ASSERT_TRUE(f.store->Flush().ok());
   EXPECT_EQ(f.backup->writes_of(2), 2u);
   ASSERT_TRUE(f.store->ReadPage(2, out.data()).ok());
@@ -257,12 +127,12 @@ TEST(DiskBackedStoreTest, BackupWritesOfAPageAreSerialisedAndCoalesced) {
 TEST(DiskBackedStoreTest, NeverWrittenAndTrimmedPagesFallBackToZeros) {
   Fixture f(16);
   std::vector<uint8_t> zeros(kPageSize, 0), out(kPageSize, 1);
-  f.primary->Lose(5);
+  f.primary->LosePage(5);
   ASSERT_TRUE(f.store->ReadPage(5, out.data()).ok());
   EXPECT_EQ(out, zeros);
   ASSERT_TRUE(f.store->WritePage(7, Pattern(7).data()).ok());
   ASSERT_TRUE(f.store->Trim(6, 3).ok());
-  f.primary->Lose(7);
+  f.primary->LosePage(7);
   ASSERT_TRUE(f.store->ReadPage(7, out.data()).ok());
   EXPECT_EQ(out, zeros);
   EXPECT_EQ(f.store->Trim(15, 2).code(), StatusCode::kOutOfRange);
@@ -273,19 +143,19 @@ TEST(DiskBackedStoreTest, FailedBackupWriteIsReportedAndNeverUsed) {
   Fixture f(4);
   ASSERT_TRUE(f.store->WritePage(1, Pattern(1).data()).ok());
   ASSERT_TRUE(f.store->Flush().ok());
-  f.backup->FailWrites(true);
+  f.backup->FailWritesWith(IoError("backup: write failed (injected)"));
   ASSERT_TRUE(f.store->WritePage(1, Pattern(2).data()).ok());
   Status flush = f.store->Flush();
   EXPECT_EQ(flush.code(), StatusCode::kIoError) << flush;
   EXPECT_NE(flush.message().find("backup write of page 1"), std::string::npos) << flush;
   EXPECT_TRUE(f.store->Flush().ok());  // Reported once.
-  f.primary->Lose(1);
+  f.primary->LosePage(1);
   std::vector<uint8_t> out(kPageSize);
   EXPECT_EQ(f.store->ReadPage(1, out.data()).code(), StatusCode::kDataLoss);
-  f.backup->FailWrites(false);
+  f.backup->FailWritesWith(Status::Ok());
   ASSERT_TRUE(f.store->WritePage(1, Pattern(3).data()).ok());
   ASSERT_TRUE(f.store->Flush().ok());
-  f.primary->Lose(1);
+  f.primary->LosePage(1);
   ASSERT_TRUE(f.store->ReadPage(1, out.data()).ok());
   EXPECT_EQ(out, Pattern(3));
 }
@@ -297,7 +167,7 @@ TEST(DiskBackedStoreTest, WritesThePrimaryCannotStoreGoThroughToDisk) {
   ASSERT_TRUE(f.store->WritePage(4, Pattern(1).data()).ok());
   ASSERT_TRUE(f.store->Flush().ok());
   f.primary->FailWritesWith(Unavailable("server of page 4 failed"));
-  f.backup->HoldWrites(true);
+  f.backup->Hold(HoldKind::kWrites);
   std::atomic<bool> done{false};
   std::vector<uint8_t> v2 = Pattern(2);
   PageOp op;
@@ -317,7 +187,7 @@ TEST(DiskBackedStoreTest, WritesThePrimaryCannotStoreGoThroughToDisk) {
   while (f.backup->held() == 0 && !deadline.Expired()) std::this_thread::yield();
   ASSERT_EQ(f.backup->held(), 1u) << "the write never reached the disk backup within 10 s";
   EXPECT_FALSE(done.load());
-  f.backup->HoldWrites(false);
+  f.backup->Release();
   done.wait(false);
   ASSERT_TRUE(op.status.ok()) << op.status;
   EXPECT_EQ(f.store->written_through(), 1u);
@@ -333,13 +203,13 @@ TEST(DiskBackedStoreTest, WritesThePrimaryCannotStoreGoThroughToDisk) {
   EXPECT_EQ(f.store->fallback_reads(), fallbacks);
   // Both fail: the write fails, naming both causes, and nothing older is served as newer.
   f.primary->FailWritesWith(Unavailable("server of page 4 failed"));
-  f.backup->FailWrites(true);
+  f.backup->FailWritesWith(IoError("backup: write failed (injected)"));
   Status st = f.store->WritePage(4, Pattern(4).data());
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("disk write failed too"), std::string::npos) << st;
   ASSERT_TRUE(f.store->ReadPage(4, out.data()).ok());
   EXPECT_EQ(out, Pattern(3));
-  f.backup->FailWrites(false);
+  f.backup->FailWritesWith(Status::Ok());
   ASSERT_TRUE(f.store->Flush().ok());
 }
 
@@ -355,9 +225,9 @@ TEST(DiskBackedStoreTest, OtherPrimaryErrorsPassThrough) {
   EXPECT_EQ(f.store->WritePage(9, out.data()).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(f.store->fallback_reads(), 0u);
   // A primary that rejects a batch: the batch is rejected whole, no callback runs.
-  f.primary->RejectSubmits(true);
+  f.primary->RejectSubmits(Unavailable("primary rejects submissions"));
   EXPECT_EQ(f.store->WritePage(0, out.data()).code(), StatusCode::kUnavailable);
-  f.primary->RejectSubmits(false);
+  f.primary->RejectSubmits(Status::Ok());
   PageOp op;
   PageOp* ptr = &op;
   EXPECT_EQ(f.store->Submit(std::span<PageOp* const>(&ptr, 1)).code(),
@@ -365,9 +235,9 @@ TEST(DiskBackedStoreTest, OtherPrimaryErrorsPassThrough) {
 }
 
 TEST(DiskBackedStoreTest, BackupSmallerThanPrimaryIsRejected) {
-  auto r = DiskBackedStore::Create(std::make_unique<FakeStore>(8), std::make_unique<FakeStore>(4));
+  auto r = DiskBackedStore::Create(Fake(8), Fake(4));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(DiskBackedStore::Create(nullptr, std::make_unique<FakeStore>(4)).status().code(),
+  EXPECT_EQ(DiskBackedStore::Create(nullptr, Fake(4)).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -382,8 +252,8 @@ TEST(DiskBackedStoreTest, ConcurrentLoadOverRealLocalSsdBackup) {
   o.capacity_pages = kThreads * kPer;
   auto ssd = LocalSsdStore::Create(o);
   ASSERT_TRUE(ssd.ok()) << ssd.status();
-  auto p = std::make_unique<FakeStore>(kThreads * kPer, "primary");
-  FakeStore* primary = p.get();
+  auto p = Fake(kThreads * kPer, "primary");
+  MemoryPageStore* primary = p.get();
   auto r = DiskBackedStore::Create(std::move(p), std::move(ssd).value());
   ASSERT_TRUE(r.ok()) << r.status();
   std::unique_ptr<DiskBackedStore> store = std::move(r).value();
@@ -408,7 +278,7 @@ TEST(DiskBackedStoreTest, ConcurrentLoadOverRealLocalSsdBackup) {
   for (auto& th : threads) th.join();
   ASSERT_EQ(failures.load(), 0);
   ASSERT_TRUE(store->Flush().ok());
-  for (PageId pg = 0; pg < kThreads * kPer; ++pg) primary->Lose(pg);
+  for (PageId pg = 0; pg < kThreads * kPer; ++pg) primary->LosePage(pg);
   std::vector<uint8_t> out(kPageSize);
   for (PageId pg = 0; pg < kThreads * kPer; ++pg) {
     ASSERT_TRUE(store->ReadPage(pg, out.data()).ok()) << "page " << pg;

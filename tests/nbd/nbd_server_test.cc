@@ -13,15 +13,23 @@
 #include <thread>
 #include <vector>
 
+#include "client/testing/memory_page_store.h"
 #include "kernel_shim/nbd/nbd_server.h"
 #include "kernel_shim/nbd/protocol.h"
-#include "tests/nbd/memory_store.h"
 
 namespace tessera::nbd {
 namespace {
 
 using client::kPageSize;
-using testing::MemoryStore;
+using client::testing::MemoryPageStore;
+using client::testing::MemoryPageStoreOptions;
+
+// The store double completes each batch of ops out of order (seeded shuffle), as a remote
+// store with several servers does.
+std::unique_ptr<MemoryPageStore> OutOfOrderStore(uint64_t pages) {
+  return std::make_unique<MemoryPageStore>(
+      MemoryPageStoreOptions{.capacity_pages = pages, .shuffle_seed = 1});
+}
 
 // ---------------------------------------------------------------- codec
 
@@ -276,12 +284,12 @@ std::string Pattern(size_t n, uint8_t seed) {
   return s;
 }
 
-// A server over a MemoryStore; Connect() gives a client on a socketpair.
+// A server over a MemoryPageStore; Connect() gives a client on a socketpair.
 class NbdServerTest : public ::testing::Test {
  protected:
   void SetUpServer(std::vector<ExportSpec> exports, uint64_t store_pages = 64,
                    uint32_t max_payload = 1 << 20) {
-    store_ = std::make_unique<MemoryStore>(store_pages);
+    store_ = OutOfOrderStore(store_pages);
     NbdServerOptions o;
     o.exports = std::move(exports);
     o.max_payload = max_payload;
@@ -306,12 +314,12 @@ class NbdServerTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<MemoryStore> store_;
+  std::unique_ptr<MemoryPageStore> store_;
   std::unique_ptr<NbdServer> server_;
 };
 
 TEST_F(NbdServerTest, CreateRejectsBadExportLists) {
-  MemoryStore s(10);
+  MemoryPageStore s(10);
   NbdServerOptions o;
   EXPECT_FALSE(NbdServer::Create(&s, o).ok());
   o.exports = {{"a", "", 11 * kPageSize, 0}};
@@ -442,7 +450,7 @@ TEST_F(NbdServerTest, OutOfRangeUnknownAndOversizedRequestsKeepDataSafe) {
   const uint64_t size = 16 * kPageSize + 100;
   const std::string a = Pattern(kPageSize, 3);
   EXPECT_EQ(c->Do(kCmdWrite, 15 * kPageSize, kPageSize, a).error, 0u);
-  const uint64_t writes_before = store_->writes();
+  const uint64_t writes_before = store_->writes_stored();
   EXPECT_EQ(c->Do(kCmdRead, size - 10, 11).error, kEInval);
   EXPECT_EQ(c->Do(kCmdWrite, size - 10, 11, std::string(11, 'x')).error, kENoSpc);
   EXPECT_EQ(c->Do(kCmdWrite, ~0ull - 5, 11, std::string(11, 'x')).error, kENoSpc);  // Wraps.
@@ -453,7 +461,7 @@ TEST_F(NbdServerTest, OutOfRangeUnknownAndOversizedRequestsKeepDataSafe) {
   EXPECT_EQ(c->Do(kCmdRead, 0, 4096, "", kCmdFlagFua).error, kEInval);  // Bad flag for READ.
   EXPECT_EQ(c->Do(kCmdRead, 0, kPageSize, "", kCmdFlagDf).error, kEInval);  // DF w/o structured.
   EXPECT_EQ(c->Do(kCmdRead, 0, (1 << 20) + 1).error, kEInval);  // Longer than the maximum.
-  EXPECT_EQ(store_->writes(), writes_before) << "a refused request reached the store";
+  EXPECT_EQ(store_->writes_stored(), writes_before) << "a refused request reached the store";
   // The connection still works and the data is intact.
   EXPECT_EQ(c->Do(kCmdRead, 15 * kPageSize, kPageSize).data, a);
   // A WRITE longer than the maximum closes the connection (its payload is not read).
@@ -511,7 +519,7 @@ TEST_F(NbdServerTest, RepliesInCompletionOrder) {
   ASSERT_TRUE(c->Request(kCmdRead, 0, kPageSize, 100));
   ASSERT_TRUE(c->Request(kCmdRead, kPageSize, kPageSize, 200));
   ASSERT_TRUE(store_->WaitHeld(2)) << "the two reads never reached the store together";
-  store_->Release(/*reverse=*/true);
+  store_->Release(MemoryPageStore::ReleaseOrder::kReverse);
   std::map<uint64_t, uint32_t> lens = {{100, kPageSize}, {200, kPageSize}};
   auto first = c->ReadReply(lens);
   auto second = c->ReadReply(lens);
@@ -634,9 +642,9 @@ TEST_F(NbdServerTest, StructuredRepliesAndStoreErrors) {
   EXPECT_EQ(lost.chunk_type, kReplyTypeError);
   EXPECT_EQ(lost.error, kEIo);
   // An unaligned write into the failing page cannot read-modify-write it: EIO, nothing written.
-  const uint64_t writes = store_->writes();
+  const uint64_t writes = store_->writes_stored();
   EXPECT_EQ(c->Do(kCmdWrite, 3 * kPageSize + 1, 10, "0123456789").error, kEIo);
-  EXPECT_EQ(store_->writes(), writes);
+  EXPECT_EQ(store_->writes_stored(), writes);
   // A whole-page write of it still works.
   EXPECT_EQ(c->Do(kCmdWrite, 3 * kPageSize, kPageSize, Pattern(kPageSize, 1)).error, 0u);
 }
@@ -645,15 +653,16 @@ TEST_F(NbdServerTest, UnavailableOpsAreRetriedThenReportedAsEio) {
   auto c = Connect();
   c->Go("disk", false);
   const std::string a = Pattern(4 * kPageSize, 21);
-  store_->FailNextOpsUnavailable(3);  // Fewer failures than retry rounds: the write succeeds.
+  const Status loss = Unavailable("injected server loss");
+  store_->FailNextOps(3, loss);  // Fewer failures than retry rounds: the write succeeds.
   EXPECT_EQ(c->Do(kCmdWrite, 0, 4 * kPageSize, a).error, 0u);
   EXPECT_GE(server_->Stats().retried_ops, 3u);
-  store_->FailNextOpsUnavailable(2);
+  store_->FailNextOps(2, loss);
   EXPECT_EQ(c->Do(kCmdRead, 0, 4 * kPageSize).data, a);
-  store_->FailNextOpsUnavailable(1000);  // The store stays unavailable: EIO, data untouched.
+  store_->FailNextOps(1000, loss);  // The store stays unavailable: EIO, data untouched.
   EXPECT_EQ(c->Do(kCmdWrite, 0, kPageSize, std::string(kPageSize, 'x')).error, kEIo);
   EXPECT_EQ(c->Do(kCmdRead, 0, 10).error, kEIo);
-  store_->FailNextOpsUnavailable(0);
+  store_->FailNextOps(0, Status::Ok());
   EXPECT_EQ(c->Do(kCmdRead, 0, 4 * kPageSize).data, a);
 }
 
@@ -676,9 +685,9 @@ TEST_F(NbdServerTest, TrimWriteZeroesFlushAndFua) {
   EXPECT_EQ(c->Do(kCmdRead, 5 * kPageSize, 3 * kPageSize).data, want);
   EXPECT_EQ(store_->trimmed_pages() - trimmed, 3u);  // Page 6 was whole: trimmed.
   // With NO_HOLE the whole pages are written as zeros instead.
-  const uint64_t w0 = store_->writes();
+  const uint64_t w0 = store_->writes_stored();
   EXPECT_EQ(c->Do(kCmdWriteZeroes, 0, kPageSize, "", kCmdFlagNoHole).error, 0u);
-  EXPECT_EQ(store_->writes() - w0, 1u);
+  EXPECT_EQ(store_->writes_stored() - w0, 1u);
   EXPECT_EQ(store_->trimmed_pages() - trimmed, 3u);
   EXPECT_EQ(store_->Page(0), std::vector<uint8_t>(kPageSize, 0));
   // FLUSH and FUA reach the store's Flush().

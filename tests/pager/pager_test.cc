@@ -1,4 +1,5 @@
-// Unit tests of the userfaultfd pager over FakeStore (asynchronous, in memory).
+// Unit tests of the userfaultfd pager over MemoryPageStore (client/testing: asynchronous, in
+// memory).
 #include "kernel_shim/pager/pager.h"
 
 #include <gtest/gtest.h>
@@ -14,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "client/testing/memory_page_store.h"
 #include "common/clock.h"
-#include "tests/pager/fake_store.h"
 
 namespace tessera::kernel_shim {
 namespace {
 
-using testing::FakeStore;
+using client::testing::MemoryPageStore;
 constexpr size_t kPage = 4096;
 
 // Bounded wait for a condition the pager's threads bring about.
@@ -33,7 +34,7 @@ bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
   return true;
 }
 
-std::unique_ptr<Pager> MakePager(FakeStore* store, size_t pages, uint64_t limit_pages = 0,
+std::unique_ptr<Pager> MakePager(MemoryPageStore* store, size_t pages, uint64_t limit_pages = 0,
                                  VictimPolicy policy = VictimPolicy::kSmart,
                                  bool prefetch = true, size_t zero_around = 16) {
   PagerOptions o;
@@ -63,7 +64,7 @@ bool CheckPage(const uint8_t* p, size_t page, uint32_t round) {
 }
 
 TEST(PagerTest, CreateRejectsBadOptions) {
-  FakeStore store(64);
+  MemoryPageStore store(64);
   PagerOptions o;
   EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);  // No store.
   o.store = &store;
@@ -84,7 +85,7 @@ TEST(PagerTest, CreateRejectsBadOptions) {
 }
 
 TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
-  FakeStore store(256);
+  MemoryPageStore store(256);
   auto pager = MakePager(&store, 256, 0, VictimPolicy::kSmart, true, /*zero_around=*/0);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -104,13 +105,13 @@ TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
   EXPECT_EQ(s.resident_pages, 32u);
   EXPECT_EQ(s.footprint_pages, 32u);
   EXPECT_EQ(s.fault_latency.count(), 32u);
-  EXPECT_EQ(store.reads(), 0u);
-  EXPECT_EQ(store.writes(), 0u);  // No limit: nothing evicted.
+  EXPECT_EQ(store.reads_completed(), 0u);
+  EXPECT_EQ(store.writes_stored(), 0u);  // No limit: nothing evicted.
 }
 
 TEST(PagerTest, ZeroFillFaultAroundMapsAWindowPerFault) {
   constexpr size_t kPages = 256;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, 0, VictimPolicy::kSmart, true, /*zero_around=*/16);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -124,12 +125,12 @@ TEST(PagerTest, ZeroFillFaultAroundMapsAWindowPerFault) {
   EXPECT_EQ(s.resident_pages, kPages);
   EXPECT_EQ(s.footprint_pages, kPages);
   EXPECT_EQ(s.wp_faults, 0u);
-  EXPECT_EQ(store.reads(), 0u);
+  EXPECT_EQ(store.reads_completed(), 0u);
 }
 
 TEST(PagerTest, FaultAroundStaysWithinTheCapAndZeroPagesAreDroppedUnwritten) {
   constexpr size_t kPages = 512, kCap = 64;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kSmart, true, /*zero_around=*/64);
   ASSERT_TRUE(pager);
   const uint8_t* b = pager->base();
@@ -148,16 +149,16 @@ TEST(PagerTest, FaultAroundStaysWithinTheCapAndZeroPagesAreDroppedUnwritten) {
   EXPECT_GT(s.zero_fill_around, 0u) << "fault-around did not batch the first touches";
   EXPECT_GT(s.zero_drops, 0u);
   EXPECT_EQ(s.remote_writes, 0u);
-  EXPECT_EQ(store.writes(), 0u) << "all-zero never-stored pages were written back";
+  EXPECT_EQ(store.writes_stored(), 0u) << "all-zero never-stored pages were written back";
   // Dropped zero pages are never-written again: zeros, without a store read.
   for (size_t p = 0; p < kPages; ++p) ASSERT_EQ(b[p * kPage + 100], 0) << p;
-  EXPECT_EQ(store.reads(), 0u);
+  EXPECT_EQ(store.reads_completed(), 0u);
   EXPECT_LT(s.footprint_pages, kPages) << "dropped zero pages still count as footprint";
 }
 
 TEST(PagerTest, FillsAreMappedWritableWhileTheProgramWritesWhatItReads) {
   constexpr size_t kPages = 1024, kCap = 64;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, /*prefetch=*/false);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -186,7 +187,7 @@ TEST(PagerTest, FillsAreMappedWritableWhileTheProgramWritesWhatItReads) {
 
 TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
   constexpr size_t kPages = 512, kCap = 64;
-  FakeStore store(kPages, 20);
+  MemoryPageStore store(kPages, 20);
   auto pager = MakePager(&store, kPages, kCap);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -213,7 +214,7 @@ TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
 
 TEST(PagerTest, CleanPagesAreNeverWrittenBack) {
   constexpr size_t kPages = 256, kCap = 32;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, /*prefetch=*/false);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -225,7 +226,7 @@ TEST(PagerTest, CleanPagesAreNeverWrittenBack) {
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   for (size_t p = 0; p < kPages; ++p) EXPECT_LE(store.writes_of(p), 1u) << p;
   PagerStats s = pager->Stats();
-  EXPECT_EQ(s.remote_writes, store.writes());
+  EXPECT_EQ(s.remote_writes, store.writes_stored());
   EXPECT_LE(s.remote_writes, kPages);
   EXPECT_GT(s.clean_drops, kPages);  // Three read passes of 256 pages through a 32 cap.
   EXPECT_EQ(s.wp_faults, 0u);
@@ -233,7 +234,7 @@ TEST(PagerTest, CleanPagesAreNeverWrittenBack) {
 
 TEST(PagerTest, FractionalCapFollowsPeakFootprint) {
   constexpr size_t kPages = 2048;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   PagerOptions o;
   o.store = &store;
   o.region_bytes = kPages * kPage;
@@ -254,7 +255,7 @@ TEST(PagerTest, FractionalCapFollowsPeakFootprint) {
   EXPECT_GT(s.evictions, 0u);
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 2)) << p;
   // A small footprint stays under the floor: nothing evicted.
-  FakeStore store2(kPages);
+  MemoryPageStore store2(kPages);
   o.store = &store2;
   auto r2 = Pager::Create(o);
   ASSERT_TRUE(r2.ok());
@@ -266,7 +267,7 @@ TEST(PagerTest, FractionalCapFollowsPeakFootprint) {
 
 TEST(PagerTest, ManyThreadsFaultSameAndDifferentPages) {
   constexpr size_t kPages = 1024, kCap = 128, kThreads = 8, kShared = 64;
-  FakeStore store(kPages, 10);
+  MemoryPageStore store(kPages, 10);
   PagerOptions o;
   o.store = &store;
   o.region_bytes = kPages * kPage;
@@ -307,7 +308,7 @@ TEST(PagerTest, ManyThreadsFaultSameAndDifferentPages) {
 
 TEST(PagerTest, DiscardReadsZerosAndTrims) {
   constexpr size_t kPages = 128, kCap = 16;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -324,8 +325,8 @@ TEST(PagerTest, DiscardReadsZerosAndTrims) {
   for (size_t p = 0; p < 64; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
   PagerStats s = pager->Stats();
   EXPECT_EQ(s.discarded, 64u);
-  EXPECT_EQ(store.trims(), 64u);
-  for (size_t p = 64; p < kPages; ++p) EXPECT_FALSE(store.Has(p)) << p;
+  EXPECT_EQ(store.trimmed_pages(), 64u);
+  for (size_t p = 64; p < kPages; ++p) EXPECT_FALSE(store.Holds(p)) << p;
   // Discarded then rewritten pages are fine.
   for (size_t p = 64; p < kPages; ++p) FillPage(b + p * kPage, p, 5);
   for (size_t p = 64; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 5)) << p;
@@ -340,13 +341,13 @@ void OnSigbus(int, siginfo_t* si, void*) {
 
 TEST(PagerTest, FillErrorRaisesSigbusNotZeros) {
   constexpr size_t kPages = 64, kCap = 8;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, false);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
-  ASSERT_TRUE(store.Has(3));  // Page 3 was evicted long ago.
+  ASSERT_TRUE(store.Holds(3));  // Page 3 was evicted long ago.
   store.FailReads(3);
   struct sigaction sa {}, old {};
   sa.sa_sigaction = &OnSigbus;
@@ -373,7 +374,7 @@ TEST(PagerTest, FillErrorRaisesSigbusNotZeros) {
 
 TEST(PagerTest, ForkedChildSeesEveryPage) {
   constexpr size_t kPages = 256, kCap = 32;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -404,7 +405,7 @@ TEST(PagerTest, ForkedChildSeesEveryPage) {
 
 TEST(PagerTest, SequentialStreamIsPrefetched) {
   constexpr size_t kPages = 1024, kCap = 64;
-  FakeStore store(kPages, 30);
+  MemoryPageStore store(kPages, 30);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kSmart, /*prefetch=*/true);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
@@ -432,7 +433,7 @@ TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
   // Threads increment counters in their pages while a tiny cap evicts constantly: a write lost
   // by a racing eviction shows up as a short count.
   constexpr size_t kPages = 64, kCap = 8, kThreads = 4, kIters = 150;
-  FakeStore store(kPages, 5);
+  MemoryPageStore store(kPages, 5);
   PagerOptions o;
   o.store = &store;
   o.region_bytes = kPages * kPage;
@@ -468,7 +469,7 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   // traps keep them.
   auto run = [](VictimPolicy policy) {
     constexpr size_t kPages = 2048, kCap = 32;
-    FakeStore store(kPages);
+    MemoryPageStore store(kPages);
     PagerOptions o;
     o.store = &store;
     o.region_bytes = kPages * kPage;
@@ -495,19 +496,19 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
 
 TEST(PagerTest, FailedWriteBackKeepsPagesResident) {
   constexpr size_t kPages = 256, kCap = 32;
-  FakeStore store(kPages);
+  MemoryPageStore store(kPages);
   auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, false);
   ASSERT_TRUE(pager);
   uint8_t* b = pager->base();
   for (size_t p = 0; p < 64; ++p) FillPage(b + p * kPage, p, 1);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
-  store.FailWrites(true);
+  store.FailWritesWith(Unavailable("writes failing (injected)"));
   for (size_t p = 64; p < 128; ++p) FillPage(b + p * kPage, p, 1);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().writeback_errors > 0; }));
   // Nothing written while the store refused is lost: those pages stayed resident.
   for (size_t p = 64; p < 128; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
   EXPECT_GT(pager->Stats().resident_pages, kCap);
-  store.FailWrites(false);
+  store.FailWritesWith(Status::Ok());
   for (size_t p = 128; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
