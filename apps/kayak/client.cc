@@ -63,7 +63,12 @@ Result<std::vector<uint8_t>> BuiltinRoutingKey(uint32_t function, std::span<cons
 }
 
 Client::Client(ClientOptions options) : options_(std::move(options)) {}
-Client::~Client() = default;
+Client::~Client() {
+  // Every reader stops before any connection goes away: a reader's open SendBatch may hold
+  // another connection of this client.
+  for (auto& c : conns_) c->Close();
+  for (auto& c : conns_) c->JoinReader();
+}
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.servers.empty()) return tessera::InvalidArgument("no memservers given");
@@ -72,6 +77,9 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return tessera::InvalidArgument("replicas must be in 1..", options.servers.size(), " (servers)");
   }
   if (options.secret.empty()) return tessera::InvalidArgument("empty secret");
+  if (options.request_timeout_ms <= 0) {
+    return tessera::InvalidArgument("request_timeout_ms must be positive, got ", options.request_timeout_ms);
+  }
   if (options.client_id == 0) {
     std::random_device rd;
     options.client_id = (uint64_t{rd()} << 32 | rd()) | 1;
@@ -79,7 +87,8 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   std::unique_ptr<Client> c(new Client(std::move(options)));
   for (const auto& ep : c->options_.servers) {
     auto conn = Connection::Open(ep, c->options_.secret, c->options_.client_id,
-                                 tessera::Deadline::AfterMs(c->options_.connect_timeout_ms));
+                                 tessera::Deadline::AfterMs(c->options_.connect_timeout_ms),
+                                 c->options_.request_timeout_ms);
     if (!conn.ok()) {
       if (!c->options_.tolerate_unreachable) {
         return Status(conn.status().code(),
@@ -661,6 +670,14 @@ double Client::x() {
 uint64_t Client::slo_ns() {
   std::lock_guard<std::mutex> lock(ctl_mu_);
   return controller_->slo_ns();
+}
+Client::SendStats Client::send_stats() const {
+  SendStats s;
+  for (const auto& c : conns_) {
+    s.frames += c->frames_sent();
+    s.send_calls += c->send_calls();
+  }
+  return s;
 }
 Client::Counters Client::counters() const {
   return {n_rpc_.load(), n_kv_.load(), n_pushed_back_.load(), n_conflicts_.load()};

@@ -60,6 +60,10 @@ struct ClientOptions {
   // (64 was seen to run out on 2 busy cores with 3 other writers on the same key).
   uint32_t max_attempts = 1024;
   int connect_timeout_ms = 5000;
+  // A request (each GET, PUT, ... and each RPC; a KV-way function is several) with no reply
+  // after this fails with Timeout naming the server: a stopped or hung server does not hang
+  // a caller forever. A late reply is dropped.
+  int request_timeout_ms = 10000;
   bool measure_rtt = true;     // Connect() measures the round trip (sets the default SLO).
   // Connect() succeeds while some servers are unreachable (they count as failed: with
   // replication their keys are served by the other replicas); false: every server must answer.
@@ -126,6 +130,11 @@ class Client {
     uint64_t rpc = 0, kv = 0, pushed_back = 0, conflicts = 0;
   };
   Counters counters() const;
+  // Request frames written and send() calls that wrote them, over all connections.
+  struct SendStats {
+    uint64_t frames = 0, send_calls = 0;
+  };
+  SendStats send_stats() const;
 
   // Internal plumbing, public for the request state machines in client.cc.
   struct Target;

@@ -1,12 +1,22 @@
 // kayak::Connection: one authenticated TCP connection from a Kayak client to a memserver,
 // carrying the KV frames (fabric/wire.h ops 16..31) with many requests in flight.
 //
-// Open() connects and runs the fabric handshake (fabric/handshake.h). Send() writes one request
-// frame (a blocking send under a mutex; frames are small) and registers its callback; a reader
-// thread receives the replies, validates every frame (fabric::ParseFrame) and calls the
-// callback of its request id. When the connection fails (the server died, closed, sent a
-// malformed frame or a shutting-down notice) every pending callback gets Unavailable naming
-// the server, and later Send()s fail the same way at once.
+// Open() connects and runs the fabric handshake (fabric/handshake.h). Send() appends one request
+// frame to the connection's output and registers its callback; a reader thread receives the
+// replies, validates every frame (fabric::ParseFrame) and calls the callback of its request id.
+//
+// Coalescing: while a reader thread runs the callbacks of the replies one recv() brought (a
+// SendBatch is open on that thread), the requests those callbacks send, to this connection or
+// any other, are written with one send() per connection when the batch closes; a Send() from
+// any other thread is written at once. So a closed-loop caller that issues its next request
+// from the reply callback sends many frames per system call under load, and one when idle.
+//
+// Timeouts: a request with no reply `request_timeout_ms` after it was sent fails with Timeout
+// naming the server (a stopped or hung server does not hang a caller forever); a late reply is
+// dropped. A send that cannot make progress for that long (the server stopped reading) closes
+// the connection. When the connection fails (the server died, closed, sent a malformed frame or
+// a shutting-down notice) every pending callback gets Unavailable naming the server, and later
+// Send()s fail the same way at once.
 //
 // Ownership: owns the socket and the reader thread; the destructor shuts the socket down,
 // fails what is pending and joins the reader (so no callback runs after it returns).
@@ -17,12 +27,12 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -43,7 +53,7 @@ class Connection {
  public:
   static tessera::Result<std::unique_ptr<Connection>> Open(
       const tessera::fabric::Endpoint& endpoint, const std::string& secret, uint64_t client_id,
-      tessera::Deadline deadline);
+      tessera::Deadline deadline, int request_timeout_ms = 10000);
   // A connection that never came up (the server was unreachable): every Send() fails with `why`.
   static std::unique_ptr<Connection> Dead(const tessera::fabric::Endpoint& endpoint,
                                           tessera::Status why);
@@ -58,21 +68,56 @@ class Connection {
   const tessera::fabric::Endpoint& endpoint() const { return endpoint_; }
   // Closes the connection now (pending requests fail with Unavailable).
   void Close();
+  // Waits for the reader thread to finish (after Close()); not from a callback.
+  void JoinReader();
+  // Requests sent so far and send() calls made for them (coalescing makes the second smaller).
+  uint64_t frames_sent() const { return frames_sent_.load(std::memory_order_relaxed); }
+  uint64_t send_calls() const { return send_calls_.load(std::memory_order_relaxed); }
 
  private:
-  Connection(tessera::fabric::Endpoint endpoint, tessera::UniqueFd fd);
+  friend class SendBatch;
+  struct Pending {
+    ReplyCallback cb;
+    uint64_t deadline_ns;
+    tessera::fabric::Op op;
+  };
+  Connection(tessera::fabric::Endpoint endpoint, tessera::UniqueFd fd, int request_timeout_ms);
   void ReaderMain();
   void Fail(const tessera::Status& why);
+  void FlushOut();  // Writes out_ (under send_mu_).
+  void ExpireOverdue(uint64_t now_ns);
 
   const tessera::fabric::Endpoint endpoint_;
   tessera::UniqueFd fd_;
+  const uint64_t request_timeout_ns_;
   std::atomic<bool> up_{true};
   std::mutex send_mu_;
+  std::vector<uint8_t> out_;  // Frames not yet written; under send_mu_.
   std::mutex mu_;
-  uint64_t next_id_ = 1;                                   // Under mu_.
-  std::unordered_map<uint64_t, ReplyCallback> pending_;    // Under mu_.
-  tessera::Status down_reason_;                            // Under mu_.
+  uint64_t next_id_ = 1;  // Under mu_.
+  // Under mu_; ordered by id, hence by deadline (every request gets the same timeout).
+  std::map<uint64_t, Pending> pending_;
+  tessera::Status down_reason_;  // Under mu_.
+  std::atomic<uint64_t> frames_sent_{0}, send_calls_{0};
   std::thread reader_;
+};
+
+// Open on a reader thread while it runs the callbacks of one recv()'s replies: Send()s on this
+// thread are buffered and each connection they touched is flushed once when it closes. Nested
+// scopes join the outermost. Internal to kayak (Connection's reader); not for callers.
+class SendBatch {
+ public:
+  SendBatch();
+  ~SendBatch();
+  SendBatch(const SendBatch&) = delete;
+  SendBatch& operator=(const SendBatch&) = delete;
+  // The open batch of this thread, or nullptr.
+  static SendBatch* Current();
+  void Touch(Connection* c);
+
+ private:
+  bool outer_;
+  std::vector<Connection*> dirty_;
 };
 
 }  // namespace kayak

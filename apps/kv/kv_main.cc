@@ -24,6 +24,7 @@ DEFINE_string(value_format, "text",
               "bytes whose first 8 bytes name NEXT, bytes 8..15 a counter)");
 DEFINE_uint32(value_size, 100, "Bytes of a chain value");
 DEFINE_bool(json, false, "Print one JSON object instead of text");
+DEFINE_int32(timeout_ms, 10000, "A request with no reply after this fails with Timeout (> 0)");
 
 namespace {
 
@@ -125,6 +126,8 @@ int main(int argc, char** argv) {
   o.replicas = FLAGS_replicas;
   o.controller.mode = *mode;
   o.measure_rtt = false;
+  if (FLAGS_timeout_ms <= 0) UsageError(kSpec, "--timeout_ms must be positive");
+  o.request_timeout_ms = FLAGS_timeout_ms;
   if (o.replicas == 0 || o.replicas > o.servers.size()) {
     UsageError(kSpec, "--replicas must be in 1.." + std::to_string(o.servers.size()));
   }

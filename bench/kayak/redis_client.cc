@@ -52,16 +52,24 @@ void RedisClient::Send(const std::vector<std::string>& args, Callback cb) {
     return;
   }
   pending_.push_back(std::move(cb));
+  out_ += out;
+  // From a reply callback: written with the others when the reader is done with this recv().
+  if (batching_ && std::this_thread::get_id() == reader_id_) return;
+  FlushLocked();
+}
+
+void RedisClient::FlushLocked() {
   size_t off = 0;
-  while (off < out.size()) {
-    ssize_t n = ::send(fd_.get(), out.data() + off, out.size() - off, MSG_NOSIGNAL);
+  while (off < out_.size()) {
+    ssize_t n = ::send(fd_.get(), out_.data() + off, out_.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       ::shutdown(fd_.get(), SHUT_RDWR);
-      return;
+      break;
     }
     off += static_cast<size_t>(n);
   }
+  out_.clear();
 }
 
 Result<RedisReply> RedisClient::Call(const std::vector<std::string>& args) {
@@ -116,11 +124,16 @@ void RedisClient::ReaderMain() {
     p = next;
     return true;
   };
+  reader_id_ = std::this_thread::get_id();
   while (true) {
     ssize_t n = ::recv(fd_.get(), chunk, sizeof(chunk), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     buf.append(chunk, static_cast<size_t>(n));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batching_ = true;
+    }
     while (pos < buf.size()) {
       size_t p = pos;
       RedisReply r;
@@ -138,6 +151,11 @@ void RedisClient::ReaderMain() {
       } else {
         cb(std::move(r));
       }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batching_ = false;
+      FlushLocked();
     }
     if (pos > 1 << 20) {
       buf.erase(0, pos);

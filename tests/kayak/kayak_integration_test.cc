@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -347,6 +349,81 @@ TEST(KayakIntegrationTest, UnreplicatedTableGivesAClearErrorWhenAServerIsKilled)
   }
   auto inv = c->Invoke(bi::kChase, bi::ChaseArgs{on1[0], 1, 0}.Encode());
   EXPECT_EQ(inv.status().code(), tessera::StatusCode::kUnavailable);
+}
+
+// A stopped (SIGSTOP) server keeps its connections open but never answers: requests to it fail
+// with Timeout naming it after request_timeout_ms, requests to the others go on, and after
+// SIGCONT it serves again (late replies to expired requests are dropped).
+TEST(KayakIntegrationTest, AStoppedServerTimesRequestsOutWithAClearError) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions o;
+  o.servers = cluster->endpoints();
+  o.secret = cluster->secret();
+  o.controller.mode = Mode::kRpc;
+  o.request_timeout_ms = 300;
+  auto c = Client::Connect(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<uint64_t> on0 = (*c)->KeysOn(0, 4, 1), on1 = (*c)->KeysOn(1, 4, 1);
+  for (uint64_t k : on0) ASSERT_TRUE((*c)->Put(bi::KeyBytes(k), ChainValue(k)).ok());
+  for (uint64_t k : on1) ASSERT_TRUE((*c)->Put(bi::KeyBytes(k), ChainValue(k)).ok());
+  ASSERT_TRUE(cluster->Stop(1).ok());
+  const std::string stopped = cluster->endpoints()[1].ToString();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*c)->Get(bi::KeyBytes(on1[0]));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), tessera::StatusCode::kTimeout) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(stopped), std::string::npos) << r.status().ToString();
+  EXPECT_GE(waited, std::chrono::milliseconds(300));
+  EXPECT_LT(waited, std::chrono::seconds(20)) << "the timeout did not fire in time";
+  auto inv = (*c)->Invoke(bi::kChase, bi::ChaseArgs{on1[1], 1, 0}.Encode());
+  EXPECT_EQ(inv.status().code(), tessera::StatusCode::kTimeout) << inv.status().ToString();
+  // The other server is unaffected.
+  auto ok = (*c)->Get(bi::KeyBytes(on0[0]));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ASSERT_TRUE(cluster->Cont(1).ok());
+  // Served again after SIGCONT (the late replies of the expired requests are dropped).
+  auto again = (*c)->Get(bi::KeyBytes(on1[2]));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(bi::LoadLe64(again->bytes.data()), on1[2]);
+}
+
+// A closed loop that sends its next request from the reply callback writes many requests per
+// send() under load (the reader's SendBatch), and every answer is still right.
+TEST(KayakIntegrationTest, RequestsSentFromCallbacksAreCoalesced) {
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  auto c = Connect(*cluster, Mode::kRpc);
+  ASSERT_NE(c, nullptr);
+  std::vector<uint64_t> ring = BuildRing(*c, 0, 16, 1);
+  auto want = c->Invoke(bi::kChase, bi::ChaseArgs{ring[0], 3, 0}.Encode());
+  ASSERT_TRUE(want.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, wrong = 0;
+  constexpr int kLoops = 32, kPerLoop = 200;
+  std::function<void(int)> next = [&](int left) {
+    c->Invoke(bi::kChase, bi::ChaseArgs{ring[0], 3, 0}.Encode(), [&, left](tessera::Result<InvokeResult> r) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r.ok() || r->result != want->result) ++wrong;
+      }
+      if (left > 1) return next(left - 1);
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      cv.notify_all();
+    });
+  };
+  const auto before = c->send_stats();
+  for (int i = 0; i < kLoops; ++i) next(kPerLoop);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == kLoops; }));
+  EXPECT_EQ(wrong, 0);
+  const auto after = c->send_stats();
+  const uint64_t frames = after.frames - before.frames, calls = after.send_calls - before.send_calls;
+  EXPECT_EQ(frames, uint64_t{kLoops} * kPerLoop);
+  EXPECT_LT(calls, frames) << "32 requests in flight, every one sent by its own send()";
 }
 
 // `tessera kv` end to end, parsing its --json output.

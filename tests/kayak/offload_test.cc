@@ -168,7 +168,8 @@ TEST(OffloadTest, PushesBackWhenTheQueueIsFull) {
 TEST(OffloadTest, CheapBuiltinsRunInlineAndHeavyOnesGoToThePool) {
   Fixture fx;
   OffloadOptions o;
-  o.inline_ns = 10'000;
+  // Generous, so a loaded machine's preemption cannot push a cheap run past the cut-off.
+  o.inline_ns = 50'000'000;
   auto rt = OffloadRuntime::Create(fx.store.get(), o).value();
   // A 4-hop chase is cheap: it runs here, with the pool's answer.
   auto cheap = bi::ChaseArgs{10, 4, 0}.Encode();
@@ -180,9 +181,10 @@ TEST(OffloadTest, CheapBuiltinsRunInlineAndHeavyOnesGoToThePool) {
   EXPECT_EQ((*here)->result, pooled->result);
   EXPECT_EQ(rt->stats().inline_completed, 1u);
   EXPECT_EQ(rt->stats().completed, 2u);
-  // A million compute rounds are not (whatever this machine's speed): the pool runs them.
-  EXPECT_FALSE(rt->TryInline(1, bi::kChaseCompute, bi::ChaseArgs{10, 1, 1'000'000}.Encode()));
-  EXPECT_GT(rt->EstimateNs(bi::kChaseCompute, bi::ChaseArgs{10, 1, 1'000'000}.Encode()), 10'000u);
+  // 200M compute rounds are not (whatever this machine's speed): the pool would run them.
+  const auto heavy = bi::ChaseArgs{10, 1, 200'000'000}.Encode();
+  EXPECT_GT(rt->EstimateNs(bi::kChaseCompute, heavy), o.inline_ns);
+  EXPECT_FALSE(rt->TryInline(1, bi::kChaseCompute, heavy));
   // Errors are answers like any other; table 0 is refused as Submit() refuses it.
   auto broken = rt->TryInline(1, bi::kChase, bi::ChaseArgs{1000, 2, 0}.Encode());
   ASSERT_TRUE(broken.has_value());
