@@ -174,20 +174,41 @@ void IoThread::Run(std::promise<Status>* started) {
     }
     Complete(item.op, Unavailable("page store is shutting down"), 0);
   }
-  if (lay_.group) (void)GroupSeal();  // Store what the stripe buffer holds.
+  // Store what the stripe buffer holds; if no op context is free for it, fail its writes.
+  if (lay_.group && !GroupSeal()) {
+    for (auto& [op, start] : gbuf_ops_) {
+      Complete(op, Unavailable("page store is shutting down"), start);
+    }
+    gbuf_ops_.clear();
+  }
   Deadline d = Deadline::AfterMs(2000);
   FlushPosts();
-  while (t_->inflight() > 0 && !d.Expired()) {
-    size_t n = t_->Wait(comps_, Deadline(MonotonicNs() + 10000000));
+  // inflight() counts requests without a reply yet; replies already received wait in the
+  // transport until Poll hands them out (a batch at a time), so poll until it has none left.
+  while (!d.Expired()) {
+    size_t n = t_->Poll(comps_);
+    if (n == 0) {
+      if (t_->inflight() == 0) break;
+      n = t_->Wait(comps_, Deadline(MonotonicNs() + 10000000));
+    }
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     FlushPosts();
   }
   bool all_settled = true;
-  for (auto& c : ctxs_) {
+  for (size_t i = 0; i < ctxs_.size(); ++i) {
+    Ctx& c = ctxs_[i];
     if (c.op != nullptr && !c.finished) {
       c.finished = true;
       Complete(c.op, Unavailable("page store is shutting down"), c.start_ns);
       c.op = nullptr;
+    }
+    if (lay_.group && c.kind == Ctx::Kind::kStripe && !c.finished && !c.acked) {
+      // A stripe that did not settle in time: its writes complete, as failed.
+      c.acked = true;
+      for (auto& [op, start] : stripe_ops_[i]) {
+        Complete(op, Unavailable("page store is shutting down"), start);
+      }
+      stripe_ops_[i].clear();
     }
     if (!c.released && c.outstanding > 0) all_settled = false;
   }
