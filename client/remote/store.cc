@@ -2,6 +2,8 @@
 // Flush, Stats, and the public factories.
 #include "client/remote/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -67,6 +69,25 @@ Status RemoteStore::Init() {
     const uint64_t pages = ((runs + T - 1) / T) * kGroupRun;
     const uint64_t slots = pages_per_slab_ * static_cast<uint64_t>(lay_.k);
     num_slabs_ = (2 * pages + slots - 1) / slots + 2;
+  }
+  // The client keeps tables for the whole address space (the slab table and, group, a page
+  // location per page, at once; CRCs and per-page state as slabs fill). Refuse a capacity
+  // whose tables could not fit in this machine's memory instead of dying in an allocation.
+  {
+    const long double per_page = lay_.group ? 40.0L : 4.0L * lay_.width() + 16.0L;
+    const long double need = static_cast<long double>(num_slabs_) * sizeof(Slab) *
+                                 (lay_.group ? o.io_threads : 1) +
+                             static_cast<long double>(o.capacity_pages) * per_page;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    const long double have = pages > 0 && page_size > 0
+                                 ? static_cast<long double>(pages) * page_size
+                                 : static_cast<long double>(uint64_t{1} << 40);
+    if (need > have) {
+      return ResourceExhausted("capacity_pages ", o.capacity_pages, " needs about ",
+                               static_cast<uint64_t>(need / (1 << 20)),
+                               " MiB of client-side page tables, more than this machine's ",
+                               static_cast<uint64_t>(have / (1 << 20)), " MiB of memory");
+    }
   }
 
   std::vector<placement::ServerInfo> infos;
