@@ -10,19 +10,32 @@
 
 namespace tessera::client::testing {
 
+namespace {
+Status Validate(const MemoryPageStoreOptions& o) {
+  if (o.capacity_pages == 0) return InvalidArgument("memory store: capacity_pages must be > 0");
+  if (o.latency_us < 0) return InvalidArgument("memory store: latency_us must be >= 0");
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::unique_ptr<MemoryPageStore>> MemoryPageStore::Create(MemoryPageStoreOptions options) {
+  TESSERA_RETURN_IF_ERROR(Validate(options));
+  return std::make_unique<MemoryPageStore>(std::move(options));
+}
+
 MemoryPageStore::MemoryPageStore(MemoryPageStoreOptions options)
     : opt_(std::move(options)), latency_us_(opt_.latency_us), rng_(opt_.shuffle_seed) {
-  if (opt_.capacity_pages == 0) {
-    // A programming error in the test using the double, not an input to validate.
-    std::fprintf(stderr, "MemoryPageStore: capacity_pages must be > 0\n");
+  if (Status st = Validate(opt_); !st.ok()) {
+    // A mistake in the test that builds the double, not an input to recover from.
+    std::fprintf(stderr, "MemoryPageStore: %s\n", st.ToString().c_str());
     std::abort();
   }
   thread_ = std::thread([this] { Run(); });
 }
 
 MemoryPageStore::MemoryPageStore(uint64_t capacity_pages, int64_t latency_us)
-    : MemoryPageStore(MemoryPageStoreOptions{.capacity_pages = capacity_pages,
-                                             .latency_us = latency_us}) {}
+    : MemoryPageStore(
+          MemoryPageStoreOptions{.capacity_pages = capacity_pages, .latency_us = latency_us}) {}
 
 MemoryPageStore::~MemoryPageStore() {
   {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -60,6 +61,9 @@ struct MemoryPageStoreOptions {
 
 class MemoryPageStore final : public PageStore {
  public:
+  // InvalidArgument for capacity_pages == 0 or a negative latency; the constructors abort on
+  // those instead (a mistake in the test that builds the double).
+  static Result<std::unique_ptr<MemoryPageStore>> Create(MemoryPageStoreOptions options);
   explicit MemoryPageStore(MemoryPageStoreOptions options);
   // Shorthand: capacity and latency, in-order completions.
   explicit MemoryPageStore(uint64_t capacity_pages, int64_t latency_us = 0);
@@ -112,9 +116,9 @@ class MemoryPageStore final : public PageStore {
   bool WaitHeld(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
   // --- What reached the store ---
-  std::vector<uint8_t> Page(PageId page) const;  // kPageSize bytes, zeros if none stored.
+  std::vector<uint8_t> Page(PageId page) const;           // kPageSize bytes, zeros if none stored.
   void Put(PageId page, std::span<const uint8_t> bytes);  // kPageSize bytes.
-  bool Holds(PageId page) const;  // Bytes are stored for `page` (written, not trimmed).
+  bool Holds(PageId page) const;          // Bytes are stored for `page` (written, not trimmed).
   uint64_t writes_of(PageId page) const;  // Successful writes of `page`.
   uint64_t writes_stored() const;         // Successful writes of any page.
   uint64_t reads_completed() const;       // Read ops completed (any status).
