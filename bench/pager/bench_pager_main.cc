@@ -10,6 +10,10 @@
 //     the same size, set up and removed by the bench); plus FIFO vs smart victim faults on zipf
 //     and the prefetch hit rate on seq.
 // (c) 50% local memory with one memserver SIGKILLed half-way, vs the healthy run.
+// Every section runs once per erasure-coded layout of --layouts (split and group by default,
+// over one cluster; the workload runs of the layouts are interleaved so they see the same
+// machine), and every row names its layout. The plain and Linux-swap runs do not depend on the
+// layout: they are measured once and compared with each layout (the pager-vs-swap rows).
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -54,8 +59,9 @@ DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local 
 DEFINE_bool(fault_thread_reads, true,
             "Pager: the fault thread reads a remote page itself (blocking ReadPage) instead of "
             "submitting it and mapping it from the store's completion callback");
-DEFINE_string(layout, "",
-              "Erasure-coded layout of the store: split or group (default: the store's default)");
+DEFINE_string(layouts, "split,group",
+              "Erasure-coded layouts measured side by side, comma-separated: split, group");
+DEFINE_string(layout, "", "One erasure-coded layout only (same as --layouts L)");
 DEFINE_int32(zero_fault_around, 16,
              "Pager: never-written neighbours mapped with a zero-fill fault (0..64)");
 
@@ -63,17 +69,17 @@ namespace tessera {
 namespace {
 
 using bench_pager::Pattern;
-// The erasure-coded layout of the store every section uses (--layout); every row says so.
-std::string kLayout;
 using client::kPageSize;
 
 const cli::CliSpec kSpec{
     "tessera bench pager",
-    "[--quick] [--json] [--mib N] [--passes P] [--runs R] [--noswap] [--norun]",
+    "[--quick] [--json] [--mib N] [--passes P] [--runs R] [--noswap] [--norun] "
+    "[--layouts split,group]",
     "Fault service latency of the userfaultfd pager vs raw PageStore reads (RS(8,2), 10 local "
     "memservers), workload completion times at 100/75/50% local memory in-process, under `tessera "
     "run` and under Linux swap with a cgroup-v1 memory limit of the same size, FIFO vs smart "
-    "victims on Zipf, prefetch hit rate, and 50% with a memserver SIGKILLed half-way.",
+    "victims on Zipf, prefetch hit rate, and 50% with a memserver SIGKILLed half-way; each for "
+    "the split and the group erasure-coded layout, side by side.",
     __FILE__, 0, 0};
 
 // ---------------------------------------------------------------------------------------------
@@ -131,14 +137,15 @@ struct Env {
 };
 
 Result<std::unique_ptr<client::PageStore>> OpenStore(client::LocalCluster& cluster,
-                                                     uint64_t capacity_pages) {
+                                                     uint64_t capacity_pages,
+                                                     const std::string& layout) {
   client::ErasureCodedStoreOptions eo;
   for (const auto& ep : cluster.endpoints()) eo.remote.servers.push_back({ep, ""});
   eo.remote.secret = cluster.secret();
   eo.remote.capacity_pages = capacity_pages;
   eo.k = 8;
   eo.r = 2;
-  eo.layout = *client::ParseEcLayout(kLayout);  // Validated in Main.
+  eo.layout = *client::ParseEcLayout(layout);  // Validated in Main.
   return client::CreateErasureCodedStore(eo);
 }
 
@@ -218,11 +225,24 @@ int Main(int argc, char** argv) {
   if (!(FLAGS_low_watermark > 0 && FLAGS_low_watermark <= 1)) {
     cli::UsageError(kSpec, "--low_watermark must be in (0, 1]");
   }
-  kLayout = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
-  if (!FLAGS_layout.empty()) {
-    auto l = client::ParseEcLayout(FLAGS_layout);
-    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
-    kLayout = std::string(client::EcLayoutName(*l));
+  std::vector<std::string> layouts;
+  {
+    const std::string list = FLAGS_layout.empty() ? FLAGS_layouts : FLAGS_layout;
+    const char* flag = FLAGS_layout.empty() ? "--layouts" : "--layout";
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) {
+      auto l = client::ParseEcLayout(item);
+      if (!l.ok()) cli::UsageError(kSpec, std::string(flag) + ": " + l.status().message());
+      std::string name(client::EcLayoutName(*l));
+      if (std::find(layouts.begin(), layouts.end(), name) != layouts.end()) {
+        cli::UsageError(kSpec, std::string(flag) + ": '" + name + "' is listed twice");
+      }
+      layouts.push_back(name);
+    }
+    if (layouts.empty()) cli::UsageError(kSpec, std::string(flag) + " is empty");
+    if (!FLAGS_layout.empty() && layouts.size() > 1) {
+      cli::UsageError(kSpec, "--layout takes one layout; use --layouts for several");
+    }
   }
   if (FLAGS_zero_fault_around < 0 || FLAGS_zero_fault_around > 64) {
     cli::UsageError(kSpec, "--zero_fault_around must be in [0, 64]");
@@ -240,13 +260,16 @@ int Main(int argc, char** argv) {
   const uint64_t lat_pages = static_cast<uint64_t>(FLAGS_fault_samples) + 512;
   const uint64_t capacity_pages = std::max<uint64_t>(bytes / kPageSize, lat_pages) + 1024;
 
-  std::fprintf(stderr, "tessera bench pager: starting 10 memservers (RS(8,2))...\n");
+  std::fprintf(stderr, "tessera bench pager: starting 10 memservers (RS(8,2), layouts %s)...\n",
+               FLAGS_layout.empty() ? FLAGS_layouts.c_str() : FLAGS_layout.c_str());
   client::LocalClusterOptions lo;
   lo.bin_dir = bin;
   lo.servers = 10;
   // Generous: every `tessera run` of the bench leaves its slabs behind until the servers stop
   // (its heap addresses spread over an 8 GiB region), and a full server fails write-backs.
-  lo.capacity = std::to_string(std::max<uint64_t>(1024, capacity_pages * kPageSize / 8 / (1 << 20) * 3 + 16)) + "M";
+  lo.capacity = std::to_string(std::max<uint64_t>(
+                    1024, capacity_pages * kPageSize / 8 / (1 << 20) * 3 * layouts.size() + 16)) +
+                "M";
   lo.slab_size = "1M";
   auto cluster_or = client::LocalCluster::Start(lo);
   if (!cluster_or.ok()) {
@@ -254,27 +277,38 @@ int Main(int argc, char** argv) {
     return 1;
   }
   auto cluster = std::move(cluster_or).value();
-  auto store_or = OpenStore(*cluster, capacity_pages);
-  if (!store_or.ok()) {
-    std::fprintf(stderr, "tessera bench pager: %s\n", store_or.status().ToString().c_str());
-    return 1;
+  // One store per layout, on the same servers.
+  std::map<std::string, std::unique_ptr<client::PageStore>> stores;
+  for (const std::string& layout : layouts) {
+    auto store_or = OpenStore(*cluster, capacity_pages, layout);
+    if (!store_or.ok()) {
+      std::fprintf(stderr, "tessera bench pager: %s layout: %s\n", layout.c_str(),
+                   store_or.status().ToString().c_str());
+      return 1;
+    }
+    stores[layout] = std::move(store_or).value();
   }
-  auto store = std::move(store_or).value();
 
   Report report(FLAGS_json);
-  std::vector<std::tuple<std::string, std::string, bool>> verdicts;  // target, figures, pass
+  struct Verdict {
+    std::string layout, target, figures;
+    bool pass;
+  };
+  std::vector<Verdict> verdicts;
 
   auto want_section = [](const char* s) {
     return ("," + FLAGS_sections + ",").find("," + std::string(s) + ",") != std::string::npos;
   };
   // ---- (a) fault service latency vs raw reads -------------------------------------------------
-  if (want_section("latency")) {
-  std::fprintf(stderr, "(a) fault service latency: %d faults x %d runs...\n", FLAGS_fault_samples,
-               FLAGS_runs);
+  for (const std::string& layout : layouts) {
+  if (!want_section("latency")) break;
+  client::PageStore* store = stores[layout].get();
+  std::fprintf(stderr, "(a) fault service latency, %s layout: %d faults x %d runs...\n",
+               layout.c_str(), FLAGS_fault_samples, FLAGS_runs);
   std::vector<double> raw50, raw99, flt50, flt99, pg50, pg99;
   {
     kernel_shim::PagerOptions o;
-    o.store = store.get();
+    o.store = store;
     o.region_bytes = lat_pages * kPageSize;
     o.local_limit_bytes = 64 * kPageSize;
     o.prefetch = false;  // Every sampled access is a demand fault served by one store read.
@@ -340,12 +374,12 @@ int Main(int argc, char** argv) {
       }
     }
     kernel_shim::PagerStats s = pager->Stats();
-    report.Title("(a) fault service latency, RS(8,2) on 10 local memservers, QD1, medians of " +
-                 std::to_string(FLAGS_runs) + " runs x " + std::to_string(FLAGS_fault_samples) +
-                 " samples");
+    report.Title("(a) fault service latency, RS(8,2) " + layout +
+                 " layout on 10 local memservers, QD1, medians of " + std::to_string(FLAGS_runs) +
+                 " runs x " + std::to_string(FLAGS_fault_samples) + " samples");
     auto row = [&](const char* what, double p50, double p99) {
       report.Add(Report::Row()
-                     .Set("suite", "pager-latency").Set("layout", kLayout)
+                     .Set("suite", "pager-latency").Set("layout", layout)
                      .Set("path", what)
                      .Set("p50_us", p50)
                      .Set("p99_us", p99)
@@ -361,7 +395,8 @@ int Main(int argc, char** argv) {
     char fig[160];
     std::snprintf(fig, sizeof fig, "fault p50 %.1f us vs raw read p50 %.1f us (+%.1f us)",
                   Median(flt50), Median(raw50), delta);
-    verdicts.emplace_back("fault service p50 within 10 us of raw read", fig, delta <= 10.0 && !bad);
+    verdicts.push_back({layout, "fault service p50 within 10 us of raw read", fig,
+                        delta <= 10.0 && !bad});
     (void)s;
   }
   }
@@ -411,9 +446,11 @@ int Main(int argc, char** argv) {
     std::string error;
     double Med() const { return Median(ms); }
   };
-  std::map<std::string, Cell> cells;  // key: mode/pattern/pct
-  auto key = [](const std::string& mode, Pattern p, double f) {
-    return mode + "/" + bench_pager::PatternName(p) + "/" + Pct(f);
+  // key: mode[@layout]/pattern/pct; local and swap runs do not depend on the layout.
+  std::map<std::string, Cell> cells;
+  auto key = [](const std::string& mode, Pattern p, double f, const std::string& layout = "") {
+    return mode + (layout.empty() ? "" : "@" + layout) + "/" + bench_pager::PatternName(p) + "/" +
+           Pct(f);
   };
   auto note = [&](const std::string& k, const Outcome& o) {
     Cell& c = cells[k];
@@ -436,18 +473,22 @@ int Main(int argc, char** argv) {
     for (double f : fractions) {
       std::fprintf(stderr, ", %s", Pct(f).c_str());
       for (int run = 0; run < FLAGS_runs; ++run) {
-        InProcess ip = RunInProcess(store.get(), pat, bytes, f, kernel_shim::VictimPolicy::kSmart, true);
-        note(key("pager", pat, f), ip.outcome);
-        inproc_stats[key("pager", pat, f)] = ip.stats;
-        if (have_run) {
-          std::vector<std::string> argv = {run_bin, "--cluster", cluster->cluster_file_path(),
-                                           "--auth_token_file", cluster->token_path(),
-                                           "--local_memory", Pct(f), "--k", "8", "--r", "2",
-                                           "--summary=false", "--layout", kLayout,
-                                           "--progress=false", "--"};
-          auto w = workload_argv(pat);
-          argv.insert(argv.end(), w.begin(), w.end());
-          note(key("run", pat, f), RunWorkloadProcess(argv));
+        // The layouts take turns within each run, so they see the same machine.
+        for (const std::string& layout : layouts) {
+          InProcess ip = RunInProcess(stores[layout].get(), pat, bytes, f,
+                                      kernel_shim::VictimPolicy::kSmart, true);
+          note(key("pager", pat, f, layout), ip.outcome);
+          inproc_stats[key("pager", pat, f, layout)] = ip.stats;
+          if (have_run) {
+            std::vector<std::string> argv = {run_bin, "--cluster", cluster->cluster_file_path(),
+                                             "--auth_token_file", cluster->token_path(),
+                                             "--local_memory", Pct(f), "--k", "8", "--r", "2",
+                                             "--summary=false", "--layout", layout,
+                                             "--progress=false", "--"};
+            auto w = workload_argv(pat);
+            argv.insert(argv.end(), w.begin(), w.end());
+            note(key("run", pat, f, layout), RunWorkloadProcess(argv));
+          }
         }
         if (have_swap) {
           uint64_t limit = static_cast<uint64_t>(f * static_cast<double>(bytes)) + kProcessAllowance;
@@ -466,93 +507,145 @@ int Main(int argc, char** argv) {
                std::to_string(FLAGS_passes) + " passes, median of " + std::to_string(FLAGS_runs) +
                " runs (ms); pager = in-process Pager over RS(8,2), run = `tessera run`, swap = "
                "Linux swap in a cgroup-v1 memory limit of the same size");
-  bool checksums_agree = true;
-  for (Pattern pat : patterns) {
-    const Cell& local = cells[key("local", pat, 1.0)];
-    for (double f : fractions) {
-      Report::Row row;
-      row.Set("suite", "pager-workload").Set("layout", kLayout).Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
-      row.Set("plain_ms", local.ok ? local.Med() : -1.0);
-      int failed_runs = 0;
-      for (const char* mode : {"pager", "run", "swap"}) {
-        auto it = cells.find(key(mode, pat, f));
-        if (it == cells.end()) {
-          row.Set(std::string(mode) + "_ms", "n/a");
-          continue;
+  std::map<std::string, bool> checksums_agree;  // Per layout.
+  auto find_cell = [&](const char* mode, Pattern pat, double f,
+                       const std::string& layout) -> const Cell* {
+    const bool per_layout = std::string(mode) == "pager" || std::string(mode) == "run";
+    auto it = cells.find(key(mode, pat, f, per_layout ? layout : ""));
+    return it == cells.end() ? nullptr : &it->second;
+  };
+  for (const std::string& layout : layouts) {
+    checksums_agree[layout] = true;
+    for (Pattern pat : patterns) {
+      const Cell& local = cells[key("local", pat, 1.0)];
+      for (double f : fractions) {
+        Report::Row row;
+        row.Set("suite", "pager-workload").Set("layout", layout).Set("pattern", bench_pager::PatternName(pat)).Set("local_memory", Pct(f));
+        row.Set("plain_ms", local.ok ? local.Med() : -1.0);
+        int failed_runs = 0;
+        for (const char* mode : {"pager", "run", "swap"}) {
+          const Cell* c = find_cell(mode, pat, f, layout);
+          if (c == nullptr) {
+            row.Set(std::string(mode) + "_ms", "n/a");
+            continue;
+          }
+          failed_runs += c->failures;
+          if (!c->ok) {
+            row.Set(std::string(mode) + "_ms", "error");
+            continue;
+          }
+          row.Set(std::string(mode) + "_ms", c->Med());
+          if (c->mixed || (local.ok && c->checksum != local.checksum)) {
+            checksums_agree[layout] = false;
+          }
         }
-        const Cell& c = it->second;
-        failed_runs += c.failures;
-        if (!c.ok) {
-          row.Set(std::string(mode) + "_ms", "error");
-          continue;
+        row.Set("failed_runs", failed_runs);
+        const auto& ps = inproc_stats[key("pager", pat, f, layout)];
+        row.Set("pager_faults", ps.faults - ps.zero_fills)
+            .Set("pager_writebacks", ps.remote_writes)
+            .Set("prefetch_hits", ps.prefetch_hits)
+            .Set("pager_fault_p50_us", ps.fault_latency.p50() / 1e3)
+            .Set("pager_fault_p99_us", ps.fault_latency.p99() / 1e3);
+        const Cell* swap = find_cell("swap", pat, f, layout);
+        for (const char* mode : {"pager", "run"}) {
+          const Cell* c = find_cell(mode, pat, f, layout);
+          if (swap != nullptr && swap->ok && c != nullptr && c->ok) {
+            row.Set(std::string(mode) + "_over_swap", c->Med() / swap->Med());
+          }
         }
-        row.Set(std::string(mode) + "_ms", c.Med());
-        if (c.mixed || (local.ok && c.checksum != local.checksum)) checksums_agree = false;
+        report.Add(std::move(row));
       }
-      row.Set("failed_runs", failed_runs);
-      const auto& ps = inproc_stats[key("pager", pat, f)];
-      row.Set("pager_faults", ps.faults - ps.zero_fills)
-          .Set("pager_writebacks", ps.remote_writes)
-          .Set("prefetch_hits", ps.prefetch_hits)
-          .Set("pager_fault_p50_us", ps.fault_latency.p50() / 1e3)
-          .Set("pager_fault_p99_us", ps.fault_latency.p99() / 1e3);
-      auto swap = cells.find(key("swap", pat, f));
-      for (const char* mode : {"pager", "run"}) {
-        auto it = cells.find(key(mode, pat, f));
-        if (swap != cells.end() && swap->second.ok && it != cells.end() && it->second.ok) {
-          row.Set(std::string(mode) + "_over_swap", it->second.Med() / swap->second.Med());
-        }
-      }
-      report.Add(std::move(row));
     }
   }
   report.Flush();
-  verdicts.emplace_back("checksums identical in every mode", checksums_agree ? "all equal" : "MISMATCH",
-                        checksums_agree);
   // The verdicts use `tessera run` when built, except in --quick mode, whose footprint is below
   // tessera run's 4 MiB floor of the fractional cap (nothing would be paged out).
   const bool judge_run = have_run && !FLAGS_quick;
-  {
-    // First touches: seq at 100% local memory (nothing is evicted; every page is zero-filled
-    // once) against the plain process.
-    auto local = cells.find(key("local", Pattern::kSeq, 1.0));
-    auto best = cells.find(key(judge_run ? "run" : "pager", Pattern::kSeq, 1.0));
-    if (local != cells.end() && best != cells.end() && local->second.ok && best->second.ok) {
-      double ratio = best->second.Med() / local->second.Med();
-      char fig[160];
-      std::snprintf(fig, sizeof fig, "%s %.1f ms vs plain %.1f ms (x%.2f)",
-                    judge_run ? "tessera run" : "in-process pager", best->second.Med(),
-                    local->second.Med(), ratio);
-      verdicts.emplace_back("seq at 100% local <= 1.5x plain", fig, ratio <= 1.5);
+  const char* judged = judge_run ? "run" : "pager";
+
+  // The layouts side by side against Linux swap: per pattern and local memory below 100%, the
+  // judged mode's median under each layout, the swap run's, and their ratios.
+  report.Title(std::string("(b) layouts side by side vs Linux swap (") +
+               (judge_run ? "`tessera run`" : "in-process pager") + ", medians, ms)");
+  for (Pattern pat : patterns) {
+    for (double f : fractions) {
+      if (f >= 1.0) continue;
+      const Cell* swap = find_cell("swap", pat, f, "");
+      const Cell* split = find_cell(judged, pat, f, "split");
+      for (const std::string& layout : layouts) {
+        const Cell* c = find_cell(judged, pat, f, layout);
+        if (c == nullptr || !c->ok) continue;
+        Report::Row row;
+        row.Set("suite", "pager-vs-swap")
+            .Set("layout", layout)
+            .Set("pattern", bench_pager::PatternName(pat))
+            .Set("local_memory", Pct(f))
+            .Set("mode", judged)
+            .Set("tessera_ms", c->Med());
+        if (swap != nullptr && swap->ok) {
+          row.Set("swap_ms", swap->Med()).Set("ratio_to_swap", c->Med() / swap->Med());
+        } else {
+          row.Set("swap_ms", std::numeric_limits<double>::quiet_NaN());  // null in JSON.
+        }
+        if (layout != "split" && split != nullptr && split->ok) {
+          row.Set("ratio_to_split", c->Med() / split->Med());
+        }
+        report.Add(std::move(row));
+      }
     }
   }
-  if (have_swap) {
-    for (Pattern pat : patterns) {
-      auto swap = cells.find(key("swap", pat, 0.5));
-      auto best = cells.find(key(judge_run ? "run" : "pager", pat, 0.5));
-      if (swap == cells.end() || best == cells.end() || !swap->second.ok || !best->second.ok) continue;
-      double ratio = best->second.Med() / swap->second.Med();
-      double bound = pat == Pattern::kSeq ? 1.0 : 2.0;
-      char fig[160];
-      std::snprintf(fig, sizeof fig, "%s %.0f ms vs swap %.0f ms (x%.2f)", judge_run ? "tessera run" : "in-process pager",
-                    best->second.Med(), swap->second.Med(), ratio);
-      verdicts.emplace_back(std::string(bench_pager::PatternName(pat)) + " at 50% " +
+  report.Flush();
+
+  for (const std::string& layout : layouts) {
+    verdicts.push_back({layout, "checksums identical in every mode",
+                        checksums_agree[layout] ? "all equal" : "MISMATCH", checksums_agree[layout]});
+    {
+      // First touches: seq at 100% local memory (nothing is evicted; every page is zero-filled
+      // once) against the plain process.
+      const Cell* local = find_cell("local", Pattern::kSeq, 1.0, layout);
+      const Cell* best = find_cell(judged, Pattern::kSeq, 1.0, layout);
+      if (local != nullptr && best != nullptr && local->ok && best->ok) {
+        double ratio = best->Med() / local->Med();
+        char fig[160];
+        std::snprintf(fig, sizeof fig, "%s %.1f ms vs plain %.1f ms (x%.2f)",
+                      judge_run ? "tessera run" : "in-process pager", best->Med(), local->Med(),
+                      ratio);
+        verdicts.push_back({layout, "seq at 100% local <= 1.5x plain", fig, ratio <= 1.5});
+      }
+    }
+    if (have_swap) {
+      for (Pattern pat : patterns) {
+        const Cell* swap = find_cell("swap", pat, 0.5, layout);
+        const Cell* best = find_cell(judged, pat, 0.5, layout);
+        if (swap == nullptr || best == nullptr || !swap->ok || !best->ok) continue;
+        double ratio = best->Med() / swap->Med();
+        double bound = pat == Pattern::kSeq ? 1.0 : 2.0;
+        char fig[160];
+        std::snprintf(fig, sizeof fig, "%s %.0f ms vs swap %.0f ms (x%.2f)",
+                      judge_run ? "tessera run" : "in-process pager", best->Med(), swap->Med(),
+                      ratio);
+        verdicts.push_back({layout,
+                            std::string(bench_pager::PatternName(pat)) + " at 50% " +
                                 (pat == Pattern::kSeq ? "no slower than swap" : "within 2x of swap"),
-                            fig, ratio <= bound);
+                            fig, ratio <= bound});
+      }
     }
   }
   g_swap.Teardown();
   }
 
   // ---- FIFO vs smart on zipf; prefetch on seq ---------------------------------------------------
-  if (want_section("policy")) {
-  std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%...\n");
+  for (const std::string& layout : layouts) {
+  if (!want_section("policy")) break;
+  client::PageStore* store = stores[layout].get();
+  std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%, %s layout...\n",
+               layout.c_str());
     std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms, smart_traps, smart_armed, smart_ioctls;
     std::vector<double> notrap_f, notrap_ms;
     for (int run = 0; run < FLAGS_runs; ++run) {
-      InProcess fi = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
-      InProcess sm = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
-      InProcess nt = RunInProcess(store.get(), Pattern::kZipf, bytes, 0.5,
+      InProcess fi = RunInProcess(store, Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
+      InProcess sm = RunInProcess(store, Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
+      InProcess nt = RunInProcess(store, Pattern::kZipf, bytes, 0.5,
                                   kernel_shim::VictimPolicy::kSmart, false, nullptr,
                                   /*write_traps=*/false);
       notrap_f.push_back(static_cast<double>(nt.stats.faults - nt.stats.zero_fills));
@@ -567,8 +660,8 @@ int Main(int argc, char** argv) {
     }
     std::vector<double> on_ms, off_ms, hit_rate, issued, hits;
     for (int run = 0; run < FLAGS_runs; ++run) {
-      InProcess on = RunInProcess(store.get(), Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, true);
-      InProcess off = RunInProcess(store.get(), Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
+      InProcess on = RunInProcess(store, Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, true);
+      InProcess off = RunInProcess(store, Pattern::kSeq, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
       on_ms.push_back(on.outcome.ms);
       off_ms.push_back(off.outcome.ms);
       issued.push_back(static_cast<double>(on.stats.prefetch_issued));
@@ -576,22 +669,23 @@ int Main(int argc, char** argv) {
       uint64_t remote_faults = on.stats.faults - on.stats.zero_fills;
       hit_rate.push_back(remote_faults ? static_cast<double>(on.stats.prefetch_hits) / remote_faults : 0.0);
     }
-    report.Title("victim policy on zipf(0.99) and prefetch on seq, 50% local memory, in-process, medians");
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "zipf, FIFO victims")
+    report.Title("victim policy on zipf(0.99) and prefetch on seq, 50% local memory, in-process, " +
+                 layout + " layout, medians");
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "zipf, FIFO victims")
                    .Set("remote_faults", Median(fifo_f)).Set("ms", Median(fifo_ms)));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "zipf, smart victims (2Q+ghost)")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "zipf, smart victims (2Q+ghost)")
                    .Set("remote_faults", Median(smart_f)).Set("ms", Median(smart_ms))
                    .Set("trap_faults", Median(smart_traps))
                    .Set("traps_armed", Median(smart_armed))
                    .Set("trap_ioctls", Median(smart_ioctls))
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout)
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout)
                    .Set("case", "zipf, smart victims without write traps")
                    .Set("remote_faults", Median(notrap_f)).Set("ms", Median(notrap_ms))
                    .Set("trap_faults", 0.0).Set("traps_armed", 0.0).Set("trap_ioctls", 0.0)
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(notrap_f) / Median(fifo_f) : 0.0));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", kLayout).Set("case", "seq, prefetch")
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
+    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, prefetch")
                    .Set("ms", Median(on_ms)).Set("prefetch_issued", Median(issued))
                    .Set("prefetch_hits", Median(hits))
                    .Set("hits_per_issued", Median(issued) > 0 ? Median(hits) / Median(issued) : 0.0)
@@ -600,12 +694,14 @@ int Main(int argc, char** argv) {
     char fig[160];
     std::snprintf(fig, sizeof fig, "smart %.0f vs FIFO %.0f remote faults (x%.2f)", Median(smart_f),
                   Median(fifo_f), Median(fifo_f) > 0 ? Median(smart_f) / Median(fifo_f) : 0.0);
-    verdicts.emplace_back("zipf fault rate below FIFO's", fig, Median(smart_f) < Median(fifo_f));
+    verdicts.push_back({layout, "zipf fault rate below FIFO's", fig, Median(smart_f) < Median(fifo_f)});
   }
 
   // ---- (c) a memserver SIGKILLed half-way ------------------------------------------------------
-  if (want_section("failure")) {
-  std::fprintf(stderr, "(c) 50%% local memory, one memserver SIGKILLed half-way...\n");
+  for (const std::string& layout : layouts) {
+  if (!want_section("failure")) break;
+  std::fprintf(stderr, "(c) 50%% local memory, one memserver SIGKILLed half-way, %s layout...\n",
+               layout.c_str());
     std::vector<double> healthy, killed;
     uint64_t wb_errors = 0;
     int peak_over = 0;
@@ -619,7 +715,7 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "tessera bench pager: %s\n", c2.status().ToString().c_str());
         return 1;
       }
-      auto s2 = OpenStore(**c2, capacity_pages);
+      auto s2 = OpenStore(**c2, capacity_pages, layout);
       if (!s2.ok()) {
         std::fprintf(stderr, "tessera bench pager: %s\n", s2.status().ToString().c_str());
         return 1;
@@ -635,8 +731,9 @@ int Main(int argc, char** argv) {
       peak_over += k.stats.peak_resident_pages > k.stats.limit_pages + k.stats.limit_pages / 4 ? 1 : 0;
     }
     double cost = Median(healthy) > 0 ? Median(killed) / Median(healthy) - 1.0 : 0.0;
-    report.Title("(c) zipf at 50% local memory, in-process pager over RS(8,2), 1 of 10 memservers SIGKILLed half-way");
-    report.Add(Report::Row().Set("suite", "pager-failure").Set("layout", kLayout).Set("healthy_ms", Median(healthy))
+    report.Title("(c) zipf at 50% local memory, in-process pager over RS(8,2) " + layout +
+                 " layout, 1 of 10 memservers SIGKILLed half-way");
+    report.Add(Report::Row().Set("suite", "pager-failure").Set("layout", layout).Set("healthy_ms", Median(healthy))
                    .Set("killed_ms", Median(killed)).Set("cost", cost)
                    .Set("checksums", ok ? "equal" : "MISMATCH/ERROR")
                    .Set("writeback_errors", wb_errors)
@@ -645,13 +742,14 @@ int Main(int argc, char** argv) {
     char fig[160];
     std::snprintf(fig, sizeof fig, "%.0f ms healthy vs %.0f ms killed (%+.1f%%)", Median(healthy),
                   Median(killed), cost * 100);
-    verdicts.emplace_back("killed memserver costs < 10% completion time", fig, ok && cost < 0.10);
+    verdicts.push_back({layout, "killed memserver costs < 10% completion time", fig,
+                        ok && cost < 0.10});
   }
 
   report.Title("targets (issue 6)");
-  for (auto& [target, fig, pass] : verdicts) {
-    report.Add(Report::Row().Set("suite", "pager-targets").Set("layout", kLayout).Set("target", target).Set("measured", fig)
-                   .Set("verdict", pass ? "PASS" : "MISS"));
+  for (const Verdict& v : verdicts) {
+    report.Add(Report::Row().Set("suite", "pager-targets").Set("layout", v.layout).Set("target", v.target).Set("measured", v.figures)
+                   .Set("verdict", v.pass ? "PASS" : "MISS"));
   }
   report.Flush();
   return 0;
