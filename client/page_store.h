@@ -74,6 +74,13 @@ struct PageStoreStats {
   uint64_t parity_updates = 0;    // Padding slots filled later with an in-place parity update.
   uint64_t stored_pages = 0;      // Pages stored in sealed stripes now.
   uint64_t remote_bytes = 0;      // Remote memory held now (k+r slabs per stripe slab).
+  // Run-to-completion reads (remote group layout; 0 elsewhere): pages a blocking ReadPage(s)
+  // read on the caller's own thread, and those it handed to a store thread after all (the page
+  // was being written or moved, its server failed or was slow, a CRC mismatched, ...).
+  uint64_t direct_reads = 0;
+  uint64_t direct_fallbacks = 0;
+  uint64_t direct_spin_hits = 0;  // Direct reads whose reply arrived while the caller spun.
+  uint64_t direct_sleeps = 0;     // ... and those that had to sleep for it.
   LatencyHistogram read_latency;     // Per page, from Submit to done, in ns.
   LatencyHistogram write_latency;
 };
@@ -110,12 +117,15 @@ class PageStore {
   // per op by the store (OutOfRange through op->status).
   static Status ValidateBatch(std::span<PageOp* const> ops);
 
-  // Blocking single-page conveniences (Submit + wait). Thread-safe.
-  Status ReadPage(PageId page, uint8_t* out);
+  // Blocking single-page conveniences (Submit + wait). Thread-safe. The reads are virtual: a
+  // store may serve a blocking read on the caller's own thread instead of handing it to a store
+  // thread and back (the remote group layout does: run-to-completion reads, see
+  // client/remote_store.h); the result is the same as Submit + wait.
+  virtual Status ReadPage(PageId page, uint8_t* out);
   Status WritePage(PageId page, const uint8_t* in);
   // Blocking batch: submits `count` ops of one kind over consecutive buffers and waits for all;
   // returns the first error (every op is still attempted).
-  Status ReadPages(const PageId* pages, size_t count, uint8_t* out);
+  virtual Status ReadPages(const PageId* pages, size_t count, uint8_t* out);
   Status WritePages(const PageId* pages, size_t count, const uint8_t* in);
 };
 

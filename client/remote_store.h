@@ -47,6 +47,18 @@
 // Post(), and the TCP transport sends the splits bound for one server as one READV/WRITEV
 // request (fabric/wire.h), so with many pages in flight a server gets one request per batch
 // instead of one per split (every layout gets this alike).
+// Direct reads (group layout, RemoteStoreOptions::direct_reads): a thread that calls the
+// blocking ReadPage/ReadPages (the pager's fault threads, blocking bench callers) reads a stored
+// page itself: it looks the page up in a table the owning I/O thread publishes (per page: a
+// seqlock over slab, row, member and CRC; per slab: a seqlock over each member's server and
+// remote slab), posts the read on its own thread-local Transport (one per thread and store,
+// connected lazily to the servers it reads from, slabs added as they first appear), polls for
+// the reply for direct_spin_us, then sleeps in Wait(); it accepts the page when the CRC matches
+// and neither seqlock moved since the lookup. Anything else (the page is buffered, being
+// written, moved or trimmed meanwhile, its server failed or did not answer within hedge_us, a
+// CRC mismatch, a connection that cannot be made) hands the read to the I/O thread as before,
+// which handles degraded reads, hedging and repair; a read that timed out goes there degraded
+// at once. Never-written pages read as zeros on the caller's thread too.
 // Known limits: a read's extra (late)
 // split to a server that never answers keeps that op's context until the op timeout fails the
 // server, so with a long op timeout a straggler can use up max_inflight_pages.
@@ -137,6 +149,14 @@ struct RemoteStoreOptions {
   // tens of microseconds on a virtual machine; polling costs CPU the servers on a shared box
   // would otherwise get.
   uint32_t poll_us = 0;
+  // Run-to-completion reads (group layout): a blocking ReadPage/ReadPages reads a stored page on
+  // the calling thread, over that thread's own Transport, straight from the server holding it
+  // (see "Direct reads" in the file comment). False: every read goes through the I/O threads.
+  bool direct_reads = true;
+  // A direct read polls for its reply this long (0..1000 us) before it sleeps in the transport's
+  // Wait(). Polling saves a wake-up (tens of microseconds on a virtual machine) when the reply
+  // is quick, and costs CPU the servers on a shared box would otherwise get.
+  uint32_t direct_spin_us = 20;
 
   // Failure detection. A server is declared failed on connection loss, when a heartbeat gets
   // no reply within heartbeat_timeout_ms, or when one of its data ops gets no reply within

@@ -11,6 +11,8 @@
 //   stripe_codec.cc      RS(k,r) across k whole pages (ISA-L)
 //   trim.cc              trims and freeing remote slabs
 //   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
+//   direct_read.cc       run-to-completion reads on the caller's thread (group layout), and the
+//                        page/slab location tables the I/O threads publish for them
 //   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
 //   server_list.cc       server lists, cluster files, option names
 //   store.cc             RemoteStore: validation, start, Submit/Flush/Stats, the factories
@@ -156,6 +158,9 @@ struct Slab {
   uint64_t id = 0;  // Logical slab number (unique in the store; placement's key).
   std::array<std::atomic<uint32_t>, kMaxWidth> server;
   std::array<uint64_t, kMaxWidth> remote{};
+  // The AllocSlab replies of the remote slabs (their address and key; for direct readers, whose
+  // transports must AddSlab them). slab_id 0: none.
+  std::array<fabric::AllocSlabResponse, kMaxWidth> remote_info{};
   std::array<uint32_t, kMaxWidth> regen_cursor{};  // Pages/rows below are rebuilt; pps = complete.
   std::vector<uint32_t> crc;  // pps * width.
   std::vector<uint32_t> seq;
@@ -175,6 +180,51 @@ struct Slab {
   Slab() {
     for (auto& s : server) s.store(kNoServer, std::memory_order_relaxed);
   }
+};
+
+// ---- Direct reads (direct_read.cc) ----
+// What a thread reading on its own needs to know about a page, published by the owning I/O
+// thread (the only writer) and read by any thread. Guarded by a seqlock: `ver` is odd while the
+// I/O thread changes the other fields and bumped to the next even value after; a reader
+// accepts what it read between two equal even loads of `ver`. All fields are relaxed atomics
+// (so racing reads are defined); the fences are in PublishPage()/DirectLocate().
+constexpr uint32_t kDirectZero = ~0u;     // DirectLoc::slab: never written or trimmed (zeros).
+constexpr uint32_t kDirectNo = ~0u - 1;   // DirectLoc::slab: not directly readable now.
+struct DirectLoc {
+  std::atomic<uint32_t> ver{0};
+  std::atomic<uint32_t> slab{kDirectZero};  // Index into the thread's slab table, or the above.
+  std::atomic<uint32_t> row_col{0};         // Row << 8 | stripe member.
+  std::atomic<uint32_t> crc{0};             // CRC32C of the page as stored.
+};
+// Per logical slab, same protocol: the server and remote slab of every member. `ver` also moves
+// when a member is re-placed (failure, eviction) or the slab is freed, so a reader whose slab
+// version moved during its read throws the data away.
+struct DirectSlab {
+  std::atomic<uint32_t> ver{0};
+  std::array<std::atomic<uint32_t>, kMaxWidth> server;
+  std::array<std::atomic<uint64_t>, kMaxWidth> id, addr, size;
+  std::array<std::atomic<uint32_t>, kMaxWidth> rkey;
+  DirectSlab() {
+    for (int j = 0; j < kMaxWidth; ++j) {
+      server[j].store(kNoServer, std::memory_order_relaxed);
+      id[j].store(0, std::memory_order_relaxed);
+      addr[j].store(0, std::memory_order_relaxed);
+      size[j].store(0, std::memory_order_relaxed);
+      rkey[j].store(0, std::memory_order_relaxed);
+    }
+  }
+};
+// A page located for a direct read (DirectLocate), re-checked after the read (DirectValid).
+struct DirectTarget {
+  bool zero = false;  // Reads as zeros; nothing else is set.
+  uint32_t page_ver = 0;
+  uint32_t slab_ver = 0;
+  uint32_t slab = 0;
+  uint32_t row = 0;
+  int col = 0;
+  uint32_t crc = 0;
+  uint32_t server = kNoServer;
+  fabric::AllocSlabResponse remote;
 };
 
 // A Trim() or Flush() in progress: one QueueItem per I/O thread points at it; each thread applies
@@ -219,6 +269,9 @@ struct QueueItem {
   PageOp* op = nullptr;         // kPage.
   QueueJob* trim = nullptr;      // kTrim, kFlush.
   LocateJob* locate = nullptr;  // kLocate.
+  // kPage read (group layout): ask the rest of the stripe at once, as for a slow server (a
+  // direct read of the page's own server just timed out).
+  bool degraded = false;
 };
 
 // Counters every thread updates (relaxed atomics; read by Stats()).
@@ -228,7 +281,8 @@ struct SharedStats {
       data_loss{0}, server_failures{0}, regenerations_done{0}, regenerations_pending{0},
       bytes_sent{0}, bytes_received{0}, slabs_freed{0}, hedged_reads{0}, compaction_moves{0},
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
-      parity_updates{0};
+      parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
+      direct_sleeps{0};
 };
 
 class IoThread {
@@ -246,6 +300,14 @@ class IoThread {
   // Number of acknowledged writes whose splits are not all stored yet (any thread). Group
   // layout: also the pages waiting in the stripe buffer.
   uint64_t unsettled() const { return unsettled_.load(std::memory_order_acquire); }
+  // ---- direct_read.cc: any thread ----
+  // Group layout: where page `page` (owned by this thread) is stored, for a read on the
+  // caller's own thread. False when it is not directly readable now (ask the I/O thread).
+  bool DirectLocate(PageId page, DirectTarget* out) const;
+  // True when neither the page's nor its slab's location moved since DirectLocate().
+  bool DirectValid(PageId page, const DirectTarget& t) const;
+  // Records a direct read's latency in this thread's read histogram (Stats()).
+  void RecordDirectRead(uint64_t latency_ns);
   // Group layout: seal the stripe buffer now instead of after fill_us (Flush()). Any thread.
   void RequestSeal() {
     seal_wanted_.store(true, std::memory_order_release);
@@ -258,7 +320,7 @@ class IoThread {
   Status Connect();
   void Loop();
   bool Drain();  // True when it took anything from the queue.
-  void StartOp(PageOp* op);
+  void StartOp(PageOp* op, bool degraded = false);
   bool Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local);
   // Hands the requests Post() collected to the transport in one batch (one submit for all of
   // them; frames bound for one server leave in one send).
@@ -290,7 +352,8 @@ class IoThread {
   void WriteSettled(Ctx* c);
   void AckWrite(Ctx* c, Status st);
   // ---- group_read.cc ----
-  void GroupStartRead(Ctx* c);
+  // degraded: also ask the rest of the stripe at once (see QueueItem::degraded).
+  void GroupStartRead(Ctx* c, bool degraded = false);
   // Asks stripe members other than the page's own until good + zero + outstanding reaches
   // k + delta; finishes with DataLoss when fewer than k can still arrive.
   void GroupAskMore(Ctx* c);
@@ -320,6 +383,11 @@ class IoThread {
   void GroupTrim(PageId first, uint64_t count);
   bool GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why);
   uint64_t LocalIndex(PageId p) const;
+  // ---- direct_read.cc (I/O thread) ----
+  // Publishes page `page`'s location (from gloc_) / slab `slab`'s members for direct readers.
+  // Call after every change of a page's `where` (stored, none) or a slab's servers.
+  void PublishPage(PageId page);
+  void PublishSlab(uint32_t slab);
   // ---- trim.cc ----
   // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
   // with no written page give their remote slabs back.
@@ -410,6 +478,11 @@ class IoThread {
     Ctx* writing = nullptr;  // kWriting: the stripe write holding the newest data.
   };
   std::vector<PageLoc> gloc_;  // By LocalIndex().
+  // Direct reads: gloc_ and slabs_ as published for other threads (see DirectLoc, DirectSlab):
+  // written by this I/O thread only, read by any thread under their seqlocks. Allocated in
+  // Run() before Start() returns; never resized.
+  std::unique_ptr<DirectLoc[]> dloc_;      // By LocalIndex() (group layout).
+  std::unique_ptr<DirectSlab[]> dslab_;    // By slab index (group layout).
   struct Buffered {            // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
     PageId page = 0;
     uint32_t seq = 0;
@@ -461,6 +534,10 @@ class RemoteStore final : public PageStore {
   Status Flush() override;
   PageStoreStats Stats() const override;
   Result<std::vector<size_t>> ServersOfPage(PageId page) const override;
+  // Group layout with direct_reads: read on the caller's thread (direct_read.cc); otherwise
+  // Submit + wait.
+  Status ReadPage(PageId page, uint8_t* out) override;
+  Status ReadPages(const PageId* pages, size_t count, uint8_t* out) override;
 
   // Which I/O thread owns page `page` (split layout: by logical slab; group: by kGroupRun run).
   size_t ThreadOf(PageId page) const;
@@ -497,7 +574,20 @@ class RemoteStore final : public PageStore {
   // Set up by Init(), cleared by Shutdown() (the store's owner thread).
   std::vector<std::unique_ptr<IoThread>> threads_;
 
+  // Direct readers: each thread that reads directly keeps one reader (transport, connections)
+  // per store in a thread_local list, keyed by uid_; alive_ expires at Shutdown() so a thread
+  // destroys its stale readers itself (a Transport is destroyed by the thread that used it).
+  const uint64_t uid_ = NextUid();
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+
  private:
+  static uint64_t NextUid();
+  // Destroys the calling thread's direct reader of this store, if any (Shutdown()).
+  void DropThreadReader();
+  // Blocking read of `count` pages through the I/O threads; degraded[i]: see
+  // QueueItem::degraded. Returns the first error.
+  Status ReadThroughIoThreads(const PageId* pages, size_t count, uint8_t* out,
+                              const uint8_t* degraded);
   // ---- failure_detector.cc ----
   void MonitorLoop();
   std::thread monitor_;

@@ -17,7 +17,7 @@
 
 namespace tessera::client::remote {
 
-void IoThread::GroupStartRead(Ctx* c) {
+void IoThread::GroupStartRead(Ctx* c, bool degraded) {
   PageLoc& L = gloc_[LocalIndex(c->page)];
   const bool move = c->kind == Ctx::Kind::kMove;
   const uint8_t* newest = nullptr;
@@ -59,7 +59,7 @@ void IoThread::GroupStartRead(Ctx* c) {
   c->degraded = false;
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
-  const bool slow = server < slow_.size() && slow_[server];
+  const bool slow = degraded || (server < slow_.size() && slow_[server]);
   const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
   c->asked |= 1ull << c->col;
   if (!slow && settled && Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) return;

@@ -49,6 +49,7 @@ void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uin
   L.row = slot;
   L.writing = nullptr;
   gbuf_.push_back(Buffered{page, L.seq});
+  PublishPage(page);  // Not directly readable while its newest data is in memory.
   if (op != nullptr) {
     gbuf_ops_.emplace_back(op, start_ns);
   } else {
@@ -198,6 +199,7 @@ bool IoThread::GroupSeal() {
       if (L.seq == b.seq) {
         L.where = PageLoc::Where::kNone;
         ++L.seq;
+        PublishPage(b.page);
       }
     }
     for (auto& [op, start] : gbuf_ops_) {
@@ -469,6 +471,7 @@ void IoThread::GroupStripeSettled(Ctx* c) {
           ++st.live;
           ++glive_;
           store_->stats_.stored_pages.fetch_add(1, std::memory_order_relaxed);
+          PublishPage(p);
           // A member whose rebuild has not reached this row yet was just written whole.
           continue;
         }
@@ -476,6 +479,7 @@ void IoThread::GroupStripeSettled(Ctx* c) {
         L.where = PageLoc::Where::kNone;
         L.writing = nullptr;
         ++L.seq;
+        PublishPage(p);
       }
       st.page[m] = kNoPage;  // Rewritten or trimmed meanwhile: garbage from the start.
     }
@@ -616,6 +620,7 @@ void IoThread::GroupTrim(PageId first, uint64_t count) {
       L.where = PageLoc::Where::kNone;
       L.writing = nullptr;
       ++L.seq;
+      PublishPage(p);
     }
   }
   // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now).

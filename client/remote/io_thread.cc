@@ -129,6 +129,8 @@ void IoThread::Run(std::promise<Status>* started) {
     zero_page_.assign(kPageSize, 0);
     open_parity_.assign(static_cast<size_t>(lay_.r) * kPageSize, 0);
     gslab_rows_ = static_cast<uint32_t>(pps);
+    dloc_.reset(new DirectLoc[gloc_.size()]);
+    dslab_.reset(new DirectSlab[slabs_.size()]);
   }
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
   const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;
@@ -346,7 +348,7 @@ bool IoThread::Drain() {
       item.trim->Done(Status::Ok());
       now_ns_ = MonotonicNs();  // FreeSlab calls may have blocked.
     } else {
-      StartOp(item.op);
+      StartOp(item.op, item.degraded);
     }
   }
   return any;
@@ -366,7 +368,7 @@ void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
   op->done(op);
 }
 
-void IoThread::StartOp(PageOp* op) {
+void IoThread::StartOp(PageOp* op, bool degraded) {
   const uint64_t now = MonotonicNs();
   now_ns_ = now;
   if (op->page >= store_->opt_.capacity_pages) {
@@ -386,7 +388,7 @@ void IoThread::StartOp(PageOp* op) {
   c->start_ns = now;
   if (lay_.group) {
     c->kind = Ctx::Kind::kRead;
-    GroupStartRead(c);
+    GroupStartRead(c, degraded);
     return;
   }
   const uint64_t ls = op->page / store_->pages_per_slab_;

@@ -111,6 +111,8 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     const uint64_t old_remote = s.remote[j];
     s.server[j].store(chosen, std::memory_order_relaxed);
     s.remote[j] = a->slab_id;
+    s.remote_info[j] = *a;
+    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
     const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
     // What needs rebuilding: written pages (split layout), or rows in use whose member j is
     // not padding (group layout).

@@ -25,6 +25,7 @@ Status RemoteStore::Init() {
   }
   if (o.capacity_pages == 0) return InvalidArgument("capacity_pages must be > 0");
   if (o.poll_us > 1000) return InvalidArgument("poll_us must be 0..1000");
+  if (o.direct_spin_us > 1000) return InvalidArgument("direct_spin_us must be 0..1000");
   if (o.heartbeat_interval_ms == 0 || o.heartbeat_timeout_ms == 0 || o.op_timeout_ms == 0) {
     return InvalidArgument("heartbeat and op timeouts must be > 0");
   }
@@ -205,6 +206,10 @@ PageStoreStats RemoteStore::Stats() const {
   const int64_t stored = static_cast<int64_t>(stats_.stored_pages.load());
   s.stored_pages = stored < 0 ? 0 : static_cast<uint64_t>(stored);
   s.remote_bytes = stats_.remote_slabs.load() * slab_size_;
+  s.direct_reads = stats_.direct_reads.load();
+  s.direct_fallbacks = stats_.direct_fallbacks.load();
+  s.direct_spin_hits = stats_.direct_spin_hits.load();
+  s.direct_sleeps = stats_.direct_sleeps.load();
   for (const auto& t : threads_) t->CopyHistograms(&s.read_latency, &s.write_latency);
   return s;
 }
@@ -239,6 +244,10 @@ Result<std::unique_ptr<fabric::Transport>> RemoteStore::NewTransport(
 }
 
 void RemoteStore::Shutdown() {
+  // Direct readers of other threads notice alive_ expired and destroy themselves; this
+  // thread's goes now.
+  alive_.reset();
+  DropThreadReader();
   {
     std::lock_guard<std::mutex> lock(monitor_mu_);
     monitor_stop_.store(true);

@@ -67,7 +67,9 @@ void IoThread::MaybeFreeSlab(Slab& s) {
     s.regen_cursor[j] = pps;
     remotes[j] = {s.server[j].load(std::memory_order_relaxed), s.remote[j]};
     s.server[j].store(kNoServer, std::memory_order_relaxed);
+    s.remote_info[j] = fabric::AllocSlabResponse{};
   }
+  PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
     for (int j = 0; j < lay_.width(); ++j) {
@@ -102,6 +104,7 @@ void IoThread::FreeAllSlabs(const Deadline& d) {
       (void)FreeRemote(server, s.remote[j], d);
     }
     s.allocated = false;
+    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
   }
 }
 

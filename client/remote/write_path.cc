@@ -60,6 +60,7 @@ Status IoThread::AllocateSlab(Slab& s) {
         if (r.ok()) {
           s.server[j].store(server, std::memory_order_relaxed);
           s.remote[j] = r->slab_id;
+          s.remote_info[j] = *r;
           s.regen_cursor[j] = static_cast<uint32_t>(pps);
           done = true;
           break;
@@ -107,6 +108,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       ++missing;
       s.server[j].store(servers[j], std::memory_order_relaxed);
       s.remote[j] = 0;
+      s.remote_info[j] = fabric::AllocSlabResponse{};
       s.regen_cursor[j] = static_cast<uint32_t>(pps);
       if (!store_->failed_[servers[j]].load()) {
         FailServer(servers[j], "cannot allocate a slab there: " + last.ToString());
@@ -142,6 +144,7 @@ Status IoThread::AllocateSlab(Slab& s) {
     s.draining = false;
     store_->stats_.remote_slabs.fetch_add(static_cast<uint64_t>(lay_.width()),
                                           std::memory_order_relaxed);
+    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
     return Status::Ok();
   }
   s.crc.assign(pps * lay_.width(), 0);

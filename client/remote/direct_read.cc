@@ -1,0 +1,516 @@
+// Run-to-completion reads (group layout): a thread calling the blocking ReadPage/ReadPages reads
+// stored pages itself, on its own Transport, with no hand-off to an I/O thread and back (see
+// "Direct reads" in client/remote_store.h).
+//
+// Protocol, per page:
+//   1. DirectLocate: read the page's published location (slab, row, member, CRC) under its
+//      seqlock, then the slab's member (server, remote slab) under the slab's seqlock.
+//   2. Post one READ of the member on this thread's connection to that server (connected and
+//      the slab added on first use), poll for direct_spin_us, then sleep in Wait() until
+//      hedge_us (op_timeout_ms when hedging is off).
+//   3. Accept the page only if the read succeeded, its CRC32C matches the published one, and
+//      DirectValid: neither seqlock moved since step 1.
+// Why that is enough: while a page is published as stored in (slab, row, member), that slot
+// holds exactly the page's data: its stripe row cannot be reused before every live page left
+// it, a page leaves a slot only through the I/O thread (rewrite, trim, compaction move), which
+// republishes the page (version bump) before it posts anything that could overwrite the slot,
+// and a member that moves to another server (failure, eviction) or a freed slab bumps the slab's
+// version first. So if both versions are unchanged after the reply arrived, the reply was read
+// from the slot while it held the page (the bump, the server's later write and our reply are
+// ordered through the sockets). The CRC catches corruption, a replacement member not rebuilt
+// yet, and torn reads of a member being rewritten. Anything else falls back to the I/O thread
+// path (degraded reads, hedging, repair): never a wrong page, at worst one wasted round trip.
+#include <sched.h>
+
+#include <cstring>
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "client/remote/engine.h"
+#include "coding/codec.h"
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+// ---- I/O thread: publishing ----
+
+void IoThread::PublishPage(PageId page) {
+  if (!dloc_) return;
+  const uint64_t li = LocalIndex(page);
+  const PageLoc& L = gloc_[li];
+  uint32_t slab = kDirectNo, row_col = 0, crc = 0;
+  if (L.where == PageLoc::Where::kNone) {
+    slab = kDirectZero;
+  } else if (L.where == PageLoc::Where::kStored && L.row < (1u << 24)) {
+    slab = L.slab;
+    row_col = L.row << 8 | L.col;
+    crc = slabs_[L.slab].stripes[L.row].crc[L.col];
+  }
+  DirectLoc& d = dloc_[li];
+  const uint32_t v = d.ver.load(std::memory_order_relaxed);
+  d.ver.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  d.slab.store(slab, std::memory_order_relaxed);
+  d.row_col.store(row_col, std::memory_order_relaxed);
+  d.crc.store(crc, std::memory_order_relaxed);
+  d.ver.store(v + 2, std::memory_order_release);
+}
+
+void IoThread::PublishSlab(uint32_t slab) {
+  if (!dslab_) return;
+  const Slab& s = slabs_[slab];
+  DirectSlab& d = dslab_[slab];
+  const uint32_t v = d.ver.load(std::memory_order_relaxed);
+  d.ver.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (int j = 0; j < lay_.width(); ++j) {
+    const fabric::AllocSlabResponse& r = s.remote_info[j];
+    d.server[j].store(s.allocated ? s.server[j].load(std::memory_order_relaxed) : kNoServer,
+                      std::memory_order_relaxed);
+    d.id[j].store(s.allocated ? r.slab_id : 0, std::memory_order_relaxed);
+    d.addr[j].store(r.remote_addr, std::memory_order_relaxed);
+    d.size[j].store(r.size, std::memory_order_relaxed);
+    d.rkey[j].store(r.rkey, std::memory_order_relaxed);
+  }
+  d.ver.store(v + 2, std::memory_order_release);
+}
+
+// ---- any thread: locating ----
+
+bool IoThread::DirectLocate(PageId page, DirectTarget* out) const {
+  if (!dloc_) return false;
+  const DirectLoc& d = dloc_[LocalIndex(page)];
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint32_t v1 = d.ver.load(std::memory_order_acquire);
+    if (v1 & 1) continue;  // The I/O thread is changing it (a few instructions): look again.
+    const uint32_t slab = d.slab.load(std::memory_order_relaxed);
+    const uint32_t row_col = d.row_col.load(std::memory_order_relaxed);
+    const uint32_t crc = d.crc.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (d.ver.load(std::memory_order_relaxed) != v1) continue;
+    out->page_ver = v1;
+    if (slab == kDirectZero) {
+      out->zero = true;
+      return true;
+    }
+    if (slab == kDirectNo || slab >= store_->num_slabs_) return false;
+    const DirectSlab& ds = dslab_[slab];
+    const int col = static_cast<int>(row_col & 0xff);
+    if (col >= lay_.width()) return false;
+    const uint32_t sv = ds.ver.load(std::memory_order_acquire);
+    if (sv & 1) continue;
+    const uint32_t server = ds.server[col].load(std::memory_order_relaxed);
+    fabric::AllocSlabResponse r;
+    r.slab_id = ds.id[col].load(std::memory_order_relaxed);
+    r.remote_addr = ds.addr[col].load(std::memory_order_relaxed);
+    r.size = ds.size[col].load(std::memory_order_relaxed);
+    r.rkey = ds.rkey[col].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ds.ver.load(std::memory_order_relaxed) != sv) continue;
+    if (server == kNoServer || r.slab_id == 0) return false;
+    out->zero = false;
+    out->slab_ver = sv;
+    out->slab = slab;
+    out->row = row_col >> 8;
+    out->col = col;
+    out->crc = crc;
+    out->server = server;
+    out->remote = r;
+    return true;
+  }
+  return false;
+}
+
+bool IoThread::DirectValid(PageId page, const DirectTarget& t) const {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (dloc_[LocalIndex(page)].ver.load(std::memory_order_relaxed) != t.page_ver) return false;
+  return t.zero || dslab_[t.slab].ver.load(std::memory_order_relaxed) == t.slab_ver;
+}
+
+void IoThread::RecordDirectRead(uint64_t latency_ns) {
+  std::lock_guard<std::mutex> lock(hist_mu_);
+  read_hist_.Record(latency_ns);
+}
+
+// ---- the caller's thread: reading ----
+
+namespace {
+
+constexpr size_t kBatch = 32;  // Pages per round of a direct ReadPages.
+
+// One thread's direct-read state for one store: its own Transport (a Transport belongs to one
+// thread), connected lazily to the servers it reads from, with the slabs it has named. Lives in
+// that thread's thread_local list; destroyed by that thread (when it exits, or when it next
+// reads from any store after this one shut down).
+class DirectReader {
+ public:
+  explicit DirectReader(RemoteStore* store) : store_(store) {}
+
+  Status Init() {
+    fabric::TransportOptions to;
+    to.kind = store_->opt_.transport;
+    to.max_inflight = 4 * kBatch;
+    to.ring_entries = 64;
+    TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
+    bufs_.assign(kBatch * kPageSize, 0);
+    TESSERA_RETURN_IF_ERROR(t_->RegisterMemory(bufs_.data(), bufs_.size()));
+    servers_.resize(store_->opt_.servers.size());
+    comps_.resize(4 * kBatch);
+    spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
+    const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
+    wait_ns_ = hedge != 0 ? hedge : uint64_t{store_->opt_.op_timeout_ms} * 1000000;
+    return Status::Ok();
+  }
+
+  // Reads pages[0..n) (n <= kBatch) into out[i * kPageSize]; done[i] = 1 for each page read
+  // here, degraded[i] = 1 for each whose server did not answer in time. Pages left undone go to
+  // the I/O threads.
+  void Read(const PageId* pages, size_t n, uint8_t* out, uint8_t* done, uint8_t* degraded) {
+    const uint64_t start = MonotonicNs();
+    wrs_.clear();
+    size_t outstanding = 0;
+    for (size_t i = 0; i < n; ++i) {
+      done[i] = 0;
+      degraded[i] = 0;
+      const PageId p = pages[i];
+      if (p >= store_->opt_.capacity_pages) continue;  // The I/O thread says OutOfRange.
+      IoThread* th = store_->threads_[store_->ThreadOf(p)].get();
+      DirectTarget& t = targets_[i];
+      if (!th->DirectLocate(p, &t)) continue;
+      if (t.zero) {
+        std::memset(out + i * kPageSize, 0, kPageSize);
+        done[i] = 1;
+        continue;
+      }
+      const int64_t conn = Connection(t.server);
+      if (conn < 0) {
+        // Backing off from a server that did not answer in time: skip its reply (hedge now).
+        if (t.server < servers_.size() && servers_[t.server].slow) degraded[i] = 1;
+        continue;
+      }
+      if (!AddSlab(t.server, static_cast<fabric::ConnectionId>(conn), t.remote)) continue;
+      fabric::WorkRequest wr;
+      wr.connection = static_cast<fabric::ConnectionId>(conn);
+      wr.op = fabric::OpKind::kRead;
+      wr.slab_id = t.remote.slab_id;
+      wr.remote_offset = static_cast<uint64_t>(t.row) * kPageSize;
+      wr.length = kPageSize;
+      wr.local = bufs_.data() + i * kPageSize;
+      wr.cookie = i;
+      wrs_.push_back(wr);
+      inflight_[i] = 1;
+      ++outstanding;
+    }
+    if (!wrs_.empty()) {
+      if (Status st = t_->Post(wrs_); !st.ok()) {
+        // Nothing was posted (all or nothing): the I/O threads read them.
+        for (const auto& wr : wrs_) inflight_[wr.cookie] = 0;
+        outstanding = 0;
+      } else {
+        store_->stats_.bytes_received.fetch_add(wrs_.size() * kPageSize,
+                                                std::memory_order_relaxed);
+      }
+    }
+    bool slept = false;
+    if (outstanding > 0) {
+      const uint64_t spin_until = start + spin_ns_;
+      const Deadline deadline(MonotonicNs() + wait_ns_);
+      while (outstanding > 0) {
+        size_t got = 0;
+        if (MonotonicNs() < spin_until) {
+          got = t_->Poll(comps_);
+        } else {
+          slept = true;
+          got = t_->Wait(comps_, deadline);
+          if (got == 0 && deadline.Expired()) break;
+        }
+        for (size_t c = 0; c < got; ++c) outstanding -= OnCompletion(comps_[c], pages, out, done);
+      }
+    }
+    if (outstanding > 0) {
+      // No reply within hedge_us: stop waiting for that server on this thread (its in-flight
+      // reads complete as Cancelled at once) and let the I/O thread read those pages degraded.
+      for (size_t i = 0; i < n; ++i) {
+        if (!inflight_[i]) continue;
+        degraded[i] = 1;
+        if (servers_[targets_[i].server].conn >= 0) Drop(targets_[i].server, /*backoff=*/true);
+      }
+      const Deadline drain = Deadline::AfterMs(100);
+      while (outstanding > 0 && !drain.Expired()) {
+        const size_t got = t_->Poll(comps_);
+        for (size_t c = 0; c < got; ++c) outstanding -= OnCompletion(comps_[c], pages, out, done);
+        if (got == 0) sched_yield();
+      }
+      if (outstanding > 0) {
+        // Cannot happen with a conforming transport (Abort completes in-flight ops at once):
+        // the bounce buffers might still be written, so never use this reader again.
+        TLOG(ERROR) << store_->name_ << ": direct reads: " << outstanding
+                    << " aborted reads did not complete; direct reads off on this thread";
+        broken_ = true;
+      }
+    }
+    SharedStats& s = store_->stats_;
+    uint64_t served = 0;
+    const uint64_t lat = MonotonicNs() - start;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i]) continue;
+      ++served;
+      store_->threads_[store_->ThreadOf(pages[i])]->RecordDirectRead(lat);
+    }
+    if (served > 0) {
+      s.reads.fetch_add(served, std::memory_order_relaxed);
+      s.direct_reads.fetch_add(served, std::memory_order_relaxed);
+    }
+    if (!wrs_.empty()) (slept ? s.direct_sleeps : s.direct_spin_hits).fetch_add(1);
+  }
+
+  bool broken() const { return broken_; }
+
+ private:
+  struct Server {
+    int64_t conn = -1;         // In t_, or -1.
+    uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
+    uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 2 s).
+    bool slow = false;         // The last failure was a timeout: reads go degraded meanwhile.
+    std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
+  };
+
+  // 1 when the completion finished one of this round's reads.
+  size_t OnCompletion(const fabric::Completion& c, const PageId* pages, uint8_t* out,
+                      uint8_t* done) {
+    if (c.kind != fabric::CompletionKind::kData) return 0;  // Notices: the I/O threads act.
+    const uint64_t i = c.cookie;
+    if (i >= kBatch || !inflight_[i]) return 0;
+    inflight_[i] = 0;
+    const DirectTarget& t = targets_[i];
+    if (!c.status.ok()) {
+      // A lost connection is dropped (reconnected later unless the store fails the server);
+      // the I/O thread reads the page and notices the failure itself.
+      if (IsConnectionError(c.status)) Drop(t.server, /*backoff=*/false);
+      return 1;
+    }
+    const uint8_t* buf = bufs_.data() + i * kPageSize;
+    if (coding::Crc32c(buf, kPageSize) != t.crc) return 1;  // The I/O thread sorts it out.
+    if (!store_->threads_[store_->ThreadOf(pages[i])]->DirectValid(pages[i], t)) return 1;
+    std::memcpy(out + i * kPageSize, buf, kPageSize);
+    done[i] = 1;
+    return 1;
+  }
+
+  int64_t Connection(uint32_t server) {
+    if (server >= servers_.size()) return -1;
+    Server& sv = servers_[server];
+    if (store_->failed_[server].load(std::memory_order_relaxed)) {
+      if (sv.conn >= 0) Drop(server, /*backoff=*/false);
+      return -1;  // A failed server is never used again by this store.
+    }
+    if (sv.conn >= 0 && t_->Connected(static_cast<fabric::ConnectionId>(sv.conn))) return sv.conn;
+    if (sv.conn >= 0) Drop(server, /*backoff=*/false);
+    const uint64_t now = MonotonicNs();
+    if (now < sv.retry_ns) return -1;
+    fabric::ConnectOptions co;
+    co.secret = store_->opt_.secret;
+    co.client_id = store_->client_id_;
+    // Short: a stopped server would hold this (faulting) thread for the whole deadline.
+    co.deadline = Deadline::AfterMs(std::min<uint32_t>(store_->opt_.connect_timeout_ms, 100));
+    auto c = t_->Connect(store_->opt_.servers[server].endpoint, co);
+    if (!c.ok()) {
+      Backoff(sv, c.status().code() == StatusCode::kTimeout);
+      return -1;
+    }
+    sv.conn = *c;
+    sv.slabs.clear();
+    sv.slow = false;
+    return sv.conn;
+  }
+
+  bool AddSlab(uint32_t server, fabric::ConnectionId conn, const fabric::AllocSlabResponse& r) {
+    Server& sv = servers_[server];
+    if (sv.slabs.count(r.slab_id) != 0) return true;
+    if (sv.slabs.size() >= 4096) {  // Slabs come and go: forget the old ones now and then.
+      for (uint64_t id : sv.slabs) t_->RemoveSlab(conn, id);
+      sv.slabs.clear();
+    }
+    if (!t_->AddSlab(conn, r).ok()) return false;
+    sv.slabs.insert(r.slab_id);
+    return true;
+  }
+
+  void Drop(uint32_t server, bool backoff) {
+    Server& sv = servers_[server];
+    if (sv.conn >= 0) (void)t_->Abort(static_cast<fabric::ConnectionId>(sv.conn));
+    sv.conn = -1;
+    sv.slabs.clear();
+    if (backoff) {
+      Backoff(sv, /*slow=*/true);
+    } else {
+      sv.backoff_ms = 0;
+      sv.slow = false;
+    }
+  }
+
+  // No connection attempt to the server for a while: 100 ms after a timeout (doubling up to
+  // 2 s: long enough for the heartbeats to declare a stopped server failed), 10 ms after a
+  // refusal (doubling up to 1 s).
+  static void Backoff(Server& sv, bool slow) {
+    const uint32_t first = slow ? 100 : 10, cap = slow ? 2000 : 1000;
+    sv.backoff_ms = std::min<uint32_t>(sv.backoff_ms == 0 ? first : sv.backoff_ms * 2, cap);
+    sv.retry_ns = MonotonicNs() + uint64_t{sv.backoff_ms} * 1000000;
+    sv.slow = slow;
+  }
+
+  RemoteStore* const store_;
+  std::unique_ptr<fabric::Transport> t_;
+  std::vector<uint8_t> bufs_;  // kBatch registered pages: replies land here, then are copied.
+  std::vector<Server> servers_;
+  std::vector<fabric::Completion> comps_;
+  std::vector<fabric::WorkRequest> wrs_;
+  std::array<DirectTarget, kBatch> targets_{};
+  std::array<uint8_t, kBatch> inflight_{};
+  uint64_t spin_ns_ = 0;
+  uint64_t wait_ns_ = 0;
+  bool broken_ = false;
+};
+
+// This thread's readers, one per store it read from. A reader whose store shut down is
+// destroyed here, on its own thread, the next time this thread looks a reader up (or at exit).
+struct ReaderEntry {
+  uint64_t uid = 0;
+  std::weak_ptr<int> alive;
+  std::unique_ptr<DirectReader> reader;  // Null: its Init() failed (no direct reads here).
+};
+thread_local std::vector<ReaderEntry> t_readers;
+
+DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<int>& alive) {
+  for (size_t i = 0; i < t_readers.size();) {
+    if (t_readers[i].alive.expired()) {
+      t_readers.erase(t_readers.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (t_readers[i].uid == uid) {
+      DirectReader* r = t_readers[i].reader.get();
+      return r != nullptr && !r->broken() ? r : nullptr;
+    }
+    ++i;
+  }
+  auto reader = std::make_unique<DirectReader>(store);
+  if (Status st = reader->Init(); !st.ok()) {
+    TLOG(WARNING) << store->name_ << ": direct reads off on this thread: " << st;
+    reader.reset();
+  }
+  t_readers.push_back(ReaderEntry{uid, alive, std::move(reader)});
+  return t_readers.back().reader.get();
+}
+
+}  // namespace
+
+uint64_t RemoteStore::NextUid() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RemoteStore::DropThreadReader() {
+  for (size_t i = 0; i < t_readers.size(); ++i) {
+    if (t_readers[i].uid == uid_) {
+      t_readers.erase(t_readers.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+Status RemoteStore::ReadPage(PageId page, uint8_t* out) {
+  return ReadPages(&page, 1, out);
+}
+
+Status RemoteStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
+  if (count == 0) return Status::Ok();
+  if (pages == nullptr || out == nullptr) return InvalidArgument("null pages or buffer");
+  DirectReader* reader = nullptr;
+  if (lay_.group && opt_.direct_reads && !threads_.empty()) {
+    reader = ReaderFor(this, uid_, alive_);
+  }
+  if (reader == nullptr) return ReadThroughIoThreads(pages, count, out, nullptr);
+  Status first;
+  std::array<uint8_t, kBatch> done{}, degraded{};
+  std::array<PageId, kBatch> left{};
+  std::array<uint8_t, kBatch> left_degraded{};
+  std::array<uint8_t, kBatch * kPageSize>* scratch = nullptr;
+  std::unique_ptr<std::array<uint8_t, kBatch * kPageSize>> scratch_owner;
+  for (size_t base = 0; base < count; base += kBatch) {
+    const size_t n = std::min(kBatch, count - base);
+    uint8_t* chunk = out + base * kPageSize;
+    reader->Read(pages + base, n, chunk, done.data(), degraded.data());
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      left[m] = pages[base + i];
+      left_degraded[m] = degraded[i];
+      ++m;
+    }
+    if (m == 0) continue;
+    stats_.direct_fallbacks.fetch_add(m, std::memory_order_relaxed);
+    Status st;
+    if (m == n) {
+      st = ReadThroughIoThreads(left.data(), m, chunk, left_degraded.data());
+    } else {
+      // Some pages of the chunk were read here: the rest go through a scratch buffer.
+      if (scratch == nullptr) {
+        scratch_owner = std::make_unique<std::array<uint8_t, kBatch * kPageSize>>();
+        scratch = scratch_owner.get();
+      }
+      st = ReadThroughIoThreads(left.data(), m, scratch->data(), left_degraded.data());
+      size_t k = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (done[i]) continue;
+        std::memcpy(chunk + i * kPageSize, scratch->data() + k * kPageSize, kPageSize);
+        ++k;
+      }
+    }
+    if (first.ok() && !st.ok()) first = st;
+  }
+  return first;
+}
+
+namespace {
+
+struct Waiter {
+  std::atomic<size_t> remaining{0};
+};
+
+void WakeOne(PageOp* op) {
+  auto* w = static_cast<Waiter*>(op->user);
+  if (w->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) w->remaining.notify_all();
+}
+
+}  // namespace
+
+Status RemoteStore::ReadThroughIoThreads(const PageId* pages, size_t count, uint8_t* out,
+                                         const uint8_t* degraded) {
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  std::unique_ptr<PageOp[]> ops(new PageOp[count]);
+  Waiter waiter;
+  waiter.remaining.store(count, std::memory_order_relaxed);
+  for (size_t i = 0; i < count; ++i) {
+    PageOp& op = ops[i];
+    op.kind = PageOp::Kind::kRead;
+    op.page = pages[i];
+    op.buf = out + i * kPageSize;
+    op.done = WakeOne;
+    op.user = &waiter;
+    QueueItem item;
+    item.op = &op;
+    item.degraded = degraded != nullptr && degraded[i] != 0;
+    threads_[op.page >= opt_.capacity_pages ? 0 : ThreadOf(op.page)]->Enqueue(item);
+  }
+  for (size_t left = waiter.remaining.load(std::memory_order_acquire); left != 0;
+       left = waiter.remaining.load(std::memory_order_acquire)) {
+    waiter.remaining.wait(left, std::memory_order_acquire);
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (!ops[i].status.ok()) return ops[i].status;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::client::remote

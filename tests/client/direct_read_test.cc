@@ -1,0 +1,381 @@
+// Run-to-completion reads of the group layout (RemoteStoreOptions::direct_reads): a blocking
+// ReadPage/ReadPages reads a stored page on the caller's thread. Real memservers on loopback.
+// Covered: the fast path is taken (PageStoreStats::direct_reads) and can be turned off;
+// readers on several threads racing rewrites, compaction moves and trims of the same pages
+// always get the latest acknowledged data (or newer); a server SIGKILLed or SIGSTOPped while
+// readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "client/local_cluster.h"
+#include "client/remote_store.h"
+#include "client/testing/fault_injecting_transport.h"
+#include "common/clock.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/test_util.h"
+
+namespace tessera::client {
+namespace {
+
+using ::tessera::testing::IsOk;
+
+std::unique_ptr<LocalCluster> StartCluster(size_t n) {
+  LocalClusterOptions o;
+  o.bin_dir = ::tessera::testing::BinDir();
+  o.servers = n;
+  o.capacity = "8M";
+  o.slab_size = "64K";  // 16 rows per slab: compaction and slab frees happen early.
+  auto c = LocalCluster::Start(o);
+  EXPECT_THAT(c, IsOk());
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+ErasureCodedStoreOptions GroupOptions(const LocalCluster& c, uint64_t pages) {
+  ErasureCodedStoreOptions o;
+  for (const auto& e : c.endpoints()) o.remote.servers.push_back(RemoteServer{e, ""});
+  o.remote.secret = c.secret();
+  o.remote.transport = fabric::TransportKind::kTcp;
+  o.remote.capacity_pages = pages;
+  o.k = 4;
+  o.r = 2;
+  o.layout = EcLayout::kGroup;
+  return o;
+}
+
+// Version v of page p: a header (p, v) and a body derived from both. Version 0 = zeros.
+void Fill(PageId p, uint32_t v, uint8_t* out) {
+  std::memset(out, 0, 16);
+  std::memcpy(out, &p, 8);
+  std::memcpy(out + 8, &v, 4);
+  uint64_t x = p * 0x9E3779B97F4A7C15ull + v * 0xC2B2AE3D27D4EB4Full + 1;
+  for (size_t i = 16; i < kPageSize; i += 8) {
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    std::memcpy(out + i, &x, 8);
+  }
+}
+
+bool IsZero(const uint8_t* b) {
+  for (size_t i = 0; i < kPageSize; ++i) {
+    if (b[i] != 0) return false;
+  }
+  return true;
+}
+
+// The version a page's content is (0: zeros), or -1 when it is no version of page p at all.
+int64_t VersionOf(PageId p, const uint8_t* b) {
+  if (IsZero(b)) return 0;
+  PageId hp;
+  uint32_t v;
+  std::memcpy(&hp, b, 8);
+  std::memcpy(&v, b + 8, 4);
+  if (hp != p || v == 0) return -1;
+  uint8_t want[kPageSize];
+  Fill(p, v, want);
+  return std::memcmp(want, b, kPageSize) == 0 ? v : -1;
+}
+
+void WriteRange(PageStore* s, PageId first, uint64_t n, uint32_t v) {
+  std::vector<uint8_t> bufs(n * kPageSize);
+  std::vector<PageId> ids(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    ids[i] = first + i;
+    Fill(first + i, v, bufs.data() + i * kPageSize);
+  }
+  ASSERT_THAT(s->WritePages(ids.data(), n, bufs.data()), IsOk());
+}
+
+TEST(DirectReadTest, StoredPagesAreReadOnTheCallersThreadAndTheOptionTurnsItOff) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 128;
+  for (bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "direct_reads" : "no direct_reads");
+    ErasureCodedStoreOptions o = GroupOptions(*cluster, 2 * kPages);
+    o.remote.direct_reads = direct;
+    auto s = CreateErasureCodedStore(o);
+    ASSERT_THAT(s, IsOk());
+    PageStore* store = s->get();
+    WriteRange(store, 0, kPages, 1);
+    ASSERT_THAT(store->Flush(), IsOk());  // Every page is in a sealed, stored stripe now.
+    uint8_t buf[kPageSize];
+    for (PageId p = 0; p < 2 * kPages; ++p) {  // The upper half was never written: zeros.
+      ASSERT_THAT(store->ReadPage(p, buf), IsOk());
+      ASSERT_EQ(VersionOf(p, buf), p < kPages ? 1 : 0) << "page " << p;
+    }
+    // A batch, in several rounds of the reader.
+    std::vector<PageId> ids(kPages);
+    for (PageId p = 0; p < kPages; ++p) ids[p] = kPages - 1 - p;
+    std::vector<uint8_t> got(kPages * kPageSize);
+    ASSERT_THAT(store->ReadPages(ids.data(), kPages, got.data()), IsOk());
+    for (size_t i = 0; i < kPages; ++i) {
+      ASSERT_EQ(VersionOf(ids[i], got.data() + i * kPageSize), 1) << "page " << ids[i];
+    }
+    // Out of range still says so.
+    EXPECT_FALSE(store->ReadPage(1u << 30, buf).ok());
+    const PageStoreStats st = store->Stats();
+    if (direct) {
+      EXPECT_EQ(st.direct_reads, 3 * kPages);  // Stored and zero pages, then the batch.
+      EXPECT_EQ(st.direct_fallbacks, 1u);               // The out-of-range page.
+      EXPECT_EQ(st.direct_spin_hits + st.direct_sleeps, kPages + kPages / 32);
+    } else {
+      EXPECT_EQ(st.direct_reads, 0u);
+      EXPECT_EQ(st.direct_fallbacks, 0u);
+    }
+    EXPECT_GE(st.reads, 3 * kPages);
+    EXPECT_EQ(st.data_loss, 0u);
+  }
+}
+
+// Readers on 3 threads read pages while one writer rewrites (versions 1, 2, ...), trims (every
+// 5th version of a page is a trim: zeros) and compaction moves the survivors. Every read must
+// return a version between the last one acknowledged before the read started and the last one
+// started before it ended.
+// Both ack policies: with first-k a write is acknowledged before its stripe settles, so a
+// page must stop being read from its old slot as soon as it is rewritten, not when the new
+// stripe settles.
+class DirectReadRaceTest : public ::testing::TestWithParam<AckPolicy> {};
+
+TEST_P(DirectReadRaceTest, ConcurrentReadersSeeTheLatestAcknowledgedDataWhileWritesCompactAndTrim) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 96;
+  ErasureCodedStoreOptions o = GroupOptions(*cluster, kPages);
+  o.group.fill_us = 200;
+  o.ack = GetParam();
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  std::vector<std::atomic<uint32_t>> acked(kPages), started(kPages);
+  WriteRange(store, 0, kPages, 1);
+  for (PageId p = 0; p < kPages; ++p) {
+    acked[p].store(1);
+    started[p].store(1);
+  }
+  ASSERT_THAT(store->Flush(), IsOk());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, bad{0};
+  auto reader = [&](int id) {
+    std::mt19937_64 rng(id);
+    uint8_t buf[kPageSize];
+    while (!stop.load(std::memory_order_relaxed)) {
+      const PageId p = rng() % kPages;
+      const uint32_t lo = acked[p].load();
+      Status st = store->ReadPage(p, buf);
+      const uint32_t hi = started[p].load();
+      const int64_t v = VersionOf(p, buf);
+      bool ok = st.ok() && v >= 0;
+      if (ok && v == 0) {
+        // Zeros: some trim version in [lo, hi].
+        ok = false;
+        for (uint32_t x = lo; x <= hi && !ok; ++x) ok = x % 5 == 0;
+      } else if (ok) {
+        ok = v >= lo && v <= hi && v % 5 != 0;
+      }
+      if (!ok) {
+        if (bad.fetch_add(1) < 5) {
+          ADD_FAILURE() << "page " << p << ": read " << st << " version " << v << ", expected "
+                        << lo << ".." << hi;
+        }
+      }
+      reads.fetch_add(1);
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) readers.emplace_back(reader, i + 1);
+  std::mt19937_64 rng(42);
+  uint8_t buf[kPageSize];
+  const Deadline end = Deadline::AfterMs(2000);
+  uint64_t ops = 0;
+  while (!end.Expired() || ops < 600) {
+    const PageId p = rng() % kPages;
+    const uint32_t v = started[p].load() + 1;
+    started[p].store(v);
+    if (v % 5 == 0) {
+      ASSERT_THAT(store->Trim(p, 1), IsOk());
+    } else {
+      Fill(p, v, buf);
+      ASSERT_THAT(store->WritePage(p, buf), IsOk());
+    }
+    acked[p].store(v);
+    if (++ops % 64 == 0) ASSERT_THAT(store->Flush(), IsOk());  // Stored: readable directly.
+    if (ops > 20000) break;
+  }
+  stop.store(true);
+  for (auto& t : readers) t.join();
+  const PageStoreStats st = store->Stats();
+  EXPECT_EQ(bad.load(), 0u) << "of " << reads.load() << " reads";
+  EXPECT_GT(reads.load(), 100u);
+  EXPECT_GT(st.direct_reads, 0u);
+  EXPECT_GT(st.direct_fallbacks, 0u);  // Pages buffered or being written meanwhile.
+  EXPECT_GT(st.compaction_moves, 0u) << "the test should make compaction move pages";
+  EXPECT_EQ(st.data_loss, 0u);
+  // And at rest every page is its last version.
+  ASSERT_THAT(store->Flush(), IsOk());
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(store->ReadPage(p, buf), IsOk());
+    const uint32_t v = acked[p].load();
+    EXPECT_EQ(VersionOf(p, buf), v % 5 == 0 ? 0 : v) << "page " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ack, DirectReadRaceTest,
+                         ::testing::Values(AckPolicy::kAll, AckPolicy::kFirstK),
+                         [](const ::testing::TestParamInfo<AckPolicy>& i) {
+                           return i.param == AckPolicy::kAll ? std::string("all")
+                                                             : std::string("first_k");
+                         });
+
+// Readers keep reading while a server holding pages is SIGKILLed: every read returns the right
+// page (direct reads that lose their server fall back to a degraded read).
+TEST(DirectReadTest, ServerKilledWhileReadersReadLosesNothing) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 128;
+  ErasureCodedStoreOptions o = GroupOptions(*cluster, kPages);
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 3);
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto servers = store->ServersOfPage(0);
+  ASSERT_THAT(servers, IsOk());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, bad{0};
+  auto reader = [&](int id) {
+    std::mt19937_64 rng(id);
+    uint8_t buf[kPageSize];
+    while (!stop.load(std::memory_order_relaxed)) {
+      const PageId p = rng() % kPages;
+      Status st = store->ReadPage(p, buf);
+      if (!st.ok() || VersionOf(p, buf) != 3) {
+        if (bad.fetch_add(1) < 5) ADD_FAILURE() << "page " << p << ": " << st;
+      }
+      reads.fetch_add(1);
+    }
+  };
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 2; ++i) readers.emplace_back(reader, i + 1);
+  const Deadline warm = Deadline::AfterMs(20000);
+  while (reads.load() < 200 && !warm.Expired()) std::this_thread::yield();
+  const uint64_t direct_before = store->Stats().direct_reads;
+  ASSERT_THAT(cluster->Kill((*servers)[0]), IsOk());
+  const uint64_t at_kill = reads.load();
+  // Until the store declared the server failed (its I/O thread or heartbeat notices the reset)
+  // and the readers did 400 more reads.
+  const Deadline after = Deadline::AfterMs(20000);
+  while ((reads.load() < at_kill + 400 || store->Stats().server_failures == 0) &&
+         !after.Expired()) {
+    std::this_thread::yield();
+  }
+  stop.store(true);
+  for (auto& t : readers) t.join();
+  const PageStoreStats st = store->Stats();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GE(reads.load(), at_kill + 400) << "reads stalled after the kill";
+  EXPECT_GT(direct_before, 0u);
+  EXPECT_GT(st.direct_reads, direct_before) << "pages on live servers are still read directly";
+  EXPECT_GE(st.server_failures, 1u);
+  EXPECT_GE(st.degraded_reads, 1u);
+  EXPECT_EQ(st.data_loss, 0u);
+}
+
+// A SIGSTOPped server: a direct read of its page gives up after hedge_us and the page is read
+// degraded by the I/O thread at once; reads stay bounded while the server stays stopped.
+TEST(DirectReadTest, StoppedServerReadsGoDegradedAfterTheHedgeDelay) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 128;
+  ErasureCodedStoreOptions o = GroupOptions(*cluster, kPages);
+  o.group.hedge_us = 5000;
+  o.remote.op_timeout_ms = 60000;  // Only hedging can finish the reads.
+  o.remote.heartbeat_timeout_ms = 60000;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 2);
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto servers = store->ServersOfPage(0);
+  ASSERT_THAT(servers, IsOk());
+  const size_t stopped = (*servers)[0];
+  ASSERT_THAT(cluster->Stop(stopped), IsOk());
+  uint8_t buf[kPageSize];
+  const uint64_t t0 = MonotonicNs();
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(store->ReadPage(p, buf), IsOk());
+    ASSERT_EQ(VersionOf(p, buf), 2) << "page " << p;
+  }
+  const double secs = static_cast<double>(MonotonicNs() - t0) / 1e9;
+  ASSERT_THAT(cluster->Cont(stopped), IsOk());
+  const PageStoreStats st = store->Stats();
+  EXPECT_LT(secs, 20.0);
+  EXPECT_GE(st.direct_fallbacks, 1u);
+  EXPECT_GE(st.degraded_reads, 1u);
+  EXPECT_GT(st.direct_reads, 0u);
+  EXPECT_EQ(st.server_failures, 0u);
+  EXPECT_EQ(st.data_loss, 0u);
+}
+
+// Replies of one server are corrupted in the client's transport (the direct readers' too): the
+// CRC mismatch sends the read to the I/O thread, which decodes and repairs.
+TEST(DirectReadTest, CrcMismatchFallsBackAndIsRepaired) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64;
+  auto faults = std::make_shared<testing::TransportFaults>();
+  ErasureCodedStoreOptions o = GroupOptions(*cluster, kPages);
+  o.remote.transport_factory = testing::FaultInjectingFactory(faults);
+  o.delta = 0;
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 4);
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto servers = store->ServersOfPage(0);
+  ASSERT_THAT(servers, IsOk());
+  const std::string bad = cluster->endpoints()[(*servers)[0]].ToString();
+  faults->CorruptReadsFrom(bad, true);
+  uint8_t buf[kPageSize];
+  ASSERT_THAT(store->ReadPage(0, buf), IsOk());
+  EXPECT_EQ(VersionOf(0, buf), 4);
+  faults->CorruptReadsFrom(bad, false);
+  PageStoreStats st = store->Stats();
+  EXPECT_GE(faults->reads_corrupted.load(), 2u);  // The direct read and the I/O thread's.
+  EXPECT_EQ(st.direct_reads, 0u);
+  EXPECT_EQ(st.direct_fallbacks, 1u);
+  EXPECT_GE(st.corruptions_detected, 1u);
+  EXPECT_EQ(st.data_loss, 0u);
+  // Clean again: read directly.
+  ASSERT_THAT(store->ReadPage(0, buf), IsOk());
+  EXPECT_EQ(VersionOf(0, buf), 4);
+  EXPECT_EQ(store->Stats().direct_reads, 1u);
+}
+
+TEST(DirectReadTest, BadSpinIsRefused) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  ErasureCodedStoreOptions o = GroupOptions(*cluster, 64);
+  o.remote.direct_spin_us = 1001;
+  EXPECT_FALSE(CreateErasureCodedStore(o).ok());
+  o.remote.direct_spin_us = 0;  // Never polls: sleeps in Wait() at once.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  WriteRange(s->get(), 0, 8, 1);
+  ASSERT_THAT((*s)->Flush(), IsOk());
+  uint8_t buf[kPageSize];
+  for (PageId p = 0; p < 8; ++p) {
+    ASSERT_THAT((*s)->ReadPage(p, buf), IsOk());
+    ASSERT_EQ(VersionOf(p, buf), 1);
+  }
+  EXPECT_EQ((*s)->Stats().direct_reads, 8u);
+  EXPECT_EQ((*s)->Stats().direct_spin_hits, 0u);
+}
+
+}  // namespace
+}  // namespace tessera::client
