@@ -20,8 +20,6 @@
 // ordered through the sockets). The CRC catches corruption, a replacement member not rebuilt
 // yet, and torn reads of a member being rewritten. Anything else falls back to the I/O thread
 // path (degraded reads, hedging, repair): never a wrong page, at worst one wasted round trip.
-#include <sched.h>
-
 #include <cstring>
 #include <memory>
 #include <unordered_set>
@@ -138,6 +136,9 @@ void IoThread::RecordDirectRead(uint64_t latency_ns) {
 namespace {
 
 constexpr size_t kBatch = 32;  // Pages per round of a direct ReadPages.
+// Reply buffers: a round uses up to kBatch; a read that timed out keeps its buffer until its
+// reply arrives (the transport may still write it), so there are more than a round's worth.
+constexpr size_t kSlots = 2 * kBatch;
 
 // One thread's direct-read state for one store: its own Transport (a Transport belongs to one
 // thread), connected lazily to the servers it reads from, with the slabs it has named. Lives in
@@ -150,24 +151,26 @@ class DirectReader {
   Status Init() {
     fabric::TransportOptions to;
     to.kind = store_->opt_.transport;
-    to.max_inflight = 4 * kBatch;
+    to.max_inflight = kSlots;
     to.ring_entries = 64;
     TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
-    bufs_.assign(kBatch * kPageSize, 0);
+    bufs_.assign(kSlots * kPageSize, 0);
     TESSERA_RETURN_IF_ERROR(t_->RegisterMemory(bufs_.data(), bufs_.size()));
     servers_.resize(store_->opt_.servers.size());
-    comps_.resize(4 * kBatch);
+    comps_.resize(kSlots);
     spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
     const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
     wait_ns_ = hedge != 0 ? hedge : uint64_t{store_->opt_.op_timeout_ms} * 1000000;
+    for (uint32_t i = 0; i < kSlots; ++i) free_.push_back(kSlots - 1 - i);
     return Status::Ok();
   }
 
   // Reads pages[0..n) (n <= kBatch) into out[i * kPageSize]; done[i] = 1 for each page read
-  // here, degraded[i] = 1 for each whose server did not answer in time. Pages left undone go to
-  // the I/O threads.
+  // here, degraded[i] = 1 for each whose server is not answering in time (hedge now). Pages
+  // left undone go to the I/O threads.
   void Read(const PageId* pages, size_t n, uint8_t* out, uint8_t* done, uint8_t* degraded) {
     const uint64_t start = MonotonicNs();
+    if (stuck_ > 0) Reap(nullptr, nullptr, nullptr);  // Late replies free their servers.
     wrs_.clear();
     size_t outstanding = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -183,29 +186,35 @@ class DirectReader {
         done[i] = 1;
         continue;
       }
-      const int64_t conn = Connection(t.server);
-      if (conn < 0) {
-        // Backing off from a server that did not answer in time: skip its reply (hedge now).
-        if (t.server < servers_.size() && servers_[t.server].slow) degraded[i] = 1;
+      if (t.server >= servers_.size()) continue;
+      if (servers_[t.server].stuck > 0) {
+        // A read of ours there is overdue: do not queue behind it, hedge at once. Once the
+        // store declares the server failed, the connection goes (and the overdue reads with it).
+        if (store_->failed_[t.server].load(std::memory_order_relaxed)) Drop(t.server);
+        degraded[i] = 1;
         continue;
       }
+      const int64_t conn = Connection(t.server);
+      if (conn < 0 || free_.empty()) continue;
       if (!AddSlab(t.server, static_cast<fabric::ConnectionId>(conn), t.remote)) continue;
+      const uint32_t slot = free_.back();
+      free_.pop_back();
+      slots_[slot] = Slot{true, false, t.server, static_cast<uint32_t>(i)};
       fabric::WorkRequest wr;
       wr.connection = static_cast<fabric::ConnectionId>(conn);
       wr.op = fabric::OpKind::kRead;
       wr.slab_id = t.remote.slab_id;
       wr.remote_offset = static_cast<uint64_t>(t.row) * kPageSize;
       wr.length = kPageSize;
-      wr.local = bufs_.data() + i * kPageSize;
-      wr.cookie = i;
+      wr.local = bufs_.data() + static_cast<size_t>(slot) * kPageSize;
+      wr.cookie = slot;
       wrs_.push_back(wr);
-      inflight_[i] = 1;
       ++outstanding;
     }
     if (!wrs_.empty()) {
       if (Status st = t_->Post(wrs_); !st.ok()) {
         // Nothing was posted (all or nothing): the I/O threads read them.
-        for (const auto& wr : wrs_) inflight_[wr.cookie] = 0;
+        for (const auto& wr : wrs_) Release(static_cast<uint32_t>(wr.cookie));
         outstanding = 0;
       } else {
         store_->stats_.bytes_received.fetch_add(wrs_.size() * kPageSize,
@@ -225,29 +234,20 @@ class DirectReader {
           got = t_->Wait(comps_, deadline);
           if (got == 0 && deadline.Expired()) break;
         }
-        for (size_t c = 0; c < got; ++c) outstanding -= OnCompletion(comps_[c], pages, out, done);
+        outstanding -= Handle(got, pages, out, done);
       }
     }
     if (outstanding > 0) {
-      // No reply within hedge_us: stop waiting for that server on this thread (its in-flight
-      // reads complete as Cancelled at once) and let the I/O thread read those pages degraded.
-      for (size_t i = 0; i < n; ++i) {
-        if (!inflight_[i]) continue;
-        degraded[i] = 1;
-        if (servers_[targets_[i].server].conn >= 0) Drop(targets_[i].server, /*backoff=*/true);
-      }
-      const Deadline drain = Deadline::AfterMs(100);
-      while (outstanding > 0 && !drain.Expired()) {
-        const size_t got = t_->Poll(comps_);
-        for (size_t c = 0; c < got; ++c) outstanding -= OnCompletion(comps_[c], pages, out, done);
-        if (got == 0) sched_yield();
-      }
-      if (outstanding > 0) {
-        // Cannot happen with a conforming transport (Abort completes in-flight ops at once):
-        // the bounce buffers might still be written, so never use this reader again.
-        TLOG(ERROR) << store_->name_ << ": direct reads: " << outstanding
-                    << " aborted reads did not complete; direct reads off on this thread";
-        broken_ = true;
+      // No reply within hedge_us: those pages are read degraded by the I/O thread now. The
+      // reads stay posted (their buffers reserved) until their replies arrive; meanwhile this
+      // thread does not read from those servers directly.
+      for (uint32_t slot = 0; slot < kSlots; ++slot) {
+        Slot& sl = slots_[slot];
+        if (!sl.busy || sl.stuck) continue;
+        sl.stuck = true;
+        ++stuck_;
+        ++servers_[sl.server].stuck;
+        degraded[sl.index] = 1;
       }
     }
     SharedStats& s = store_->stats_;
@@ -265,63 +265,96 @@ class DirectReader {
     if (!wrs_.empty()) (slept ? s.direct_sleeps : s.direct_spin_hits).fetch_add(1);
   }
 
-  bool broken() const { return broken_; }
-
  private:
   struct Server {
     int64_t conn = -1;         // In t_, or -1.
     uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
-    uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 2 s).
-    bool slow = false;         // The last failure was a timeout: reads go degraded meanwhile.
+    uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 1 s).
+    uint32_t stuck = 0;        // Reads there that timed out and have not completed yet.
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
+  struct Slot {
+    bool busy = false;     // A read is posted into this buffer.
+    bool stuck = false;    // ... and timed out (its round is over).
+    uint32_t server = 0;
+    uint32_t index = 0;    // Page index in its round.
+  };
 
-  // 1 when the completion finished one of this round's reads.
-  size_t OnCompletion(const fabric::Completion& c, const PageId* pages, uint8_t* out,
-                      uint8_t* done) {
-    if (c.kind != fabric::CompletionKind::kData) return 0;  // Notices: the I/O threads act.
-    const uint64_t i = c.cookie;
-    if (i >= kBatch || !inflight_[i]) return 0;
-    inflight_[i] = 0;
-    const DirectTarget& t = targets_[i];
-    if (!c.status.ok()) {
-      // A lost connection is dropped (reconnected later unless the store fails the server);
-      // the I/O thread reads the page and notices the failure itself.
-      if (IsConnectionError(c.status)) Drop(t.server, /*backoff=*/false);
-      return 1;
+  void Release(uint32_t slot) {
+    Slot& sl = slots_[slot];
+    if (sl.stuck) {
+      --stuck_;
+      --servers_[sl.server].stuck;
     }
-    const uint8_t* buf = bufs_.data() + i * kPageSize;
-    if (coding::Crc32c(buf, kPageSize) != t.crc) return 1;  // The I/O thread sorts it out.
-    if (!store_->threads_[store_->ThreadOf(pages[i])]->DirectValid(pages[i], t)) return 1;
-    std::memcpy(out + i * kPageSize, buf, kPageSize);
-    done[i] = 1;
-    return 1;
+    sl.busy = sl.stuck = false;
+    free_.push_back(slot);
+  }
+
+  // Late replies of timed-out reads (nothing of the current round may be in flight).
+  void Reap(const PageId* pages, uint8_t* out, uint8_t* done) {
+    const size_t got = t_->Poll(comps_);
+    (void)Handle(got, pages, out, done);
+  }
+
+  // Handles `got` completions; returns how many finished a read of the current round.
+  size_t Handle(size_t got, const PageId* pages, uint8_t* out, uint8_t* done) {
+    size_t finished = 0;
+    for (size_t c = 0; c < got; ++c) {
+      const fabric::Completion& comp = comps_[c];
+      if (comp.kind != fabric::CompletionKind::kData) continue;  // Notices: the I/O threads act.
+      const uint64_t slot = comp.cookie;
+      if (slot >= kSlots || !slots_[slot].busy) continue;
+      const Slot sl = slots_[slot];
+      if (!comp.status.ok() && IsConnectionError(comp.status)) {
+        // A lost connection is dropped (reconnected later unless the store fails the server);
+        // the I/O thread reads the page and notices the failure itself.
+        Drop(sl.server);
+      }
+      if (sl.stuck || pages == nullptr) {  // A late reply: its page went to the I/O thread.
+        Release(static_cast<uint32_t>(slot));
+        continue;
+      }
+      ++finished;
+      const uint32_t i = sl.index;
+      const DirectTarget& t = targets_[i];
+      const uint8_t* buf = bufs_.data() + slot * kPageSize;
+      // Accept only the slot's page as published when the read was posted (CRC), and only if
+      // it has not moved since (versions); anything else: the I/O thread sorts it out.
+      if (comp.status.ok() && coding::Crc32c(buf, kPageSize) == t.crc &&
+          store_->threads_[store_->ThreadOf(pages[i])]->DirectValid(pages[i], t)) {
+        std::memcpy(out + static_cast<size_t>(i) * kPageSize, buf, kPageSize);
+        done[i] = 1;
+      }
+      Release(static_cast<uint32_t>(slot));
+    }
+    return finished;
   }
 
   int64_t Connection(uint32_t server) {
-    if (server >= servers_.size()) return -1;
     Server& sv = servers_[server];
     if (store_->failed_[server].load(std::memory_order_relaxed)) {
-      if (sv.conn >= 0) Drop(server, /*backoff=*/false);
+      if (sv.conn >= 0) Drop(server);
       return -1;  // A failed server is never used again by this store.
     }
     if (sv.conn >= 0 && t_->Connected(static_cast<fabric::ConnectionId>(sv.conn))) return sv.conn;
-    if (sv.conn >= 0) Drop(server, /*backoff=*/false);
+    if (sv.conn >= 0) Drop(server);
     const uint64_t now = MonotonicNs();
     if (now < sv.retry_ns) return -1;
     fabric::ConnectOptions co;
     co.secret = store_->opt_.secret;
     co.client_id = store_->client_id_;
     // Short: a stopped server would hold this (faulting) thread for the whole deadline.
-    co.deadline = Deadline::AfterMs(std::min<uint32_t>(store_->opt_.connect_timeout_ms, 100));
+    co.deadline = Deadline::AfterMs(std::min<uint32_t>(store_->opt_.connect_timeout_ms, 200));
     auto c = t_->Connect(store_->opt_.servers[server].endpoint, co);
     if (!c.ok()) {
-      Backoff(sv, c.status().code() == StatusCode::kTimeout);
+      // No attempt for a while: 10 ms, doubling up to 1 s.
+      sv.backoff_ms = std::min<uint32_t>(sv.backoff_ms == 0 ? 10 : sv.backoff_ms * 2, 1000);
+      sv.retry_ns = MonotonicNs() + uint64_t{sv.backoff_ms} * 1000000;
       return -1;
     }
     sv.conn = *c;
+    sv.backoff_ms = 0;
     sv.slabs.clear();
-    sv.slow = false;
     return sv.conn;
   }
 
@@ -337,40 +370,26 @@ class DirectReader {
     return true;
   }
 
-  void Drop(uint32_t server, bool backoff) {
+  // Closes this thread's connection to the server (its in-flight reads complete as Cancelled).
+  void Drop(uint32_t server) {
     Server& sv = servers_[server];
     if (sv.conn >= 0) (void)t_->Abort(static_cast<fabric::ConnectionId>(sv.conn));
     sv.conn = -1;
     sv.slabs.clear();
-    if (backoff) {
-      Backoff(sv, /*slow=*/true);
-    } else {
-      sv.backoff_ms = 0;
-      sv.slow = false;
-    }
-  }
-
-  // No connection attempt to the server for a while: 100 ms after a timeout (doubling up to
-  // 2 s: long enough for the heartbeats to declare a stopped server failed), 10 ms after a
-  // refusal (doubling up to 1 s).
-  static void Backoff(Server& sv, bool slow) {
-    const uint32_t first = slow ? 100 : 10, cap = slow ? 2000 : 1000;
-    sv.backoff_ms = std::min<uint32_t>(sv.backoff_ms == 0 ? first : sv.backoff_ms * 2, cap);
-    sv.retry_ns = MonotonicNs() + uint64_t{sv.backoff_ms} * 1000000;
-    sv.slow = slow;
   }
 
   RemoteStore* const store_;
   std::unique_ptr<fabric::Transport> t_;
-  std::vector<uint8_t> bufs_;  // kBatch registered pages: replies land here, then are copied.
+  std::vector<uint8_t> bufs_;  // kSlots registered pages: replies land here, then are copied.
+  std::array<Slot, kSlots> slots_{};
+  std::vector<uint32_t> free_;  // Slots not busy.
+  uint32_t stuck_ = 0;          // Slots stuck.
   std::vector<Server> servers_;
   std::vector<fabric::Completion> comps_;
   std::vector<fabric::WorkRequest> wrs_;
   std::array<DirectTarget, kBatch> targets_{};
-  std::array<uint8_t, kBatch> inflight_{};
   uint64_t spin_ns_ = 0;
   uint64_t wait_ns_ = 0;
-  bool broken_ = false;
 };
 
 // This thread's readers, one per store it read from. A reader whose store shut down is
@@ -389,8 +408,7 @@ DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<
       continue;
     }
     if (t_readers[i].uid == uid) {
-      DirectReader* r = t_readers[i].reader.get();
-      return r != nullptr && !r->broken() ? r : nullptr;
+      return t_readers[i].reader.get();
     }
     ++i;
   }
