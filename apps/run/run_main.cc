@@ -63,6 +63,10 @@ DEFINE_bool(write_traps, true,
             "The victim policy write-protects resident dirty pages as they come round to learn "
             "whether they are written again (--nowrite_traps: only first writes and re-faults "
             "inform it; fewer write-protect ioctls and faults)");
+DEFINE_bool(direct_reads, true,
+            "Group layout: a fault thread reads a remote page itself, over its own connection to "
+            "the server holding it (run to completion); --nodirect_reads hands every read to the "
+            "page store's I/O thread and back (slower; for comparison)");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -324,6 +328,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
+      std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
   };
   // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.

@@ -70,6 +70,8 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["store_data_loss"] = s.data_loss;
   r["store_server_failures"] = s.server_failures;
   r["store_regenerations_done"] = s.regenerations_done;
+  r["store_direct_reads"] = s.direct_reads;
+  r["store_direct_fallbacks"] = s.direct_fallbacks;
   r["store_read_p50_ns"] = s.read_latency.p50();
   r["store_read_p99_ns"] = s.read_latency.p99();
   r["elapsed_ns"] = elapsed_ns;

@@ -29,6 +29,8 @@ inline constexpr const char* kEnvLive = "TESSERA_RUN_LIVE";        // live stats
 inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
 inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
+// "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).
+inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
 inline constexpr const char* kPreloadName = "libtessera_preload.so";
 
 // The local-memory setting: a fixed byte cap, or a fraction of the peak footprint.

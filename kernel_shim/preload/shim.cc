@@ -403,6 +403,7 @@ struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
   bool write_traps = true;
+  bool direct_reads = true;
   std::string layout;  // "" = the store's default
   LocalMemory local;
   uint64_t region = 8ull << 30;
@@ -425,8 +426,9 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps;
+  std::string traps, direct;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  const bool has_direct = take(kEnvDirectReads, &direct);
   take(kEnvLayout, &c->layout);
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
   if (const char* pre = getenv("LD_PRELOAD")) {
@@ -452,6 +454,13 @@ bool TakeConfig(Config* c, std::string* error) {
       return true;
     }
     c->write_traps = traps == "1";
+  }
+  if (has_direct) {
+    if (direct != "0" && direct != "1") {
+      *error = "bad " + std::string(kEnvDirectReads) + " '" + direct + "' (0 or 1)";
+      return true;
+    }
+    c->direct_reads = direct == "1";
   }
   if (has_k) c->k = atoi(k.c_str());
   if (has_r) c->r = atoi(r.c_str());
@@ -526,6 +535,7 @@ void* InitThread(void* arg) {
     eo.remote.capacity_pages = c.region / kPage;
     eo.k = c.k;
     eo.r = c.r;
+    eo.remote.direct_reads = c.direct_reads;
     if (!c.layout.empty()) {
       auto layout = client::ParseEcLayout(c.layout);
       if (!layout.ok()) {

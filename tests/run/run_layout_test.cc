@@ -40,6 +40,37 @@ TEST(RunLayout, EachLayoutPagesTheProgramAndKeepsItsOutput) {
   }
 }
 
+// The group layout's fault threads read remote pages on their own threads by default (run to
+// completion); --nodirect_reads sends every read through the store's I/O thread. Same output.
+TEST(RunLayout, DirectReadsAreTheDefaultAndCanBeTurnedOff) {
+  auto local = RunCommand({"/usr/bin/python3", kScript, "40000", "8", "3"}, 120000);
+  ASSERT_EQ(local.exit_code, 0);
+  for (bool direct : {true, false}) {
+    TempDir tmp;
+    const std::string json = tmp.path() + "/stats.json";
+    std::vector<std::string> argv = {BinDir() + "/tessera", "run", "--layout", "group",
+                                     "--local-memory", "50%", "--stats-json", json};
+    if (!direct) argv.push_back("--nodirect_reads");
+    for (const char* a : {"--", "/usr/bin/python3"}) argv.push_back(a);
+    for (const std::string& a : {kScript, std::string("40000"), std::string("8"),
+                                 std::string("3")}) {
+      argv.push_back(a);
+    }
+    auto out = RunCommand(argv, 240000);
+    ASSERT_EQ(out.exit_code, 0) << direct;
+    EXPECT_EQ(out.stdout_text, local.stdout_text) << direct;
+    auto j = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << ReadFile(json);
+    ASSERT_GT(j.value("remote_reads", 0), 0) << "nothing paged in: " << j.dump();
+    if (direct) {
+      EXPECT_GT(j.value("store_direct_reads", 0), 0) << j.dump();
+    } else {
+      EXPECT_EQ(j.value("store_direct_reads", -1), 0) << j.dump();
+    }
+    EXPECT_EQ(j.value("store_data_loss", -1), 0) << j.dump();
+  }
+}
+
 TEST(RunLayout, UnknownLayoutIsAUsageError) {
   EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", "--layout", "striped", "--", "/bin/true"})
                 .exit_code,
