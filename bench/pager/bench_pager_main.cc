@@ -3,7 +3,9 @@
 // (a) Fault service latency: a region of pages written through the pager and evicted to an
 //     RS(8,2) store on 10 local memservers, then touched once each in random order at QD1; the
 //     faulting thread's time and the pager's own histogram vs PageStore::ReadPage at QD1 on the
-//     same store and pages, in the same run.
+//     same store and pages, in the same run; and the bare fabric's QD1 4 KB read (one
+//     Transport, one memserver, polling, as `tessera bench fabric` measures it), the peer of
+//     issue 11's target: fault service p50 <= 1.3x the bare fabric read p50.
 // (b) Completion time of the standalone workload (tessera-bench-pager-workload: seq, random,
 //     zipf) at 100/75/50% local memory: in-process over a Pager region, under `tessera run`
 //     (when built), and under Linux swap (a swapfile in /var/tmp and a cgroup-v1 memory limit of
@@ -41,6 +43,8 @@
 #include "common/histogram.h"
 #include "common/report.h"
 #include "common/subprocess.h"
+#include "fabric/control_client.h"
+#include "fabric/transport.h"
 #include "kernel_shim/pager/pager.h"
 
 DEFINE_bool(quick, false, "Small sizes and one run (CI smoke test, ~30 s)");
@@ -62,6 +66,13 @@ DEFINE_bool(fault_thread_reads, true,
 DEFINE_string(layouts, "split,group",
               "Erasure-coded layouts measured side by side, comma-separated: split, group");
 DEFINE_string(layout, "", "One erasure-coded layout only (same as --layouts L)");
+DEFINE_bool(direct_reads, true,
+            "Group layout: blocking reads (a fault thread's, the raw reads) run to completion on "
+            "the caller's thread (RemoteStoreOptions::direct_reads); false: through the store's "
+            "I/O thread");
+DEFINE_int32(direct_spin_us, 20,
+             "RemoteStoreOptions::direct_spin_us (0..1000): how long a direct read polls for its "
+             "reply before it sleeps");
 DEFINE_int32(zero_fault_around, 16,
              "Pager: never-written neighbours mapped with a zero-fill fault (0..64)");
 
@@ -146,7 +157,49 @@ Result<std::unique_ptr<client::PageStore>> OpenStore(client::LocalCluster& clust
   eo.k = 8;
   eo.r = 2;
   eo.layout = *client::ParseEcLayout(layout);  // Validated in Main.
+  eo.remote.direct_reads = FLAGS_direct_reads;
+  eo.remote.direct_spin_us = static_cast<uint32_t>(FLAGS_direct_spin_us);
   return client::CreateErasureCodedStore(eo);
+}
+
+// The bare fabric's QD1 4 KB read, the peer of the fault-latency target: one Transport, one
+// connection to server 0, one slab, a READ posted and polled until it completes (as `tessera
+// bench fabric` measures it). Adds `samples` latencies to `h`.
+Status BareFabricReads(client::LocalCluster& cluster, int samples, LatencyHistogram* h) {
+  fabric::TransportOptions to;
+  to.kind = fabric::TransportKind::kTcp;
+  TESSERA_ASSIGN_OR_RETURN(auto t, fabric::Transport::Create(to));
+  fabric::ConnectOptions co;
+  co.secret = cluster.secret();
+  co.client_id = 0x70616765ull;  // "page"
+  co.deadline = Deadline::AfterMs(10000);
+  const fabric::Endpoint ep = cluster.endpoints()[0];
+  TESSERA_ASSIGN_OR_RETURN(fabric::ConnectionId c, t->Connect(ep, co));
+  TESSERA_ASSIGN_OR_RETURN(auto control, fabric::ControlClient::Connect(ep, co));
+  TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse slab,
+                           control->AllocSlab({}, Deadline::AfterMs(10000)));
+  TESSERA_RETURN_IF_ERROR(t->AddSlab(c, slab));
+  std::vector<uint8_t> buf(kPageSize, 7);
+  TESSERA_RETURN_IF_ERROR(t->RegisterMemory(buf.data(), buf.size()));
+  const uint64_t pages = std::min<uint64_t>(slab.size / kPageSize, 256);
+  fabric::Completion comp[4];
+  auto one = [&](fabric::OpKind kind, uint64_t page) -> Status {
+    fabric::WorkRequest wr{c, kind, slab.slab_id, page * kPageSize, kPageSize, buf.data(), page};
+    TESSERA_RETURN_IF_ERROR(t->Post({&wr, 1}));
+    const Deadline d = Deadline::AfterMs(10000);
+    while (!d.Expired()) {
+      if (t->Poll(comp) > 0) return comp[0].status;
+    }
+    return Timeout("bare fabric read: no reply");
+  };
+  for (uint64_t p = 0; p < pages; ++p) TESSERA_RETURN_IF_ERROR(one(fabric::OpKind::kWrite, p));
+  for (int i = 0; i < samples; ++i) {
+    const uint64_t t0 = MonotonicNs();
+    TESSERA_RETURN_IF_ERROR(one(fabric::OpKind::kRead, static_cast<uint64_t>(i) % pages));
+    h->Record(MonotonicNs() - t0);
+  }
+  (void)control->FreeSlab(slab.slab_id, Deadline::AfterMs(1000));
+  return Status::Ok();
 }
 
 // In-process: the workload over a Pager region. kill_at_half SIGKILLs server 0 half-way.
@@ -244,6 +297,9 @@ int Main(int argc, char** argv) {
       cli::UsageError(kSpec, "--layout takes one layout; use --layouts for several");
     }
   }
+  if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
+    cli::UsageError(kSpec, "--direct_spin_us must be in [0, 1000]");
+  }
   if (FLAGS_zero_fault_around < 0 || FLAGS_zero_fault_around > 64) {
     cli::UsageError(kSpec, "--zero_fault_around must be in [0, 64]");
   }
@@ -305,7 +361,8 @@ int Main(int argc, char** argv) {
   client::PageStore* store = stores[layout].get();
   std::fprintf(stderr, "(a) fault service latency, %s layout: %d faults x %d runs...\n",
                layout.c_str(), FLAGS_fault_samples, FLAGS_runs);
-  std::vector<double> raw50, raw99, flt50, flt99, pg50, pg99;
+  std::vector<double> raw50, raw99, flt50, flt99, pg50, pg99, fab50, fab99;
+  const client::PageStoreStats direct_before = store->Stats();
   {
     kernel_shim::PagerOptions o;
     o.store = store;
@@ -348,6 +405,13 @@ int Main(int argc, char** argv) {
                        st.ToString().c_str(), buf[17]);
         }
       }
+      LatencyHistogram fab;
+      if (Status st = BareFabricReads(*cluster, FLAGS_fault_samples, &fab); !st.ok()) {
+        std::fprintf(stderr, "tessera bench pager: bare fabric reads: %s\n", st.ToString().c_str());
+        return 1;
+      }
+      fab50.push_back(fab.p50() / 1e3);
+      fab99.push_back(fab.p99() / 1e3);
       std::shuffle(order.begin(), order.end(), rng);
       kernel_shim::PagerStats before = pager->Stats();
       for (uint64_t p : order) {
@@ -389,7 +453,18 @@ int Main(int argc, char** argv) {
     row("raw PageStore::ReadPage", Median(raw50), Median(raw99));
     row("fault, faulting thread", Median(flt50), Median(flt99));
     row("fault, pager histogram (uffd read -> mapped)", Median(pg50), Median(pg99));
+    row("bare fabric read (one Transport, QD1, polling)", Median(fab50), Median(fab99));
     report.Flush();
+    const client::PageStoreStats ds = store->Stats();
+    const uint64_t direct = ds.direct_reads - direct_before.direct_reads;
+    const uint64_t fallbacks = ds.direct_fallbacks - direct_before.direct_fallbacks;
+    const uint64_t spun = ds.direct_spin_hits - direct_before.direct_spin_hits;
+    const uint64_t slept = ds.direct_sleeps - direct_before.direct_sleeps;
+    std::fprintf(stderr,
+                 "%s layout: direct reads %" PRIu64 ", fallbacks to the I/O thread %" PRIu64
+                 ", replies while polling (direct_spin_us=%d) %" PRIu64 ", after sleeping %" PRIu64
+                 "\n",
+                 layout.c_str(), direct, fallbacks, FLAGS_direct_spin_us, spun, slept);
     if (bad) std::fprintf(stderr, "tessera bench pager: %" PRIu64 " wrong bytes in (a)!\n", bad);
     double delta = Median(flt50) - Median(raw50);
     char fig[160];
@@ -397,6 +472,11 @@ int Main(int argc, char** argv) {
                   Median(flt50), Median(raw50), delta);
     verdicts.push_back({layout, "fault service p50 within 10 us of raw read", fig,
                         delta <= 10.0 && !bad});
+    const double ratio = Median(fab50) > 0 ? Median(flt50) / Median(fab50) : 0;
+    std::snprintf(fig, sizeof fig, "fault p50 %.1f us vs bare fabric read p50 %.1f us (x%.2f)",
+                  Median(flt50), Median(fab50), ratio);
+    verdicts.push_back({layout, "fault service p50 <= 1.3x bare fabric read p50 (issue 11)", fig,
+                        ratio <= 1.3 && !bad});
     (void)s;
   }
   }
