@@ -61,16 +61,30 @@ void Controller::RunR(uint64_t now_ns) {
   if (r_samples_.size() >= options_.r_min_samples && options_.slo_ns > 0) {
     size_t k = (r_samples_.size() * 99 + 99) / 100 - 1;
     std::nth_element(r_samples_.begin(), r_samples_.begin() + k, r_samples_.end());
-    const uint64_t p99 = r_samples_[k];
-    if (p99 > options_.slo_ns) {
-      window_ = std::max<uint32_t>(
-          options_.min_window, static_cast<uint32_t>(std::floor(window_ * options_.r_decrease)));
+    const double p99 = static_cast<double>(r_samples_[k]);
+    const double slo = static_cast<double>(options_.slo_ns);
+    if (p99 > slo) {
+      const double f = std::clamp(slo / p99, options_.r_max_decrease, options_.r_decrease);
+      window_ = std::max<uint32_t>(options_.min_window,
+                                   static_cast<uint32_t>(std::floor(window_ * f)));
     } else {
-      window_ = std::min(options_.max_window, window_ + options_.r_increase);
+      const double grow = std::floor(window_ * options_.r_gain * (1.0 - p99 / slo));
+      const uint32_t inc = std::max<uint32_t>(options_.r_increase, static_cast<uint32_t>(grow));
+      window_ = std::min(options_.max_window, window_ + inc);
     }
   }
   r_samples_.clear();
   r_start_ns_ = now_ns;
+}
+
+void Controller::MoveX() {
+  const double next = std::clamp(x_ + direction_ * step_, 0.0, 1.0);
+  if (next == x_) {
+    // Pushing against a bound throughput favours: stay, and probe inward after the hold.
+    hold_left_ = hold_len_;
+    return;
+  }
+  x_ = next;
 }
 
 void Controller::RunX(uint64_t now_ns) {
@@ -80,21 +94,92 @@ void Controller::RunX(uint64_t now_ns) {
   x_completions_ = 0;
   x_start_ns_ = now_ns;
   if (options_.mode != Mode::kKayak) return;
-  double step = options_.x_min_step;
-  if (prev_throughput_ >= 0) {
-    const double dt = t - prev_throughput_;
-    if (dt < 0) direction_ = -direction_;  // The last move lowered throughput: turn back.
-    const double rel = prev_throughput_ > 0 ? std::fabs(dt) / prev_throughput_ : 1.0;
-    step = std::clamp(options_.x_gain * rel, options_.x_min_step, options_.x_max_step);
+  if (base_x_ < 0) {  // The first interval: a baseline, then the first step.
+    base_x_ = x_;
+    base_t_ = level_t_ = t;
+    step_ = options_.x_initial_step;
+    MoveX();
+    return;
   }
-  prev_throughput_ = t;
-  double next = x_ + direction_ * step;
-  if (next > 1.0 || next < 0.0) {
-    // At a bound: stay there, and probe back inward next time unless throughput says otherwise.
-    next = std::clamp(next, 0.0, 1.0);
-    direction_ = next >= 1.0 ? 1 : -1;
+  auto inward = [](double x) { return x <= 0.0 ? 1.0 : -1.0; };
+  // Phase change: two intervals in a row far from the level of the current X, the same way
+  // (only when X is near where that level was measured: a long step moves throughput itself).
+  const double dev = level_t_ > 0 ? (t - level_t_) / level_t_ : 0;
+  if (std::fabs(x_ - base_x_) <= 0.1 && std::fabs(dev) > std::max(options_.x_shift, 4 * noise_)) {
+    const int sign = dev > 0 ? 1 : -1;
+    if (shift_sign_ == sign) {
+      ++shifts_;
+      shift_sign_ = 0;
+      step_ = std::max(step_, options_.x_initial_step);
+      hold_left_ = 0;
+      hold_len_ = 1;
+      base_x_ = x_;
+      base_t_ = level_t_ = t;
+      if (x_ <= 0.0 || x_ >= 1.0) direction_ = inward(x_);
+      MoveX();
+      return;
+    }
+    shift_sign_ = sign;
+  } else {
+    shift_sign_ = 0;
   }
-  x_ = next;
+  const bool from_bound = base_x_ <= 0.0 || base_x_ >= 1.0;
+  if (x_ == base_x_) {
+    // X held for this interval: learn the noise, refresh the baseline, then probe.
+    const double rel = base_t_ > 0 ? std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift) : 0;
+    noise_ = noise_ == 0 ? rel : 0.8 * noise_ + 0.2 * rel;
+    if (shift_sign_ == 0) level_t_ = 0.7 * level_t_ + 0.3 * t;
+    base_t_ = t;
+    if (hold_left_ > 0) {
+      --hold_left_;
+      return;
+    }
+    if (from_bound) {
+      // A routine probe from a bound stays close to it (a phase change probes further).
+      direction_ = inward(base_x_);
+      step_ = std::min(step_, options_.x_bound_probe);
+    }
+    MoveX();
+    return;
+  }
+  // X moved from base_x_ for this interval: compare with the interval before the move.
+  const double rel = base_t_ > 0 ? (t - base_t_) / base_t_ : 0;
+  const double tol = std::max(options_.x_min_noise, 2 * noise_);
+  if (rel > tol) {
+    // Better: keep going, faster.
+    step_ = std::min(step_ * 1.5, options_.x_max_step);
+    base_x_ = x_;
+    base_t_ = level_t_ = t;
+    hold_len_ = 1;
+    hold_left_ = 0;
+    MoveX();
+  } else if (rel < -tol || from_bound) {
+    // Worse, or a probe away from a bound that did not clearly pay: back to the old X and
+    // turn around; smaller steps after a loss; from a bound, a longer hold before the next
+    // probe each time one fails.
+    x_ = base_x_;
+    direction_ = -direction_;
+    if (rel < -tol) step_ = std::max(step_ * 0.5, options_.x_min_step);
+    if (from_bound) {
+      hold_left_ = hold_len_;
+      hold_len_ = std::min(hold_len_ * 2, options_.x_max_hold);
+    } else {
+      hold_left_ = 0;
+    }
+  } else if (rel >= 0) {
+    // Within the noise but up: go on the same way with the same step.
+    base_x_ = x_;
+    base_t_ = level_t_ = t;
+    hold_left_ = 0;
+    MoveX();
+  } else {
+    // Within the noise and down: keep the new X, re-measure it, then a smaller step back.
+    direction_ = -direction_;
+    step_ = std::max(step_ * 0.5, options_.x_min_step);
+    base_x_ = x_;
+    base_t_ = level_t_ = t;
+    hold_left_ = 0;
+  }
 }
 
 }  // namespace kayak

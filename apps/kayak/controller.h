@@ -1,14 +1,27 @@
 // kayak::Controller: Kayak's two control loops, as pure logic over an injected clock.
 //
-//   R-loop (fast, every r_interval_ns): the window of requests in flight. If the p99 latency of
-//     the requests completed in the last interval exceeds the SLO the window shrinks
-//     multiplicatively (r_decrease); otherwise it grows by r_increase (AIMD), within
-//     [min_window, max_window]. So the system runs as fast as it can while p99 stays at the SLO.
+//   R-loop (fast, every r_interval_ns): the window of requests in flight, steered by the p99
+//     latency of the requests completed in the last interval against the SLO. Above it the
+//     window shrinks in proportion to the overshoot (x SLO/p99, bounded to [r_max_decrease,
+//     r_decrease]); below it it grows in proportion to the headroom (by r_gain x window x
+//     (1 - p99/SLO), at least r_increase), within [min_window, max_window]. So it runs as fast
+//     as it can while p99 stays at the SLO, and recovers in a few intervals after a dip
+//     (Kayak's R-loop is proportional to SLO - p99 too; plain AIMD took ~10 intervals).
 //   X-loop (slow, every x_interval_ns, a multiple of the R-loop's): X, the fraction of requests
 //     sent as RPC (ship compute) rather than KV (ship data), by bounded gradient ascent on the
-//     measured throughput: X moves in the direction that raised throughput last time (turning
-//     back when throughput fell), with a step proportional to the relative throughput change
-//     (x_gain), bounded to [x_min_step, x_max_step], and X clamped to [0, 1].
+//     measured throughput, done as paired comparisons: X moves by a step, and the throughput
+//     of that interval is compared with the one just before it at the old X (so a drift of the
+//     machine affects both alike). Better by more than the noise: keep going, step x1.5 (up to
+//     x_max_step). Worse by more than the noise: go back to the old X, turn around, step x0.5
+//     (down to x_min_step). Within the noise (the gradient is uncertain): no bigger steps, the
+//     way the sign of the change points (on with the same step, or back with half of it
+//     after re-measuring). The noise is learnt from intervals where X did not
+//     move. At a bound (X = 0 or 1) that throughput favours, X stays and probes inward only
+//     after a hold of 1, 2, 4, ... intervals (up to x_max_hold), and leaves only when a probe
+//     clearly pays: an optimum at a bound costs little exploration. Phase change: when two
+//     intervals in a row land more than x_shift (or 4x the noise) from the throughput level
+//     of the current X, the same way, the hold ends and the step goes back to at least
+//     x_initial_step, so X follows a new optimum within a few intervals.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
 //
 // Every constant is an Options field with a documented default. The published Kayak uses a
@@ -41,17 +54,23 @@ struct ControllerOptions {
   // R-loop.
   uint64_t r_interval_ns = 20'000'000;  // 20 ms
   uint32_t min_window = 1;
-  uint32_t max_window = 256;
+  uint32_t max_window = 1024;
   uint32_t initial_window = 8;
-  uint32_t r_increase = 1;     // Added per interval while p99 <= SLO.
-  double r_decrease = 0.75;    // Multiplied per interval while p99 > SLO.
-  uint32_t r_min_samples = 8;  // Fewer completions in an interval: no R decision.
+  uint32_t r_increase = 1;       // Least growth per interval while p99 <= SLO.
+  double r_gain = 0.25;          // Growth = r_gain x window x (1 - p99/SLO) (at least r_increase).
+  double r_decrease = 0.9;       // Largest factor per interval while p99 > SLO ...
+  double r_max_decrease = 0.5;   // ... and the smallest: window x clamp(SLO/p99, these two).
+  uint32_t r_min_samples = 8;    // Fewer completions in an interval: no R decision.
   // X-loop.
-  uint64_t x_interval_ns = 100'000'000;  // 100 ms (5 R intervals)
+  uint64_t x_interval_ns = 60'000'000;  // 60 ms (3 R intervals)
   double initial_x = 0.5;
-  double x_gain = 1.0;        // Step = x_gain * |dT| / T, bounded below.
-  double x_min_step = 0.02;
-  double x_max_step = 0.2;
+  double x_initial_step = 0.25;  // First step, and the step after a detected phase change.
+  double x_min_step = 0.05;
+  double x_max_step = 0.3;
+  double x_min_noise = 0.02;     // A relative throughput change below this is noise.
+  double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change.
+  uint32_t x_max_hold = 16;      // Most X intervals between probes away from a bound.
+  double x_bound_probe = 0.1;    // Largest routine probe away from a bound.
 };
 
 class Controller {
@@ -72,10 +91,16 @@ class Controller {
   const ControllerOptions& options() const { return options_; }
   // Throughput (completions/s) over the last X interval; 0 before the first.
   double last_throughput() const { return last_throughput_; }
+  // The X-loop's current step and its estimate of the throughput noise (relative).
+  double x_step() const { return step_; }
+  double x_noise() const { return noise_; }
+  // Phase changes the X-loop detected so far.
+  uint64_t x_shifts() const { return shifts_; }
 
  private:
   void RunR(uint64_t now_ns);
   void RunX(uint64_t now_ns);
+  void MoveX();  // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
 
   ControllerOptions options_;
   uint32_t window_;
@@ -88,8 +113,16 @@ class Controller {
   uint64_t x_start_ns_;
   uint64_t x_completions_ = 0;
   double last_throughput_ = 0;
-  double prev_throughput_ = -1;  // Throughput measured at the previous X.
+  double base_x_ = -1;        // The X the last comparison's baseline was measured at.
+  double base_t_ = 0;         // Throughput measured at base_x_ (the interval before a move).
+  double level_t_ = 0;        // Smoothed throughput while X holds (phase-change detector).
   double direction_ = 1;
+  double step_ = 0;
+  double noise_ = 0;          // Smoothed |relative change| between intervals at one X.
+  uint32_t hold_left_ = 0;    // Intervals to stay at base_x_ before the next probe.
+  uint32_t hold_len_ = 1;     // The hold after a failed probe from a bound (doubles).
+  int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.
+  uint64_t shifts_ = 0;
 };
 
 }  // namespace kayak
