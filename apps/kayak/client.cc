@@ -166,6 +166,12 @@ void Client::SendTo(size_t server, fab::Op op, std::vector<uint8_t> payload, Rep
 
 void Client::SendToReplica(Key key, fab::Op op, std::vector<uint8_t> payload, ReplyCallback cb,
                            uint32_t skip) {
+  if (options_.replicas == 1) {
+    // No replica to fail over to: straight to the one server (the hot path of every GET and
+    // RPC; no copies of the key or the payload kept for a retry).
+    conns_[PrimaryOf(key)]->Send(op, payload, std::move(cb));
+    return;
+  }
   std::vector<size_t> replicas = ReplicasOf(key);
   for (uint32_t i = skip; i < replicas.size(); ++i) {
     Connection* c = conns_[replicas[i]].get();
@@ -458,7 +464,8 @@ struct ChaseKv : std::enable_shared_from_this<ChaseKv> {
         }
         return self->done(r.status());
       }
-      self->reads.emplace_back(bi::KeyBytes(self->key), r->version);
+      // Only a read-write function commits with the versions it read.
+      if (bi::IsReadWrite(self->function)) self->reads.emplace_back(bi::KeyBytes(self->key), r->version);
       self->digest = bi::Fold(self->digest, r->bytes);
       self->last = self->key;
       if (self->hop + 1 < self->args.hops) {
