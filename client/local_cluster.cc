@@ -17,6 +17,7 @@
 
 #include "common/subprocess.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 
 namespace tessera::client {
 
@@ -268,6 +269,21 @@ Status LocalCluster::Fault(size_t i, const std::vector<std::string>& args) {
     }
     return Status::Ok();
   });
+}
+
+Result<std::string> LocalCluster::IssueCredentialFile(const std::string& name, bool admin) const {
+  TESSERA_ASSIGN_OR_RETURN(
+      fabric::Credential cred,
+      fabric::IssueCredential(secret_, name, admin ? fabric::Role::kAdmin : fabric::Role::kClient));
+  std::string path =
+      std::filesystem::path(token_path_).parent_path().string() + "/" + name + ".credential";
+  std::ofstream out(path, std::ios::trunc);
+  out << fabric::FormatCredential(cred);
+  out.close();
+  if (!out) return IoError("writing credential file ", path, " failed");
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
+  return path;
 }
 
 }  // namespace tessera::client

@@ -73,6 +73,10 @@ class LocalCluster {
   // Runs `tessera fault 127.0.0.1:PORT ARGS... --auth_token_file=TOKEN`, e.g.
   // Fault(2, {"bitflip", "5"}); the error carries the tool's output when it fails.
   Status Fault(size_t i, const std::vector<std::string>& args);
+  // Writes a per-client credential for `name` (fabric/credential.h; `tessera token issue`),
+  // derived from this cluster's secret, next to the token file, and returns its path. Clients
+  // that use it can act only as that client (admin: as an admin).
+  Result<std::string> IssueCredentialFile(const std::string& name, bool admin = false) const;
 
  private:
   struct Impl;

@@ -1,5 +1,8 @@
 #include "fabric/auth.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -97,8 +100,9 @@ Status RandomBytes(std::span<uint8_t> out) {
 Result<std::string> LoadAuthSecret(const std::string& path, std::string_view tool) {
   if (path.empty()) {
     TLOG(WARNING) << tool << ": no --auth_token_file given; using the built-in development "
-                  << "secret, which anyone can read in the source. Do not use it outside a test "
-                  << "setup.";
+                  << "secret, which anyone can read in the source. Servers accept it on "
+                  << "loopback only; give a cluster secret (`tessera token secret`) to serve "
+                  << "other hosts.";
     return std::string(kDevelopmentSecret);
   }
   std::ifstream in(path, std::ios::binary);
@@ -107,6 +111,13 @@ Result<std::string> LoadAuthSecret(const std::string& path, std::string_view too
   ss << in.rdbuf();
   if (in.bad()) return IoError("reading auth token file '", path, "' failed");
   std::string s = ss.str();
+  // A per-client credential is not a cluster secret: a server holding one would accept only
+  // that client, and silently so. Say what the file is.
+  if (s.compare(0, std::string_view("tessera-credential").size(), "tessera-credential") == 0 ||
+      s.find("\ntessera-credential") != std::string::npos) {
+    return InvalidArgument("auth token file '", path, "' holds a per-client credential (from "
+                           "`tessera token issue`); ", tool, " needs the cluster secret itself");
+  }
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
   if (s.size() < 16) {
     return InvalidArgument("auth token file '", path, "' holds ", s.size(),
@@ -116,6 +127,44 @@ Result<std::string> LoadAuthSecret(const std::string& path, std::string_view too
     return InvalidArgument("auth token file '", path, "' is larger than 4096 bytes");
   }
   return s;
+}
+
+Status CheckSecretForListen(std::string_view secret, const std::string& listen_host) {
+  if (secret != kDevelopmentSecret) return Status::Ok();
+  auto refuse = [&](std::string_view why) {
+    return InvalidArgument(
+        "refusing to listen on '", listen_host.empty() ? "*" : listen_host, "' (", why,
+        ") with the built-in development secret, which anyone can read in the source: give "
+        "--auth_token_file with a cluster secret (create one with `tessera token secret > FILE`),"
+        " or listen on 127.0.0.1");
+  };
+  if (listen_host.empty()) return refuse("every interface");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(listen_host.c_str(), "0", &hints, &res); rc != 0) {
+    return InvalidArgument("cannot resolve listen host '", listen_host, "': ", gai_strerror(rc));
+  }
+  bool all_loopback = res != nullptr;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(ai->ai_addr);
+      if ((ntohl(a->sin_addr.s_addr) >> 24) != 127) all_loopback = false;
+    } else if (ai->ai_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(ai->ai_addr);
+      bool v4_loop = IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) && a->sin6_addr.s6_addr[12] == 127;
+      if (!IN6_IS_ADDR_LOOPBACK(&a->sin6_addr) && !v4_loop) all_loopback = false;
+    } else {
+      all_loopback = false;
+    }
+  }
+  freeaddrinfo(res);
+  if (!all_loopback) return refuse("not a loopback address");
+  TLOG(WARNING) << "serving on loopback (" << listen_host << ") with the built-in development "
+                << "secret: fine for one host, refused on any other address";
+  return Status::Ok();
 }
 
 }  // namespace tessera::fabric

@@ -76,13 +76,20 @@ bool MacEqual(const Mac& a, const Mac& b);
 // Fills `out` from the kernel's CSPRNG (getrandom). IoError if that fails.
 Status RandomBytes(std::span<uint8_t> out);
 
-// The built-in development secret used when no --auth_token_file is given. Never use it on a
-// network you do not control.
+// The built-in development secret used when no --auth_token_file is given. Servers accept it
+// on loopback only (CheckSecretForListen); anyone can read it in the source.
 inline constexpr std::string_view kDevelopmentSecret = "tessera-development-secret-do-not-deploy";
 
-// Reads the shared secret from `path` (trailing newlines stripped; must be 16..4096 bytes after
-// that). An empty `path` returns kDevelopmentSecret and logs a warning saying so; `tool` names
-// the caller in that warning.
+// Reads the cluster secret from `path` (trailing newlines stripped; must be 16..4096 bytes after
+// that). InvalidArgument for a per-client credential file (fabric/credential.h): a server needs
+// the cluster secret itself. An empty `path` returns kDevelopmentSecret and logs a warning
+// saying so; `tool` names the caller in that warning.
 Result<std::string> LoadAuthSecret(const std::string& path, std::string_view tool);
+
+// The no-open-default rule for servers: OK unless `secret` is kDevelopmentSecret and
+// `listen_host` is not loopback-only. Every address the host resolves to must be loopback
+// (127.0.0.0/8, ::1); "", "0.0.0.0", "::" and external names are refused with an
+// InvalidArgument that says how to give a real secret. fabric::Server::Create calls it.
+Status CheckSecretForListen(std::string_view secret, const std::string& listen_host);
 
 }  // namespace tessera::fabric

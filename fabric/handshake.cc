@@ -1,6 +1,7 @@
 // The handshake's two halves (see fabric/handshake.h).
 #include "fabric/handshake.h"
 
+#include "fabric/credential.h"
 #include "fabric/frame_builder.h"
 #include "fabric/socket.h"
 
@@ -119,16 +120,21 @@ ServerHandshake::Step ServerHandshake::OnFrame(const ParsedFrame& f,
     case State::kAuth: {
       if (h.op != Op::kAuth) return {Outcome::kClose, OpName(h.op) + " before AUTH"};
       const auto& auth = std::get<AuthRequest>(f.body);
-      if (!MacEqual(ClientMac(config.secret, transcript_), auth.client_mac)) {
+      std::optional<VerifiedClient> who = VerifyClientMac(config.secret, transcript_, auth.client_mac);
+      if (!who) {
         AppendError(out, Op::kAuth, h.request_id,
-                    PermissionDenied("authentication failed: the client's MAC does not match "
-                                     "this server's secret"));
+                    PermissionDenied("authentication failed: the credential for client id ",
+                                     transcript_.client_id,
+                                     " was not issued from this server's cluster secret (a "
+                                     "wrong, forged or other-cluster token, or another "
+                                     "client's id)"));
         return {Outcome::kReplyThenClose,
                 "client_id " + std::to_string(transcript_.client_id) +
-                    ": authentication failed (wrong secret)"};
+                    ": authentication failed (wrong secret or credential)"};
       }
+      role_ = who->role;
       AuthOkResponse ok;
-      ok.server_mac = ServerMac(config.secret, transcript_);
+      ok.server_mac = ServerMac(who->key, transcript_);
       ok.slab_size = config.slab_size;
       ok.capacity_bytes = config.capacity_bytes;
       if (config.issue_rdma_token) {

@@ -17,6 +17,7 @@
 #include "common/fd.h"
 #include "common/status.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "fabric/byte_buffer.h"
 #include "fabric/transport.h"
 #include "fabric/wire.h"
@@ -77,7 +78,7 @@ Result<ClientSocket> ConnectAndAuthenticate(const Endpoint& endpoint,
 
 // What the server half needs from its server.
 struct ServerHandshakeConfig {
-  std::string secret;
+  std::string secret;  // The cluster secret (fabric/credential.h derives client keys from it).
   uint64_t server_id = 0;
   uint64_t slab_size = 0;       // Advertised in AUTH_OK.
   uint64_t capacity_bytes = 0;  // Advertised in AUTH_OK.
@@ -109,12 +110,15 @@ class ServerHandshake {
 
   bool authenticated() const { return state_ == State::kDone; }
   uint64_t client_id() const { return transcript_.client_id; }  // From HELLO.
+  // The role AUTH proved (fabric/credential.h): kAdmin for the cluster secret or an admin token.
+  Role role() const { return role_; }
   uint64_t rdma_token() const { return rdma_token_; }  // Issued at AUTH_OK (0: none).
 
  private:
   enum class State : uint8_t { kHello, kAuth, kDone };
   State state_ = State::kHello;
   HandshakeTranscript transcript_;
+  Role role_ = Role::kClient;
   uint64_t rdma_token_ = 0;
 };
 

@@ -17,6 +17,7 @@ Server::Impl::~Impl() { Stop(Deadline::AfterMs(1000)); }
 Status Server::Impl::Init() {
   if (handler_ == nullptr) return InvalidArgument("Server needs a RequestHandler");
   if (options_.secret.empty()) return InvalidArgument("Server needs a non-empty secret");
+  TESSERA_RETURN_IF_ERROR(CheckSecretForListen(options_.secret, options_.host));
   if (options_.io_threads < 1 || options_.io_threads > 64) {
     return InvalidArgument("io_threads must be in 1..64, got ", options_.io_threads);
   }

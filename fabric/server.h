@@ -37,6 +37,10 @@ namespace tessera::fabric {
 struct PeerInfo {
   uint64_t connection_id = 0;  // Unique within this Server, never reused.
   uint64_t client_id = 0;      // From HELLO, authenticated by AUTH (0 before AUTH).
+  // AUTH proved an admin credential (the cluster secret or an admin token, fabric/credential.h):
+  // the handler lets it act on every client's slabs and inject faults. False for a client
+  // token, which may act only on client_id's own slabs.
+  bool admin = false;
   std::string address;         // "127.0.0.1:54321" / "[::1]:54321".
   int io_thread = 0;           // Index of the I/O thread serving the connection.
 };
@@ -150,7 +154,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // Address to listen on ("0.0.0.0", "::", a name).
   uint16_t port = 0;               // 0: an ephemeral port (see Server::port()).
   int io_threads = 1;              // 1..64.
-  std::string secret;              // Shared secret (fabric/auth.h LoadAuthSecret); non-empty.
+  std::string secret;              // Cluster secret (fabric/auth.h LoadAuthSecret); non-empty.
   uint64_t server_id = 0;          // 0: random.
   uint64_t slab_size = 0;          // Advertised in AUTH_OK.
   uint64_t capacity_bytes = 0;     // Advertised in AUTH_OK.

@@ -277,6 +277,7 @@ void ServerIoThread::Dispatch(Conn* c, const ParsedFrame& f) {
       case ServerHandshake::Outcome::kAuthenticated:
         c->ready = true;
         c->peer.client_id = c->handshake.client_id();
+        c->peer.admin = c->handshake.role() == Role::kAdmin;
         server_->handler_->OnConnect(c->peer);
         return;
       case ServerHandshake::Outcome::kReplyThenClose:

@@ -171,7 +171,9 @@ MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
 Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
                                                          const fabric::ReadRequest& req) {
   OpScope scope(&metrics_, OpSlot::kRead);
-  auto r = scope.Done(pool_->Resolve(peer.client_id, req.slab_id, req.offset, req.length));
+  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                                 : pool_->Resolve(peer.client_id, req.slab_id, req.offset,
+                                                  req.length));
   if (r.ok()) metrics_.AddBytesRead(req.length);
   return r;
 }
@@ -179,7 +181,9 @@ Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
 Result<std::span<uint8_t>> MemServerHandler::ResolveWrite(const PeerInfo& peer,
                                                           const fabric::WriteRequest& req) {
   OpScope scope(&metrics_, OpSlot::kWrite);
-  auto r = scope.Done(pool_->Resolve(peer.client_id, req.slab_id, req.offset, req.length));
+  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                                 : pool_->Resolve(peer.client_id, req.slab_id, req.offset,
+                                                  req.length));
   if (r.ok()) metrics_.AddBytesWritten(req.length);
   return r;
 }
@@ -209,6 +213,15 @@ Result<fabric::AllocSlabResponse> MemServerHandler::AllocSlab(const PeerInfo& pe
 
 Status MemServerHandler::FreeSlab(const PeerInfo& peer, const fabric::FreeSlabRequest& req) {
   OpScope scope(&metrics_, OpSlot::kFree);
+  if (peer.admin) {
+    // An admin may free any client's slab; say so in the log when it is not its own.
+    auto owner = pool_->OwnerOf(req.slab_id);
+    if (owner.ok() && *owner != peer.client_id) {
+      TLOG(WARNING) << "admin client " << peer.client_id << " (" << peer.address
+                    << ") frees slab " << req.slab_id << " of client " << *owner;
+      return scope.DoneStatus(pool_->ForceFree(req.slab_id));
+    }
+  }
   return scope.DoneStatus(pool_->Free(peer.client_id, req.slab_id));
 }
 
@@ -239,6 +252,9 @@ Result<std::vector<uint8_t>> MemServerHandler::Invoke(const PeerInfo& peer, uint
                                                       std::span<const uint8_t> args) {
   OpScope scope(&metrics_, OpSlot::kInvoke);
   if (function_id == kFaultFunctionId) {
+    if (Status st = RequireAdmin(peer, "fault injection"); !st.ok()) {
+      return scope.Done(Result<std::vector<uint8_t>>(st));
+    }
     if (!options_.fault_injection) {
       return scope.Done(Result<std::vector<uint8_t>>(
           Unsupported("fault injection is off on this server (start it with --fault_injection)")));
@@ -294,6 +310,7 @@ Result<FaultSpec> MemServerHandler::FromWire(const fabric::FaultRequest& req) {
 
 Status MemServerHandler::Fault(const PeerInfo& peer, const fabric::FaultRequest& req) {
   OpScope scope(&metrics_, OpSlot::kFault);
+  if (Status st = RequireAdmin(peer, "fault injection"); !st.ok()) return scope.DoneStatus(st);
   if (!options_.fault_injection) {
     return scope.DoneStatus(
         Unsupported("fault injection is off on this server (start it with --fault_injection)"));
@@ -304,7 +321,17 @@ Status MemServerHandler::Fault(const PeerInfo& peer, const fabric::FaultRequest&
   return r.ok() ? Status::Ok() : r.status();
 }
 
+Status MemServerHandler::RequireAdmin(const PeerInfo& peer, std::string_view what) {
+  if (peer.admin) return Status::Ok();
+  TLOG(WARNING) << "client " << peer.client_id << " (" << peer.address << ") asked for " << what
+                << " with a client credential; refused";
+  return PermissionDenied(what, " needs an admin credential (the cluster secret, or a token "
+                          "from `tessera token issue --admin`); client ", peer.client_id,
+                          " authenticated with a client credential");
+}
+
 Result<std::string> MemServerHandler::ApplyFault(const PeerInfo& peer, const FaultSpec& spec) {
+  TESSERA_RETURN_IF_ERROR(RequireAdmin(peer, "fault injection"));
   TESSERA_RETURN_IF_ERROR(ValidateFaultSpec(spec));
   TLOG(WARNING) << "fault injection by client " << peer.client_id << " (" << peer.address
                 << "): " << FaultKindName(spec.kind);

@@ -2,7 +2,10 @@
 //
 // It implements fabric::RequestHandler over a SlabPool: ALLOC/FREE slabs for the authenticated
 // client (PeerInfo::client_id is the owner), resolve READ/WRITE to bounds- and owner-checked
-// slab memory (the engine copies the bytes), STATS text, HEARTBEAT, an INVOKE registry where
+// slab memory (the engine copies the bytes). Client ids are authenticated per client
+// (fabric/credential.h), so a client token reaches only its own slabs; an admin peer
+// (PeerInfo::admin: the cluster secret or an admin token) may read, write and free any slab,
+// and only admins may inject faults or evict (FAULT, the fault INVOKE function). STATS text, HEARTBEAT, an INVOKE registry where
 // offload applications register functions by id, and fault injection (FAULT, plus a built-in
 // INVOKE function for the fault kinds the wire op cannot carry yet). It is also the monitor's
 // EvictionSink: eviction decisions become NOTICEs to the owning client through the Server.
@@ -96,7 +99,10 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   void SlabEvicting(OwnerId owner, uint64_t slab_id, uint64_t deadline_ms) override;
   void SlabEvicted(OwnerId owner, uint64_t slab_id) override;
 
-  // Carries out one fault command; returns a line saying what was done.
+  // OK for an admin peer (PeerInfo::admin); PermissionDenied naming `what` otherwise.
+  static Status RequireAdmin(const fabric::PeerInfo& peer, std::string_view what);
+
+  // Carries out one fault command (admin peers only); returns a line saying what was done.
   Result<std::string> ApplyFault(const fabric::PeerInfo& peer, const FaultSpec& spec);
   // The wire FAULT request as a FaultSpec.
   static Result<FaultSpec> FromWire(const fabric::FaultRequest& req);

@@ -142,6 +142,22 @@ Result<OwnerId> SlabPool::MarkEvicting(uint64_t slab_id) {
 
 Result<std::span<uint8_t>> SlabPool::Resolve(OwnerId owner, uint64_t slab_id, uint64_t offset,
                                              uint64_t length) {
+  return ResolveChecked(&owner, slab_id, offset, length);
+}
+
+Result<std::span<uint8_t>> SlabPool::ResolveAnyOwner(uint64_t slab_id, uint64_t offset,
+                                                     uint64_t length) {
+  return ResolveChecked(nullptr, slab_id, offset, length);
+}
+
+Result<OwnerId> SlabPool::OwnerOf(uint64_t slab_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TESSERA_ASSIGN_OR_RETURN(Slot * s, LiveSlot(slab_id));
+  return s->owner.load(std::memory_order_relaxed);
+}
+
+Result<std::span<uint8_t>> SlabPool::ResolveChecked(const OwnerId* owner, uint64_t slab_id,
+                                                    uint64_t offset, uint64_t length) {
   uint32_t index = IndexOf(slab_id);
   if (index >= max_slabs_) return NotFound("no slab ", slab_id);
   if (length == 0) return InvalidArgument("zero-length access to slab ", slab_id);
@@ -156,7 +172,9 @@ Result<std::span<uint8_t>> SlabPool::Resolve(OwnerId owner, uint64_t slab_id, ui
   if (t1 != t2 || TagGen(t1) != GenerationOf(slab_id) || TagState(t1) == SlabState::kFree) {
     return NotFound("no slab ", slab_id, " (freed, evicted or never allocated)");
   }
-  if (o != owner) return PermissionDenied("slab ", slab_id, " belongs to another client");
+  if (owner != nullptr && o != *owner) {
+    return PermissionDenied("slab ", slab_id, " belongs to another client");
+  }
   uint64_t e = epoch_.load(std::memory_order_relaxed);
   if (s.last_access.load(std::memory_order_relaxed) != e) {
     s.last_access.store(e, std::memory_order_relaxed);

@@ -81,6 +81,11 @@ class SlabPool {
   // A zero length is InvalidArgument.
   Result<std::span<uint8_t>> Resolve(OwnerId owner, uint64_t slab_id, uint64_t offset,
                                      uint64_t length);
+  // Resolve() without the owner check, for an admin client (PeerInfo::admin). Same errors
+  // otherwise; stamps the access epoch the same way.
+  Result<std::span<uint8_t>> ResolveAnyOwner(uint64_t slab_id, uint64_t offset, uint64_t length);
+  // The owner of an allocated slab; NotFound when it is free or the id is stale.
+  Result<OwnerId> OwnerOf(uint64_t slab_id);
   // The whole memory of an allocated slab, without an owner check. For privileged callers
   // only (fault injection's bit flips); never reachable from a client request.
   Result<std::span<uint8_t>> RawSlab(uint64_t slab_id);
@@ -110,6 +115,9 @@ class SlabPool {
   static uint32_t GenerationOf(uint64_t slab_id) { return static_cast<uint32_t>(slab_id >> 32); }
 
  private:
+  // Resolve() with the owner check when `owner` is non-null.
+  Result<std::span<uint8_t>> ResolveChecked(const OwnerId* owner, uint64_t slab_id,
+                                            uint64_t offset, uint64_t length);
   struct Slot {
     // (generation << 32) | SlabState. Written under mu_, read lock-free.
     std::atomic<uint64_t> tag{0};

@@ -27,6 +27,7 @@ const Subcommand kSubcommands[] = {
     {"memserver", "run a memory server daemon that lends memory in slabs"},
     {"status", "list the servers of a cluster with their slabs, load and health"},
     {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
+    {"token", "make a cluster secret, issue per-client credentials, show a credential"},
     {"nbd", "serve the resilient page store as a Network Block Device export"},
     {"experiment", "run failure-injection experiments from scenario files (TOML)"},
     {"kv", "get/put/delete keys of a KV table on memservers, invoke offload functions"},

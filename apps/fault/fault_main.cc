@@ -9,6 +9,7 @@
 #include "apps/cli/cli.h"
 #include "common/units.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "fabric/control_client.h"
 #include "memserver/fault_state.h"
 
@@ -81,14 +82,24 @@ int main(int argc, char** argv) {
   if (!timeout.ok() || *timeout == 0) UsageError(kSpec, "bad --timeout '" + FLAGS_timeout + "'");
   const uint64_t timeout_ms = (*timeout + 999999) / 1000000;
 
-  auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera fault");
-  if (!secret.ok()) {
-    std::fprintf(stderr, "tessera fault: %s\n", secret.status().ToString().c_str());
+  // Fault injection needs an admin credential: the cluster secret or an admin token.
+  auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera fault");
+  if (!cred.ok()) {
+    std::fprintf(stderr, "tessera fault: %s\n", cred.status().ToString().c_str());
+    return 1;
+  }
+  if (cred->role != fabric::Role::kAdmin) {
+    std::fprintf(stderr,
+                 "tessera fault: %s is a client credential ('%s'); fault injection needs an "
+                 "admin credential: the cluster secret or `tessera token issue --admin`\n",
+                 FLAGS_auth_token_file.c_str(), cred->name.c_str());
     return 1;
   }
   fabric::ConnectOptions co;
-  co.secret = *secret;
-  co.client_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+  co.secret = cred->key;
+  co.client_id = cred->client_id != 0
+                     ? cred->client_id
+                     : std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   co.deadline = tessera::Deadline::AfterMs(timeout_ms);
   auto conn = fabric::ControlClient::Connect(*endpoint, co);
   if (!conn.ok()) {

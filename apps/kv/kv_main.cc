@@ -10,6 +10,7 @@
 #include "apps/cli/cli.h"
 #include "apps/kayak/client.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "fabric/cluster_file.h"
 #include "memserver/offload_builtins.h"
 
@@ -117,11 +118,12 @@ int main(int argc, char** argv) {
 
   auto members = tessera::fabric::LoadClusterFile(FLAGS_cluster);
   if (!members.ok()) return Fail(members.status());
-  auto secret = tessera::fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera kv");
-  if (!secret.ok()) return Fail(secret.status());
+  auto cred = tessera::fabric::LoadCredential(FLAGS_auth_token_file, "tessera kv");
+  if (!cred.ok()) return Fail(cred.status());
   kayak::ClientOptions o;
   for (const auto& m : *members) o.servers.push_back(m.endpoint);
-  o.secret = *secret;
+  o.secret = cred->key;
+  o.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   o.table = FLAGS_table;
   o.replicas = FLAGS_replicas;
   o.controller.mode = *mode;

@@ -26,6 +26,7 @@
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "kernel_shim/nbd/nbd_server.h"
 
 DEFINE_string(size, "", "Size of the export, e.g. 1G (required unless --exports is given)");
@@ -156,13 +157,14 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "tessera nbd: %s\n", servers.status().ToString().c_str());
       return 1;
     }
-    auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera nbd");
-    if (!secret.ok()) {
-      std::fprintf(stderr, "tessera nbd: %s\n", secret.status().ToString().c_str());
+    auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera nbd");
+    if (!cred.ok()) {
+      std::fprintf(stderr, "tessera nbd: %s\n", cred.status().ToString().c_str());
       return 1;
     }
     eo.remote.servers = std::move(*servers);
-    eo.remote.secret = std::move(*secret);
+    eo.remote.secret = cred->key;
+    eo.remote.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   }
   eo.remote.capacity_pages = total_pages;
   eo.remote.io_threads = FLAGS_io_threads;

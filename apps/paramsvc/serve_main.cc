@@ -142,6 +142,11 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_role != "supervisor") cli::UsageError(kSpec, "--role must be supervisor or aggregator");
 
+  // The same no-open-default rule as the memservers (fabric/auth.h).
+  if (Status st = fabric::CheckSecretForListen(*secret, FLAGS_listen); !st.ok()) {
+    std::fprintf(stderr, "tessera paramsvc serve: %s\n", st.ToString().c_str());
+    return 1;
+  }
   auto lfd = Server::Listen(FLAGS_listen, static_cast<uint16_t>(FLAGS_port));
   if (!lfd.ok()) {
     std::fprintf(stderr, "tessera paramsvc serve: %s\n", lfd.status().ToString().c_str());

@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 
 namespace tessera::paramsvc {
 
@@ -567,13 +568,18 @@ struct Server::Impl {
         if (op == Op::kAuth && hello && payload.size() == 32) {
           fabric::Mac mac;
           std::memcpy(mac.data(), payload.data(), 32);
-          if (!fabric::MacEqual(mac, fabric::ClientMac(opt.secret, tr))) {
+          // Any credential issued from the cluster secret (fabric/credential.h): a client
+          // token, an admin token or the secret itself.
+          std::optional<fabric::VerifiedClient> who = fabric::VerifyClientMac(opt.secret, tr, mac);
+          if (!who) {
             conn->SendError(h.op, 0, h.request_id,
-                            PermissionDenied("authentication failed (wrong shared secret?)"));
+                            PermissionDenied("authentication failed: the credential for client "
+                                             "id ", tr.client_id, " was not issued from this "
+                                             "service's cluster secret"));
             break;
           }
           authed = true;
-          const fabric::Mac sm = fabric::ServerMac(opt.secret, tr);
+          const fabric::Mac sm = fabric::ServerMac(who->key, tr);
           conn->Send(h.op, 0, h.request_id, sm);
           continue;
         }

@@ -8,6 +8,7 @@
 #include "apps/cli/cli.h"
 #include "apps/paramsvc/client.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "fabric/transport.h"
 
 DEFINE_string(auth_token_file, "", "Shared-secret file; empty: the development secret");
@@ -27,15 +28,16 @@ int main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
   auto ep = fabric::ParseEndpoint(argv[1]);
   if (!ep.ok()) cli::UsageError(kSpec, ep.status().message());
-  auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera paramsvc status");
-  if (!secret.ok()) {
-    std::fprintf(stderr, "tessera paramsvc status: %s\n", secret.status().ToString().c_str());
+  auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera paramsvc status");
+  if (!cred.ok()) {
+    std::fprintf(stderr, "tessera paramsvc status: %s\n", cred.status().ToString().c_str());
     return 1;
   }
   paramsvc::ClientOptions o;
   o.host = ep->host;
   o.port = ep->port;
-  o.secret = *secret;
+  o.secret = cred->key;
+  o.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   o.connect_timeout_ms = FLAGS_timeout_ms;
   o.op_timeout_ms = FLAGS_timeout_ms;
   auto c = paramsvc::Client::Connect(o);

@@ -15,6 +15,7 @@
 #include "common/report.h"
 #include "common/units.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "fabric/cluster_file.h"
 #include "fabric/control_client.h"
 
@@ -63,10 +64,12 @@ std::string StatValue(const std::string& stats, const std::string& key) {
   return "-";
 }
 
-void Query(const std::string& secret, uint64_t timeout_ms, Row* row) {
+void Query(const fabric::Credential& cred, uint64_t timeout_ms, Row* row) {
   fabric::ConnectOptions co;
-  co.secret = secret;
-  co.client_id = std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
+  co.secret = cred.key;
+  co.client_id = cred.client_id != 0
+                     ? cred.client_id
+                     : std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1;
   co.deadline = tessera::Deadline::AfterMs(timeout_ms);
   auto conn = fabric::ControlClient::Connect(row->member.endpoint, co);
   if (!conn.ok()) {
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
     m.endpoint = *ep;
     rows.push_back(Row{m});
   }
-  auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera status");
+  auto secret = fabric::LoadCredential(FLAGS_auth_token_file, "tessera status");
   if (!secret.ok()) {
     std::fprintf(stderr, "tessera status: %s\n", secret.status().ToString().c_str());
     return 1;

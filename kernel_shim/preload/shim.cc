@@ -73,6 +73,7 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "fabric/auth.h"
+#include "fabric/credential.h"
 #include "kernel_shim/pager/pager.h"
 #include "kernel_shim/preload/range_allocator.h"
 #include "kernel_shim/preload/run_stats.h"
@@ -524,14 +525,16 @@ void* InitThread(void* arg) {
       error = "cluster file " + c.cluster + ": " + servers.status().ToString();
       break;
     }
-    auto secret = fabric::LoadAuthSecret(c.token, "tessera run");
-    if (!secret.ok()) {
-      error = secret.status().ToString();
+    // A per-client credential or the cluster secret (fabric/credential.h).
+    auto cred = fabric::LoadCredential(c.token, "tessera run");
+    if (!cred.ok()) {
+      error = cred.status().ToString();
       break;
     }
     client::ErasureCodedStoreOptions eo;
     eo.remote.servers = *servers;
-    eo.remote.secret = *secret;
+    eo.remote.secret = cred->key;
+    eo.remote.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
     eo.remote.capacity_pages = c.region / kPage;
     eo.k = c.k;
     eo.r = c.r;

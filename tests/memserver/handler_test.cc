@@ -29,6 +29,8 @@ class HandlerTest : public ::testing::Test {
     handler_->AttachServer(nullptr, reg);
     alice_.client_id = 1;
     bob_.client_id = 2;
+    root_.client_id = 3;
+    root_.admin = true;  // The cluster secret or an admin token (fabric/credential.h).
   }
   uint64_t Alloc(const fabric::PeerInfo& who) {
     auto r = handler_->AllocSlab(who, {});
@@ -37,7 +39,7 @@ class HandlerTest : public ::testing::Test {
   }
   std::unique_ptr<SlabPool> pool_;
   std::unique_ptr<MemServerHandler> handler_;
-  fabric::PeerInfo alice_, bob_;
+  fabric::PeerInfo alice_, bob_, root_;
 };
 
 TEST_F(HandlerTest, AllocResolvesToRegisteredMemory) {
@@ -91,7 +93,7 @@ TEST_F(HandlerTest, WireFaultsBecomePolicies) {
   fabric::FaultRequest f;
   f.action = fabric::FaultAction::kDelay;
   f.delay_us = 250;
-  ASSERT_TRUE(handler_->Fault(alice_, f).ok());
+  ASSERT_TRUE(handler_->Fault(root_, f).ok());
   auto p = handler_->BeforeOp(alice_, fabric::Op::kRead);
   EXPECT_EQ(p.action, fabric::OpPolicy::Action::kDelay);
   EXPECT_EQ(p.delay_ns, 250000u);
@@ -100,26 +102,26 @@ TEST_F(HandlerTest, WireFaultsBecomePolicies) {
   f = {};
   f.action = fabric::FaultAction::kHang;
   f.op_mask = 1u << static_cast<int>(fabric::Op::kStats);
-  ASSERT_TRUE(handler_->Fault(alice_, f).ok());
+  ASSERT_TRUE(handler_->Fault(root_, f).ok());
   EXPECT_EQ(handler_->BeforeOp(alice_, fabric::Op::kStats).action,
             fabric::OpPolicy::Action::kHang);
   f = {};
   f.action = fabric::FaultAction::kDropConnection;
-  ASSERT_TRUE(handler_->Fault(alice_, f).ok());
+  ASSERT_TRUE(handler_->Fault(root_, f).ok());
   EXPECT_EQ(handler_->BeforeOp(alice_, fabric::Op::kWrite).action,
             fabric::OpPolicy::Action::kDrop);
-  ASSERT_TRUE(handler_->Fault(alice_, fabric::FaultRequest{}).ok());  // clear
+  ASSERT_TRUE(handler_->Fault(root_, fabric::FaultRequest{}).ok());  // clear
   EXPECT_EQ(handler_->BeforeOp(alice_, fabric::Op::kWrite).action,
             fabric::OpPolicy::Action::kProceed);
   // Faulting FAULT itself is refused, and eviction needs a monitor.
   f = {};
   f.action = fabric::FaultAction::kHang;
   f.op_mask = 1u << static_cast<int>(fabric::Op::kFault);
-  EXPECT_EQ(handler_->Fault(alice_, f).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(handler_->Fault(root_, f).code(), StatusCode::kInvalidArgument);
   f = {};
   f.action = fabric::FaultAction::kEvictSlabs;
   f.count = 1;
-  EXPECT_EQ(handler_->Fault(alice_, f).code(), StatusCode::kUnsupported);
+  EXPECT_EQ(handler_->Fault(root_, f).code(), StatusCode::kUnsupported);
 }
 
 TEST_F(HandlerTest, FaultInvokeFlipsBitsAndRefusesAllocation) {
@@ -129,7 +131,7 @@ TEST_F(HandlerTest, FaultInvokeFlipsBitsAndRefusesAllocation) {
   flip.slab_id = slab;
   std::string args = EncodeFaultSpec(flip);
   auto r = handler_->Invoke(
-      bob_, kFaultFunctionId,
+      root_, kFaultFunctionId,
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(args.data()), args.size()));
   ASSERT_TRUE(r.ok()) << r.status();
   auto mem = handler_->ResolveRead(alice_, {slab, 0, static_cast<uint32_t>(kSlab)});
@@ -139,19 +141,61 @@ TEST_F(HandlerTest, FaultInvokeFlipsBitsAndRefusesAllocation) {
   EXPECT_EQ(ones, 1);  // A fresh slab is all zeros; exactly one bit is now set.
 
   std::string refuse = EncodeFaultSpec(FaultSpec{FaultKind::kRefuseAlloc});
-  ASSERT_TRUE(handler_->Invoke(bob_, kFaultFunctionId,
+  ASSERT_TRUE(handler_->Invoke(root_, kFaultFunctionId,
                                std::span<const uint8_t>(
                                    reinterpret_cast<const uint8_t*>(refuse.data()), refuse.size()))
                   .ok());
   EXPECT_EQ(handler_->AllocSlab(alice_, {}).status().code(), StatusCode::kResourceExhausted);
   const uint8_t junk[] = {1, 2, 3};
-  EXPECT_EQ(handler_->Invoke(bob_, kFaultFunctionId, junk).status().code(),
+  EXPECT_EQ(handler_->Invoke(root_, kFaultFunctionId, junk).status().code(),
             StatusCode::kInvalidArgument);
 }
 
 TEST_F(HandlerTest, FaultsAreOffByDefault) {
   MemServerHandler h(pool_.get(), MemServerHandler::Options{});
-  EXPECT_EQ(h.Fault(alice_, fabric::FaultRequest{}).code(), StatusCode::kUnsupported);
+  EXPECT_EQ(h.Fault(root_, fabric::FaultRequest{}).code(), StatusCode::kUnsupported);
+}
+
+// Client credentials (PeerInfo::admin false) may not inject faults or evict, whether through
+// FAULT or the fault INVOKE function; nothing is applied when refused.
+TEST_F(HandlerTest, FaultsNeedAnAdmin) {
+  fabric::FaultRequest f;
+  f.action = fabric::FaultAction::kHang;
+  f.op_mask = 1u << static_cast<int>(fabric::Op::kRead);
+  Status st = handler_->Fault(alice_, f);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st;
+  EXPECT_NE(st.message().find("admin credential"), std::string::npos) << st;
+  f.action = fabric::FaultAction::kEvictSlabs;
+  f.count = 1;
+  EXPECT_EQ(handler_->Fault(alice_, f).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(handler_->BeforeOp(alice_, fabric::Op::kRead).action,
+            fabric::OpPolicy::Action::kProceed);
+  std::string refuse = EncodeFaultSpec(FaultSpec{FaultKind::kRefuseAlloc});
+  EXPECT_EQ(handler_
+                ->Invoke(bob_, kFaultFunctionId,
+                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(refuse.data()),
+                                                  refuse.size()))
+                .status()
+                .code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(handler_->AllocSlab(alice_, {}).ok());  // Not refused: the fault was not applied.
+}
+
+// An admin reads, writes and frees any client's slab; clients only their own.
+TEST_F(HandlerTest, AdminReachesEverySlab) {
+  uint64_t slab = Alloc(alice_);
+  auto w = handler_->ResolveWrite(alice_, {slab, 100, 4});
+  ASSERT_TRUE(w.ok());
+  std::memcpy(w->data(), "abcd", 4);
+  EXPECT_EQ(handler_->ResolveWrite(bob_, {slab, 100, 4}).status().code(),
+            StatusCode::kPermissionDenied);
+  auto r = handler_->ResolveRead(root_, {slab, 100, 4});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::memcmp(r->data(), "abcd", 4), 0);
+  EXPECT_EQ(handler_->ResolveRead(root_, {slab, kSlab - 2, 4}).status().code(),
+            StatusCode::kOutOfRange);  // Bounds still hold for admins.
+  EXPECT_TRUE(handler_->FreeSlab(root_, {slab}).ok());
+  EXPECT_EQ(handler_->ResolveRead(alice_, {slab, 0, 4}).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(HandlerTest, StatsAndPrometheusText) {

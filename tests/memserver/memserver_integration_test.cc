@@ -25,6 +25,7 @@
 #include "common/fd.h"
 #include "common/subprocess.h"
 #include "fabric/control_client.h"
+#include "fabric/credential.h"
 #include "fabric/transport.h"
 #include "fabric/wire.h"
 #include "tests/support/test_util.h"
@@ -303,7 +304,12 @@ TEST_F(MemServerIntegrationTest, WrongSecretIsRefused) {
 }
 
 TEST_F(MemServerIntegrationTest, AnotherClientsSlabIsRefused) {
-  Client a = Connect(100), b = Connect(200);
+  // Client credentials (fabric/credential.h): the cluster secret itself is an admin, which may
+  // touch any slab (tests/memserver/credentials_integration_test.cc covers both).
+  auto a_or = Client::Connect(server_.port, fabric::DeriveKey(kSecret, 100, fabric::Role::kClient), 100);
+  auto b_or = Client::Connect(server_.port, fabric::DeriveKey(kSecret, 200, fabric::Role::kClient), 200);
+  ASSERT_TRUE(a_or.ok() && b_or.ok());
+  Client a = std::move(*a_or), b = std::move(*b_or);
   ASSERT_TRUE(a.t && b.t);
   uint64_t slab = *a.Alloc();
   uint8_t secret_byte = 0x42, got = 0;
