@@ -21,7 +21,8 @@ DEFINE_string(headroom, "1G",
               "Host memory to keep free: below it slabs are evicted (owners get a notice first)");
 DEFINE_string(transport, "auto", "auto (RDMA when a device exists, else TCP), tcp or rdma");
 DEFINE_string(auth_token_file, "",
-              "File holding the shared secret (16..4096 bytes); empty: the development default");
+              "File holding the cluster secret (16..4096 bytes; `tessera token secret`); empty: "
+              "the development default, served on loopback only");
 DEFINE_int32(metrics_port, -1, "Prometheus endpoint port (GET /metrics); 0 = ephemeral; -1 = off");
 DEFINE_bool(huge_pages, false, "Back the slabs with 2 MiB huge pages when available");
 DEFINE_int32(io_threads, 1, "Network I/O threads (1..64)");
