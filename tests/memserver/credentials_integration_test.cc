@@ -333,6 +333,44 @@ TEST_F(CredentialsTest, ForgedAndDamagedCredentialsGetClearErrors) {
   EXPECT_NE(failure.find("per-client credential"), std::string::npos) << failure;
 }
 
+// The client tools take a per-client credential in --auth_token_file: tessera kv stores and
+// reads as alice, tessera status reports with her credential, a forged one is refused by both.
+TEST_F(CredentialsTest, ClientToolsWorkWithAClientCredential) {
+  const std::string cluster = dir_.path() + "/cluster";
+  std::ofstream(cluster) << server_.endpoint() << "\n";
+  auto out = RunTesseraWithStderr({"kv", "--cluster", cluster, "--auth_token_file", Path("alice"),
+                                   "put", "greeting", "hello"});
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  out = RunTessera({"kv", "--cluster", cluster, "--auth_token_file", Path("alice"), "--json",
+                    "get", "greeting"});
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["value"], "hello") << out.stdout_text;
+
+  out = RunTessera({"status", server_.endpoint(), "--json", "--auth_token_file", Path("bob")});
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["health"], "reachable") << out.stdout_text;
+
+  std::string text;
+  {
+    std::ifstream in(Path("bob"));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  size_t k = text.find("key=") + 4;
+  text[k] = text[k] == 'f' ? 'e' : 'f';
+  const std::string forged = dir_.path() + "/forged-bob";
+  std::ofstream(forged) << text;
+  out = RunTessera({"status", server_.endpoint(), "--json", "--auth_token_file", forged});
+  EXPECT_EQ(out.exit_code, 1) << out.stdout_text;
+  auto row = nlohmann::json::parse(out.stdout_text);
+  EXPECT_EQ(row["health"], "unreachable");
+  EXPECT_NE(row["reason"].get<std::string>().find("authentication failed"), std::string::npos)
+      << out.stdout_text;
+  out = RunTesseraWithStderr({"kv", "--cluster", cluster, "--auth_token_file", forged, "get",
+                              "greeting"});
+  EXPECT_EQ(out.exit_code, 1) << out.stdout_text;
+  EXPECT_NE(out.stdout_text.find("authentication failed"), std::string::npos) << out.stdout_text;
+}
+
 TEST(DevelopmentSecretTest, RefusedBeyondLoopbackWarnedOnLoopback) {
   for (const char* host : {"0.0.0.0", "::"}) {
     const uint64_t start = MonotonicNs();
