@@ -57,7 +57,7 @@ struct ControllerOptions {
   uint32_t max_window = 1024;
   uint32_t initial_window = 8;
   uint32_t r_increase = 1;       // Least growth per interval while p99 <= SLO.
-  double r_gain = 0.25;          // Growth = r_gain x window x (1 - p99/SLO) (at least r_increase).
+  double r_gain = 0.5;           // Growth = r_gain x window x (1 - p99/SLO) (at least r_increase).
   double r_decrease = 0.9;       // Largest factor per interval while p99 > SLO ...
   double r_max_decrease = 0.5;   // ... and the smallest: window x clamp(SLO/p99, these two).
   uint32_t r_min_samples = 8;    // Fewer completions in an interval: no R decision.
