@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "apps/paramsvc/client.h"
+#include "fabric/credential.h"
 
 namespace {
 thread_local std::string g_error;
@@ -36,6 +37,17 @@ void* tps_connect(const char* host, int port, const char* secret, int timeout_ms
   }
   o.port = static_cast<uint16_t>(port);
   o.secret = secret;
+  // The text of a per-client credential file (`tessera token issue`) instead of the cluster
+  // secret: authenticate with its key, as its client id (fabric/credential.h).
+  if (std::strstr(secret, tessera::fabric::kCredentialMagic.data()) != nullptr) {
+    auto cred = tessera::fabric::ParseCredential(secret, "tps_connect's secret");
+    if (!cred.ok()) {
+      Fail(cred.status());
+      return nullptr;
+    }
+    o.secret = cred->key;
+    o.client_id = cred->client_id;
+  }
   o.op_timeout_ms = timeout_ms;
   o.reconnect_ms = reconnect_ms;
   auto c = tessera::paramsvc::Client::Connect(o);

@@ -77,7 +77,11 @@ def _ptrs(ptrs):
 
 
 class Client:
-    """One worker's connection to the service. Not thread-safe."""
+    """One worker's connection to the service. Not thread-safe.
+
+    secret: the cluster secret, or the text of a per-client credential file
+    (`tessera token issue --client NAME ...`), which authenticates as that client.
+    """
 
     def __init__(self, host, port, secret, timeout_ms=60000, reconnect_ms=30000):
         lib = load_library()

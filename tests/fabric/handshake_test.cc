@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "fabric/credential.h"
 #include "fabric/frame_builder.h"
 
 namespace tessera::fabric {
@@ -77,6 +78,48 @@ TEST(HandshakeTest, NoRdmaOfferWithoutTokenSource) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->flags, 0u);
   EXPECT_EQ(server.rdma_token(), 0u);
+}
+
+// Per-client credentials (fabric/credential.h): the server learns the role the key proves, and
+// the client checks the server's MAC made with its own key.
+TEST(HandshakeTest, RolesFollowTheCredential) {
+  ServerHandshakeConfig config = Config();
+  auto alice = IssueCredential(kSecret, "alice", Role::kClient);
+  auto ops = IssueCredential(kSecret, "ops", Role::kAdmin);
+  ASSERT_TRUE(alice.ok() && ops.ok());
+  struct Case {
+    std::string key;
+    uint64_t id;
+    Role role;
+  };
+  for (const Case& c : {Case{alice->key, alice->client_id, Role::kClient},
+                        Case{ops->key, ops->client_id, Role::kAdmin},
+                        Case{kSecret, 5, Role::kAdmin}}) {
+    ClientHandshake client(c.key, c.id, "s");
+    ServerHandshake server;
+    std::vector<uint8_t> reply;
+    Serve(server, config, *client.Hello(), &reply);
+    EXPECT_EQ(Serve(server, config, *client.OnChallenge(reply), &reply).outcome,
+              ServerHandshake::Outcome::kAuthenticated);
+    EXPECT_EQ(server.role(), c.role);
+    EXPECT_EQ(server.client_id(), c.id);
+    auto ok = client.OnAuthReply(reply);
+    EXPECT_TRUE(ok.ok()) << ok.status();
+  }
+  // Alice's key claiming ops' id: refused at AUTH, and the reason names the id.
+  ClientHandshake thief(alice->key, ops->client_id, "s");
+  ServerHandshake server;
+  std::vector<uint8_t> reply;
+  Serve(server, config, *thief.Hello(), &reply);
+  ServerHandshake::Step step = Serve(server, config, *thief.OnChallenge(reply), &reply);
+  EXPECT_EQ(step.outcome, ServerHandshake::Outcome::kReplyThenClose);
+  EXPECT_NE(step.reason.find(std::to_string(ops->client_id)), std::string::npos) << step.reason;
+  EXPECT_FALSE(server.authenticated());
+  auto refused = thief.OnAuthReply(reply);
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("was not issued from this server's cluster secret"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST(HandshakeTest, WrongClientSecretIsRefusedAndReported) {

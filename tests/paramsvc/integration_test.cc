@@ -217,6 +217,23 @@ TEST(ParamsvcIntegration, CliRejectsBadFlagsAndReportsADeadService) {
   auto wrong = RunCommand({BinDir() + "/tessera", "paramsvc", "status",
                            "127.0.0.1:" + std::to_string(svc->port)}, 20000);
   EXPECT_EQ(wrong.exit_code, 1);  // The development secret is not this service's.
+  // A per-client credential issued from the service's secret works (fabric/credential.h);
+  // one issued from another secret does not.
+  const std::string cred = dir.path() + "/worker.credential";
+  ASSERT_EQ(RunTessera({"token", "issue", "--client", "worker", "--secret_file", token, "--out",
+                        cred}).exit_code, 0);
+  st = RunTessera({"paramsvc", "status", "127.0.0.1:" + std::to_string(svc->port),
+                   "--auth_token_file=" + cred});
+  EXPECT_EQ(st.exit_code, 0) << st.stdout_text;
+  const std::string other = dir.path() + "/other.secret";
+  ASSERT_EQ(RunTessera({"token", "secret", "--out", other}).exit_code, 0);
+  const std::string foreign = dir.path() + "/foreign.credential";
+  ASSERT_EQ(RunTessera({"token", "issue", "--client", "worker", "--secret_file", other, "--out",
+                        foreign}).exit_code, 0);
+  wrong = RunCommand({BinDir() + "/tessera", "paramsvc", "status",
+                      "127.0.0.1:" + std::to_string(svc->port), "--auth_token_file=" + foreign},
+                     20000);
+  EXPECT_EQ(wrong.exit_code, 1);
 }
 
 TEST(ParamsvcIntegration, PyTorchExampleMatchesGlooAccuracy) {
