@@ -14,7 +14,8 @@
 #include "memserver/fault_state.h"
 
 DEFINE_string(auth_token_file, "",
-              "File holding the shared secret; empty: the development default (logged)");
+              "An admin credential: the cluster secret, or `tessera token issue --admin`; empty: "
+              "the development default (logged)");
 DEFINE_string(ops, "",
               "Ops a delay/hang/drop applies to: comma list of alloc, free, read, write, stats, "
               "heartbeat, invoke (default read,write)");

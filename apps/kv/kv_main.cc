@@ -15,7 +15,7 @@
 #include "memserver/offload_builtins.h"
 
 DEFINE_string(cluster, "", "Cluster file listing the memservers (required)");
-DEFINE_string(auth_token_file, "", "File holding the shared secret (empty: the development default)");
+DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret (empty: the development default)");
 DEFINE_uint32(table, 1, "Table id (non-zero)");
 DEFINE_uint32(replicas, 1, "Replicas of every key: 1 = none, n = n-way replication");
 DEFINE_string(mode, "kayak", "How invoke runs built-in functions: kv, rpc, pushback or kayak");

@@ -33,7 +33,7 @@ DEFINE_string(size, "", "Size of the export, e.g. 1G (required unless --exports 
 DEFINE_string(name, "tessera", "Name of the export");
 DEFINE_string(exports, "", "Several exports instead of --size/--name: NAME=SIZE,NAME=SIZE,...");
 DEFINE_string(cluster, "", "Cluster file of running memservers (default: start an embedded cluster)");
-DEFINE_string(auth_token_file, "", "Shared secret of --cluster's servers");
+DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
 DEFINE_int32(k, 8, "Data splits per page");
 DEFINE_int32(r, 2, "Parity splits per page (memservers that may fail)");
 DEFINE_string(listen, "127.0.0.1:10809", "TCP address to listen on, HOST:PORT (port 0: ephemeral)");

@@ -38,8 +38,8 @@ DEFINE_bool(elastic, true, "Pack partitions onto the fewest cores (false: a stat
 DEFINE_double(target_util, 0.6, "Target utilisation of a core when packing (0..1]");
 DEFINE_int32(rebalance_ms, 200, "Packing interval in ms (10..60000)");
 DEFINE_int32(nice, 10, "Nice of the aggregation core threads (0..19; > 0 also SCHED_BATCH)");
-DEFINE_string(auth_token_file, "", "Shared-secret file (same as the memservers'); empty: the "
-                                   "development secret");
+DEFINE_string(auth_token_file, "", "Cluster secret file (same as the memservers'); empty: the "
+                                   "development secret, loopback only");
 DEFINE_string(store, "", "Memservers for checkpoints (host:port,... or a cluster file); empty: "
                          "no checkpoints (a restarted aggregation server starts empty)");
 DEFINE_int32(ec_k, 2, "Checkpoint store: RS data splits");

@@ -11,7 +11,7 @@
 #include "fabric/credential.h"
 #include "fabric/transport.h"
 
-DEFINE_string(auth_token_file, "", "Shared-secret file; empty: the development secret");
+DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret; empty: the development secret");
 DEFINE_bool(json, false, "Print the service's STATUS JSON");
 DEFINE_int32(timeout_ms, 5000, "Bound on connecting and on the reply");
 

@@ -42,7 +42,7 @@ DEFINE_string(local_memory, "50%",
               "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "
               "size (e.g. 256M, 2G); 100% = no limit");
 DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+2r locally)");
-DEFINE_string(auth_token_file, "", "Shared-secret file of --cluster");
+DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster");
 DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
 DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
 DEFINE_int32(spares, -1,

@@ -20,7 +20,8 @@
 #include "fabric/control_client.h"
 
 DEFINE_string(auth_token_file, "",
-              "File holding the shared secret; empty: the development default (logged)");
+              "Credential file (`tessera token issue`) or the cluster secret; empty: the "
+              "development default (logged)");
 DEFINE_string(timeout, "2s", "Per-server deadline for connecting and answering");
 DEFINE_bool(json, false, "One JSON object per server instead of a table");
 
