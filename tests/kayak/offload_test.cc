@@ -210,13 +210,14 @@ TEST(OffloadTest, CheapBuiltinsRunInlineAndHeavyOnesGoToThePool) {
 
 TEST(OffloadTest, AnInlineRunThatOverrunsWritesNothingAndGoesToThePool) {
   Fixture fx;
-  // A 64-hop ring of 64 KiB values: estimated cheap by its hop count, but folding 4 MiB takes
-  // milliseconds, far past the inline cut-off (4 x 20 us + 20 us).
+  // A 64-hop ring of 16 KiB values: estimated cheap by its hop count, but folding 1 MiB takes
+  // about a millisecond (more under sanitizers), far past the inline cut-off (4 x 20 us + 20 us).
   for (uint64_t i = 0; i < 64; ++i) {
-    ASSERT_TRUE(fx.table->Put(bi::KeyBytes(1000 + i), ChainValue(1000 + (i + 1) % 64, 0, 65536), 0).ok());
+    ASSERT_TRUE(fx.table->Put(bi::KeyBytes(1000 + i), ChainValue(1000 + (i + 1) % 64, 0, 16384), 0).ok());
   }
   OffloadOptions o;
   o.inline_ns = 20'000;
+  o.budget_ns = 20'000'000'000ull;  // The pool's run must finish, however slow the build.
   auto rt = OffloadRuntime::Create(fx.store.get(), o).value();
   auto args = bi::ChaseArgs{1000, 64, 0}.Encode();
   ASSERT_LE(rt->EstimateNs(bi::kChaseIncrement, args), o.inline_ns);
