@@ -122,7 +122,8 @@ struct GroupOptions {
   double max_garbage_factor = 1.2;
 };
 
-// One memory server of the cluster.
+// One memory server of the cluster. A store's server list grows when servers join
+// (AddRemoteServer); failed servers keep their index.
 struct RemoteServer {
   fabric::Endpoint endpoint;
   std::string rack;  // Failure domain ("" = unknown; either all servers have one or none).
@@ -209,9 +210,32 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
 Result<std::vector<RemoteServer>> ParseServerList(std::string_view list);
 Result<std::vector<RemoteServer>> LoadServers(const std::string& cluster_file);
 
-// Indices (into the options' server list) of the servers holding page `page`'s splits, split
-// order (for tests and tools). NotFound before the page's slab exists; InvalidArgument when
-// `store` is not a remote store. Any thread. (Same as store.ServersOfPage(page).)
+// Indices (into the store's server list: the options' servers, then the ones added by
+// AddRemoteServer in order) of the servers holding page `page`'s splits, split order (for tests
+// and tools). NotFound before the page's slab exists; InvalidArgument when `store` is not a
+// remote store. Any thread. (Same as store.ServersOfPage(page).)
 Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
+
+// Membership changes of a running remote store, for a membership watcher (membership/, etcd).
+// Any thread except the store's own (completion callbacks); they block for at most a few
+// connect timeouts. InvalidArgument when `store` is not a remote store.
+//
+// AddRemoteServer: a server that joined the cluster. It is checked (reachable, same slab size;
+// rack labels: either every server has one or none does), every I/O thread and the heartbeat
+// monitor connect to it, and only then placement may choose it for new slabs (existing slabs
+// stay where they are). OK at once when a live server with that endpoint is a member already.
+// Unavailable / Timeout when it cannot be reached (it is then not used). At most kMaxServers
+// (1024) servers over a store's life: indices are never reused.
+Status AddRemoteServer(PageStore& store, const RemoteServer& server);
+// RemoveRemoteServer: the server at `endpoint` left the cluster (its etcd registration was
+// deleted or its lease expired): a failure signal like a missed heartbeat. It is marked failed
+// and its splits are regenerated onto other servers. NotFound when no live member has that
+// endpoint (e.g. heartbeats found it failed first).
+Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
+                          const std::string& why);
+// The store's current server list (index order, as ServersOfPage numbers them) and which of
+// them are marked failed. Any thread.
+Result<std::vector<RemoteServer>> RemoteServersOf(const PageStore& store);
+Result<std::vector<bool>> RemoteServersFailed(const PageStore& store);
 
 }  // namespace tessera::client

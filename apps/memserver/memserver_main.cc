@@ -1,13 +1,18 @@
 // `tessera memserver`: a memory server daemon that lends its memory in slabs.
 #include <gflags/gflags.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
+#include <memory>
 #include <string>
 
 #include "apps/cli/cli.h"
 #include "common/logging.h"
 #include "common/units.h"
+#include "membership/etcd_client.h"
+#include "membership/membership.h"
 #include "fabric/auth.h"
 #include "fabric/transport.h"
 #include "memserver/daemon.h"
@@ -47,6 +52,16 @@ DEFINE_string(offload_inline, "10us",
               "thread instead of the worker pool (0: never)");
 DEFINE_string(meminfo_path, "/proc/meminfo",
               "Where MemAvailable is read (tests point it at a file they write)");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): register this server in the cluster --cluster_name "
+              "under a lease, so clients started with --etcd find it");
+DEFINE_string(cluster_name, "", "Cluster to register in (with --etcd)");
+DEFINE_string(rack, "", "Failure domain published in etcd (with --etcd; all servers or none)");
+DEFINE_string(etcd_ttl, "5s",
+              "Lease of the etcd registration: a killed server vanishes this long after (2s..1h)");
+DEFINE_string(advertise, "",
+              "HOST[:PORT] clients should connect to, published in etcd (default: --listen and "
+              "the bound port; required when --listen is a wildcard)");
 
 namespace {
 
@@ -59,7 +74,8 @@ const CliSpec kSpec = {
     "Runs a memory server: lends --capacity bytes of this host's memory, in slabs, to\n"
     "authenticated Tessera clients; evicts slabs (with notice) when the host runs short of\n"
     "memory. Prints `listening on HOST:PORT` once it accepts connections. SIGTERM or SIGINT\n"
-    "stops it gracefully (clients are told).",
+    "stops it gracefully (clients are told). With --etcd it registers in etcd under a lease\n"
+    "(deleted on SIGTERM/SIGINT, expiring --etcd_ttl after a crash).",
     __FILE__, 0, 0};
 
 uint64_t SizeFlag(const char* name, const std::string& value) {
@@ -142,6 +158,29 @@ int main(int argc, char** argv) {
     start = comma + 1;
   }
 
+  // etcd registration settings, checked before anything starts.
+  const bool use_etcd = !FLAGS_etcd.empty();
+  tessera::membership::EtcdOptions etcd_options;
+  int64_t etcd_ttl_s = 5;
+  if (use_etcd) {
+    auto eps = tessera::membership::ParseEtcdEndpoints(FLAGS_etcd);
+    if (!eps.ok()) UsageError(kSpec, "--etcd: " + eps.status().message());
+    etcd_options.endpoints = *eps;
+    if (auto st = tessera::membership::ValidateClusterName(FLAGS_cluster_name); !st.ok()) {
+      UsageError(kSpec, "--etcd needs --cluster_name: " + st.message());
+    }
+    const uint64_t ttl_ns = DurationFlag("etcd_ttl", FLAGS_etcd_ttl);
+    etcd_ttl_s = static_cast<int64_t>((ttl_ns + 999999999) / 1000000000);
+    if (etcd_ttl_s < 2 || etcd_ttl_s > 3600) UsageError(kSpec, "--etcd_ttl must be 2s..1h");
+    if (FLAGS_advertise.empty() &&
+        (FLAGS_listen == "0.0.0.0" || FLAGS_listen == "::" || FLAGS_listen == "[::]")) {
+      UsageError(kSpec, "--listen " + FLAGS_listen +
+                            " with --etcd needs --advertise HOST (the address clients use)");
+    }
+  } else if (!FLAGS_cluster_name.empty() || !FLAGS_rack.empty() || !FLAGS_advertise.empty()) {
+    UsageError(kSpec, "--cluster_name, --rack and --advertise need --etcd");
+  }
+
   auto secret = tessera::fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera memserver");
   if (!secret.ok()) {
     std::fprintf(stderr, "tessera memserver: %s\n", secret.status().ToString().c_str());
@@ -170,10 +209,55 @@ int main(int argc, char** argv) {
   if ((*daemon)->metrics_port() >= 0) {
     std::printf("metrics on %s:%d\n", host.c_str(), (*daemon)->metrics_port());
   }
+  std::unique_ptr<tessera::membership::Registration> registration;
+  if (use_etcd) {
+    tessera::membership::ServerRecord rec;
+    rec.server_id = tessera::membership::NewServerId();
+    std::string adv = FLAGS_advertise.empty() ? host : FLAGS_advertise;
+    if (!tessera::fabric::ParseEndpoint(adv).ok()) {
+      adv = (adv.find(':') != std::string::npos && adv.front() != '[' ? "[" + adv + "]" : adv) +
+            ":" + std::to_string((*daemon)->port());
+    }
+    if (auto ep = tessera::fabric::ParseEndpoint(adv); !ep.ok()) {
+      std::fprintf(stderr, "tessera memserver: --advertise %s: %s\n", adv.c_str(),
+                   ep.status().ToString().c_str());
+      return 1;
+    }
+    rec.endpoint = adv;
+    rec.rack = FLAGS_rack;
+    rec.capacity = o.capacity_bytes;
+    rec.slab_size = o.slab_bytes;
+    char hn[256] = {0};
+    ::gethostname(hn, sizeof(hn) - 1);
+    rec.host = hn;
+    rec.pid = ::getpid();
+    rec.start_time_ms = static_cast<int64_t>(::time(nullptr)) * 1000;
+    rec.version = "0.1.0";
+    auto r = tessera::membership::Registration::Start(etcd_options, FLAGS_cluster_name, rec,
+                                                      etcd_ttl_s);
+    if (!r.ok()) {
+      std::fprintf(stderr, "tessera memserver: cannot register in etcd (%s): %s\n",
+                   FLAGS_etcd.c_str(), r.status().ToString().c_str());
+      (*daemon)->Shutdown();
+      return 1;
+    }
+    registration = std::move(*r);
+    std::printf("registered in etcd as %s (endpoint %s, lease %lld, ttl %llds)\n",
+                registration->key().c_str(), adv.c_str(),
+                static_cast<long long>(registration->lease()),
+                static_cast<long long>(etcd_ttl_s));
+  }
   std::fflush(stdout);
   int sig = (*daemon)->RunUntilSignal(stop);
   TLOG(INFO) << "memserver: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
              << ", shutting down (clients notified)";
+  if (registration) {
+    // Leave the cluster first: watching clients stop placing new slabs here at once.
+    if (auto st = registration->Stop(); !st.ok()) {
+      TLOG(WARNING) << "memserver: deregistering from etcd: " << st;
+    }
+    registration.reset();
+  }
   (*daemon)->Shutdown();
   daemon->reset();
   return 0;

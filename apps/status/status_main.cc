@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -18,12 +19,18 @@
 #include "fabric/credential.h"
 #include "fabric/cluster_file.h"
 #include "fabric/control_client.h"
+#include "membership/etcd_client.h"
+#include "membership/membership.h"
 
 DEFINE_string(auth_token_file, "",
               "Credential file (`tessera token issue`) or the cluster secret; empty: the "
               "development default (logged)");
 DEFINE_string(timeout, "2s", "Per-server deadline for connecting and answering");
 DEFINE_bool(json, false, "One JSON object per server instead of a table");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): list the servers registered in --cluster_name "
+              "instead of a cluster file");
+DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 
 namespace {
 
@@ -31,16 +38,20 @@ using tessera::cli::UsageError;
 namespace fabric = tessera::fabric;
 
 const tessera::cli::CliSpec kSpec = {
-    "tessera status", "CLUSTER_FILE|HOST:PORT... [--json] [--timeout D] [--auth_token_file F]",
+    "tessera status",
+    "CLUSTER_FILE|HOST:PORT... | --etcd ENDPOINTS --cluster_name NAME  [--json] [--timeout D] "
+    "[--auth_token_file F]",
     "Asks every memory server (listed in a cluster file, or given as HOST:PORT) for a\n"
     "heartbeat and its stats, and prints one row per server: health (reachable, or\n"
     "unreachable with the reason), slabs used/free, memory lent/capacity, load, connections\n"
-    "and round-trip time. Servers are queried in parallel. Exit status 0 when every server\n"
-    "is reachable, 1 otherwise.",
-    __FILE__, 1, -1};
+    "and round-trip time. Servers are queried in parallel. With --etcd the list is every\n"
+    "server registered in etcd (plus its server_id, host and registered capacity). Exit\n"
+    "status 0 when every server is reachable, 1 otherwise.",
+    __FILE__, 0, -1};
 
 struct Row {
   fabric::ClusterMember member;
+  std::optional<tessera::membership::ServerRecord> record;  // --etcd: its registration.
   bool reachable = false;
   std::string reason;
   fabric::HeartbeatResponse hb;
@@ -108,6 +119,38 @@ int main(int argc, char** argv) {
   const uint64_t timeout_ms = (*timeout + 999999) / 1000000;
 
   std::vector<Row> rows;
+  const bool use_etcd = !FLAGS_etcd.empty();
+  if (use_etcd && argc > 1) UsageError(kSpec, "give a cluster file / servers or --etcd, not both");
+  if (!use_etcd && argc <= 1) UsageError(kSpec, "give a cluster file, HOST:PORT... or --etcd");
+  if (!use_etcd && !FLAGS_cluster_name.empty()) UsageError(kSpec, "--cluster_name needs --etcd");
+  if (use_etcd) {
+    auto eps = tessera::membership::ParseEtcdEndpoints(FLAGS_etcd);
+    if (!eps.ok()) UsageError(kSpec, "--etcd: " + eps.status().message());
+    if (auto st = tessera::membership::ValidateClusterName(FLAGS_cluster_name); !st.ok()) {
+      UsageError(kSpec, "--etcd needs --cluster_name: " + st.message());
+    }
+    tessera::membership::EtcdOptions eo;
+    eo.endpoints = *eps;
+    eo.request_timeout_ms = static_cast<uint32_t>(timeout_ms);
+    auto records = tessera::membership::ReadServers(eo, FLAGS_cluster_name);
+    if (!records.ok()) {
+      std::fprintf(stderr, "tessera status: %s\n", records.status().ToString().c_str());
+      return 1;
+    }
+    for (const auto& rec : *records) {
+      auto ep = fabric::ParseEndpoint(rec.endpoint);
+      if (!ep.ok()) continue;  // ReadServers checked it already.
+      Row row;
+      row.member.endpoint = *ep;
+      row.member.rack = rec.rack;
+      row.record = rec;
+      rows.push_back(std::move(row));
+    }
+    if (rows.empty()) {
+      std::fprintf(stderr, "tessera status: no server is registered in cluster '%s' at %s\n",
+                   FLAGS_cluster_name.c_str(), FLAGS_etcd.c_str());
+    }
+  }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (IsFile(arg)) {
@@ -150,6 +193,11 @@ int main(int argc, char** argv) {
     tessera::Report::Row out;
     out.Set("server", r.member.endpoint.ToString());
     out.Set("rack", r.member.rack.empty() ? "-" : r.member.rack);
+    if (r.record) {
+      out.Set("server_id", r.record->server_id);
+      out.Set("host", r.record->host.empty() ? "-" : r.record->host);
+      out.Set("registered_capacity", tessera::FormatSize(r.record->capacity));
+    }
     out.Set("health", r.reachable ? "reachable" : "unreachable");
     if (r.reachable) {
       out.Set("slabs_used", uint64_t{r.hb.slabs_used});
@@ -179,5 +227,5 @@ int main(int argc, char** argv) {
     report.Add(std::move(out));
   }
   report.Flush();
-  return all_ok ? 0 : 1;
+  return all_ok && !rows.empty() ? 0 : 1;
 }

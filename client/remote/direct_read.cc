@@ -156,7 +156,7 @@ class DirectReader {
     TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
     bufs_.assign(kSlots * kPageSize, 0);
     TESSERA_RETURN_IF_ERROR(t_->RegisterMemory(bufs_.data(), bufs_.size()));
-    servers_.resize(store_->opt_.servers.size());
+    servers_.resize(store_->num_servers());
     comps_.resize(kSlots);
     spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
     const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
@@ -331,6 +331,11 @@ class DirectReader {
   }
 
   int64_t Connection(uint32_t server) {
+    if (server >= servers_.size()) {
+      // A server that joined after this reader started (RemoteStore::AddServer).
+      if (server >= store_->num_servers()) return -1;
+      servers_.resize(store_->num_servers());
+    }
     Server& sv = servers_[server];
     if (store_->failed_[server].load(std::memory_order_relaxed)) {
       if (sv.conn >= 0) Drop(server);
@@ -345,7 +350,7 @@ class DirectReader {
     co.client_id = store_->client_id_;
     // Short: a stopped server would hold this (faulting) thread for the whole deadline.
     co.deadline = Deadline::AfterMs(std::min<uint32_t>(store_->opt_.connect_timeout_ms, 200));
-    auto c = t_->Connect(store_->opt_.servers[server].endpoint, co);
+    auto c = t_->Connect(store_->server(server).endpoint, co);
     if (!c.ok()) {
       // No attempt for a while: 10 ms, doubling up to 1 s.
       sv.backoff_ms = std::min<uint32_t>(sv.backoff_ms == 0 ? 10 : sv.backoff_ms * 2, 1000);

@@ -51,11 +51,15 @@ namespace tessera::client::remote {
 
 constexpr int kMaxWidth = coding::kMaxSplits;
 constexpr uint32_t kNoServer = ~0u;
+constexpr fabric::ConnectionId kNoConn = ~fabric::ConnectionId{0};  // A server never connected.
 constexpr uint32_t kNoSlot = ~0u;
 constexpr PageId kNoPage = ~PageId{0};
 // Group layout: pages are owned by I/O threads in runs of this many consecutive pages.
 constexpr uint64_t kGroupRun = 64;
 constexpr size_t kMaxServersForMedian = 4096;
+// Servers a store can know over its lifetime: the initial list plus every later join
+// (AddServer); indices are never reused, a failed server keeps its index.
+constexpr uint32_t kMaxServers = 1024;
 
 inline bool IsConnectionError(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled ||
@@ -308,6 +312,9 @@ class IoThread {
   bool DirectValid(PageId page, const DirectTarget& t) const;
   // Records a direct read's latency in this thread's read histogram (Stats()).
   void RecordDirectRead(uint64_t latency_ns);
+  // Servers this thread has connected to (its per-server vectors' size); AddServer() waits until
+  // every thread reaches the new count. Written by the I/O thread, read by any thread.
+  uint32_t synced_servers() const { return synced_servers_.load(std::memory_order_acquire); }
   // Group layout: seal the stripe buffer now instead of after fill_us (Flush()). Any thread.
   void RequestSeal() {
     seal_wanted_.store(true, std::memory_order_release);
@@ -318,6 +325,12 @@ class IoThread {
   // ---- io_thread.cc ----
   void Run(std::promise<Status>* started);
   Status Connect();
+  // Connects this thread to server i (data connection + control client) and grows the
+  // per-server vectors to i + 1. The I/O thread only.
+  Status ConnectServer(uint32_t i);
+  // Connects to servers added since the last call (RemoteStore::AddServer); a server it cannot
+  // reach is marked failed. Called by the loop when store_->num_servers() grew.
+  void SyncServers();
   void Loop();
   bool Drain();  // True when it took anything from the queue.
   void StartOp(PageOp* op, bool degraded = false);
@@ -426,6 +439,7 @@ class IoThread {
   UniqueFd event_fd_;                  // Written by any thread (Wake), read by the I/O thread.
   boost::lockfree::queue<QueueItem> queue_{4096};  // MPSC: any thread pushes, I/O thread pops.
   std::atomic<uint64_t> unsettled_{0};  // I/O thread writes, Flush() reads.
+  std::atomic<uint32_t> synced_servers_{0};  // I/O thread writes (after SyncServers), any reads.
 
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
@@ -549,6 +563,22 @@ class RemoteStore final : public PageStore {
   // Any thread.
   void MarkFailed(uint32_t server, const std::string& why);
 
+  // Membership changes of a running store (client/remote_store.h AddRemoteServer /
+  // RemoveRemoteServer). Any thread but the store's own threads; serialised by add_mu_.
+  // AddServer: checks the server (reachable, same slab size, rack labels consistent with the
+  // others), appends it, waits until every I/O thread and the monitor are connected to it, and
+  // only then lets placement use it (so no thread ever sees a server index it has no
+  // connection for).
+  Status AddServer(const RemoteServer& server);
+  // Marks the live server at `endpoint` failed (its splits are regenerated elsewhere); NotFound
+  // when no live server has that endpoint.
+  Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why);
+
+  // The server list: the options' servers, then the ones AddServer appended. Entries below
+  // num_servers() never change, so any thread may read them without a lock.
+  uint32_t num_servers() const { return num_servers_.load(std::memory_order_acquire); }
+  const RemoteServer& server(uint32_t i) const { return servers_[i]; }
+
   // Immutable after Init() (read by every thread).
   const RemoteStoreOptions opt_;
   const Layout lay_;
@@ -560,7 +590,17 @@ class RemoteStore final : public PageStore {
   uint64_t num_slabs_ = 0;       // Split: logical slabs. Group: slab table size per thread.
   uint64_t client_id_ = 0;
 
-  // Atomics shared by every thread.
+  // Fixed capacity kMaxServers; slot i is written once (Init or AddServer, under add_mu_)
+  // before num_servers_ is raised past i (release), and read-only afterwards.
+  std::unique_ptr<RemoteServer[]> servers_;
+  std::atomic<uint32_t> num_servers_{0};
+  std::mutex add_mu_;  // Serialises AddServer / RemoveServer.
+  // I/O threads and the monitor notify after connecting to new servers (AddServer waits).
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  std::atomic<uint32_t> monitor_synced_{0};  // Servers the monitor has heartbeat slots for.
+
+  // Atomics shared by every thread (kMaxServers entries).
   std::unique_ptr<std::atomic<bool>[]> failed_;
   std::atomic<uint64_t> failure_epoch_{0};
   mutable SharedStats stats_;

@@ -64,35 +64,57 @@ Status IoThread::Connect() {
   to.max_inflight = std::min<uint32_t>(65536, reqs);
   to.ring_entries = 1024;
   TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
+  const uint32_t n = store_->num_servers();
+  for (uint32_t i = 0; i < n; ++i) TESSERA_RETURN_IF_ERROR(ConnectServer(i));
+  synced_servers_.store(n, std::memory_order_release);
+  return Status::Ok();
+}
+
+Status IoThread::ConnectServer(uint32_t i) {
+  const RemoteStoreOptions& o = store_->opt_;
+  const fabric::Endpoint& ep = store_->server(i).endpoint;
+  // The slot exists (as failed) even when the connection does not, so indices stay aligned.
+  conn_.resize(i + 1, kNoConn);
+  ctl_.resize(i + 1);
+  local_failed_.resize(i + 1, 1);
+  latency_ewma_ns_.resize(i + 1, 0);
+  slow_.resize(i + 1, 0);
   fabric::ConnectOptions co;
   co.secret = o.secret;
   co.client_id = store_->client_id_;
-  for (size_t i = 0; i < o.servers.size(); ++i) {
-    co.deadline = Deadline::AfterMs(o.connect_timeout_ms);
-    auto c = t_->Connect(o.servers[i].endpoint, co);
-    if (!c.ok()) {
-      return Unavailable("cannot connect to " + o.servers[i].endpoint.ToString() + ": " +
-                         c.status().ToString());
-    }
-    conn_.push_back(*c);
-    auto ctl = fabric::ControlClient::Connect(o.servers[i].endpoint, co);
-    if (!ctl.ok()) {
-      return Unavailable("cannot connect to " + o.servers[i].endpoint.ToString() + ": " +
-                         ctl.status().ToString());
-    }
-    ctl_.push_back(std::move(*ctl));
-    TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
-    if (info.slab_size != store_->slab_size_) {
-      return InvalidArgument("servers disagree on the slab size: " +
-                             std::to_string(info.slab_size) + " at " +
-                             o.servers[i].endpoint.ToString() + " vs " +
-                             std::to_string(store_->slab_size_));
-    }
+  co.deadline = Deadline::AfterMs(o.connect_timeout_ms);
+  auto c = t_->Connect(ep, co);
+  if (!c.ok()) {
+    return Unavailable("cannot connect to " + ep.ToString() + ": " + c.status().ToString());
   }
-  local_failed_.assign(o.servers.size(), 0);
-  latency_ewma_ns_.assign(o.servers.size(), 0);
-  slow_.assign(o.servers.size(), 0);
+  conn_[i] = *c;
+  auto ctl = fabric::ControlClient::Connect(ep, co);
+  if (!ctl.ok()) {
+    return Unavailable("cannot connect to " + ep.ToString() + ": " + ctl.status().ToString());
+  }
+  ctl_[i] = std::move(*ctl);
+  TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
+  if (info.slab_size != store_->slab_size_) {
+    return InvalidArgument("servers disagree on the slab size: " +
+                           std::to_string(info.slab_size) + " at " + ep.ToString() + " vs " +
+                           std::to_string(store_->slab_size_));
+  }
+  local_failed_[i] = 0;
   return Status::Ok();
+}
+
+void IoThread::SyncServers() {
+  const uint32_t n = store_->num_servers();
+  for (uint32_t i = static_cast<uint32_t>(conn_.size()); i < n; ++i) {
+    Status st = ConnectServer(i);
+    if (!st.ok()) store_->MarkFailed(i, "joining: " + st.ToString());
+  }
+  now_ns_ = MonotonicNs();
+  {
+    std::lock_guard<std::mutex> lock(store_->sync_mu_);
+    synced_servers_.store(n, std::memory_order_release);
+  }
+  store_->sync_cv_.notify_all();
 }
 
 Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadline deadline) {
@@ -240,6 +262,8 @@ void IoThread::Loop() {
   last_tick_ns_ = MonotonicNs();
   poll_ns_ = uint64_t{store_->opt_.poll_us} * 1000;
   while (!stop_.load(std::memory_order_acquire)) {
+    // A server joined (RemoteStore::AddServer): connect before placement may name it.
+    if (store_->num_servers() != synced_servers_.load(std::memory_order_relaxed)) SyncServers();
     now_ns_ = MonotonicNs();
     bool progress = false;
     size_t n = t_->Poll(comps_);

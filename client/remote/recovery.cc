@@ -27,7 +27,7 @@ void IoThread::OnNotice(const fabric::Completion& comp) {
       if (s.server[j].load(std::memory_order_relaxed) == server &&
           s.remote[j] == comp.notice.slab_id) {
         TLOG(INFO) << store_->name_ << ": slab " << comp.notice.slab_id << " on "
-                   << store_->opt_.servers[server].endpoint.ToString()
+                   << store_->server(server).endpoint.ToString()
                    << " is being evicted; moving split " << j << " of logical slab " << s.id;
         ReplaceSplit(s, j);
       }
@@ -103,7 +103,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     auto a = AllocRemote(chosen, Deadline::AfterMs(store_->opt_.control_timeout_ms));
     if (!a.ok()) {
       TLOG(WARNING) << store_->name_ << ": cannot allocate a replacement slab on "
-                    << store_->opt_.servers[chosen].endpoint.ToString() << ": " << a.status();
+                    << store_->server(chosen).endpoint.ToString() << ": " << a.status();
       if (IsConnectionError(a.status())) store_->MarkFailed(chosen, a.status().ToString());
       current[j] = chosen;  // Do not pick it again.
       continue;

@@ -42,8 +42,14 @@ Status RemoteStore::Init() {
     TESSERA_RETURN_IF_ERROR(fabric::RandomBytes(b));
     std::memcpy(&client_id_, b, 8);
   }
-  failed_.reset(new std::atomic<bool>[o.servers.size()]);
-  for (size_t i = 0; i < o.servers.size(); ++i) failed_[i].store(false);
+  if (o.servers.size() > kMaxServers) {
+    return InvalidArgument("at most " + std::to_string(kMaxServers) + " servers");
+  }
+  failed_.reset(new std::atomic<bool>[kMaxServers]);
+  for (size_t i = 0; i < kMaxServers; ++i) failed_[i].store(false);
+  servers_.reset(new RemoteServer[kMaxServers]);
+  for (size_t i = 0; i < o.servers.size(); ++i) servers_[i] = o.servers[i];
+  num_servers_.store(static_cast<uint32_t>(o.servers.size()), std::memory_order_release);
 
   // The slab size is needed for the slab table: ask the first server (a short-lived control
   // connection; no data path is needed for that).
@@ -244,6 +250,8 @@ Result<std::unique_ptr<fabric::Transport>> RemoteStore::NewTransport(
 }
 
 void RemoteStore::Shutdown() {
+  // No AddServer/RemoveServer runs while the threads go away (they hold add_mu_).
+  std::lock_guard<std::mutex> add_lock(add_mu_);
   // Direct readers of other threads notice alive_ expired and destroy themselves; this
   // thread's goes now.
   alive_.reset();
@@ -333,6 +341,37 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
 
 Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page) {
   return store.ServersOfPage(page);
+}
+
+Status AddRemoteServer(PageStore& store, const RemoteServer& server) {
+  auto* remote = dynamic_cast<RemoteStore*>(&store);
+  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
+  return remote->AddServer(server);
+}
+
+Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
+                          const std::string& why) {
+  auto* remote = dynamic_cast<RemoteStore*>(&store);
+  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
+  return remote->RemoveServer(endpoint, why);
+}
+
+Result<std::vector<RemoteServer>> RemoteServersOf(const PageStore& store) {
+  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
+  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
+  std::vector<RemoteServer> out;
+  const uint32_t n = remote->num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->server(i));
+  return out;
+}
+
+Result<std::vector<bool>> RemoteServersFailed(const PageStore& store) {
+  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
+  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
+  std::vector<bool> out;
+  const uint32_t n = remote->num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->failed_[i].load());
+  return out;
 }
 
 }  // namespace tessera::client

@@ -86,7 +86,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
       // Not fatal: the data is unreachable from now on; the server reclaims the slab when this
       // client's lease ends.
       TLOG(DEBUG) << store_->name_ << ": cannot free slab " << remotes[j].second << " on "
-                  << store_->opt_.servers[server].endpoint.ToString() << ": " << st;
+                  << store_->server(server).endpoint.ToString() << ": " << st;
       if (IsConnectionError(st)) FailServer(server, st.ToString());
     }
   }

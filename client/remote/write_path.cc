@@ -90,9 +90,9 @@ Status IoThread::AllocateSlab(Slab& s) {
       const uint64_t n = ++alloc_replacements_;
       if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
         TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
-                   << store_->opt_.servers[server].endpoint.ToString() << " could not allocate ("
+                   << store_->server(server).endpoint.ToString() << " could not allocate ("
                    << last << "); placing it on "
-                   << store_->opt_.servers[*rep].endpoint.ToString() << " (" << n
+                   << store_->server(*rep).endpoint.ToString() << " (" << n
                    << " splits re-placed so far on this thread)";
       }
       if (store_->load_[server] > 0) store_->load_[server]--;
@@ -131,7 +131,7 @@ Status IoThread::AllocateSlab(Slab& s) {
         }
       }
       return Unavailable("cannot allocate a slab on " +
-                         store_->opt_.servers[servers[j]].endpoint.ToString() + ": " +
+                         store_->server(servers[j]).endpoint.ToString() + ": " +
                          last.ToString());
     }
   }
