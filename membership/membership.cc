@@ -114,7 +114,10 @@ Result<std::unique_ptr<Registration>> Registration::Start(const EtcdOptions& opt
   r->key_ = ServersPrefix(cluster_name) + record.server_id;
   r->value_ = record.ToJson();
   r->ttl_s_ = ttl_s;
-  TESSERA_RETURN_IF_ERROR(r->Register());
+  if (Status st = r->Register(); !st.ok()) {
+    r->stopped_ = true;  // Nothing registered: nothing to undo.
+    return st;
+  }
   Registration* self = r.get();
   r->thread_ = std::thread([self] { self->KeepAliveLoop(); });
   return r;

@@ -1,6 +1,8 @@
 // `tessera kv`: KV tables and offload functions on Tessera memservers, for people and scripts.
 #include <gflags/gflags.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -11,10 +13,15 @@
 #include "apps/kayak/client.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
+#include "apps/cli/membership_cli.h"
 #include "fabric/cluster_file.h"
 #include "memserver/offload_builtins.h"
 
-DEFINE_string(cluster, "", "Cluster file listing the memservers (required)");
+DEFINE_string(cluster, "", "Cluster file listing the memservers (or --etcd)");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): use the servers registered in --cluster_name, "
+              "in endpoint order (instead of --cluster)");
+DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret (empty: the development default)");
 DEFINE_uint32(table, 1, "Table id (non-zero)");
 DEFINE_uint32(replicas, 1, "Replicas of every key: 1 = none, n = n-way replication");
@@ -35,7 +42,7 @@ namespace bi = tessera::memserver::builtins;
 
 const CliSpec kSpec = {
     "tessera kv",
-    "--cluster FILE [--auth_token_file F] [--table N] [--replicas R] [--mode M] "
+    "--cluster FILE | --etcd ENDPOINTS --cluster_name NAME  [--auth_token_file F] [--table N] [--replicas R] [--mode M] "
     "get KEY | put KEY VALUE | del KEY | invoke FUNCTION ARGS...",
     "Reads and writes a KV table sharded over the memservers of a cluster file, and invokes\n"
     "offload functions next to the data. Functions: chase START HOPS, chase_compute START HOPS\n"
@@ -106,7 +113,9 @@ int Fail(const tessera::Status& s) {
 
 int main(int argc, char** argv) {
   tessera::cli::InitCli(kSpec, &argc, &argv);
-  if (FLAGS_cluster.empty()) UsageError(kSpec, "--cluster is required");
+  if (FLAGS_cluster.empty() && FLAGS_etcd.empty()) {
+    UsageError(kSpec, "--cluster FILE or --etcd ENDPOINTS --cluster_name NAME is required");
+  }
   if (FLAGS_key_format != "text" && FLAGS_key_format != "u64") {
     UsageError(kSpec, "--key_format must be text or u64");
   }
@@ -116,12 +125,24 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const std::string cmd = args[0];
 
-  auto members = tessera::fabric::LoadClusterFile(FLAGS_cluster);
-  if (!members.ok()) return Fail(members.status());
+  auto source = tessera::cli::ResolveCluster(FLAGS_cluster, FLAGS_etcd, FLAGS_cluster_name);
+  if (!source.ok() && source.status().code() == tessera::StatusCode::kInvalidArgument) {
+    UsageError(kSpec, source.status().message());
+  }
+  if (!source.ok()) return Fail(source.status());
+  // Tables are sharded over the server list, so it must be the same list every time: etcd's
+  // registrations are taken in endpoint order (a join or leave changes the sharding).
+  std::vector<tessera::fabric::Endpoint> endpoints;
+  for (const auto& srv : source->servers) endpoints.push_back(srv.endpoint);
+  if (source->from_etcd()) {
+    std::sort(endpoints.begin(), endpoints.end(), [](const auto& a, const auto& b) {
+      return a.host != b.host ? a.host < b.host : a.port < b.port;
+    });
+  }
   auto cred = tessera::fabric::LoadCredential(FLAGS_auth_token_file, "tessera kv");
   if (!cred.ok()) return Fail(cred.status());
   kayak::ClientOptions o;
-  for (const auto& m : *members) o.servers.push_back(m.endpoint);
+  o.servers = endpoints;
   o.secret = cred->key;
   o.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   o.table = FLAGS_table;

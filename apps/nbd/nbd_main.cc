@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "apps/cli/membership_cli.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
@@ -34,6 +35,10 @@ DEFINE_string(name, "tessera", "Name of the export");
 DEFINE_string(exports, "", "Several exports instead of --size/--name: NAME=SIZE,NAME=SIZE,...");
 DEFINE_string(cluster, "", "Cluster file of running memservers (default: start an embedded cluster)");
 DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): use the servers registered in --cluster_name and "
+              "follow joins and leaves (instead of --cluster)");
+DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_int32(k, 8, "Data splits per page");
 DEFINE_int32(r, 2, "Parity splits per page (memservers that may fail)");
 DEFINE_string(listen, "127.0.0.1:10809", "TCP address to listen on, HOST:PORT (port 0: ephemeral)");
@@ -47,11 +52,13 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera nbd",
-    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE --auth_token_file F] "
+    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS --cluster_name NAME] "
+    "[--auth_token_file F] "
     "[--k 8 --r 2] [--listen HOST:PORT | --unix PATH]",
     "Serves the erasure-coded page store as Network Block Device exports (fixed newstyle,\n"
     "structured replies, READ/WRITE/FUA/FLUSH/TRIM/WRITE_ZEROES, multi-connection). Without\n"
-    "--cluster it starts k+2r memservers on loopback and stops them on SIGINT/SIGTERM.\n"
+    "--cluster or --etcd it starts k+2r memservers on loopback and stops them on SIGINT/SIGTERM;\n"
+    "with --etcd it follows the servers registered in etcd (joins used, leaves regenerated).\n"
     "Any NBD client works: nbdinfo/nbdsh/nbdcopy nbd://127.0.0.1:10809/tessera, qemu-img,\n"
     "qemu-io; as swap on a machine with the nbd kernel module:\n"
     "  modprobe nbd; nbd-client 127.0.0.1 10809 /dev/nbd0 -N tessera; mkswap /dev/nbd0;\n"
@@ -129,9 +136,17 @@ int Main(int argc, char** argv) {
 
   std::unique_ptr<client::LocalCluster> cluster;
   client::ErasureCodedStoreOptions eo;
-  if (FLAGS_cluster.empty()) {
+  auto source = cli::ResolveCluster(FLAGS_cluster, FLAGS_etcd, FLAGS_cluster_name);
+  if (!source.ok() && source.status().code() == StatusCode::kInvalidArgument) {
+    cli::UsageError(kSpec, source.status().message());
+  }
+  if (!source.ok() && source.status().code() != StatusCode::kNotFound) {
+    std::fprintf(stderr, "tessera nbd: %s\n", source.status().ToString().c_str());
+    return 1;
+  }
+  if (!source.ok()) {
     if (!FLAGS_auth_token_file.empty()) {
-      cli::UsageError(kSpec, "--auth_token_file goes with --cluster (the embedded cluster makes its own)");
+      cli::UsageError(kSpec, "--auth_token_file goes with --cluster or --etcd (the embedded cluster makes its own)");
     }
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
@@ -152,17 +167,12 @@ int Main(int argc, char** argv) {
     for (const auto& ep : cluster->endpoints()) eo.remote.servers.push_back({ep, ""});
     eo.remote.secret = cluster->secret();
   } else {
-    auto servers = client::LoadServers(FLAGS_cluster);
-    if (!servers.ok()) {
-      std::fprintf(stderr, "tessera nbd: %s\n", servers.status().ToString().c_str());
-      return 1;
-    }
     auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera nbd");
     if (!cred.ok()) {
       std::fprintf(stderr, "tessera nbd: %s\n", cred.status().ToString().c_str());
       return 1;
     }
-    eo.remote.servers = std::move(*servers);
+    eo.remote.servers = source->servers;
     eo.remote.secret = cred->key;
     eo.remote.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   }
@@ -177,6 +187,18 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<client::PageStore> store = std::move(*store_or);
+  // --etcd: new servers are used for new slabs, a vanished registration is a failure signal.
+  std::unique_ptr<membership::StoreFollower> follower;
+  if (source.ok() && source->from_etcd()) {
+    auto f = membership::StoreFollower::Start(source->view.get(), store.get());
+    if (!f.ok()) {
+      std::fprintf(stderr, "tessera nbd: %s\n", f.status().ToString().c_str());
+      return 1;
+    }
+    follower = std::move(*f);
+    std::fprintf(stderr, "tessera nbd: %zu memservers from etcd cluster '%s', following changes\n",
+                 source->servers.size(), FLAGS_cluster_name.c_str());
+  }
 
   auto server_or = nbd::NbdServer::Create(store.get(), so);
   if (!server_or.ok()) {
@@ -268,6 +290,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   server_or->reset();
+  follower.reset();
   store.reset();
   cluster.reset();
   return 0;

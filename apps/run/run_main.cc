@@ -23,7 +23,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,18 +34,25 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli/cli.h"
+#include "apps/cli/membership_cli.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/logging.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "kernel_shim/preload/run_stats.h"
+#include "membership/membership.h"
 
 DEFINE_string(local_memory, "50%",
               "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "
               "size (e.g. 256M, 2G); 100% = no limit");
 DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+2r locally)");
 DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): page to the servers registered in --cluster_name "
+              "and follow joins and leaves while the program runs (instead of --cluster)");
+DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
 DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
 DEFINE_int32(spares, -1,
@@ -77,11 +87,13 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera run",
-    "[--local-memory 50%|BYTES] [--cluster FILE --auth-token-file F] [--k 4 --r 2] "
+    "[--local-memory 50%|BYTES] [--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] "
+    "[--auth-token-file F] [--k 4 --r 2] "
     "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
     "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
-    "across memservers (an embedded local cluster of k+2r servers unless --cluster is given),\n"
+    "across memservers (an embedded local cluster of k+2r servers unless --cluster or --etcd\n"
+    "is given; with --etcd, servers that join or leave while it runs are followed),\n"
     "so the program survives the loss of r servers. Programs it starts with exec run unpaged;\n"
     "a fork without exec gets a full private copy of the heap. Prints a summary at exit and\n"
     "exits with the program's exit code (128+N for a death by signal N, 127 if PROGRAM is not\n"
@@ -89,6 +101,59 @@ const cli::CliSpec kSpec = {
     __FILE__,
     1,
     -1};
+
+// `tessera run --etcd`: mirrors a MembershipView into a cluster file (one `HOST:PORT [rack=R]`
+// line per registered server, `# server_id` comments so a restarted server changes the file),
+// rewritten atomically (write + rename) on every change; the shim follows the file. Listener
+// calls come from the view's watch thread.
+class MembersFile {
+ public:
+  static Result<std::unique_ptr<MembersFile>> Start(std::string path,
+                                                    membership::MembershipView* view) {
+    std::unique_ptr<MembersFile> f(new MembersFile());
+    f->path_ = std::move(path);
+    f->view_ = view;
+    {
+      std::lock_guard<std::mutex> lock(f->mu_);
+      for (const auto& m : view->Members()) f->members_[m.server_id] = m;
+      TESSERA_RETURN_IF_ERROR(f->WriteLocked());
+    }
+    MembersFile* self = f.get();
+    f->listener_ = view->Subscribe([self](const membership::MembershipChange& c) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (c.kind == membership::MembershipChange::Kind::kJoined) {
+        self->members_[c.server.server_id] = c.server;
+      } else {
+        self->members_.erase(c.server.server_id);
+      }
+      Status st = self->WriteLocked();
+      if (!st.ok()) TLOG(WARNING) << "tessera run: membership file: " << st;
+    });
+    return f;
+  }
+  ~MembersFile() { view_->Unsubscribe(listener_); }
+
+ private:
+  MembersFile() = default;
+  Status WriteLocked() {
+    std::string text = "# written by tessera run from etcd\n";
+    for (const auto& [id, m] : members_) {
+      text += m.endpoint + (m.rack.empty() ? "" : " rack=" + m.rack) + "  # " + id + "\n";
+    }
+    const std::string tmp = path_ + ".tmp";
+    FILE* out = std::fopen(tmp.c_str(), "w");
+    if (out == nullptr) return ErrnoError("open ", tmp);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    if (std::fclose(out) != 0 || !ok) return ErrnoError("write ", tmp);
+    if (std::rename(tmp.c_str(), path_.c_str()) != 0) return ErrnoError("rename ", tmp);
+    return Status::Ok();
+  }
+  std::string path_;
+  membership::MembershipView* view_ = nullptr;
+  uint64_t listener_ = 0;
+  std::mutex mu_;
+  std::map<std::string, membership::ServerRecord> members_;  // By server_id; under mu_.
+};
 
 pid_t g_child = -1;
 // Set when a termination request (SIGTERM, SIGHUP) arrived: the program then has --term_grace
@@ -234,8 +299,14 @@ int Main(int argc, char** argv) {
   if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
     cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
   }
-  if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty()) {
-    cli::UsageError(kSpec, "--auth-token-file needs --cluster");
+  if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty() && FLAGS_etcd.empty()) {
+    cli::UsageError(kSpec, "--auth-token-file needs --cluster or --etcd");
+  }
+  if (!FLAGS_cluster.empty() && !FLAGS_etcd.empty()) {
+    cli::UsageError(kSpec, "give --cluster FILE or --etcd ENDPOINTS --cluster-name NAME, not both");
+  }
+  if (FLAGS_etcd.empty() && !FLAGS_cluster_name.empty()) {
+    cli::UsageError(kSpec, "--cluster-name goes with --etcd");
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   int not_found_code = 127;
@@ -280,11 +351,51 @@ int Main(int argc, char** argv) {
       rmdir(dir.c_str());
     }
   } cleanup{tmpdir, stats_path, live_path};
+  // --etcd: the membership mirrored into a cluster file the shim follows (kEnvFollow).
+  const std::string members_path = tmpdir + "/members";
+  struct UnlinkMembers {
+    std::string path;
+    ~UnlinkMembers() {
+      unlink(path.c_str());
+      unlink((path + ".tmp").c_str());
+    }
+  };
+  std::unique_ptr<UnlinkMembers> unlink_members;
+  std::optional<cli::ClusterSource> etcd_source;
+  std::unique_ptr<MembersFile> members_file;
 
   std::unique_ptr<client::LocalCluster> cluster;
   std::string cluster_file = FLAGS_cluster, token = FLAGS_auth_token_file, where;
   const int servers_wanted = FLAGS_k + FLAGS_r + FLAGS_spares;
-  if (cluster_file.empty()) {
+  if (!FLAGS_etcd.empty()) {
+    auto src = cli::ResolveCluster("", FLAGS_etcd, FLAGS_cluster_name);
+    if (!src.ok() && src.status().code() == StatusCode::kInvalidArgument) {
+      cli::UsageError(kSpec, src.status().message());
+    }
+    if (!src.ok()) {
+      std::fprintf(stderr, "tessera run: --etcd %s: %s\n", FLAGS_etcd.c_str(),
+                   src.status().ToString().c_str());
+      return 1;
+    }
+    if (src->servers.size() < static_cast<size_t>(FLAGS_k + FLAGS_r)) {
+      std::fprintf(stderr,
+                   "tessera run: etcd cluster '%s' has %zu registered servers; RS(k,r) needs at "
+                   "least k+r = %d\n",
+                   FLAGS_cluster_name.c_str(), src->servers.size(), FLAGS_k + FLAGS_r);
+      return 1;
+    }
+    etcd_source = std::move(*src);
+    unlink_members = std::make_unique<UnlinkMembers>(UnlinkMembers{members_path});
+    auto mf = MembersFile::Start(members_path, etcd_source->view.get());
+    if (!mf.ok()) {
+      std::fprintf(stderr, "tessera run: %s\n", mf.status().ToString().c_str());
+      return 1;
+    }
+    members_file = std::move(*mf);
+    cluster_file = members_path;
+    where = std::to_string(etcd_source->servers.size()) + " memservers of etcd cluster " +
+            FLAGS_cluster_name;
+  } else if (cluster_file.empty()) {
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
     lo.servers = static_cast<size_t>(servers_wanted);
@@ -330,6 +441,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
+      std::string(kernel_shim::kEnvFollow) + "=" + (members_file ? "1" : "0"),
   };
   // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.
   if (!gflags::GetCommandLineFlagInfoOrDie("log_level").is_default) {

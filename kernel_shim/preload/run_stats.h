@@ -31,6 +31,11 @@ inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
 // "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).
 inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
+// "1": the cluster file is rewritten while the program runs (`tessera run --etcd` mirrors etcd's
+// membership into it, atomically by rename); the shim re-reads it when it changes and adds the
+// new servers to its store / treats the vanished ones as failed. libcurl (etcd) is never loaded
+// into the paged program: the launcher watches etcd.
+inline constexpr const char* kEnvFollow = "TESSERA_RUN_FOLLOW";
 inline constexpr const char* kPreloadName = "libtessera_preload.so";
 
 // The local-memory setting: a fixed byte cap, or a fraction of the peak footprint.

@@ -56,6 +56,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -406,6 +407,7 @@ struct Config {
   bool write_traps = true;
   bool direct_reads = true;
   std::string layout;  // "" = the store's default
+  bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
   uint64_t region = 8ull << 30;
 };
@@ -431,6 +433,8 @@ bool TakeConfig(Config* c, std::string* error) {
   const bool has_traps = take(kEnvWriteTraps, &traps);
   const bool has_direct = take(kEnvDirectReads, &direct);
   take(kEnvLayout, &c->layout);
+  std::string follow;
+  if (take(kEnvFollow, &follow)) c->follow = follow == "1";
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
   if (const char* pre = getenv("LD_PRELOAD")) {
     std::string kept, entry;
@@ -512,6 +516,48 @@ struct InitShared {
   std::string error;
 };
 
+// kEnvFollow: when the cluster file changed since `seen`, makes the store's live servers match
+// it: listed endpoints the store has no live server for are added (AddRemoteServer), live
+// servers no longer listed are failed (RemoveRemoteServer; their splits are regenerated).
+void FollowClusterFile(const std::string& path, struct timespec* seen) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return;
+  if (st.st_mtim.tv_sec == seen->tv_sec && st.st_mtim.tv_nsec == seen->tv_nsec) return;
+  *seen = st.st_mtim;
+  auto listed = client::LoadServers(path);
+  if (!listed.ok()) {
+    TLOG(WARNING) << "tessera run: membership file " << path << ": " << listed.status();
+    return;
+  }
+  auto have = client::RemoteServersOf(*g_store);
+  auto failed = client::RemoteServersFailed(*g_store);
+  if (!have.ok() || !failed.ok()) return;
+  auto same = [](const fabric::Endpoint& a, const fabric::Endpoint& b) {
+    return a.host == b.host && a.port == b.port;
+  };
+  for (const auto& want : *listed) {
+    bool live = false;
+    for (size_t i = 0; i < have->size(); ++i) {
+      live |= !(*failed)[i] && same((*have)[i].endpoint, want.endpoint);
+    }
+    if (live) continue;
+    Status added = client::AddRemoteServer(*g_store, want);
+    if (!added.ok()) {
+      TLOG(WARNING) << "tessera run: cannot use new server " << want.endpoint.ToString() << ": "
+                    << added;
+    }
+  }
+  for (size_t i = 0; i < have->size(); ++i) {
+    if ((*failed)[i]) continue;
+    bool listed_now = false;
+    for (const auto& want : *listed) listed_now |= same((*have)[i].endpoint, want.endpoint);
+    if (!listed_now) {
+      (void)client::RemoveRemoteServer(*g_store, (*have)[i].endpoint,
+                                       "its etcd registration is gone");
+    }
+  }
+}
+
 // The init thread (bypass, all signals blocked): creates the store and the pager, then
 // publishes live stats until the process exits.
 void* InitThread(void* arg) {
@@ -572,11 +618,17 @@ void* InitThread(void* arg) {
   pthread_cond_signal(&sh->cv);
   pthread_mutex_unlock(&sh->mu);
   if (!error.empty()) return nullptr;
-  // Live stats publisher.
+  // Live stats publisher (and, with kEnvFollow, the membership follower).
+  struct timespec seen = {0, 0};
+  if (c.follow) {
+    struct stat st;
+    if (stat(c.cluster.c_str(), &st) == 0) seen = st.st_mtim;
+  }
   while (!g_exiting.load(std::memory_order_acquire)) {
     struct timespec ts = {0, 500 * 1000 * 1000};
     nanosleep(&ts, nullptr);
     if (g_exiting.load(std::memory_order_acquire) || g_child) break;
+    if (c.follow) FollowClusterFile(c.cluster, &seen);
     WriteStats(false);
   }
   return nullptr;
