@@ -174,9 +174,15 @@ TEST_F(MembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
   // servers (the only live ones outside the old set).
   auto where = client::ServersOfPage(*store, 0);
   ASSERT_TRUE(where.ok());
-  const size_t victim = (*where)[0];
+  const size_t victim = (*where)[0];  // Store index (the store's order is etcd's).
   ASSERT_LT(victim, 3u);
-  ASSERT_TRUE(first->Stop(victim).ok());
+  const fabric::Endpoint victim_ep = (*client::RemoteServersOf(*store))[victim].endpoint;
+  size_t stopped = first->size();  // The same server in the LocalCluster's order.
+  for (size_t i = 0; i < first->size(); ++i) {
+    if (first->endpoints()[i].port == victim_ep.port) stopped = i;
+  }
+  ASSERT_LT(stopped, first->size());
+  ASSERT_TRUE(first->Stop(stopped).ok());
   WaitFor([&] { return store->Stats().server_failures == 1; }, "the lease expiry to fail it");
   EXPECT_TRUE((*client::RemoteServersFailed(*store))[victim]);
   WaitFor([&] {
@@ -195,7 +201,7 @@ TEST_F(MembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
   EXPECT_EQ(store->Stats().data_loss, 0u);
   EXPECT_GE((*follower)->leaves(), 1u);
   follower->reset();
-  ASSERT_TRUE(first->Cont(victim).ok());  // Else the monitor's heartbeat to it holds shutdown.
+  ASSERT_TRUE(first->Cont(stopped).ok());  // Else the monitor's heartbeat to it holds shutdown.
   s->reset();
 }
 

@@ -49,11 +49,15 @@ class Walkthrough : public ::testing::Test {
     auto e = EtcdProcess::Start();
     ASSERT_TRUE(e.ok()) << e.status();
     etcd_ = std::move(*e);
-    token_ = dir_.path() + "/token";
-    // Step 2 of the walkthrough: one cluster secret.
-    auto out = RunCommand({"/bin/sh", "-c", "head -c 32 /dev/urandom | base64 > " + token_ +
-                                                " && chmod 600 " + token_});
-    ASSERT_EQ(out.exit_code, 0);
+    // Step 2 of the walkthrough: the cluster secret, a client credential, an admin one.
+    token_ = dir_.path() + "/cluster.secret";
+    client_cred_ = dir_.path() + "/alice.credential";
+    admin_cred_ = dir_.path() + "/ops.credential";
+    ASSERT_EQ(RunTessera({"token", "secret", "--out", token_}).exit_code, 0);
+    ASSERT_EQ(RunTessera({"token", "issue", "--client", "alice", "--secret_file", token_, "--out",
+                          client_cred_}).exit_code, 0);
+    ASSERT_EQ(RunTessera({"token", "issue", "--client", "ops", "--admin", "--secret_file", token_,
+                          "--out", admin_cred_}).exit_code, 0);
   }
 
   // Step 3: `tessera memserver ... --etcd E --cluster_name demo --rack R`.
@@ -73,13 +77,13 @@ class Walkthrough : public ::testing::Test {
 
   std::vector<nlohmann::json> Status() {
     auto out = RunTessera({"status", "--etcd", etcd_->endpoint(), "--cluster_name", "demo",
-                           "--auth_token_file", token_, "--json"});
+                           "--auth_token_file", admin_cred_, "--json"});
     return JsonLines(out.stdout_text);
   }
 
   TempDir dir_;
   std::unique_ptr<EtcdProcess> etcd_;
-  std::string token_;
+  std::string token_, client_cred_, admin_cred_;
 };
 
 TEST_F(Walkthrough, EtcdTokensMemserversAClientAndStatus) {
@@ -107,7 +111,7 @@ TEST_F(Walkthrough, EtcdTokensMemserversAClientAndStatus) {
   const std::string stats = dir_.path() + "/run.json";
   auto run = Subprocess::Start(
       {testing::BinDir() + "/tessera", "run", "--etcd", etcd_->endpoint(), "--cluster-name",
-       "demo", "--auth-token-file", token_, "--k", "2", "--r", "1", "--local-memory", "50%",
+       "demo", "--auth-token-file", client_cred_, "--k", "2", "--r", "1", "--local-memory", "50%",
        "--stats-json", stats, "--", kPython, kWorkload, kRecords},
       {.capture_stdout = true});
   ASSERT_TRUE(run.ok()) << run.status();
@@ -171,7 +175,8 @@ TEST_F(Walkthrough, BadMembershipFlagsGetClearErrors) {
   EXPECT_EQ(bad_name.exit_code, 2);
   // etcd unreachable: a clear error and exit 1, not a hang.
   auto down = RunCommand({testing::BinDir() + "/tessera", "nbd", "--size", "64M", "--etcd",
-                          "127.0.0.1:1", "--cluster_name", "demo", "--auth_token_file", token_},
+                          "127.0.0.1:1", "--cluster_name", "demo", "--auth_token_file",
+                          client_cred_},
                          30000, true);
   EXPECT_EQ(down.exit_code, 1);
   auto empty = RunTessera({"status", "--etcd", etcd_->endpoint(), "--cluster_name", "nobody"});
