@@ -201,8 +201,10 @@ void Client::GetVersioned(Key key, std::function<void(Result<Value>)> cb) {
                   std::span<const uint8_t> p = r->payload;
                   auto h = fab::KvValueHeader::Decode(p.first(fab::KvValueHeader::kWireSize));
                   if (!h.ok()) return cb(h.status());
-                  auto data = p.subspan(fab::KvValueHeader::kWireSize);
-                  cb(Value{h->version, std::vector<uint8_t>(data.begin(), data.end())});
+                  // The value is the payload after its header: reuse the reply's buffer.
+                  std::vector<uint8_t> bytes = std::move(r->payload);
+                  bytes.erase(bytes.begin(), bytes.begin() + fab::KvValueHeader::kWireSize);
+                  cb(Value{h->version, std::move(bytes)});
                 });
 }
 
@@ -456,7 +458,9 @@ struct ChaseKv : std::enable_shared_from_this<ChaseKv> {
   void Step() {
     if (hop == args.hops) return Finish();
     auto self = shared_from_this();
-    client->GetVersioned(bi::KeyBytes(key), [self](Result<Value> r) {
+    uint8_t key_bytes[8];  // GetVersioned copies the key into its request.
+    bi::StoreLe64(key_bytes, key);
+    client->GetVersioned(key_bytes, [self](Result<Value> r) {
       if (!r.ok()) {
         if (r.status().code() == StatusCode::kNotFound) {
           return self->done(tessera::NotFound(bi::Name(self->function), ": chain broken at hop ",
