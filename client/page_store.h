@@ -71,7 +71,8 @@ struct PageStoreStats {
   uint64_t compaction_moves = 0;  // Live pages re-striped by compaction.
   uint64_t stripes_written = 0;
   uint64_t padding_slots = 0;     // Data slots of stripes sealed before they were full.
-  uint64_t parity_updates = 0;    // Padding slots filled later with an in-place parity update.
+  uint64_t parity_updates = 0;    // Stripes whose free slots were filled with an in-place parity update.
+  uint64_t slots_reclaimed = 0;   // Garbage slots taken out of their stripe's parity for reuse.
   uint64_t stored_pages = 0;      // Pages stored in sealed stripes now.
   uint64_t remote_bytes = 0;      // Remote memory held now (k+r slabs per stripe slab).
   // Run-to-completion reads (remote group layout; 0 elsewhere): pages a blocking ReadPage(s)

@@ -104,6 +104,21 @@ enum class EcLayout : uint8_t {
 std::string_view EcLayoutName(EcLayout layout);  // "split", "group"
 Result<EcLayout> ParseEcLayout(std::string_view name);
 
+// How the group layout reclaims the garbage slots rewrites leave in sealed stripes.
+enum class GroupCompaction : uint8_t {
+  // Re-stripe: read the live pages of the stripes with the most garbage and write them again in
+  // new stripes (one read per live page, (k+r)/k page writes per page moved); the emptied row
+  // is reused whole.
+  kRestripe,
+  // In-place parity update: read the garbage slots and the r parity pages of the stripe with
+  // the most garbage, take the garbage out of the parity in client memory (ISA-L
+  // ec_encode_data_update), and fill those slots with new writes, updating the parity in place
+  // (g + r reads and g + r writes for g slots; no page moves, no new row).
+  kInPlace,
+};
+std::string_view GroupCompactionName(GroupCompaction c);  // "restripe", "in-place"
+Result<GroupCompaction> ParseGroupCompaction(std::string_view name);
+
 // Settings of the group layout (EcLayout::kGroup).
 struct GroupOptions {
   // A write waits at most this long in the stripe buffer for k-1 other writes to share its
@@ -120,6 +135,10 @@ struct GroupOptions {
   // live pages (plus two stripes of slack), so the memory overhead stays within
   // (k+r)/k x this factor (plus one slab per I/O thread). 1.05..4.
   double max_garbage_factor = 1.2;
+  // How garbage is reclaimed when the bound above is exceeded (draining a slab to give it back
+  // always re-stripes). The default is the one `tessera bench pagestore --scenarios
+  // overwrite` measures better (README, "Compaction: re-striping vs in-place parity updates").
+  GroupCompaction compaction = GroupCompaction::kInPlace;
 };
 
 // One memory server of the cluster. A store's server list grows when servers join

@@ -20,15 +20,20 @@ class LocalBenchCluster final : public BenchCluster {
     remote.secret = cluster_->secret();
     remote.capacity_pages = pages;
     remote.poll_us = poll_us_;
-    if (kind == "ec" || kind == "ec-d0" || kind == "ec-group" || kind == "ec-group-d0") {
-      // "ec": the split layout (EC-Split); "ec-group": whole pages in stripes (EC-Batch).
+    if (kind == "ec" || kind == "ec-d0" || kind == "ec-group" || kind == "ec-group-d0" ||
+        kind == "ec-group-restripe" || kind == "ec-group-inplace") {
+      // "ec": the split layout (EC-Split); "ec-group": whole pages in stripes (EC-Batch), with
+      // the default compaction or the one named.
       client::ErasureCodedStoreOptions o;
       o.remote = remote;
       o.k = 8;
       o.r = 2;
-      o.delta = kind == "ec" || kind == "ec-group" ? 1 : 0;
+      o.delta = kind == "ec" || kind.rfind("ec-group", 0) == 0 ? 1 : 0;
+      if (kind == "ec-group-d0") o.delta = 0;
       o.layout = kind.rfind("ec-group", 0) == 0 ? client::EcLayout::kGroup
                                                  : client::EcLayout::kSplit;
+      if (kind == "ec-group-restripe") o.group.compaction = client::GroupCompaction::kRestripe;
+      if (kind == "ec-group-inplace") o.group.compaction = client::GroupCompaction::kInPlace;
       return client::CreateErasureCodedStore(o);
     }
     client::ReplicatedStoreOptions o;

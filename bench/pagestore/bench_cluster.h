@@ -27,7 +27,9 @@ class BenchCluster {
                                                      uint32_t poll_us = 0);
   virtual ~BenchCluster() = default;
 
-  // kind: "ec" (RS(8,2), delta 1), "ec-d0" (delta 0), "rep2", "rep3", "single".
+  // kind: "ec" (RS(8,2) split layout, delta 1), "ec-d0" (delta 0), "ec-group", "ec-group-d0"
+  // (group layout), "ec-group-restripe" / "ec-group-inplace" (group, that compaction), "rep2",
+  // "rep3", "single".
   virtual Result<std::unique_ptr<client::PageStore>> MakeStore(const std::string& kind,
                                                                uint64_t pages) = 0;
   virtual int servers() const = 0;

@@ -97,7 +97,8 @@ struct Ctx {
     kWrite,  // A user write (split layout: the k+r split writes of one page).
     kRegen,  // Rebuild one split (split layout) / stripe member (group) onto a replacement.
     kMove,   // Group: read a live page of a stripe being compacted (it is then rewritten).
-    kStripe  // Group: the k+r page writes of one stripe.
+    kStripe,  // Group: the k+r page writes of one stripe.
+    kReclaim  // Group: read the garbage slots and parity of a stripe to reuse the slots.
   };
   Kind kind = Kind::kRead;
   PageOp* op = nullptr;
@@ -286,7 +287,7 @@ struct SharedStats {
       bytes_sent{0}, bytes_received{0}, slabs_freed{0}, hedged_reads{0}, compaction_moves{0},
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
-      direct_sleeps{0};
+      direct_sleeps{0}, slots_reclaimed{0};
 };
 
 class IoThread {
@@ -379,19 +380,39 @@ class IoThread {
   // Puts a page's newest data in the stripe buffer (a user write, or a compaction move when
   // op is null); its old slot becomes garbage.
   void GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns);
-  bool GroupSeal();  // False: no op context or no stripe space free now (retried later).
+  // Stores the stripe buffer: in the open stripe's free slots, else in a new stripe. all=false
+  // (the buffer reached its threshold): a partial fill of the open stripe may leave pages
+  // buffered. False: no op context or no stripe space free now (retried later).
+  bool GroupSeal(bool all = true);
   // The open stripe: the newest stripe sealed with padding, whose parity this thread keeps
   // (open_parity_), so later pages can fill its padding slots with an in-place parity update
   // (ISA-L ec_encode_data_update) instead of starting a new, mostly empty stripe. Null when
   // there is none or it cannot take `n` pages now.
   Stripe* GroupOpenStripe(int n);
-  void GroupCloseOpenStripe() { open_slab_ = kNoSlot; }
-  void GroupExtend(Stripe& st, uint64_t settle_count);
+  void GroupCloseOpenStripe() {
+    open_slab_ = kNoSlot;
+    open_reclaimed_ = 0;
+  }
+  // Fills the open stripe's free slots with buffered pages (as many as fit; the rest stay).
+  void GroupExtend(Stripe& st);
   void GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st);
   void GroupStripeSettled(Ctx* c);
   void GroupKill(PageId page);  // The page's stored slot (if any) becomes garbage.
   void GroupMaybeReleaseStripe(uint32_t slab, uint32_t row);
   void GroupCompact();
+  // GroupCompaction::kInPlace: reads the garbage slots and parity of stripe (slab, row); when
+  // they arrive intact, takes the garbage out of a copy of the parity and queues the stripe
+  // (reclaim_ready_) to become the open stripe with those slots free. False when no op
+  // context is free.
+  bool GroupStartReclaim(uint32_t slab, uint32_t row);
+  void GroupOnReclaimRead(Ctx* c, int member, const Status& st);
+  // Makes the first still-valid reclaimed stripe the open stripe; false when none is.
+  bool GroupInstallReclaimed();
+  void GroupForgetReclaim(uint32_t slab, uint32_t row);
+  // Data slots of the open stripe that new pages may fill: padding, and reclaimed garbage.
+  uint64_t GroupOpenFree(const Stripe& st) const {
+    return (st.zero | open_reclaimed_) & ((1ull << lay_.k) - 1);
+  }
   void GroupHousekeeping(uint64_t now);
   void GroupTrim(PageId first, uint64_t count);
   bool GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why);
@@ -500,6 +521,7 @@ class IoThread {
   struct Buffered {            // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
     PageId page = 0;
     uint32_t seq = 0;
+    bool move = false;  // Buffered by a compaction move (not a user write).
   };
   std::vector<Buffered> gbuf_;       // Up to k pages waiting for a stripe.
   std::vector<uint8_t> gbuf_data_;   // k pages.
@@ -522,7 +544,22 @@ class IoThread {
   uint32_t open_slab_ = kNoSlot;  // The open stripe (see GroupOpenStripe()).
   uint32_t open_row_ = 0;
   uint32_t open_gen_ = 0;
-  std::vector<uint8_t> open_parity_;  // r pages: the open stripe's parity as stored.
+  // r pages: the open stripe's parity as stored, minus the reclaimed slots' old contents.
+  std::vector<uint8_t> open_parity_;
+  // Garbage slots of the open stripe taken out of open_parity_ (not of the stored parity: until
+  // an in-place update lands they are still data members with their old CRC for decodes).
+  uint64_t open_reclaimed_ = 0;
+  // GroupCompaction::kInPlace: stripes whose garbage was read and taken out of a copy of their
+  // parity, waiting to become the open stripe (GroupInstallReclaimed), and the rows being
+  // reclaimed or waiting (so compaction does not pick them twice).
+  struct Reclaimed {
+    uint32_t slab = 0, row = 0, gen = 0;
+    uint64_t garbage = 0;
+    std::vector<uint8_t> parity;  // r pages.
+  };
+  std::vector<Reclaimed> reclaim_ready_;
+  std::vector<std::pair<uint32_t, uint32_t>> reclaiming_;  // (slab, row): in flight or ready.
+  int reclaim_inflight_ = 0;
   uint64_t out_of_space_ = 0;  // Seals refused for want of stripe space (logged 1, 2, 4, ...).
 
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).

@@ -48,7 +48,7 @@ void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uin
   L.where = PageLoc::Where::kBuffered;
   L.row = slot;
   L.writing = nullptr;
-  gbuf_.push_back(Buffered{page, L.seq});
+  gbuf_.push_back(Buffered{page, L.seq, op == nullptr});
   PublishPage(page);  // Not directly readable while its newest data is in memory.
   if (op != nullptr) {
     gbuf_ops_.emplace_back(op, start_ns);
@@ -57,7 +57,19 @@ void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uin
   }
   unsettled_.fetch_add(1, std::memory_order_relaxed);
   if (gbuf_.size() == 1) gbuf_since_ns_ = now_ns_;
-  if (gbuf_.size() >= static_cast<size_t>(lay_.k)) (void)GroupSeal();
+  // Seal once k pages wait, or as many as the open stripe has reclaimed slots for (so they are
+  // filled in place rather than left for a new row).
+  size_t seal_at = static_cast<size_t>(lay_.k);
+  if (open_slab_ == kNoSlot && !reclaim_ready_.empty()) (void)GroupInstallReclaimed();
+  if (open_reclaimed_ != 0 && open_slab_ != kNoSlot) {
+    const int f = std::popcount(GroupOpenFree(slabs_[open_slab_].stripes[open_row_]));
+    if (f > 0) seal_at = std::min(seal_at, static_cast<size_t>(f));
+  }
+  // (Sealing early only pays if the open stripe takes the pages now; else wait for k.)
+  if (gbuf_.size() >= static_cast<size_t>(lay_.k) ||
+      (gbuf_.size() >= seal_at && GroupOpenStripe(static_cast<int>(gbuf_.size())) != nullptr)) {
+    (void)GroupSeal(/*all=*/false);
+  }
 }
 
 void IoThread::GroupKill(PageId page) {
@@ -173,138 +185,149 @@ bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
   return false;
 }
 
-bool IoThread::GroupSeal() {
-  if (gbuf_.empty()) return true;
-  if (free_ctx_ == nullptr) return false;
-  // Pages trimmed (or rewritten into a later buffer) since they were buffered are dropped.
-  int n = 0;
-  for (const Buffered& b : gbuf_) n += gloc_[LocalIndex(b.page)].seq == b.seq ? 1 : 0;
-  if (n > 0) {
-    if (Stripe* open = GroupOpenStripe(n)) {
-      GroupExtend(*open, gbuf_.size());
-      return true;
-    }
-  }
-  uint32_t slab = 0, row = 0;
-  Status why;
-  if (n > 0 && !GroupFreeRow(&slab, &row, &why)) {
-    // No stripe space: fail the buffered writes (their pages become never-written) rather than
-    // block the thread; logged at 1, 2, 4, ...
-    if (LogThisOne(++out_of_space_)) {
-      TLOG(WARNING) << store_->name_ << ": cannot seal a stripe: " << why << " (" << out_of_space_
-                    << " so far on this thread)";
-    }
-    for (const Buffered& b : gbuf_) {
-      PageLoc& L = gloc_[LocalIndex(b.page)];
-      if (L.seq == b.seq) {
-        L.where = PageLoc::Where::kNone;
-        ++L.seq;
-        PublishPage(b.page);
+bool IoThread::GroupSeal(bool all) {
+  while (!gbuf_.empty()) {
+    if (free_ctx_ == nullptr) return false;
+    // Pages trimmed (or rewritten into a later buffer) since they were buffered are dropped.
+    int n = 0;
+    for (const Buffered& b : gbuf_) n += gloc_[LocalIndex(b.page)].seq == b.seq ? 1 : 0;
+    if (n > 0) {
+      // In-place compaction fills reclaimed slots a few at a time: the open stripe may take part
+      // of the buffer. Re-striping fills padding only with the whole buffer.
+      const bool partial = lay_.g.compaction == GroupCompaction::kInPlace;
+      if (Stripe* open = GroupOpenStripe(partial ? 1 : n)) {
+        const bool whole = std::popcount(GroupOpenFree(*open)) >= n;
+        GroupExtend(*open);
+        if (whole || !all) return true;
+        continue;  // The rest: the next reclaimed stripe, or a new one.
       }
     }
-    for (auto& [op, start] : gbuf_ops_) {
-      Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()), start);
+    uint32_t slab = 0, row = 0;
+    Status why;
+    if (n > 0 && !GroupFreeRow(&slab, &row, &why)) {
+      // No stripe space: fail the buffered writes (their pages become never-written) rather than
+      // block the thread; logged at 1, 2, 4, ...
+      if (LogThisOne(++out_of_space_)) {
+        TLOG(WARNING) << store_->name_ << ": cannot seal a stripe: " << why << " (" << out_of_space_
+                      << " so far on this thread)";
+      }
+      for (const Buffered& b : gbuf_) {
+        PageLoc& L = gloc_[LocalIndex(b.page)];
+        if (L.seq == b.seq) {
+          L.where = PageLoc::Where::kNone;
+          ++L.seq;
+          PublishPage(b.page);
+        }
+      }
+      for (auto& [op, start] : gbuf_ops_) {
+        Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()),
+                 start);
+      }
+      compact_inflight_ -= std::min(compact_inflight_, gbuf_moves_);
+      unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
+      gbuf_.clear();
+      gbuf_ops_.clear();
+      gbuf_moves_ = 0;
+      return true;
     }
-    compact_inflight_ -= std::min(compact_inflight_, gbuf_moves_);
-    unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
-    gbuf_.clear();
+    Ctx* c = NewCtx();
+    const size_t ci = static_cast<size_t>(c - ctxs_.data());
+    c->kind = Ctx::Kind::kStripe;
+    c->start_ns = now_ns_;
+    stripe_ops_[ci].swap(gbuf_ops_);
     gbuf_ops_.clear();
-    gbuf_moves_ = 0;
-    return true;
-  }
-  Ctx* c = NewCtx();
-  const size_t ci = static_cast<size_t>(c - ctxs_.data());
-  c->kind = Ctx::Kind::kStripe;
-  c->start_ns = now_ns_;
-  stripe_ops_[ci].swap(gbuf_ops_);
-  gbuf_ops_.clear();
-  stripe_moves_[ci] = gbuf_moves_;
-  const uint64_t settle_count = gbuf_.size();
-  if (n == 0) {
-    // Everything buffered died: nothing to store, acknowledge the writes.
-    c->finished = true;
-    c->pidx = 0;
-    c->seq = static_cast<uint32_t>(settle_count);
-    c->asked = c->good = 0;
+    stripe_moves_[ci] = gbuf_moves_;
+    const uint64_t settle_count = gbuf_.size();
+    if (n == 0) {
+      // Everything buffered died: nothing to store, acknowledge the writes.
+      c->finished = true;
+      c->pidx = 0;
+      c->seq = static_cast<uint32_t>(settle_count);
+      c->asked = c->good = 0;
+      c->zero = 0;
+      c->slab = kNoSlot;
+      gbuf_.clear();
+      gbuf_moves_ = 0;
+      GroupStripeSettled(c);
+      return true;
+    }
+    Attach(c, slab);
+    c->pidx = row;
+    Slab& s = slabs_[slab];
+    Stripe& st = s.stripes[row];
+    st.state = Stripe::State::kWriting;
+    st.live = 0;
+    st.rebuilding = 0;
+    ++st.gen;
+    ++s.stripes_used;
+    gused_ += static_cast<uint64_t>(lay_.k);
+    int m = 0;
+    for (const Buffered& b : gbuf_) {
+      PageLoc& L = gloc_[LocalIndex(b.page)];
+      if (L.seq != b.seq) continue;
+      std::memcpy(SplitBuf(c, m), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
+                  kPageSize);
+      st.page[m] = b.page;
+      stripe_seq_[ci][m] = b.seq;
+      L.where = PageLoc::Where::kWriting;
+      L.writing = c;
+      L.col = static_cast<uint8_t>(m);
+      ++m;
+    }
     c->zero = 0;
-    c->slab = kNoSlot;
+    for (int j = m; j < lay_.k; ++j) {
+      st.page[j] = kNoPage;
+      std::memset(SplitBuf(c, j), 0, kPageSize);
+      c->zero |= 1ull << j;
+    }
+    st.zero = c->zero;
+    store_->stats_.padding_slots.fetch_add(static_cast<uint64_t>(lay_.k - m),
+                                           std::memory_order_relaxed);
+    const uint8_t* data[coding::kMaxDataSplits];
+    uint8_t* parity[coding::kMaxParitySplits];
+    for (int j = 0; j < lay_.k; ++j) data[j] = SplitBuf(c, j);
+    for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+    store_->stripe_codec_->Encode(data, parity, kPageSize);
+    for (int j = 0; j < lay_.width(); ++j) {
+      st.crc[j] = (c->zero >> j) & 1 ? 0 : coding::Crc32c(SplitBuf(c, j), kPageSize);
+    }
+    c->crcs = st.crc;
+    c->seq = static_cast<uint32_t>(settle_count);  // Given back to unsettled_ when it settles.
     gbuf_.clear();
     gbuf_moves_ = 0;
-    GroupStripeSettled(c);
+    store_->stats_.stripes_written.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
+    c->asked = all & ~c->zero;
+    c->good = c->bad = 0;
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint64_t bit = 1ull << j;
+      if ((c->asked & bit) == 0) continue;
+      if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
+      if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
+    }
+    if (c->outstanding == 0) GroupStripeSettled(c);
     return true;
   }
-  Attach(c, slab);
-  c->pidx = row;
-  Slab& s = slabs_[slab];
-  Stripe& st = s.stripes[row];
-  st.state = Stripe::State::kWriting;
-  st.live = 0;
-  st.rebuilding = 0;
-  ++st.gen;
-  ++s.stripes_used;
-  gused_ += static_cast<uint64_t>(lay_.k);
-  int m = 0;
-  for (const Buffered& b : gbuf_) {
-    PageLoc& L = gloc_[LocalIndex(b.page)];
-    if (L.seq != b.seq) continue;
-    std::memcpy(SplitBuf(c, m), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
-                kPageSize);
-    st.page[m] = b.page;
-    stripe_seq_[ci][m] = b.seq;
-    L.where = PageLoc::Where::kWriting;
-    L.writing = c;
-    L.col = static_cast<uint8_t>(m);
-    ++m;
-  }
-  c->zero = 0;
-  for (int j = m; j < lay_.k; ++j) {
-    st.page[j] = kNoPage;
-    std::memset(SplitBuf(c, j), 0, kPageSize);
-    c->zero |= 1ull << j;
-  }
-  st.zero = c->zero;
-  store_->stats_.padding_slots.fetch_add(static_cast<uint64_t>(lay_.k - m),
-                                         std::memory_order_relaxed);
-  const uint8_t* data[coding::kMaxDataSplits];
-  uint8_t* parity[coding::kMaxParitySplits];
-  for (int j = 0; j < lay_.k; ++j) data[j] = SplitBuf(c, j);
-  for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
-  store_->stripe_codec_->Encode(data, parity, kPageSize);
-  for (int j = 0; j < lay_.width(); ++j) {
-    st.crc[j] = (c->zero >> j) & 1 ? 0 : coding::Crc32c(SplitBuf(c, j), kPageSize);
-  }
-  c->crcs = st.crc;
-  c->seq = static_cast<uint32_t>(settle_count);  // Given back to unsettled_ when it settles.
-  gbuf_.clear();
-  gbuf_moves_ = 0;
-  store_->stats_.stripes_written.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
-  c->asked = all & ~c->zero;
-  c->good = c->bad = 0;
-  for (int j = 0; j < lay_.width(); ++j) {
-    const uint64_t bit = 1ull << j;
-    if ((c->asked & bit) == 0) continue;
-    if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
-    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-    if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
-    if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
-  }
-  if (c->outstanding == 0) GroupStripeSettled(c);
   return true;
 }
 
 Stripe* IoThread::GroupOpenStripe(int n) {
-  if (open_slab_ == kNoSlot || free_ctx_ == nullptr) return nullptr;
+  if (free_ctx_ == nullptr) return nullptr;
+  if (open_slab_ == kNoSlot && !GroupInstallReclaimed()) return nullptr;
   Slab& s = slabs_[open_slab_];
   Stripe& st = s.stripes[open_row_];
   const uint64_t data_mask = (1ull << lay_.k) - 1;
+  (void)data_mask;
   if (!s.allocated || s.draining || st.gen != open_gen_ || st.state != Stripe::State::kSealed ||
-      (st.zero & data_mask) == 0) {
+      GroupOpenFree(st) == 0) {
     GroupCloseOpenStripe();
-    return nullptr;
+    if (!GroupInstallReclaimed()) return nullptr;
+    return GroupOpenStripe(n);  // The reclaimed stripe just installed.
   }
   // Reads in flight on the stripe use its CRCs and padding as they were: wait for them.
-  if (st.refs > 0 || st.rebuilding != 0 || std::popcount(st.zero & data_mask) < n) {
+  if (st.refs > 0 || st.rebuilding != 0 || std::popcount(GroupOpenFree(st)) < n) {
     return nullptr;
   }
   for (int j = 0; j < lay_.width(); ++j) {
@@ -318,21 +341,20 @@ Stripe* IoThread::GroupOpenStripe(int n) {
   return &st;
 }
 
-// Fills padding slots of the open stripe with the buffered pages: each new page's slot was all
-// zeros, so the parity update is parity_j ^= coef(j, slot) * page (ec_encode_data_update on the
-// kept parity); then the new pages and the r parity pages are written in place (n + r writes,
-// no padding, no garbage). Until they settle, the stripe's CRCs and padding mask are the old
-// ones and its parity members count as being rebuilt (a read decodes with the old, consistent
-// state and never takes a half-updated parity page for corruption).
-void IoThread::GroupExtend(Stripe& st, uint64_t settle_count) {
+// Fills free slots of the open stripe with the buffered pages: padding, or garbage slots a
+// reclaim took out of the kept parity (open_reclaimed_). Either way the kept parity counts the
+// slot as zeros, so the update is parity_j ^= coef(j, slot) * page (ec_encode_data_update);
+// then the new pages and the r parity pages are written in place (n + r writes, no new row).
+// Until they settle, the stripe's CRCs and padding mask are the old ones and its parity members
+// count as being rebuilt (a read decodes with the old, consistent state -- reclaimed slots
+// still as the data they hold -- and never takes a half-updated member for a good one). When
+// it settles, reclaimed slots not filled become padding: the new parity no longer covers them.
+void IoThread::GroupExtend(Stripe& st) {
   Ctx* c = NewCtx();
   const size_t ci = static_cast<size_t>(c - ctxs_.data());
   c->kind = Ctx::Kind::kStripe;
   c->extend = true;
   c->start_ns = now_ns_;
-  stripe_ops_[ci].swap(gbuf_ops_);
-  gbuf_ops_.clear();
-  stripe_moves_[ci] = gbuf_moves_;
   Attach(c, open_slab_);
   c->pidx = open_row_;
   st.state = Stripe::State::kWriting;
@@ -341,11 +363,23 @@ void IoThread::GroupExtend(Stripe& st, uint64_t settle_count) {
     parity[j] = SplitBuf(c, lay_.k + j);
     std::memcpy(parity[j], open_parity_.data() + static_cast<size_t>(j) * kPageSize, kPageSize);
   }
-  uint64_t free_slots = st.zero & ((1ull << lay_.k) - 1);
+  const uint64_t free_mask = GroupOpenFree(st);
+  uint64_t free_slots = free_mask;
   uint64_t chosen = 0;
-  for (const Buffered& b : gbuf_) {
+  std::vector<size_t> keep;  // Live buffered pages that do not fit: they stay buffered.
+  uint32_t moves = 0;        // Compaction moves among the pages this stripe takes.
+  for (size_t i = 0; i < gbuf_.size(); ++i) {
+    const Buffered& b = gbuf_[i];
     PageLoc& L = gloc_[LocalIndex(b.page)];
-    if (L.seq != b.seq) continue;
+    if (L.seq != b.seq) {
+      moves += b.move ? 1 : 0;  // Dead: settles with this stripe.
+      continue;
+    }
+    if (free_slots == 0) {
+      keep.push_back(i);
+      continue;
+    }
+    moves += b.move ? 1 : 0;
     const int j = std::countr_zero(free_slots);
     free_slots &= free_slots - 1;
     chosen |= 1ull << j;
@@ -359,19 +393,51 @@ void IoThread::GroupExtend(Stripe& st, uint64_t settle_count) {
     L.col = static_cast<uint8_t>(j);
   }
   const uint64_t pmask = ((1ull << lay_.r) - 1) << lay_.k;
-  c->zero = st.zero & ~chosen;
+  c->zero = (st.zero | free_mask) & ~chosen;
   c->crcs = st.crc;
   for (int j = 0; j < lay_.width(); ++j) {
     if (((chosen | pmask) >> j) & 1) c->crcs[j] = coding::Crc32c(SplitBuf(c, j), kPageSize);
   }
   st.rebuilding |= pmask;
-  c->seq = static_cast<uint32_t>(settle_count);
-  gbuf_.clear();
-  gbuf_moves_ = 0;
+  // The user writes of the pages taken (and of dead ones) settle with this stripe; those of the
+  // pages kept stay with the buffer, which is compacted to its front.
+  c->seq = static_cast<uint32_t>(gbuf_.size() - keep.size());
+  stripe_moves_[ci] = moves;
+  gbuf_moves_ -= std::min(gbuf_moves_, moves);
+  if (keep.empty()) {
+    stripe_ops_[ci].swap(gbuf_ops_);
+    gbuf_ops_.clear();
+    gbuf_.clear();
+  } else {
+    std::vector<PageId> kept_pages;
+    for (size_t i : keep) kept_pages.push_back(gbuf_[i].page);
+    std::vector<std::pair<PageOp*, uint64_t>> stay;
+    stripe_ops_[ci].clear();
+    for (auto& e : gbuf_ops_) {
+      const bool kept =
+          std::find(kept_pages.begin(), kept_pages.end(), e.first->page) != kept_pages.end();
+      (kept ? stay : stripe_ops_[ci]).push_back(e);
+    }
+    gbuf_ops_.swap(stay);
+    std::vector<Buffered> rest;
+    for (size_t i : keep) {
+      const Buffered& b = gbuf_[i];
+      PageLoc& L = gloc_[LocalIndex(b.page)];
+      const uint32_t slot = static_cast<uint32_t>(rest.size());
+      if (L.row != slot) {
+        std::memmove(gbuf_data_.data() + static_cast<size_t>(slot) * kPageSize,
+                     gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize, kPageSize);
+        L.row = slot;
+      }
+      rest.push_back(b);
+    }
+    gbuf_.swap(rest);
+  }
   store_->stats_.parity_updates.fetch_add(1, std::memory_order_relaxed);
   const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
   c->asked = chosen | pmask;
-  c->good = all & ~st.zero & ~c->asked;  // The members left as they are.
+  c->good = all & ~c->zero & ~c->asked;  // The members left as they are.
+  open_reclaimed_ = 0;  // The stripe is being written: GroupOpenStripe() refuses it meanwhile.
   c->bad = 0;
   Slab& s = slabs_[c->slab];
   for (int j = 0; j < lay_.width(); ++j) {
@@ -444,8 +510,12 @@ void IoThread::GroupStripeSettled(Ctx* c) {
     }
     const bool all_stored = (c->good & c->asked) == c->asked;
     const uint64_t data_mask = (1ull << lay_.k) - 1;
-    if (all_stored && stored_ok && (c->zero & data_mask) != 0) {
-      // Padding left: this is the open stripe now; keep its parity for in-place updates.
+    const bool keep_reclaimed = open_reclaimed_ != 0 && open_slab_ != kNoSlot &&
+                                !(open_slab_ == c->slab && open_row_ == c->pidx);
+    if (all_stored && stored_ok && (c->zero & data_mask) != 0 && !keep_reclaimed) {
+      // Padding left: this is the open stripe now (unless reclaimed garbage slots of another
+      // stripe wait to be filled); keep its parity for in-place updates.
+      open_reclaimed_ = 0;  // The parity just stored covers every zero slot as zeros.
       open_slab_ = c->slab;
       open_row_ = c->pidx;
       open_gen_ = st.gen;
@@ -570,6 +640,51 @@ void IoThread::GroupCompact() {
   const uint64_t pending = unsettled_.load(std::memory_order_relaxed);
   const double bound = lay_.g.max_garbage_factor * static_cast<double>(glive_ + pending) + 2.0 * k;
   if (static_cast<double>(gused_) <= bound) return;
+  if (lay_.g.compaction == GroupCompaction::kInPlace) {
+    // One stripe at a time: reclaim the garbage of the sealed stripe with the most, once the
+    // slots reclaimed before are filled. Re-stripe only when no stripe can be reclaimed.
+    constexpr size_t kMaxReclaims = 8;  // Read or waiting to be filled.
+    if (reclaiming_.size() >= kMaxReclaims) return;
+    const uint64_t data_mask = (1ull << lay_.k) - 1;
+    struct Candidate {
+      int g;
+      uint32_t slab, row;
+    };
+    std::vector<Candidate> candidates;
+    for (size_t si = 0; si < slabs_.size(); ++si) {
+      Slab& s = slabs_[si];
+      if (!s.allocated || s.draining) continue;
+      bool healthy = true;
+      for (int j = 0; j < lay_.width() && healthy; ++j) {
+        const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+        healthy = server != kNoServer && !local_failed_[server] && !store_->failed_[server].load();
+      }
+      if (!healthy) continue;
+      for (uint32_t row = 0; row < gslab_rows_; ++row) {
+        Stripe& st = s.stripes[row];
+        if (st.state != Stripe::State::kSealed || st.live == 0 || st.rebuilding != 0) continue;
+        if (&st == open) continue;
+        const int g = std::popcount(data_mask & ~st.zero) - st.live;
+        if (g <= 0) continue;
+        bool settled = true;
+        for (int j = 0; j < lay_.width() && settled; ++j) settled = s.regen_cursor[j] > row;
+        if (!settled) continue;
+        const auto key = std::make_pair(static_cast<uint32_t>(si), row);
+        if (std::find(reclaiming_.begin(), reclaiming_.end(), key) != reclaiming_.end()) continue;
+        candidates.push_back({g, static_cast<uint32_t>(si), row});
+      }
+    }
+    if (!candidates.empty()) {
+      // The stripes with the most garbage first.
+      const size_t n = std::min(candidates.size(), kMaxReclaims - reclaiming_.size());
+      std::partial_sort(candidates.begin(), candidates.begin() + n, candidates.end(),
+                        [](const Candidate& a, const Candidate& b) { return a.g > b.g; });
+      for (size_t i = 0; i < n && free_ctx_count_ >= 8; ++i) {
+        (void)GroupStartReclaim(candidates[i].slab, candidates[i].row);
+      }
+      return;
+    }
+  }
   // The sealed stripes with the fewest live pages (most garbage) first, up to the move budget.
   for (int live_limit = 1; live_limit < lay_.k && compact_inflight_ < kMaxMoves; ++live_limit) {
     for (size_t si = 0; si < slabs_.size() && compact_inflight_ < kMaxMoves; ++si) {
@@ -627,6 +742,125 @@ void IoThread::GroupTrim(PageId first, uint64_t count) {
   for (Slab& s : slabs_) {
     if (s.allocated && s.free_wanted && s.stripes_used == 0) MaybeFreeSlab(s);
   }
+}
+
+}  // namespace tessera::client::remote
+
+namespace tessera::client::remote {
+
+bool IoThread::GroupStartReclaim(uint32_t slab, uint32_t row) {
+  if (free_ctx_ == nullptr) return false;
+  Stripe& st = slabs_[slab].stripes[row];
+  const uint64_t data_mask = (1ull << lay_.k) - 1;
+  uint64_t garbage = 0;
+  for (int j = 0; j < lay_.k; ++j) {
+    if (((st.zero >> j) & 1) == 0 && st.page[j] == kNoPage) garbage |= 1ull << j;
+  }
+  garbage &= data_mask;
+  if (garbage == 0) return false;
+  Ctx* c = NewCtx();
+  c->kind = Ctx::Kind::kReclaim;
+  c->page = kNoPage;
+  c->start_ns = now_ns_;
+  Attach(c, slab);
+  c->pidx = row;
+  c->stripe_ref = true;  // The row stays sealed (not freed, not reused) while we read it.
+  ++st.refs;
+  c->seq = st.gen;
+  c->crcs = st.crc;
+  c->zero = garbage;  // Here: the slots to reclaim.
+  const uint64_t pmask = ((1ull << lay_.r) - 1) << lay_.k;
+  c->asked = garbage | pmask;
+  c->good = c->bad = 0;
+  ++reclaim_inflight_;
+  reclaiming_.emplace_back(slab, row);
+  for (int j = 0; j < lay_.width(); ++j) {
+    if (((c->asked >> j) & 1) == 0) continue;
+    if (!Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) c->bad |= 1ull << j;
+  }
+  if (c->outstanding == 0) {
+    c->finished = true;  // Nothing could be asked (a server failed): try another time.
+    --reclaim_inflight_;
+    GroupForgetReclaim(slab, row);
+    MaybeRelease(c);
+  }
+  return true;
+}
+
+void IoThread::GroupOnReclaimRead(Ctx* c, int member, const Status& st) {
+  const uint64_t bit = 1ull << member;
+  if (st.ok() && coding::Crc32c(SplitBuf(c, member), kPageSize) == c->crcs[member]) {
+    c->good |= bit;
+  } else {
+    c->bad |= bit;  // A failed or corrupt member: leave this stripe as it is (reads repair it).
+  }
+  if (c->outstanding > 0 || c->finished) return;
+  c->finished = true;
+  --reclaim_inflight_;
+  Slab& s = slabs_[c->slab];
+  Stripe& stripe = s.stripes[c->pidx];
+  const uint64_t garbage = c->zero;
+  // Still the same sealed stripe, healthy, and its garbage still garbage (a sealed stripe's
+  // slots only ever die; its row cannot be reused while we hold a reference).
+  if (c->bad != 0 || stripe.state != Stripe::State::kSealed || stripe.gen != c->seq ||
+      stripe.rebuilding != 0 || !s.allocated || s.draining) {
+    GroupForgetReclaim(c->slab, c->pidx);
+    return;
+  }
+  // The parity as if the garbage slots were zeros: parity_j ^= coef(j, slot) * old (XOR is
+  // its own inverse in GF(2^8)), kept in client memory only.
+  uint8_t* parity[coding::kMaxParitySplits];
+  for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+  for (int j = 0; j < lay_.k; ++j) {
+    if ((garbage >> j) & 1) {
+      store_->stripe_codec_->UpdateParity(j, SplitBuf(c, j), parity, kPageSize);
+    }
+  }
+  Reclaimed r;
+  r.slab = c->slab;
+  r.row = c->pidx;
+  r.gen = stripe.gen;
+  r.garbage = garbage;
+  r.parity.resize(static_cast<size_t>(lay_.r) * kPageSize);
+  for (int j = 0; j < lay_.r; ++j) {
+    std::memcpy(r.parity.data() + static_cast<size_t>(j) * kPageSize, parity[j], kPageSize);
+  }
+  reclaim_ready_.push_back(std::move(r));
+  if (open_slab_ == kNoSlot) (void)GroupInstallReclaimed();
+}
+
+void IoThread::GroupForgetReclaim(uint32_t slab, uint32_t row) {
+  auto it = std::find(reclaiming_.begin(), reclaiming_.end(), std::make_pair(slab, row));
+  if (it != reclaiming_.end()) reclaiming_.erase(it);
+}
+
+bool IoThread::GroupInstallReclaimed() {
+  while (!reclaim_ready_.empty()) {
+    Reclaimed r = std::move(reclaim_ready_.front());
+    reclaim_ready_.erase(reclaim_ready_.begin());
+    GroupForgetReclaim(r.slab, r.row);
+    Slab& s = slabs_[r.slab];
+    const Stripe& st = s.stripes[r.row];
+    // Still the stripe whose parity was read (the row was not freed and reused), sealed, and
+    // not being rebuilt; its garbage slots stay garbage (a sealed stripe's slots only die).
+    bool ok = s.allocated && !s.draining && st.state == Stripe::State::kSealed && st.gen == r.gen &&
+              st.rebuilding == 0 && st.live > 0;
+    for (int j = 0; j < lay_.width() && ok; ++j) {
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      ok = server != kNoServer && !local_failed_[server] && !store_->failed_[server].load() &&
+           s.regen_cursor[j] > r.row;
+    }
+    if (!ok) continue;
+    open_slab_ = r.slab;
+    open_row_ = r.row;
+    open_gen_ = r.gen;
+    std::memcpy(open_parity_.data(), r.parity.data(), r.parity.size());
+    open_reclaimed_ = r.garbage;
+    store_->stats_.slots_reclaimed.fetch_add(static_cast<uint64_t>(std::popcount(r.garbage)),
+                                             std::memory_order_relaxed);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace tessera::client::remote

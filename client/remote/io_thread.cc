@@ -512,7 +512,10 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   if (!comp.status.ok() && IsConnectionError(comp.status)) {
     FailServer(rq.server, comp.status.ToString());
   }
-  if (lay_.group && !was_write) {
+  if (lay_.group && c->kind == Ctx::Kind::kReclaim) {
+    GroupOnReclaimRead(c, split, comp.status);
+    MaybeRelease(c);
+  } else if (lay_.group && !was_write) {
     GroupOnRead(c, split, comp.status);
     MaybeRelease(c);
   } else if (lay_.group && c->kind == Ctx::Kind::kStripe) {

@@ -26,6 +26,17 @@ Result<EcLayout> ParseEcLayout(std::string_view name) {
                          "' (split, group)");
 }
 
+std::string_view GroupCompactionName(GroupCompaction c) {
+  return c == GroupCompaction::kRestripe ? "restripe" : "in-place";
+}
+
+Result<GroupCompaction> ParseGroupCompaction(std::string_view name) {
+  if (name == "restripe") return GroupCompaction::kRestripe;
+  if (name == "in-place" || name == "inplace") return GroupCompaction::kInPlace;
+  return InvalidArgument("unknown group compaction '" + std::string(name) +
+                         "' (restripe, in-place)");
+}
+
 Result<std::vector<RemoteServer>> ParseServerList(std::string_view list) {
   std::vector<RemoteServer> out;
   size_t pos = 0;

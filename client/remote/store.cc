@@ -209,6 +209,7 @@ PageStoreStats RemoteStore::Stats() const {
   s.stripes_written = stats_.stripes_written.load();
   s.padding_slots = stats_.padding_slots.load();
   s.parity_updates = stats_.parity_updates.load();
+  s.slots_reclaimed = stats_.slots_reclaimed.load();
   const int64_t stored = static_cast<int64_t>(stats_.stored_pages.load());
   s.stored_pages = stored < 0 ? 0 : static_cast<uint64_t>(stored);
   s.remote_bytes = stats_.remote_slabs.load() * slab_size_;
@@ -302,6 +303,9 @@ Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
     if (g.hedge_us > 1000000) return InvalidArgument("group hedge_us must be 0..1000000");
     if (!(g.max_garbage_factor >= 1.05 && g.max_garbage_factor <= 4.0)) {
       return InvalidArgument("group max_garbage_factor must be 1.05..4");
+    }
+    if (g.compaction != GroupCompaction::kRestripe && g.compaction != GroupCompaction::kInPlace) {
+      return InvalidArgument("unknown group compaction strategy");
     }
   }
   lay.split = lay.group ? kPageSize : kPageSize / static_cast<size_t>(options.k);

@@ -75,6 +75,36 @@ TEST(BenchPagestoreTest, LocalSsdAloneNeedsNoServers) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << dir.path();
 }
 
+// The write-heavy scenario with the group layout's two compactions: what each costs, every
+// page read back right afterwards.
+TEST(BenchPagestoreTest, OverwriteScenarioComparesTheGroupCompactions) {
+  auto r = testing::RunTessera({"bench", "pagestore", "--quick", "--json", "--stores",
+                                "ec-group-restripe,ec-group-inplace,rep2", "--scenarios",
+                                "overwrite"},
+                               120000);
+  ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& row : testing::JsonRows(r.stdout_text, "table", "overwrite")) {
+    rows[row.value("store", "")] = row;
+  }
+  ASSERT_EQ(rows.size(), 3u) << r.stdout_text;
+  for (const auto& [store, row] : rows) {
+    EXPECT_EQ(row.value("wrong_bytes", -1), 0) << row;
+    EXPECT_EQ(row.value("errors", -1), 0) << row;
+    EXPECT_GT(row.value("ops_per_s_qd32", -1.0), 0) << row;
+    EXPECT_GE(row.value("writes", 0), 4 * 512) << row;
+    EXPECT_GE(row.value("bytes_per_byte_written", 0.0), row.value("bound", 9.0) / 1.2 - 0.01)
+        << "a store cannot send less than its redundancy: " << row;
+  }
+  const auto& restripe = rows["ec-group-restripe"];
+  const auto& inplace = rows["ec-group-inplace"];
+  EXPECT_GT(restripe.value("compaction_moves", 0), 0) << restripe;
+  EXPECT_EQ(restripe.value("slots_reclaimed", -1), 0) << restripe;
+  EXPECT_GT(inplace.value("slots_reclaimed", 0), 0) << inplace;
+  EXPECT_EQ(rows["rep2"].value("layout", ""), "copies");
+  EXPECT_NEAR(rows["rep2"].value("bytes_per_byte_written", 0.0), 2.0, 0.01);
+}
+
 TEST(BenchPagestoreTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--qds", "0"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--stores", "raid5"}).exit_code, 2);
@@ -82,6 +112,7 @@ TEST(BenchPagestoreTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--scenarios", "flood"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--no_such_flag"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--poll_us", "5000"}).exit_code, 2);
+  EXPECT_EQ(testing::RunTessera({"bench", "pagestore", "--overwrite_passes", "0"}).exit_code, 2);
 }
 
 }  // namespace
