@@ -99,6 +99,7 @@ TEST(DirectReadTest, StoredPagesAreReadOnTheCallersThreadAndTheOptionTurnsItOff)
     SCOPED_TRACE(direct ? "direct_reads" : "no direct_reads");
     ErasureCodedStoreOptions o = GroupOptions(*cluster, 2 * kPages);
     o.remote.direct_reads = direct;
+    o.group.hedge_us = 1000000;  // A loaded machine's hiccup is not a straggler here.
     auto s = CreateErasureCodedStore(o);
     ASSERT_THAT(s, IsOk());
     PageStore* store = s->get();
@@ -121,9 +122,13 @@ TEST(DirectReadTest, StoredPagesAreReadOnTheCallersThreadAndTheOptionTurnsItOff)
     EXPECT_FALSE(store->ReadPage(1u << 30, buf).ok());
     const PageStoreStats st = store->Stats();
     if (direct) {
-      EXPECT_EQ(st.direct_reads, 3 * kPages);  // Stored and zero pages, then the batch.
-      EXPECT_EQ(st.direct_fallbacks, 1u);               // The out-of-range page.
-      EXPECT_EQ(st.direct_spin_hits + st.direct_sleeps, kPages + kPages / 32);
+      // Stored and zero pages, then the batch; the out-of-range page falls back. (A connection
+      // that cannot be made within 200 ms on a very loaded machine falls back too.)
+      EXPECT_EQ(st.direct_reads + st.direct_fallbacks, 3 * kPages + 1);
+      EXPECT_GE(st.direct_reads, 3 * kPages - 8);
+      // One count per round that posted reads: the stored pages one by one, then 4 batches.
+      EXPECT_LE(st.direct_spin_hits + st.direct_sleeps, kPages + kPages / 32);
+      EXPECT_GE(st.direct_spin_hits + st.direct_sleeps, kPages + kPages / 32 - 8);
     } else {
       EXPECT_EQ(st.direct_reads, 0u);
       EXPECT_EQ(st.direct_fallbacks, 0u);
