@@ -59,9 +59,11 @@
 // CRC mismatch, a connection that cannot be made) hands the read to the I/O thread as before,
 // which handles degraded reads, hedging and repair; a read that timed out goes there degraded
 // at once. Never-written pages read as zeros on the caller's thread too.
-// Known limits: a read's extra (late)
-// split to a server that never answers keeps that op's context until the op timeout fails the
-// server, so with a long op timeout a straggler can use up max_inflight_pages.
+// Late requests: a finished read's extra (late) requests older than 500 us let their op
+// context go (it takes one of 64 spare buffers per I/O thread; the requests keep the old one
+// until their replies arrive), and a server left behind by 8 finished reads in a row (or with a
+// request that old) is classified slow, which reads then ask last, so a stopped server does not
+// hold op contexts until the op timeout.
 #pragma once
 
 #include <cstdint>

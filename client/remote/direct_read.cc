@@ -186,7 +186,11 @@ class DirectReader {
         done[i] = 1;
         continue;
       }
-      if (t.server >= servers_.size()) continue;
+      if (t.server >= servers_.size()) {
+        // A server that joined after this reader started (RemoteStore::AddServer).
+        if (t.server >= store_->num_servers()) continue;
+        servers_.resize(store_->num_servers());
+      }
       if (servers_[t.server].stuck > 0) {
         // A read of ours there is overdue: do not queue behind it, hedge at once. Once the
         // store declares the server failed, the connection goes (and the overdue reads with it).

@@ -60,6 +60,9 @@ constexpr size_t kMaxServersForMedian = 4096;
 // Servers a store can know over its lifetime: the initial list plus every later join
 // (AddServer); indices are never reused, a failed server keeps its index.
 constexpr uint32_t kMaxServers = 1024;
+// A read request this old (500 us) is late: it counts as a slow reply of its server
+// (ClassifySlow), and a finished read lets it go (IoThread::DetachLateReads).
+constexpr uint64_t kLateReadNs = 500000;
 
 inline bool IsConnectionError(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled ||
@@ -127,13 +130,17 @@ struct Ctx {
   bool scrub = false;       // Group kRegen: rewriting a member found corrupt (not a lost one).
   bool extend = false;      // Group kStripe: fills padding slots of the open stripe in place.
   uint64_t retried = 0;  // Write splits already posted a second time.
+  // Set by DetachLateReads() while it lets this finished read's late requests go.
+  bool detach = false;
+  uint8_t* detach_old = nullptr;  // The buffer those requests keep.
   Ctx* next_write = nullptr;  // Writes of the same page queued behind this one.
   Ctx* next_free = nullptr;
 };
 
 // One posted WorkRequest (its index is the cookie). Owned by one IoThread.
 struct Request {
-  Ctx* ctx = nullptr;
+  Ctx* ctx = nullptr;  // Null: an orphan (see IoThread::DetachLateReads).
+  uint8_t* orphan_buf = nullptr;  // An orphan's reply buffer (a detached op buffer).
   int split = 0;
   uint32_t server = 0;
   uint64_t post_ns = 0;
@@ -344,6 +351,12 @@ class IoThread {
   void OnCompletion(const fabric::Completion& comp);
   void Complete(PageOp* op, Status st, uint64_t start_ns);
   void MaybeRelease(Ctx* c);
+  // Late binding leaves a finished read's extra requests in flight; one to a server that does
+  // not answer (stopped) would hold the op context until the op timeout, and enough of them
+  // stall the store. Requests of finished reads older than kLateReadNs are detached: the
+  // context takes a spare buffer and is released, the requests keep the old buffer (returned to
+  // the spare pool when their replies, ignored, arrive). I/O thread; from the timeout scan.
+  void DetachLateReads(uint64_t now);
   Ctx* NewCtx();
   uint8_t* SplitBuf(Ctx* c, int j);
   // Source of write split j: copies all come from the one page at the start of the buffer.
@@ -449,6 +462,11 @@ class IoThread {
   void OnNotice(const fabric::Completion& comp);
   // ---- failure_detector.cc ----
   void ClassifySlow();
+  // A read finished with requests still out (late binding: the first k won). A server whose
+  // requests are left behind by kLateStrikes reads in a row, with no reply in between, is
+  // classified slow at once: a stopped server gives no replies to measure, and every read
+  // asking it would leave a request behind until the op timeout.
+  void NoteLateRequests(const Ctx* c);
 
   RemoteStore* const store_;
   const int index_;
@@ -472,12 +490,16 @@ class IoThread {
   // splits last.
   std::vector<uint64_t> latency_ewma_ns_;
   std::vector<uint8_t> slow_;
+  std::vector<uint32_t> late_strikes_;  // Per server: see NoteLateRequests().
   uint32_t since_classify_ = 0;
   uint64_t seen_failure_epoch_ = 0;
   // The slab table: logical slab ls lives at index ls / io_threads of thread ls % io_threads.
   std::vector<Slab> slabs_;
   std::vector<Ctx> ctxs_;
-  std::vector<uint8_t> bufs_;
+  std::vector<uint8_t> bufs_;  // Op buffers (one per context) and kSpareBufs spare ones.
+  size_t buf_bytes_ = 0;       // Bytes per op buffer.
+  std::vector<uint8_t*> spare_bufs_;   // Op buffers no context or request uses.
+  std::vector<uint16_t> buf_orphans_;  // Per op buffer: orphan requests whose reply lands there.
   Ctx* free_ctx_ = nullptr;
   int free_ctx_count_ = 0;
   std::vector<Request> reqs_;

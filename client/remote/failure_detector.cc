@@ -4,6 +4,7 @@
 #include "client/remote/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 
 #include "common/logging.h"
@@ -52,6 +53,24 @@ void IoThread::ClassifySlow() {
   }
 }
 
+
+void IoThread::NoteLateRequests(const Ctx* c) {
+  constexpr uint32_t kLateStrikes = 8;
+  if (c->outstanding <= 0 || c->slab >= slabs_.size()) return;
+  const Slab& s = slabs_[c->slab];
+  uint64_t pending = c->asked & ~(c->good | c->bad);
+  while (pending != 0) {
+    const int j = std::countr_zero(pending);
+    pending &= pending - 1;
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    if (server >= late_strikes_.size() || ++late_strikes_[server] < kLateStrikes) continue;
+    if (slow_[server]) continue;
+    // Slow now, and kept slow by ClassifySlow() until replies bring its estimate down.
+    uint64_t& e = latency_ewma_ns_[server];
+    e = std::max<uint64_t>(e, 4 * kLateReadNs);
+    slow_[server] = 1;
+  }
+}
 
 void RemoteStore::MonitorLoop() {
   // One control connection per server (no data path): heartbeats only. Servers added later

@@ -59,12 +59,18 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded) {
   c->degraded = false;
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
-  const bool slow = degraded || (server < slow_.size() && slow_[server]);
+  const bool classified_slow = server < slow_.size() && slow_[server];
+  const bool slow = degraded || classified_slow;
   const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
   c->asked |= 1ull << c->col;
   if (!slow && settled && Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) return;
   if (!slow && settled) c->bad |= 1ull << c->col;  // Its server is failed.
-  if (slow || !settled) {
+  if (classified_slow && settled) {
+    // Much slower than the others (or not answering at all): the rest of the stripe first, and
+    // this member only if they do not suffice (GroupAskMore's slow pass). A request to a
+    // stopped server would stay in flight until the op timeout.
+    c->asked &= ~(1ull << c->col);
+  } else if (slow || !settled) {
     // Ask it anyway (it may answer first, and an unsettled member may hold this stripe if the
     // stripe was written after the replacement), but go to the rest of the stripe at once.
     if (!Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) c->bad |= 1ull << c->col;
@@ -171,6 +177,7 @@ void IoThread::GroupHedge(uint64_t now) {
 
 void IoThread::GroupFinishRead(Ctx* c, Status st) {
   c->finished = true;
+  if (st.ok()) NoteLateRequests(c);
   Slab& s = slabs_[c->slab];
   uint8_t page[kPageSize];
   const int target = c->kind == Ctx::Kind::kRegen ? c->regen_split : c->col;

@@ -79,6 +79,7 @@ Status IoThread::ConnectServer(uint32_t i) {
   local_failed_.resize(i + 1, 1);
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
+  late_strikes_.resize(i + 1, 0);
   fabric::ConnectOptions co;
   co.secret = o.secret;
   co.client_id = store_->client_id_;
@@ -157,12 +158,16 @@ void IoThread::Run(std::promise<Status>* started) {
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
   const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;
   ctxs_ = std::vector<Ctx>(nctx);
-  bufs_.assign(per * nctx, 0);
+  constexpr uint32_t kSpareBufs = 64;
+  bufs_.assign(per * (nctx + kSpareBufs), 0);
+  buf_bytes_ = per;
+  buf_orphans_.assign(nctx + kSpareBufs, 0);
   for (uint32_t i = 0; i < nctx; ++i) {
     ctxs_[i].buf = bufs_.data() + per * i;
     ctxs_[i].next_free = free_ctx_;
     free_ctx_ = &ctxs_[i];
   }
+  for (uint32_t i = nctx; i < nctx + kSpareBufs; ++i) spare_bufs_.push_back(bufs_.data() + per * i);
   free_ctx_count_ = static_cast<int>(nctx);
   const uint32_t nreq =
       std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
@@ -499,10 +504,29 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   const int split = rq.split;
   const bool was_write = rq.write;
   const uint32_t server = rq.server;
+  uint8_t* const orphan_buf = rq.orphan_buf;
   rq.live = false;
+  rq.ctx = nullptr;
+  rq.orphan_buf = nullptr;
   rq.next_free = free_req_;
   free_req_ = static_cast<uint32_t>(comp.cookie);
+  if (c == nullptr) {
+    // A detached late read: its op is long finished. Only what it says about the server counts.
+    const size_t bi = static_cast<size_t>(orphan_buf - bufs_.data()) / buf_bytes_;
+    if (--buf_orphans_[bi] == 0) spare_bufs_.push_back(orphan_buf);
+    if (server < late_strikes_.size()) late_strikes_[server] = 0;
+    if (comp.status.ok() && server < latency_ewma_ns_.size()) {
+      const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
+      uint64_t& e = latency_ewma_ns_[server];
+      e = e == 0 ? sample : e - e / 8 + sample / 8;
+    }
+    if (!comp.status.ok() && IsConnectionError(comp.status)) {
+      FailServer(server, comp.status.ToString());
+    }
+    return;
+  }
   --c->outstanding;
+  if (server < late_strikes_.size()) late_strikes_[server] = 0;
   if (comp.status.ok() && server < latency_ewma_ns_.size()) {
     const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
     uint64_t& e = latency_ewma_ns_[server];

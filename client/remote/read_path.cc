@@ -113,6 +113,7 @@ void IoThread::OnReadSplit(Ctx* c, int split, const Status& st) {
 
 void IoThread::FinishRead(Ctx* c, Status st) {
   c->finished = true;
+  if (st.ok()) NoteLateRequests(c);
   Slab& s = slabs_[c->slab];
   uint8_t page[kPageSize];
   uint8_t* out = c->kind == Ctx::Kind::kRead ? c->op->buf : page;

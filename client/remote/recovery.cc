@@ -229,6 +229,47 @@ void IoThread::GroupRebuildMember(uint32_t slab, uint32_t row, int j, bool scrub
   GroupAskMore(c);
 }
 
+void IoThread::DetachLateReads(uint64_t now) {
+  if (spare_bufs_.empty()) return;
+  auto detachable = [&](const Request& rq) {
+    const Ctx* c = rq.ctx;
+    return rq.live && !rq.write && c != nullptr && c->finished && !c->released &&
+           !c->repairing && (c->kind == Ctx::Kind::kRead || c->kind == Ctx::Kind::kMove);
+  };
+  bool any = false;
+  for (const Request& rq : reqs_) {
+    if (detachable(rq) && !rq.ctx->detach && now - rq.post_ns > kLateReadNs) {
+      rq.ctx->detach = true;
+      any = true;
+    }
+  }
+  if (!any) return;
+  // Every live request of a chosen context goes (their replies all land in its buffer).
+  for (Request& rq : reqs_) {
+    if (!detachable(rq) || !rq.ctx->detach) continue;
+    Ctx* c = rq.ctx;
+    if (c->detach_old == nullptr) {
+      if (spare_bufs_.empty()) {
+        c->detach = false;  // Kept whole: it is released when its replies arrive.
+        continue;
+      }
+      c->detach_old = c->buf;
+      c->buf = spare_bufs_.back();
+      spare_bufs_.pop_back();
+    }
+    rq.orphan_buf = c->detach_old;
+    rq.ctx = nullptr;
+    --c->outstanding;
+    ++buf_orphans_[static_cast<size_t>(c->detach_old - bufs_.data()) / buf_bytes_];
+  }
+  for (Ctx& c : ctxs_) {
+    if (!c.detach) continue;
+    c.detach = false;
+    c.detach_old = nullptr;
+    MaybeRelease(&c);
+  }
+}
+
 void IoThread::Housekeeping() {
   HandleLocalFailures();
   const uint64_t now = MonotonicNs();
@@ -238,12 +279,24 @@ void IoThread::Housekeeping() {
     if (since_classify_ > 0) ClassifySlow();
     const uint64_t limit = static_cast<uint64_t>(store_->opt_.op_timeout_ms) * 1000000;
     if (t_->inflight() > 0) {
+      bool overdue = false;
       for (const Request& rq : reqs_) {
-        if (rq.live && now - rq.post_ns > limit && !local_failed_[rq.server]) {
+        if (!rq.live) continue;
+        const uint64_t age = now - rq.post_ns;
+        if (age > limit && !local_failed_[rq.server]) {
           FailServer(rq.server, "no reply within the op timeout (" +
                                     std::to_string(store_->opt_.op_timeout_ms) + " ms)");
+        } else if (age > kLateReadNs && rq.server < latency_ewma_ns_.size() &&
+                   latency_ewma_ns_[rq.server] < age) {
+          // A reply this overdue says at least as much as a slow one: a stopped server gives
+          // no replies to measure, and would otherwise never be classified slow (and asked
+          // last) before the op timeout.
+          latency_ewma_ns_[rq.server] = age;
+          overdue = true;
         }
       }
+      if (overdue) ClassifySlow();
+      DetachLateReads(now);
     }
   }
   if (lay_.group) GroupHousekeeping(now);
