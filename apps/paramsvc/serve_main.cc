@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "apps/cli/cli.h"
 #include "apps/paramsvc/checkpoint.h"
 #include "apps/paramsvc/server.h"
+#include "apps/cli/membership_cli.h"
 #include "client/remote_store.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
@@ -42,6 +44,10 @@ DEFINE_string(auth_token_file, "", "Cluster secret file (same as the memservers'
                                    "development secret, loopback only");
 DEFINE_string(store, "", "Memservers for checkpoints (host:port,... or a cluster file); empty: "
                          "no checkpoints (a restarted aggregation server starts empty)");
+DEFINE_string(etcd, "",
+              "etcd endpoints (HOST:PORT,...): checkpoint to the memservers registered in "
+              "--cluster_name, following joins and leaves (instead of --store)");
+DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_int32(ec_k, 2, "Checkpoint store: RS data splits");
 DEFINE_int32(ec_r, 1, "Checkpoint store: RS parity splits");
 DEFINE_int32(store_mb, 1024, "Checkpoint store capacity in MiB");
@@ -57,7 +63,8 @@ using namespace tessera::paramsvc;
 
 const cli::CliSpec kSpec = {
     "tessera paramsvc serve",
-    "[--port 7800] [--cores N] [--store MEMSERVERS] [--auth_token_file F]",
+    "[--port 7800] [--cores N] [--store MEMSERVERS | --etcd ENDPOINTS --cluster_name NAME] "
+    "[--auth_token_file F]",
     "Runs the Parameter Service: model aggregation for many training jobs (push/pull, sync,\n"
     "async and bounded-staleness modes), packed onto the fewest of --cores, checkpointed every\n"
     "iteration into the erasure-coded page store on --store. Prints `listening on HOST:PORT`\n"
@@ -153,8 +160,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<client::PageStore> store;
-  if (!FLAGS_store.empty()) {
-    auto servers = FLAGS_store.find(':') != std::string::npos && FLAGS_store.find('/') == std::string::npos
+  if (!FLAGS_store.empty() && !FLAGS_etcd.empty()) {
+    cli::UsageError(kSpec, "give --store MEMSERVERS or --etcd ENDPOINTS --cluster_name NAME, not both");
+  }
+  std::optional<cli::ClusterSource> etcd_source;
+  if (!FLAGS_etcd.empty() || !FLAGS_cluster_name.empty()) {
+    auto src = cli::ResolveCluster("", FLAGS_etcd, FLAGS_cluster_name);
+    if (!src.ok() && src.status().code() == StatusCode::kInvalidArgument) {
+      cli::UsageError(kSpec, src.status().message());
+    }
+    if (!src.ok()) {
+      std::fprintf(stderr, "tessera paramsvc serve: --etcd: %s\n", src.status().ToString().c_str());
+      return 1;
+    }
+    etcd_source = std::move(*src);
+  }
+  if (!FLAGS_store.empty() || etcd_source) {
+    auto servers = etcd_source ? Result<std::vector<client::RemoteServer>>(etcd_source->servers)
+                   : FLAGS_store.find(':') != std::string::npos && FLAGS_store.find('/') == std::string::npos
                        ? client::ParseServerList(FLAGS_store)
                        : client::LoadServers(FLAGS_store);
     if (!servers.ok()) {
@@ -179,7 +202,18 @@ int main(int argc, char** argv) {
                      "aggregation server starts without the jobs";
   }
   const bool have_store = store != nullptr;
+  client::PageStore* const store_ptr = store.get();
   CheckpointKeeper keeper(std::move(store));
+  // --etcd: the checkpoint store follows the registered servers (destroyed before the store).
+  std::unique_ptr<membership::StoreFollower> follower;
+  if (etcd_source && store_ptr != nullptr) {
+    auto f = membership::StoreFollower::Start(etcd_source->view.get(), store_ptr);
+    if (!f.ok()) {
+      std::fprintf(stderr, "tessera paramsvc serve: %s\n", f.status().ToString().c_str());
+      return 1;
+    }
+    follower = std::move(*f);
+  }
   sockaddr_in a{};
   socklen_t alen = sizeof(a);
   ::getsockname(lfd->get(), reinterpret_cast<sockaddr*>(&a), &alen);

@@ -159,6 +159,30 @@ TEST_F(Walkthrough, EtcdTokensMemserversAClientAndStatus) {
   EXPECT_EQ(Status().size(), 2u);
 }
 
+TEST_F(Walkthrough, ParamsvcCheckpointsToTheServersInEtcd) {
+  std::vector<Subprocess> servers;
+  for (const char* rack : {"r1", "r2", "r3"}) servers.push_back(StartMemserver(rack));
+  auto serve = Subprocess::Start(
+      {testing::BinDir() + "/tessera", "paramsvc", "serve", "--port", "0", "--cores", "1",
+       "--store_mb", "16", "--etcd", etcd_->endpoint(), "--cluster_name", "demo",
+       "--auth_token_file", token_},
+      {.capture_stdout = true, .quiet_stderr = true, .own_process_group = true});
+  ASSERT_TRUE(serve.ok()) << serve.status();
+  auto line = serve->WaitForLine("checkpoints ", Deadline::AfterMs(30000));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_EQ(*line, "checkpoints on") << "the checkpoint store did not open on etcd's servers";
+  // Its checkpoint store connected to the registered servers (I/O, control and heartbeat
+  // connections on each).
+  for (const auto& row : Status()) {
+    EXPECT_GE(row.value("conns", 0), 2) << row.dump();
+  }
+  auto st = serve->Stop(10000);
+  ASSERT_TRUE(st.ok());
+  auto both = RunTessera({"paramsvc", "serve", "--store", "127.0.0.1:1", "--etcd",
+                          etcd_->endpoint(), "--cluster_name", "demo"});
+  EXPECT_EQ(both.exit_code, 2);
+}
+
 TEST_F(Walkthrough, BadMembershipFlagsGetClearErrors) {
   auto both = RunTessera({"status", "cluster", "--etcd", etcd_->endpoint(), "--cluster_name", "x"});
   EXPECT_EQ(both.exit_code, 2);
