@@ -66,7 +66,7 @@ void VerifyRange(PageStore* s, PageId first, uint64_t n, uint32_t version) {
   }
 }
 
-class MembershipTest : public ::testing::Test {
+class EtcdMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (std::string why = EtcdProcess::SkipReason(); !why.empty()) GTEST_SKIP() << why;
@@ -108,7 +108,7 @@ class MembershipTest : public ::testing::Test {
   EtcdOptions eo_;
 };
 
-TEST_F(MembershipTest, ServersRegisterAndLeaveGracefullyOrByLeaseExpiry) {
+TEST_F(EtcdMembershipTest, ServersRegisterAndLeaveGracefullyOrByLeaseExpiry) {
   auto cluster = StartServers(3);
   ASSERT_NE(cluster, nullptr);
   auto view = View();
@@ -135,7 +135,7 @@ TEST_F(MembershipTest, ServersRegisterAndLeaveGracefullyOrByLeaseExpiry) {
       << "the killed server's lease did not expire";
 }
 
-TEST_F(MembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
+TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
   auto first = StartServers(3);
   ASSERT_NE(first, nullptr);
   auto view = View();
@@ -205,7 +205,7 @@ TEST_F(MembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
   s->reset();
 }
 
-TEST_F(MembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
+TEST_F(EtcdMembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
   auto cluster = StartServers(4);
   ASSERT_NE(cluster, nullptr);
   auto view = View();
@@ -243,7 +243,7 @@ TEST_F(MembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
   follower->reset();
 }
 
-TEST_F(MembershipTest, EtcdRestartMidRunLosesNothingAndTheWatchResumes) {
+TEST_F(EtcdMembershipTest, EtcdRestartMidRunLosesNothingAndTheWatchResumes) {
   auto first = StartServers(3);
   ASSERT_NE(first, nullptr);
   auto view = View();
