@@ -153,8 +153,8 @@ TEST_P(DirectReadRaceTest, ConcurrentReadersSeeTheLatestAcknowledgedDataWhileWri
   constexpr uint64_t kPages = 96;
   ErasureCodedStoreOptions o = GroupOptions(*cluster, kPages);
   o.group.fill_us = 200;
-  // Compaction that moves pages (the default, in-place parity updates, reuses garbage slots
-  // and moves no live page): reads must race the moves.
+  // Compaction that moves pages (in-place parity updates reuse garbage slots and move no live
+  // page): reads must race the moves.
   o.group.compaction = GroupCompaction::kRestripe;
   o.ack = GetParam();
   auto s = CreateErasureCodedStore(o);

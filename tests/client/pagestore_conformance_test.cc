@@ -6,6 +6,7 @@
 //   disk_backed  DiskBackedStore: single copy on memservers + a LocalSsdStore backup
 //   single       one remote copy          rep2      two remote copies
 //   ec_split     RS(4,2), split layout    ec_group  RS(4,2), group layout
+//   ec_group_inplace  the group layout with in-place parity-update compaction
 // The remote stores run on 6 real `tessera memserver` processes on loopback (LocalCluster),
 // started once per test process, only for a remote store.
 //
@@ -136,12 +137,14 @@ Result<std::unique_ptr<PageStore>> MakeCopies(uint64_t pages, int copies) {
   return CreateReplicatedStore(o);
 }
 
-Result<std::unique_ptr<PageStore>> MakeEc(uint64_t pages, EcLayout layout) {
+Result<std::unique_ptr<PageStore>> MakeEc(uint64_t pages, EcLayout layout,
+                                          GroupCompaction compaction = GroupOptions{}.compaction) {
   ErasureCodedStoreOptions o;
   o.remote = Remote(pages);
   o.k = 4;
   o.r = 2;
   o.layout = layout;
+  o.group.compaction = compaction;
   return CreateErasureCodedStore(o);
 }
 
@@ -186,6 +189,11 @@ const std::vector<StoreKind>& Kinds() {
          // k+r members were all written.
          EXPECT_EQ(s.Stats().stored_pages, live_pages);
        }},
+      {"ec_group_inplace",  // The other compaction: garbage reused by in-place parity updates.
+       [](Backing&, uint64_t pages) {
+         return MakeEc(pages, EcLayout::kGroup, GroupCompaction::kInPlace);
+       },
+       [](PageStore& s, uint64_t live_pages) { EXPECT_EQ(s.Stats().stored_pages, live_pages); }},
   };
   return kinds;
 }
