@@ -61,9 +61,9 @@
 // at once. Never-written pages read as zeros on the caller's thread too.
 // Late requests: a finished read's extra (late) requests older than 500 us let their op
 // context go (it takes one of 64 spare buffers per I/O thread; the requests keep the old one
-// until their replies arrive), and a server left behind by 8 finished reads in a row (or with a
-// request that old) is classified slow, which reads then ask last, so a stopped server does not
-// hold op contexts until the op timeout.
+// until their replies arrive), and a server left behind by 8 finished reads in a row while
+// it answered nothing for 500 us is classified slow, which reads then ask last, so a stopped
+// server does not hold op contexts until the op timeout.
 #pragma once
 
 #include <cstdint>

@@ -60,8 +60,7 @@ constexpr size_t kMaxServersForMedian = 4096;
 // Servers a store can know over its lifetime: the initial list plus every later join
 // (AddServer); indices are never reused, a failed server keeps its index.
 constexpr uint32_t kMaxServers = 1024;
-// A read request this old (500 us) is late: it counts as a slow reply of its server
-// (ClassifySlow), and a finished read lets it go (IoThread::DetachLateReads).
+// A finished read's request this old (500 us) is let go (IoThread::DetachLateReads).
 constexpr uint64_t kLateReadNs = 500000;
 
 inline bool IsConnectionError(const Status& s) {
@@ -463,9 +462,9 @@ class IoThread {
   // ---- failure_detector.cc ----
   void ClassifySlow();
   // A read finished with requests still out (late binding: the first k won). A server whose
-  // requests are left behind by kLateStrikes reads in a row, with no reply in between, is
-  // classified slow at once: a stopped server gives no replies to measure, and every read
-  // asking it would leave a request behind until the op timeout.
+  // requests are left behind by kLateStrikes reads in a row while it has not answered anything
+  // for kLateReadNs is classified slow at once: a stopped server gives no replies to measure,
+  // and every read asking it would leave a request behind until the op timeout.
   void NoteLateRequests(const Ctx* c);
 
   RemoteStore* const store_;
@@ -491,6 +490,7 @@ class IoThread {
   std::vector<uint64_t> latency_ewma_ns_;
   std::vector<uint8_t> slow_;
   std::vector<uint32_t> late_strikes_;  // Per server: see NoteLateRequests().
+  std::vector<uint64_t> last_reply_ns_;  // Per server: when its last completion arrived.
   uint32_t since_classify_ = 0;
   uint64_t seen_failure_epoch_ = 0;
   // The slab table: logical slab ls lives at index ls / io_threads of thread ls % io_threads.

@@ -63,7 +63,9 @@ void IoThread::NoteLateRequests(const Ctx* c) {
     const int j = std::countr_zero(pending);
     pending &= pending - 1;
     const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-    if (server >= late_strikes_.size() || ++late_strikes_[server] < kLateStrikes) continue;
+    if (server >= late_strikes_.size()) continue;
+    if (now_ns_ - last_reply_ns_[server] < kLateReadNs) continue;  // It answers: just late.
+    if (++late_strikes_[server] < kLateStrikes) continue;
     if (slow_[server]) continue;
     // Slow now, and kept slow by ClassifySlow() until replies bring its estimate down.
     uint64_t& e = latency_ewma_ns_[server];

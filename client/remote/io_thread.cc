@@ -80,6 +80,7 @@ Status IoThread::ConnectServer(uint32_t i) {
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
   late_strikes_.resize(i + 1, 0);
+  last_reply_ns_.resize(i + 1, 0);
   fabric::ConnectOptions co;
   co.secret = o.secret;
   co.client_id = store_->client_id_;
@@ -514,7 +515,10 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     // A detached late read: its op is long finished. Only what it says about the server counts.
     const size_t bi = static_cast<size_t>(orphan_buf - bufs_.data()) / buf_bytes_;
     if (--buf_orphans_[bi] == 0) spare_bufs_.push_back(orphan_buf);
-    if (server < late_strikes_.size()) late_strikes_[server] = 0;
+    if (server < late_strikes_.size()) {
+      late_strikes_[server] = 0;
+      last_reply_ns_[server] = now_ns_;
+    }
     if (comp.status.ok() && server < latency_ewma_ns_.size()) {
       const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
       uint64_t& e = latency_ewma_ns_[server];
@@ -526,7 +530,10 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     return;
   }
   --c->outstanding;
-  if (server < late_strikes_.size()) late_strikes_[server] = 0;
+  if (server < late_strikes_.size()) {
+    late_strikes_[server] = 0;
+    last_reply_ns_[server] = now_ns_;
+  }
   if (comp.status.ok() && server < latency_ewma_ns_.size()) {
     const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
     uint64_t& e = latency_ewma_ns_[server];

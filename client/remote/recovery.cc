@@ -279,23 +279,12 @@ void IoThread::Housekeeping() {
     if (since_classify_ > 0) ClassifySlow();
     const uint64_t limit = static_cast<uint64_t>(store_->opt_.op_timeout_ms) * 1000000;
     if (t_->inflight() > 0) {
-      bool overdue = false;
       for (const Request& rq : reqs_) {
-        if (!rq.live) continue;
-        const uint64_t age = now - rq.post_ns;
-        if (age > limit && !local_failed_[rq.server]) {
+        if (rq.live && now - rq.post_ns > limit && !local_failed_[rq.server]) {
           FailServer(rq.server, "no reply within the op timeout (" +
                                     std::to_string(store_->opt_.op_timeout_ms) + " ms)");
-        } else if (age > kLateReadNs && rq.server < latency_ewma_ns_.size() &&
-                   latency_ewma_ns_[rq.server] < age) {
-          // A reply this overdue says at least as much as a slow one: a stopped server gives
-          // no replies to measure, and would otherwise never be classified slow (and asked
-          // last) before the op timeout.
-          latency_ewma_ns_[rq.server] = age;
-          overdue = true;
         }
       }
-      if (overdue) ClassifySlow();
       DetachLateReads(now);
     }
   }
