@@ -70,6 +70,9 @@ DEFINE_bool(direct_reads, true,
             "Group layout: blocking reads (a fault thread's, the raw reads) run to completion on "
             "the caller's thread (RemoteStoreOptions::direct_reads); false: through the store's "
             "I/O thread");
+DEFINE_int32(fault_spin_us, 0,
+             "PagerOptions::fault_spin_us (0..1000): how long a fault thread polls the "
+             "userfaultfd after a fault before it sleeps");
 DEFINE_int32(direct_spin_us, 20,
              "RemoteStoreOptions::direct_spin_us (0..1000): how long a direct read polls for its "
              "reply before it sleeps");
@@ -297,6 +300,9 @@ int Main(int argc, char** argv) {
       cli::UsageError(kSpec, "--layout takes one layout; use --layouts for several");
     }
   }
+  if (FLAGS_fault_spin_us < 0 || FLAGS_fault_spin_us > 1000) {
+    cli::UsageError(kSpec, "--fault_spin_us must be in [0, 1000]");
+  }
   if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
     cli::UsageError(kSpec, "--direct_spin_us must be in [0, 1000]");
   }
@@ -374,6 +380,7 @@ int Main(int argc, char** argv) {
     o.victim = kernel_shim::VictimPolicy::kFifo;
     o.fault_thread_reads = FLAGS_fault_thread_reads;
     o.zero_fault_around_pages = static_cast<size_t>(FLAGS_zero_fault_around);
+    o.fault_spin_us = static_cast<uint32_t>(FLAGS_fault_spin_us);
     auto pager_or = kernel_shim::Pager::Create(o);
     if (!pager_or.ok()) {
       std::fprintf(stderr, "tessera bench pager: %s\n", pager_or.status().ToString().c_str());

@@ -134,9 +134,20 @@ void PagerImpl::FaultLoop(int index) {
                       i + 1 == missing.size() ? sync_buf : nullptr);
       }
       for (PageId p : wps) HandleWp(p);
-      if (static_cast<size_t>(got) < sizeof msgs) break;
+      if (static_cast<size_t>(got) < sizeof msgs && !SpinForFault()) break;
     }
   }
+}
+
+bool PagerImpl::SpinForFault() {
+  if (o_.fault_spin_us == 0) return false;
+  const uint64_t until = MonotonicNs() + uint64_t{o_.fault_spin_us} * 1000;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    pollfd p{uffd_.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) return true;
+    if (MonotonicNs() >= until) return false;
+  }
+  return false;
 }
 
 void PagerImpl::Handoff(PageId p, bool write) {

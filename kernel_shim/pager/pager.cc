@@ -226,6 +226,7 @@ Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
   if (o.evict_batch == 0 || o.evict_batch > 4096) {
     return InvalidArgument("PagerOptions.evict_batch must be in [1, 4096]");
   }
+  if (o.fault_spin_us > 1000) return InvalidArgument("fault_spin_us must be 0..1000");
   if (o.fault_threads < 1 || o.fault_threads > 8) {
     return InvalidArgument("PagerOptions.fault_threads must be in [1, 8]");
   }

@@ -91,6 +91,10 @@ struct PagerOptions {
   // blocking ReadPage on its own thread and maps it (no hand-off to a store callback). False:
   // the read is submitted and the store's completion callback maps the page.
   bool fault_thread_reads = true;
+  // After serving a fault, a fault thread polls the userfaultfd this long (0..1000 us) before it
+  // sleeps in poll(): a program's next fault often follows within microseconds, and a sleeping
+  // fault thread costs a wake-up per fault. Bounded so the servers sharing the cores still run.
+  uint32_t fault_spin_us = 0;
   // When most stored pages mapped write-protected for a read fault are written soon after (a
   // write-protect fault each), map such fills writable (dirty) instead; every 8th stays clean
   // to keep measuring. False: read faults always map clean.

@@ -118,6 +118,8 @@ class PagerImpl final : public Pager {
   uint8_t* Addr(PageId p) const { return base() + p * kPageSize; }
 
   void FaultLoop(int index);
+  // Polls the userfaultfd for up to fault_spin_us; true when a fault is waiting.
+  bool SpinForFault();
   // Serves a missing fault on page p. With `sync_buf` (a fault thread's own page buffer) a
   // remote page is read on this thread and mapped here; without, the read is submitted and the
   // store's completion callback maps it.

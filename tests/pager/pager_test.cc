@@ -82,6 +82,9 @@ TEST(PagerTest, CreateRejectsBadOptions) {
   o.low_watermark = 0.9;
   o.high_watermark = 0.5;
   EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.high_watermark = 1.0;
+  o.fault_spin_us = 1001;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PagerTest, ZeroFillWithoutStoreRoundTrip) {
@@ -210,6 +213,29 @@ TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
   EXPECT_EQ(s.fill_errors, 0u);
   EXPECT_EQ(s.limit_pages, kCap);
   EXPECT_EQ(s.footprint_pages, kPages);
+}
+
+// Fault threads that poll the userfaultfd between faults (fault_spin_us) serve the same bytes.
+TEST(PagerTest, SpinningFaultThreadsKeepEveryByte) {
+  constexpr size_t kPages = 256, kCap = 32;
+  MemoryPageStore store(kPages, 20);
+  PagerOptions o;
+  o.store = &store;
+  o.region_bytes = kPages * kPage;
+  o.local_limit_bytes = kCap * kPage;
+  o.evict_batch = 16;
+  o.fault_spin_us = 50;
+  auto r = Pager::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  uint8_t* b = (*r)->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    const size_t p = rng() % kPages;
+    ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  }
+  EXPECT_GT((*r)->Stats().remote_reads, 0u);
+  EXPECT_EQ((*r)->Stats().fill_errors, 0u);
 }
 
 TEST(PagerTest, CleanPagesAreNeverWrittenBack) {
