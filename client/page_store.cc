@@ -7,34 +7,13 @@
 namespace tessera::client {
 namespace {
 
-// Counts outstanding ops; the waiting thread sleeps on the atomic (futex), no lock.
-struct Waiter {
-  std::atomic<size_t> remaining{0};
-};
-
-void WakeOne(PageOp* op) {
-  auto* w = static_cast<Waiter*>(op->user);
-  if (w->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) w->remaining.notify_all();
-}
-
 Status RunBlocking(PageStore* store, PageOp* ops, size_t count) {
-  Waiter waiter;
-  waiter.remaining.store(count, std::memory_order_relaxed);
+  OpWaiter waiter;
+  waiter.Arm(ops, count);
   std::vector<PageOp*> ptrs(count);
-  for (size_t i = 0; i < count; ++i) {
-    ops[i].done = WakeOne;
-    ops[i].user = &waiter;
-    ptrs[i] = &ops[i];
-  }
+  for (size_t i = 0; i < count; ++i) ptrs[i] = &ops[i];
   TESSERA_RETURN_IF_ERROR(store->Submit(ptrs));
-  for (size_t left = waiter.remaining.load(std::memory_order_acquire); left != 0;
-       left = waiter.remaining.load(std::memory_order_acquire)) {
-    waiter.remaining.wait(left, std::memory_order_acquire);
-  }
-  for (size_t i = 0; i < count; ++i) {
-    if (!ops[i].status.ok()) return ops[i].status;
-  }
-  return Status::Ok();
+  return waiter.Wait(ops, count);
 }
 
 Status RunBatch(PageStore* store, PageOp::Kind kind, const PageId* pages, size_t count,

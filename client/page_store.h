@@ -22,6 +22,7 @@
 // result off instead, e.g. through a lock-free queue or an atomic flag).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -128,6 +129,38 @@ class PageStore {
   // returns the first error (every op is still attempted).
   virtual Status ReadPages(const PageId* pages, size_t count, uint8_t* out);
   Status WritePages(const PageId* pages, size_t count, const uint8_t* in);
+};
+
+// Waits for a batch of PageOps on the thread that submitted them: Arm() points each op's
+// done/user at this waiter, Wait() sleeps on an atomic count (futex, no lock) until every armed
+// op completed and returns the first op's error. One waiter per batch; it must outlive the ops'
+// callbacks, so call Wait() before it goes out of scope once any armed op was accepted.
+class OpWaiter {
+ public:
+  void Arm(PageOp* ops, size_t count) {
+    remaining_.store(count, std::memory_order_relaxed);
+    for (size_t i = 0; i < count; ++i) {
+      ops[i].done = &OpWaiter::Done;
+      ops[i].user = this;
+    }
+  }
+  Status Wait(const PageOp* ops, size_t count) {
+    for (size_t left = remaining_.load(std::memory_order_acquire); left != 0;
+         left = remaining_.load(std::memory_order_acquire)) {
+      remaining_.wait(left, std::memory_order_acquire);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!ops[i].status.ok()) return ops[i].status;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static void Done(PageOp* op) {
+    auto* w = static_cast<OpWaiter*>(op->user);
+    if (w->remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) w->remaining_.notify_all();
+  }
+  std::atomic<size_t> remaining_{0};
 };
 
 }  // namespace tessera::client

@@ -130,6 +130,27 @@ size_t AppendBody(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Points `h` at a JSON POST of `body` to `url` whose reply goes to write(data): the options a
+// unary call and the watch stream share (no proxy, no signals, bounded connect). Returns the
+// header list, which the caller frees after the transfer; `err` (CURL_ERROR_SIZE) gets
+// libcurl's message. `url` and `body` must outlive the transfer.
+using CurlWrite = size_t (*)(char*, size_t, size_t, void*);
+curl_slist* SetUpJsonPost(CURL* h, const std::string& url, const std::string& body,
+                          CurlWrite write, void* data, char* err, uint32_t connect_timeout_ms) {
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, data);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_timeout_ms));
+  return headers;
+}
+
 }  // namespace
 
 std::string PrefixEnd(std::string_view prefix) {
@@ -201,19 +222,10 @@ Result<std::string> EtcdClient::Call(const std::string& path, const std::string&
     if (h == nullptr) return Internal("etcd: curl_easy_init failed");
     std::string reply;
     char err[CURL_ERROR_SIZE] = {0};
-    curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &AppendBody);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
+    curl_slist* headers = SetUpJsonPost(h, url, body, &AppendBody, &reply, err,
+                                        options_.connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
                      static_cast<long>(options_.connect_timeout_ms + options_.request_timeout_ms));
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
     const CURLcode rc = curl_easy_perform(h);
     long http = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
@@ -429,17 +441,8 @@ Status EtcdWatch::Once() {
   if (h == nullptr) return Internal("etcd watch: curl_easy_init failed");
   StreamState s;
   char err[CURL_ERROR_SIZE] = {0};
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
-  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &OnStream);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, err);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
+  curl_slist* headers =
+      SetUpJsonPost(h, url, body, &OnStream, &s, err, options_.connect_timeout_ms);
   // A stream has no overall timeout; a dead peer on another host is found by TCP keepalives.
   curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 2L);

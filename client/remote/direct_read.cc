@@ -499,45 +499,23 @@ Status RemoteStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
   return first;
 }
 
-namespace {
-
-struct Waiter {
-  std::atomic<size_t> remaining{0};
-};
-
-void WakeOne(PageOp* op) {
-  auto* w = static_cast<Waiter*>(op->user);
-  if (w->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) w->remaining.notify_all();
-}
-
-}  // namespace
-
 Status RemoteStore::ReadThroughIoThreads(const PageId* pages, size_t count, uint8_t* out,
                                          const uint8_t* degraded) {
   if (threads_.empty()) return Unavailable("page store is shut down");
   std::unique_ptr<PageOp[]> ops(new PageOp[count]);
-  Waiter waiter;
-  waiter.remaining.store(count, std::memory_order_relaxed);
+  OpWaiter waiter;
+  waiter.Arm(ops.get(), count);
   for (size_t i = 0; i < count; ++i) {
     PageOp& op = ops[i];
     op.kind = PageOp::Kind::kRead;
     op.page = pages[i];
     op.buf = out + i * kPageSize;
-    op.done = WakeOne;
-    op.user = &waiter;
     QueueItem item;
     item.op = &op;
     item.degraded = degraded != nullptr && degraded[i] != 0;
     threads_[op.page >= opt_.capacity_pages ? 0 : ThreadOf(op.page)]->Enqueue(item);
   }
-  for (size_t left = waiter.remaining.load(std::memory_order_acquire); left != 0;
-       left = waiter.remaining.load(std::memory_order_acquire)) {
-    waiter.remaining.wait(left, std::memory_order_acquire);
-  }
-  for (size_t i = 0; i < count; ++i) {
-    if (!ops[i].status.ok()) return ops[i].status;
-  }
-  return Status::Ok();
+  return waiter.Wait(ops.get(), count);
 }
 
 }  // namespace tessera::client::remote
