@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -78,8 +79,22 @@ TEST_P(FaultInjectionTest, CorruptRepliesAndFailedOpsLoseNothing) {
   EXPECT_EQ(st.data_loss, 0u);
   EXPECT_GE(st.decodes, 1u);
   // 2. Data ops to two servers fail: they are declared failed, pages come back by decoding.
-  faults->FailOpsTo((*cluster)->endpoints()[(*servers)[1]].ToString(), true);
-  faults->FailOpsTo((*cluster)->endpoints()[(*servers)[2]].ToString(), true);
+  // The two are servers the reads below must ask: each the first server of some page (its own
+  // server in the group layout, its first data split's in split). A server holding only parity
+  // would be asked only by a degraded read, and with delta 0 perhaps not at all.
+  std::vector<size_t> failing;
+  for (PageId p = 1; p < kPages && failing.size() < 2; ++p) {
+    auto of = ServersOfPage(*store, p);
+    ASSERT_THAT(of, IsOk());
+    const size_t first = (*of)[0];
+    if (first != (*servers)[0] &&
+        std::find(failing.begin(), failing.end(), first) == failing.end()) {
+      failing.push_back(first);
+    }
+  }
+  ASSERT_EQ(failing.size(), 2u) << "no two pages with distinct first servers besides page 0's";
+  faults->FailOpsTo((*cluster)->endpoints()[failing[0]].ToString(), true);
+  faults->FailOpsTo((*cluster)->endpoints()[failing[1]].ToString(), true);
   verify();
   EXPECT_GT(faults->ops_failed.load(), 0u);
   st = store->Stats();
