@@ -77,6 +77,11 @@ DEFINE_bool(direct_reads, true,
             "Group layout: a fault thread reads a remote page itself, over its own connection to "
             "the server holding it (run to completion); --nodirect_reads hands every read to the "
             "page store's I/O thread and back (slower; for comparison)");
+DEFINE_int32(fault_spin_us, 30,
+             "Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault "
+             "before it sleeps: a fault that comes within it skips a thread wake-up (the demo "
+             "workload at 50%: fault p50 38 -> 29 us, 7.2 -> 5.75 s), at the price of CPU the "
+             "memservers may share; 0 sleeps at once");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -283,6 +288,9 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
   }
   if (FLAGS_spares < -1 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in -1..8");
+  if (FLAGS_fault_spin_us < 0 || FLAGS_fault_spin_us > 1000) {
+    cli::UsageError(kSpec, "--fault_spin_us must be in 0..1000");
+  }
   if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
   std::string layout_name = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
   if (!FLAGS_layout.empty()) {
@@ -440,6 +448,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
+      std::string(kernel_shim::kEnvFaultSpin) + "=" + std::to_string(FLAGS_fault_spin_us),
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
       std::string(kernel_shim::kEnvFollow) + "=" + (members_file ? "1" : "0"),
   };

@@ -70,9 +70,9 @@ DEFINE_bool(direct_reads, true,
             "Group layout: blocking reads (a fault thread's, the raw reads) run to completion on "
             "the caller's thread (RemoteStoreOptions::direct_reads); false: through the store's "
             "I/O thread");
-DEFINE_int32(fault_spin_us, 0,
+DEFINE_int32(fault_spin_us, 30,
              "PagerOptions::fault_spin_us (0..1000): how long a fault thread polls the "
-             "userfaultfd after a fault before it sleeps");
+             "userfaultfd after a fault before it sleeps (default: tessera run's)");
 DEFINE_int32(direct_spin_us, 20,
              "RemoteStoreOptions::direct_spin_us (0..1000): how long a direct read polls for its "
              "reply before it sleeps");

@@ -144,7 +144,10 @@ bool PagerImpl::SpinForFault() {
   const uint64_t until = MonotonicNs() + uint64_t{o_.fault_spin_us} * 1000;
   while (!stopping_.load(std::memory_order_relaxed)) {
     pollfd p{uffd_.fd(), POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) return true;
+    if (::poll(&p, 1, 0) > 0) {
+      spin_hits_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
     if (MonotonicNs() >= until) return false;
   }
   return false;

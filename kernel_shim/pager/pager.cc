@@ -185,6 +185,7 @@ PagerStats PagerImpl::Stats() const {
   s.prefetch_issued = prefetch_issued_.load();
   s.prefetch_hits = prefetch_hits_.load();
   s.discarded = discarded_.load();
+  s.spin_hits = spin_hits_.load();
   s.fill_errors = fill_errors_.load();
   s.writeback_errors = writeback_errors_.load();
   s.resident_pages = static_cast<uint64_t>(std::max<int64_t>(0, resident_.load()));

@@ -123,6 +123,8 @@ struct PagerStats {
   // recycled oldest first.
   uint64_t prefetch_hits = 0;
   uint64_t discarded = 0;        // Pages released by Discard().
+  uint64_t spin_hits = 0;        // Fault batches a fault thread found while polling the uffd
+                                 // (fault_spin_us) instead of being woken for them.
   uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).
   uint64_t writeback_errors = 0; // Write-backs the store rejected (page kept resident).
   uint64_t resident_pages = 0;   // Now.

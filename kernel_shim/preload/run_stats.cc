@@ -51,6 +51,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["prefetch_issued"] = p.prefetch_issued;
   r["prefetch_hits"] = p.prefetch_hits;
   r["discarded"] = p.discarded;
+  r["spin_hits"] = p.spin_hits;
   r["fill_errors"] = p.fill_errors;
   r["writeback_errors"] = p.writeback_errors;
   r["resident_pages"] = p.resident_pages;

@@ -31,6 +31,9 @@ inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
 // "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).
 inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
+// Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault before it
+// sleeps in poll() (PagerOptions::fault_spin_us); "0" or unset: it sleeps at once.
+inline constexpr const char* kEnvFaultSpin = "TESSERA_RUN_FAULT_SPIN_US";
 // "1": the cluster file is rewritten while the program runs (`tessera run --etcd` mirrors etcd's
 // membership into it, atomically by rename); the shim re-reads it when it changes and adds the
 // new servers to its store / treats the vanished ones as failed. libcurl (etcd) is never loaded

@@ -406,6 +406,7 @@ struct Config {
   int k = 4, r = 2;
   bool write_traps = true;
   bool direct_reads = true;
+  uint32_t fault_spin_us = 0;  // kEnvFaultSpin
   std::string layout;  // "" = the store's default
   bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
@@ -432,6 +433,8 @@ bool TakeConfig(Config* c, std::string* error) {
   std::string traps, direct;
   const bool has_traps = take(kEnvWriteTraps, &traps);
   const bool has_direct = take(kEnvDirectReads, &direct);
+  std::string spin;
+  const bool has_spin = take(kEnvFaultSpin, &spin);
   take(kEnvLayout, &c->layout);
   std::string follow;
   if (take(kEnvFollow, &follow)) c->follow = follow == "1";
@@ -466,6 +469,15 @@ bool TakeConfig(Config* c, std::string* error) {
       return true;
     }
     c->direct_reads = direct == "1";
+  }
+  if (has_spin) {
+    const bool digits = !spin.empty() && spin.size() <= 4 &&
+                        spin.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || atoi(spin.c_str()) > 1000) {
+      *error = "bad " + std::string(kEnvFaultSpin) + " '" + spin + "' (0..1000 microseconds)";
+      return true;
+    }
+    c->fault_spin_us = static_cast<uint32_t>(atoi(spin.c_str()));
   }
   if (has_k) c->k = atoi(k.c_str());
   if (has_r) c->r = atoi(r.c_str());
@@ -604,6 +616,7 @@ void* InitThread(void* arg) {
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
     po.write_traps = c.write_traps;
+    po.fault_spin_us = c.fault_spin_us;
     auto pager = Pager::Create(po);
     if (!pager.ok()) {
       error = "pager: " + pager.status().ToString();

@@ -71,6 +71,36 @@ TEST(RunLayout, DirectReadsAreTheDefaultAndCanBeTurnedOff) {
   }
 }
 
+// --fault_spin_us: fault threads poll the userfaultfd after a fault; faults found that way are
+// counted (spin_hits), the output is the unpaged one, and an out-of-range value is a usage error.
+TEST(RunLayout, FaultSpinFindsFaultsWithoutAWakeUpAndKeepsTheOutput) {
+  auto local = RunCommand({"/usr/bin/python3", kScript, "40000", "8", "3"}, 120000);
+  ASSERT_EQ(local.exit_code, 0);
+  for (int spin : {0, 500}) {
+    TempDir tmp;
+    const std::string json = tmp.path() + "/stats.json";
+    auto out = RunCommand({BinDir() + "/tessera", "run", "--local-memory", "50%",
+                           "--fault_spin_us", std::to_string(spin), "--stats-json", json, "--",
+                           "/usr/bin/python3", kScript, "40000", "8", "3"},
+                          240000);
+    ASSERT_EQ(out.exit_code, 0) << spin;
+    EXPECT_EQ(out.stdout_text, local.stdout_text) << spin;
+    auto j = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << ReadFile(json);
+    ASSERT_GT(j.value("faults", 0), 0) << j.dump();
+    if (spin == 0) {
+      EXPECT_EQ(j.value("spin_hits", -1), 0) << j.dump();
+    } else {
+      EXPECT_GT(j.value("spin_hits", 0), 0) << "no fault found while polling: " << j.dump();
+    }
+    EXPECT_EQ(j.value("fill_errors", -1), 0) << j.dump();
+  }
+  EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", "--fault_spin_us", "1001", "--",
+                        "/bin/true"})
+                .exit_code,
+            2);
+}
+
 TEST(RunLayout, UnknownLayoutIsAUsageError) {
   EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", "--layout", "striped", "--", "/bin/true"})
                 .exit_code,
