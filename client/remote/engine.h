@@ -408,6 +408,10 @@ class IoThread {
   // Fills the open stripe's free slots with buffered pages (as many as fit; the rest stay).
   void GroupExtend(Stripe& st);
   void GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st);
+  // Writes every member in c->asked of a stripe write (a failed server's member re-placed and
+  // asked once more; one that still cannot be posted counts as bad), then settles it if nothing
+  // is outstanding.
+  void GroupPostAsked(Ctx* c);
   void GroupStripeSettled(Ctx* c);
   void GroupKill(PageId page);  // The page's stored slot (if any) becomes garbage.
   void GroupMaybeReleaseStripe(uint32_t slab, uint32_t row);

@@ -299,15 +299,7 @@ bool IoThread::GroupSeal(bool all) {
     const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
     c->asked = all & ~c->zero;
     c->good = c->bad = 0;
-    for (int j = 0; j < lay_.width(); ++j) {
-      const uint64_t bit = 1ull << j;
-      if ((c->asked & bit) == 0) continue;
-      if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
-      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-      if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
-      if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
-    }
-    if (c->outstanding == 0) GroupStripeSettled(c);
+    GroupPostAsked(c);
     return true;
   }
   return true;
@@ -439,12 +431,16 @@ void IoThread::GroupExtend(Stripe& st) {
   c->good = all & ~c->zero & ~c->asked;  // The members left as they are.
   open_reclaimed_ = 0;  // The stripe is being written: GroupOpenStripe() refuses it meanwhile.
   c->bad = 0;
-  Slab& s = slabs_[c->slab];
+  GroupPostAsked(c);
+}
+
+void IoThread::GroupPostAsked(Ctx* c) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((c->asked & bit) == 0) continue;
     if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
-    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    // A member whose server failed is re-placed first, then asked once more.
+    const uint32_t server = slabs_[c->slab].server[j].load(std::memory_order_relaxed);
     if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
     if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
   }
