@@ -177,10 +177,12 @@ struct RemoteStoreOptions {
   // the calling thread, over that thread's own Transport, straight from the server holding it
   // (see "Direct reads" in the file comment). False: every read goes through the I/O threads.
   bool direct_reads = true;
-  // A direct read polls for its reply this long (0..1000 us) before it sleeps in the transport's
-  // Wait(). Polling saves a wake-up (tens of microseconds on a virtual machine) when the reply
-  // is quick, and costs CPU the servers on a shared box would otherwise get.
-  uint32_t direct_spin_us = 20;
+  // A direct read polls for its reply for twice the reader's recent reply time, but at most this
+  // long (0..1000 us; 0: never polls), before it sleeps in the transport's Wait(); if the recent
+  // replies took longer than this, it sleeps at once. Polling saves a wake-up (tens of
+  // microseconds on a virtual machine whose idle CPUs halt) when the reply is quick, and costs
+  // CPU the servers on a shared box would otherwise get.
+  uint32_t direct_spin_us = 100;
 
   // Failure detection. A server is declared failed on connection loss, when a heartbeat gets
   // no reply within heartbeat_timeout_ms, or when one of its data ops gets no reply within

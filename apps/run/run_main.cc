@@ -82,6 +82,10 @@ DEFINE_int32(fault_spin_us, 30,
              "before it sleeps: a fault that comes within it skips a thread wake-up (the demo "
              "workload at 50%: fault p50 38 -> 29 us, 7.2 -> 5.75 s), at the price of CPU the "
              "memservers may share; 0 sleeps at once");
+DEFINE_int32(direct_spin_us, -1,
+             "The most microseconds (0..1000) a direct read polls for the server's reply "
+             "(twice the recent reply time, within this bound) before it sleeps "
+             "(RemoteStoreOptions::direct_spin_us); 0 never polls; -1: the store's default");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -291,6 +295,9 @@ int Main(int argc, char** argv) {
   if (FLAGS_fault_spin_us < 0 || FLAGS_fault_spin_us > 1000) {
     cli::UsageError(kSpec, "--fault_spin_us must be in 0..1000");
   }
+  if (FLAGS_direct_spin_us < -1 || FLAGS_direct_spin_us > 1000) {
+    cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000 (or -1: the default)");
+  }
   if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
   std::string layout_name = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
   if (!FLAGS_layout.empty()) {
@@ -452,6 +459,9 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
       std::string(kernel_shim::kEnvFollow) + "=" + (members_file ? "1" : "0"),
   };
+  if (FLAGS_direct_spin_us >= 0) {
+    env.push_back(std::string(kernel_shim::kEnvDirectSpin) + "=" + std::to_string(FLAGS_direct_spin_us));
+  }
   // The shim logs warnings (e.g. a memserver declared failed) unless --log_level was given.
   if (!gflags::GetCommandLineFlagInfoOrDie("log_level").is_default) {
     env.push_back(std::string(kernel_shim::kEnvLogLevel) + "=" +

@@ -73,9 +73,9 @@ DEFINE_bool(direct_reads, true,
 DEFINE_int32(fault_spin_us, 30,
              "PagerOptions::fault_spin_us (0..1000): how long a fault thread polls the "
              "userfaultfd after a fault before it sleeps (default: tessera run's)");
-DEFINE_int32(direct_spin_us, 20,
-             "RemoteStoreOptions::direct_spin_us (0..1000): how long a direct read polls for its "
-             "reply before it sleeps");
+DEFINE_int32(direct_spin_us, 100,
+             "RemoteStoreOptions::direct_spin_us (0..1000): the most a direct read polls for its "
+             "reply (twice the recent reply time, within this bound) before it sleeps");
 DEFINE_int32(zero_fault_around, 16,
              "Pager: never-written neighbours mapped with a zero-fill fault (0..64)");
 

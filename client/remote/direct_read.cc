@@ -159,6 +159,7 @@ class DirectReader {
     servers_.resize(store_->num_servers());
     comps_.resize(kSlots);
     spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
+    reply_avg_ns_ = spin_ns_ / 2;  // Polls the whole bound until replies are measured.
     const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
     wait_ns_ = hedge != 0 ? hedge : uint64_t{store_->opt_.op_timeout_ms} * 1000000;
     for (uint32_t i = 0; i < kSlots; ++i) free_.push_back(kSlots - 1 - i);
@@ -227,7 +228,7 @@ class DirectReader {
     }
     bool slept = false;
     if (outstanding > 0) {
-      const uint64_t spin_until = start + spin_ns_;
+      const uint64_t spin_until = start + DirectSpinWindowNs(reply_avg_ns_, spin_ns_);
       const Deadline deadline(MonotonicNs() + wait_ns_);
       while (outstanding > 0) {
         size_t got = 0;
@@ -239,6 +240,11 @@ class DirectReader {
           if (got == 0 && deadline.Expired()) break;
         }
         outstanding -= Handle(got, pages, out, done);
+      }
+      if (outstanding == 0) {
+        // A moving average (1/8 new) of the round's reply time, a wake-up included if it slept.
+        const uint64_t took = MonotonicNs() - start;
+        reply_avg_ns_ = reply_avg_ns_ - reply_avg_ns_ / 8 + took / 8;
       }
     }
     if (outstanding > 0) {
@@ -397,7 +403,8 @@ class DirectReader {
   std::vector<fabric::Completion> comps_;
   std::vector<fabric::WorkRequest> wrs_;
   std::array<DirectTarget, kBatch> targets_{};
-  uint64_t spin_ns_ = 0;
+  uint64_t spin_ns_ = 0;       // The polling bound (direct_spin_us).
+  uint64_t reply_avg_ns_ = 0;  // Recent rounds' reply time (see DirectSpinWindowNs).
   uint64_t wait_ns_ = 0;
 };
 

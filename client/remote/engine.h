@@ -22,6 +22,7 @@
 // per field below: atomics, or the mutex named next to the field.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -194,6 +195,17 @@ struct Slab {
 };
 
 // ---- Direct reads (direct_read.cc) ----
+
+// How long a direct read polls for its reply before it sleeps: twice the recent reply time
+// (avg_reply_ns, a moving average of this reader's rounds), so a reply that comes in the usual
+// time is caught without a wake-up, but never more than bound_ns (direct_spin_us). A server
+// whose replies take longer than the bound is not polled for at all (polling could not catch
+// them): the read sleeps at once, and the average, which then includes the wake-up, comes back
+// under the bound when the server speeds up again.
+inline uint64_t DirectSpinWindowNs(uint64_t avg_reply_ns, uint64_t bound_ns) {
+  if (avg_reply_ns > bound_ns) return 0;
+  return std::min(bound_ns, 2 * avg_reply_ns);
+}
 // What a thread reading on its own needs to know about a page, published by the owning I/O
 // thread (the only writer) and read by any thread. Guarded by a seqlock: `ver` is odd while the
 // I/O thread changes the other fields and bumped to the next even value after; a reader

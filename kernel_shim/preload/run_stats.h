@@ -34,6 +34,9 @@ inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
 // Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault before it
 // sleeps in poll() (PagerOptions::fault_spin_us); "0" or unset: it sleeps at once.
 inline constexpr const char* kEnvFaultSpin = "TESSERA_RUN_FAULT_SPIN_US";
+// Microseconds (0..1000) a direct (run-to-completion) read polls for its reply before it sleeps
+// (RemoteStoreOptions::direct_spin_us); unset: the store's default.
+inline constexpr const char* kEnvDirectSpin = "TESSERA_RUN_DIRECT_SPIN_US";
 // "1": the cluster file is rewritten while the program runs (`tessera run --etcd` mirrors etcd's
 // membership into it, atomically by rename); the shim re-reads it when it changes and adds the
 // new servers to its store / treats the vanished ones as failed. libcurl (etcd) is never loaded

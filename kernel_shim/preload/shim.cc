@@ -407,6 +407,7 @@ struct Config {
   bool write_traps = true;
   bool direct_reads = true;
   uint32_t fault_spin_us = 0;  // kEnvFaultSpin
+  int direct_spin_us = -1;     // kEnvDirectSpin; -1: the store's default
   std::string layout;  // "" = the store's default
   bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
@@ -433,8 +434,9 @@ bool TakeConfig(Config* c, std::string* error) {
   std::string traps, direct;
   const bool has_traps = take(kEnvWriteTraps, &traps);
   const bool has_direct = take(kEnvDirectReads, &direct);
-  std::string spin;
+  std::string spin, dspin;
   const bool has_spin = take(kEnvFaultSpin, &spin);
+  const bool has_dspin = take(kEnvDirectSpin, &dspin);
   take(kEnvLayout, &c->layout);
   std::string follow;
   if (take(kEnvFollow, &follow)) c->follow = follow == "1";
@@ -470,15 +472,23 @@ bool TakeConfig(Config* c, std::string* error) {
     }
     c->direct_reads = direct == "1";
   }
-  if (has_spin) {
-    const bool digits = !spin.empty() && spin.size() <= 4 &&
-                        spin.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || atoi(spin.c_str()) > 1000) {
-      *error = "bad " + std::string(kEnvFaultSpin) + " '" + spin + "' (0..1000 microseconds)";
-      return true;
+  // A spin time: 0..1000 microseconds, digits only.
+  auto micros = [error](const char* name, const std::string& v, int* out) {
+    const bool digits = !v.empty() && v.size() <= 4 &&
+                        v.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || atoi(v.c_str()) > 1000) {
+      *error = "bad " + std::string(name) + " '" + v + "' (0..1000 microseconds)";
+      return false;
     }
-    c->fault_spin_us = static_cast<uint32_t>(atoi(spin.c_str()));
+    *out = atoi(v.c_str());
+    return true;
+  };
+  if (has_spin) {
+    int us = 0;
+    if (!micros(kEnvFaultSpin, spin, &us)) return true;
+    c->fault_spin_us = static_cast<uint32_t>(us);
   }
+  if (has_dspin && !micros(kEnvDirectSpin, dspin, &c->direct_spin_us)) return true;
   if (has_k) c->k = atoi(k.c_str());
   if (has_r) c->r = atoi(r.c_str());
   if (has_local) {
@@ -597,6 +607,7 @@ void* InitThread(void* arg) {
     eo.k = c.k;
     eo.r = c.r;
     eo.remote.direct_reads = c.direct_reads;
+    if (c.direct_spin_us >= 0) eo.remote.direct_spin_us = static_cast<uint32_t>(c.direct_spin_us);
     if (!c.layout.empty()) {
       auto layout = client::ParseEcLayout(c.layout);
       if (!layout.ok()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "client/local_cluster.h"
+#include "client/remote/engine.h"
 #include "client/remote_store.h"
 #include "client/testing/fault_injecting_transport.h"
 #include "common/clock.h"
@@ -386,4 +387,13 @@ TEST(DirectReadTest, BadSpinIsRefused) {
 }
 
 }  // namespace
+// The polling window follows the recent reply time, within the bound.
+TEST(DirectSpinWindow, TwiceTheRecentReplyTimeWithinTheBound) {
+  using remote::DirectSpinWindowNs;
+  EXPECT_EQ(DirectSpinWindowNs(20'000, 100'000), 40'000u);   // Quick replies: 2x their time.
+  EXPECT_EQ(DirectSpinWindowNs(70'000, 100'000), 100'000u);  // Capped at the bound.
+  EXPECT_EQ(DirectSpinWindowNs(150'000, 100'000), 0u);       // Slower than the bound: no poll.
+  EXPECT_EQ(DirectSpinWindowNs(20'000, 0), 0u);              // direct_spin_us 0 never polls.
+}
+
 }  // namespace tessera::client

@@ -73,6 +73,7 @@ TEST(RunLayout, DirectReadsAreTheDefaultAndCanBeTurnedOff) {
 
 // --fault_spin_us: fault threads poll the userfaultfd after a fault; faults found that way are
 // counted (spin_hits), the output is the unpaged one, and an out-of-range value is a usage error.
+// --direct_spin_us 0 (given with --fault_spin_us 0): direct reads never poll for their reply.
 TEST(RunLayout, FaultSpinFindsFaultsWithoutAWakeUpAndKeepsTheOutput) {
   auto local = RunCommand({"/usr/bin/python3", kScript, "40000", "8", "3"}, 120000);
   ASSERT_EQ(local.exit_code, 0);
@@ -80,7 +81,8 @@ TEST(RunLayout, FaultSpinFindsFaultsWithoutAWakeUpAndKeepsTheOutput) {
     TempDir tmp;
     const std::string json = tmp.path() + "/stats.json";
     auto out = RunCommand({BinDir() + "/tessera", "run", "--local-memory", "50%",
-                           "--fault_spin_us", std::to_string(spin), "--stats-json", json, "--",
+                           "--fault_spin_us", std::to_string(spin), "--direct_spin_us",
+                           std::to_string(spin), "--stats-json", json, "--",
                            "/usr/bin/python3", kScript, "40000", "8", "3"},
                           240000);
     ASSERT_EQ(out.exit_code, 0) << spin;
@@ -88,17 +90,21 @@ TEST(RunLayout, FaultSpinFindsFaultsWithoutAWakeUpAndKeepsTheOutput) {
     auto j = nlohmann::json::parse(ReadFile(json), nullptr, /*allow_exceptions=*/false);
     ASSERT_TRUE(j.is_object()) << ReadFile(json);
     ASSERT_GT(j.value("faults", 0), 0) << j.dump();
+    ASSERT_GT(j.value("store_direct_reads", 0), 0) << j.dump();
     if (spin == 0) {
       EXPECT_EQ(j.value("spin_hits", -1), 0) << j.dump();
+      EXPECT_EQ(j.value("store_direct_spin_hits", -1), 0) << j.dump();
+      EXPECT_GT(j.value("store_direct_sleeps", 0), 0) << j.dump();
     } else {
       EXPECT_GT(j.value("spin_hits", 0), 0) << "no fault found while polling: " << j.dump();
     }
     EXPECT_EQ(j.value("fill_errors", -1), 0) << j.dump();
   }
-  EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", "--fault_spin_us", "1001", "--",
-                        "/bin/true"})
-                .exit_code,
-            2);
+  for (const char* flag : {"--fault_spin_us", "--direct_spin_us"}) {
+    EXPECT_EQ(RunCommand({BinDir() + "/tessera", "run", flag, "1001", "--", "/bin/true"}).exit_code,
+              2)
+        << flag;
+  }
 }
 
 TEST(RunLayout, UnknownLayoutIsAUsageError) {
