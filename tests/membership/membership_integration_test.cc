@@ -104,6 +104,40 @@ class EtcdMembershipTest : public ::testing::Test {
     return false;
   }
 
+  // n registered servers, a view that has seen them all, and an RS(2,1) store of 256 pages over
+  // them (TCP) that follows the view; `tweak` adjusts the store's options. Members are declared
+  // in the order they must be torn down last to first.
+  struct Rig {
+    std::unique_ptr<LocalCluster> cluster;
+    std::unique_ptr<MembershipView> view;
+    std::unique_ptr<PageStore> store;
+    std::unique_ptr<StoreFollower> follower;
+  };
+  void StartRig(size_t n, Rig* rig,
+                const std::function<void(client::ErasureCodedStoreOptions*)>& tweak = {}) {
+    rig->cluster = StartServers(n);
+    ASSERT_NE(rig->cluster, nullptr);
+    rig->view = View();
+    ASSERT_NE(rig->view, nullptr);
+    ASSERT_TRUE(rig->view->WaitFor([n](const auto& m) { return m.size() == n; }, kWaitMs));
+    auto servers = ToRemoteServers(rig->view->Members());
+    ASSERT_TRUE(servers.ok()) << servers.status();
+    client::ErasureCodedStoreOptions o;
+    o.remote.servers = *servers;
+    o.remote.secret = rig->cluster->secret();
+    o.remote.transport = fabric::TransportKind::kTcp;
+    o.remote.capacity_pages = 256;
+    o.k = 2;
+    o.r = 1;
+    if (tweak) tweak(&o);
+    auto s = client::CreateErasureCodedStore(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    rig->store = std::move(*s);
+    auto f = StoreFollower::Start(rig->view.get(), rig->store.get());
+    ASSERT_TRUE(f.ok()) << f.status();
+    rig->follower = std::move(*f);
+  }
+
   std::unique_ptr<EtcdProcess> etcd_;
   EtcdOptions eo_;
 };
@@ -136,30 +170,17 @@ TEST_F(EtcdMembershipTest, ServersRegisterAndLeaveGracefullyOrByLeaseExpiry) {
 }
 
 TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
-  auto first = StartServers(3);
-  ASSERT_NE(first, nullptr);
-  auto view = View();
-  ASSERT_NE(view, nullptr);
-  ASSERT_TRUE(view->WaitFor([](const auto& m) { return m.size() == 3; }, kWaitMs));
-  auto servers = ToRemoteServers(view->Members());
-  ASSERT_TRUE(servers.ok());
-  client::ErasureCodedStoreOptions o;
-  o.remote.servers = *servers;
-  o.remote.secret = first->secret();
-  o.remote.transport = fabric::TransportKind::kTcp;
-  o.remote.capacity_pages = 256;
-  // Neither heartbeats nor op timeouts may find a stopped server within the test: the
-  // failure signal has to come from etcd (its lease expiring).
-  o.remote.heartbeat_timeout_ms = 15000;
-  o.remote.op_timeout_ms = 15000;
-  o.k = 2;
-  o.r = 1;
-  o.layout = client::EcLayout::kSplit;
-  auto s = client::CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  auto follower = StoreFollower::Start(view.get(), store);
-  ASSERT_TRUE(follower.ok()) << follower.status();
+  Rig rig;
+  StartRig(3, &rig, [](client::ErasureCodedStoreOptions* o) {
+    // Neither heartbeats nor op timeouts may find a stopped server within the test: the
+    // failure signal has to come from etcd (its lease expiring).
+    o->remote.heartbeat_timeout_ms = 15000;
+    o->remote.op_timeout_ms = 15000;
+    o->layout = client::EcLayout::kSplit;
+  });
+  if (HasFatalFailure()) return;
+  LocalCluster* first = rig.cluster.get();
+  PageStore* store = rig.store.get();
   WriteRange(store, 0, 128, 1);
 
   // Two servers join (same secret): the store connects to them.
@@ -199,33 +220,23 @@ TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplit
   WriteRange(store, 128, 128, 2);
   VerifyRange(store, 128, 128, 2);
   EXPECT_EQ(store->Stats().data_loss, 0u);
-  EXPECT_GE((*follower)->leaves(), 1u);
-  follower->reset();
+  EXPECT_GE(rig.follower->leaves(), 1u);
+  rig.follower.reset();
   ASSERT_TRUE(first->Cont(stopped).ok());  // Else the monitor's heartbeat to it holds shutdown.
-  s->reset();
+  rig.store.reset();  // Before `second` goes.
 }
 
 TEST_F(EtcdMembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
-  auto cluster = StartServers(4);
-  ASSERT_NE(cluster, nullptr);
-  auto view = View();
-  ASSERT_NE(view, nullptr);
-  ASSERT_TRUE(view->WaitFor([](const auto& m) { return m.size() == 4; }, kWaitMs));
-  client::ErasureCodedStoreOptions o;
-  o.remote.servers = *ToRemoteServers(view->Members());
-  o.remote.secret = cluster->secret();
-  o.remote.transport = fabric::TransportKind::kTcp;
-  o.remote.capacity_pages = 256;
-  o.k = 2;
-  o.r = 1;
-  auto s = client::CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto follower = StoreFollower::Start(view.get(), s->get());
-  ASSERT_TRUE(follower.ok());
-  WriteRange(s->get(), 0, 256, 1);
-  auto where = client::ServersOfPage(**s, 0);
+  Rig rig;
+  StartRig(4, &rig);
+  if (HasFatalFailure()) return;
+  LocalCluster* cluster = rig.cluster.get();
+  MembershipView* view = rig.view.get();
+  PageStore* store = rig.store.get();
+  WriteRange(store, 0, 256, 1);
+  auto where = client::ServersOfPage(*store, 0);
   ASSERT_TRUE(where.ok());
-  auto all = client::RemoteServersOf(**s);
+  auto all = client::RemoteServersOf(*store);
   const fabric::Endpoint victim_ep = (*all)[(*where)[0]].endpoint;
   size_t victim = 0;
   for (size_t i = 0; i < cluster->size(); ++i) {
@@ -235,38 +246,27 @@ TEST_F(EtcdMembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
   ASSERT_TRUE(view->WaitFor([&](const auto& m) { return !HasEndpoint(m, victim_ep); }, kWaitMs))
       << "the SIGKILLed server's lease did not expire";
   WaitFor([&] {
-    auto x = (*s)->Stats();
+    auto x = store->Stats();
     return x.server_failures == 1 && x.regenerations_done > 0 && x.regenerations_pending == 0;
   }, "regeneration after the kill");
-  VerifyRange(s->get(), 0, 256, 1);
-  EXPECT_EQ((*s)->Stats().data_loss, 0u);
-  follower->reset();
+  VerifyRange(store, 0, 256, 1);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
 TEST_F(EtcdMembershipTest, EtcdRestartMidRunLosesNothingAndTheWatchResumes) {
-  auto first = StartServers(3);
-  ASSERT_NE(first, nullptr);
-  auto view = View();
-  ASSERT_NE(view, nullptr);
-  ASSERT_TRUE(view->WaitFor([](const auto& m) { return m.size() == 3; }, kWaitMs));
-  client::ErasureCodedStoreOptions o;
-  o.remote.servers = *ToRemoteServers(view->Members());
-  o.remote.secret = first->secret();
-  o.remote.transport = fabric::TransportKind::kTcp;
-  o.remote.capacity_pages = 256;
-  o.k = 2;
-  o.r = 1;
-  auto s = client::CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  auto follower = StoreFollower::Start(view.get(), s->get());
-  ASSERT_TRUE(follower.ok());
-  WriteRange(s->get(), 0, 64, 1);
+  Rig rig;
+  StartRig(3, &rig);
+  if (HasFatalFailure()) return;
+  LocalCluster* first = rig.cluster.get();
+  MembershipView* view = rig.view.get();
+  PageStore* store = rig.store.get();
+  WriteRange(store, 0, 64, 1);
   const uint64_t snaps = view->snapshots();
 
   // etcd goes away: the client keeps working from its last view.
   ASSERT_TRUE(etcd_->Kill().ok());
-  WriteRange(s->get(), 64, 64, 1);
-  VerifyRange(s->get(), 0, 128, 1);
+  WriteRange(store, 64, 64, 1);
+  VerifyRange(store, 0, 128, 1);
   EXPECT_EQ(view->Members().size(), 3u) << "the last view must survive etcd being away";
   // Back on the same ports and data: registrations are still there (leases are renewed when
   // etcd starts), the watch reconnects, and a server joining now is seen.
@@ -274,16 +274,17 @@ TEST_F(EtcdMembershipTest, EtcdRestartMidRunLosesNothingAndTheWatchResumes) {
   WaitFor([&] { return view->snapshots() > snaps; }, "the watch to reconnect");
   auto joiner = StartServers(1, first->token_path());
   ASSERT_NE(joiner, nullptr);
-  WaitFor([&] { return client::RemoteServersOf(**s)->size() == 4; }, "the join after restart");
+  WaitFor([&] { return client::RemoteServersOf(*store)->size() == 4; }, "the join after restart");
   ASSERT_TRUE(view->WaitFor([](const auto& m) { return m.size() == 4; }, kWaitMs));
-  const auto now = *client::RemoteServersOf(**s);
-  const auto failed_now = *client::RemoteServersFailed(**s);
+  const auto now = *client::RemoteServersOf(*store);
+  const auto failed_now = *client::RemoteServersFailed(*store);
   for (size_t i = 0; i < now.size(); ++i) {
     EXPECT_FALSE(failed_now[i]) << now[i].endpoint.ToString() << " marked failed";
   }
-  EXPECT_EQ((*s)->Stats().server_failures, 0u);
-  VerifyRange(s->get(), 0, 128, 1);
-  follower->reset();
+  EXPECT_EQ(store->Stats().server_failures, 0u);
+  VerifyRange(store, 0, 128, 1);
+  rig.follower.reset();
+  rig.store.reset();  // Before `joiner` goes.
 }
 
 }  // namespace
