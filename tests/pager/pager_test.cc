@@ -34,15 +34,22 @@ bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
   return true;
 }
 
-std::unique_ptr<Pager> MakePager(MemoryPageStore* store, size_t pages, uint64_t limit_pages = 0,
-                                 VictimPolicy policy = VictimPolicy::kSmart,
-                                 bool prefetch = true, size_t zero_around = 16) {
+// A pager over `pages` pages of `store` capped at limit_pages (0: no cap).
+PagerOptions CappedOptions(client::PageStore* store, size_t pages, uint64_t limit_pages,
+                           size_t evict_batch = 16) {
   PagerOptions o;
-  o.zero_fault_around_pages = zero_around;
   o.store = store;
   o.region_bytes = pages * kPage;
   o.local_limit_bytes = limit_pages * kPage;
-  o.evict_batch = 16;
+  o.evict_batch = evict_batch;
+  return o;
+}
+
+std::unique_ptr<Pager> MakePager(MemoryPageStore* store, size_t pages, uint64_t limit_pages = 0,
+                                 VictimPolicy policy = VictimPolicy::kSmart,
+                                 bool prefetch = true, size_t zero_around = 16) {
+  PagerOptions o = CappedOptions(store, pages, limit_pages);
+  o.zero_fault_around_pages = zero_around;
   o.victim = policy;
   o.prefetch = prefetch;
   auto r = Pager::Create(o);
@@ -219,11 +226,7 @@ TEST(PagerTest, EvictionUnderFixedCapKeepsEveryByte) {
 TEST(PagerTest, SpinningFaultThreadsKeepEveryByte) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages, 20);
-  PagerOptions o;
-  o.store = &store;
-  o.region_bytes = kPages * kPage;
-  o.local_limit_bytes = kCap * kPage;
-  o.evict_batch = 16;
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
   o.fault_spin_us = 50;
   auto r = Pager::Create(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -294,11 +297,7 @@ TEST(PagerTest, FractionalCapFollowsPeakFootprint) {
 TEST(PagerTest, ManyThreadsFaultSameAndDifferentPages) {
   constexpr size_t kPages = 1024, kCap = 128, kThreads = 8, kShared = 64;
   MemoryPageStore store(kPages, 10);
-  PagerOptions o;
-  o.store = &store;
-  o.region_bytes = kPages * kPage;
-  o.local_limit_bytes = kCap * kPage;
-  o.evict_batch = 16;
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
   o.fault_threads = 2;
   auto r = Pager::Create(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -460,11 +459,7 @@ TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
   // by a racing eviction shows up as a short count.
   constexpr size_t kPages = 64, kCap = 8, kThreads = 4, kIters = 150;
   MemoryPageStore store(kPages, 5);
-  PagerOptions o;
-  o.store = &store;
-  o.region_bytes = kPages * kPage;
-  o.local_limit_bytes = kCap * kPage;
-  o.evict_batch = 4;
+  PagerOptions o = CappedOptions(&store, kPages, kCap, /*evict_batch=*/4);
   o.prefetch = false;
   auto r = Pager::Create(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -496,11 +491,7 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   auto run = [](VictimPolicy policy) {
     constexpr size_t kPages = 2048, kCap = 32;
     MemoryPageStore store(kPages);
-    PagerOptions o;
-    o.store = &store;
-    o.region_bytes = kPages * kPage;
-    o.local_limit_bytes = kCap * kPage;
-    o.evict_batch = 4;
+    PagerOptions o = CappedOptions(&store, kPages, kCap, /*evict_batch=*/4);
     o.prefetch = false;
     o.victim = policy;
     auto pager = std::move(Pager::Create(o)).value();
