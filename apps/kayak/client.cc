@@ -678,6 +678,10 @@ double Client::x() {
   std::lock_guard<std::mutex> lock(ctl_mu_);
   return controller_->x();
 }
+uint64_t Client::last_p99_ns() {
+  std::lock_guard<std::mutex> lock(ctl_mu_);
+  return controller_->last_p99_ns();
+}
 uint64_t Client::slo_ns() {
   std::lock_guard<std::mutex> lock(ctl_mu_);
   return controller_->slo_ns();

@@ -115,6 +115,7 @@ class Client {
   uint32_t window();
   double x();
   uint64_t slo_ns();
+  uint64_t last_p99_ns();  // The p99 of the controller's last R interval (see Controller).
   uint64_t rtt_ns() const { return rtt_ns_; }
   Mode mode() const { return options_.controller.mode; }
   size_t servers() const { return conns_.size(); }

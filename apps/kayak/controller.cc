@@ -61,6 +61,7 @@ void Controller::RunR(uint64_t now_ns) {
   if (r_samples_.size() >= options_.r_min_samples && options_.slo_ns > 0) {
     size_t k = (r_samples_.size() * 99 + 99) / 100 - 1;
     std::nth_element(r_samples_.begin(), r_samples_.begin() + k, r_samples_.end());
+    last_p99_ns_ = r_samples_[k];
     const double p99 = static_cast<double>(r_samples_[k]);
     const double slo = static_cast<double>(options_.slo_ns);
     if (p99 > slo) {
@@ -85,6 +86,15 @@ void Controller::MoveX() {
     return;
   }
   x_ = next;
+  move_window_ = window_;
+}
+
+void Controller::MoveBack() {
+  x_ = base_x_;
+  settle_left_ = options_.x_settle_intervals;
+  if (options_.x_restore_window && window_ < move_window_) {
+    window_ = move_window_;
+  }
 }
 
 void Controller::RunX(uint64_t now_ns) {
@@ -95,10 +105,13 @@ void Controller::RunX(uint64_t now_ns) {
   x_start_ns_ = now_ns;
   if (options_.mode != Mode::kKayak) return;
   if (base_x_ < 0) {  // The first interval: a baseline, then the first step.
-    base_x_ = x_;
-    base_t_ = level_t_ = t;
+    NewBase(t);
     step_ = options_.x_initial_step;
     MoveX();
+    return;
+  }
+  if (settle_left_ > 0) {
+    --settle_left_;
     return;
   }
   auto inward = [](double x) { return x <= 0.0 ? 1.0 : -1.0; };
@@ -111,10 +124,8 @@ void Controller::RunX(uint64_t now_ns) {
       ++shifts_;
       shift_sign_ = 0;
       step_ = std::max(step_, options_.x_initial_step);
-      hold_left_ = 0;
       hold_len_ = 1;
-      base_x_ = x_;
-      base_t_ = level_t_ = t;
+      NewBase(t);
       if (x_ <= 0.0 || x_ >= 1.0) direction_ = inward(x_);
       MoveX();
       return;
@@ -127,8 +138,11 @@ void Controller::RunX(uint64_t now_ns) {
   if (x_ == base_x_) {
     // X held for this interval: learn the noise, refresh the baseline, then probe.
     const double rel = base_t_ > 0 ? std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift) : 0;
-    noise_ = noise_ == 0 ? rel : 0.8 * noise_ + 0.2 * rel;
-    if (shift_sign_ == 0) level_t_ = 0.7 * level_t_ + 0.3 * t;
+    // (An interval that may be the first of a phase change teaches neither noise nor level.)
+    if (shift_sign_ == 0) {
+      noise_ = noise_ == 0 ? rel : 0.8 * noise_ + 0.2 * rel;
+      level_t_ = 0.7 * level_t_ + 0.3 * t;
+    }
     base_t_ = t;
     if (hold_left_ > 0) {
       --hold_left_;
@@ -145,19 +159,60 @@ void Controller::RunX(uint64_t now_ns) {
   // X moved from base_x_ for this interval: compare with the interval before the move.
   const double rel = base_t_ > 0 ? (t - base_t_) / base_t_ : 0;
   const double tol = std::max(options_.x_min_noise, 2 * noise_);
-  if (rel > tol) {
+  bool better = rel > tol;
+  if (options_.x_hold_in_noise) {
+    // One interval within the noise proves nothing either way: keep the evidence per side of
+    // base_x_; a side pays once the mean of its n probes exceeds tol / sqrt(n) (n = 1: a
+    // clear gain).
+    const int side = direction_ > 0 ? 1 : 0;
+    evidence_sum_[side] += rel;
+    ++evidence_n_[side];
+    const double n = evidence_n_[side];
+    better = evidence_sum_[side] / n > tol / std::sqrt(n);
+  }
+  if (better) {
     // Better: keep going, faster.
     step_ = std::min(step_ * 1.5, options_.x_max_step);
-    base_x_ = x_;
-    base_t_ = level_t_ = t;
+    NewBase(t);
     hold_len_ = 1;
-    hold_left_ = 0;
     MoveX();
+  } else if (options_.x_hold_in_noise) {
+    // Not (yet) better: back to the base. A clear loss halves the step; a move within the
+    // noise and down keeps it, at most x_bound_probe (probes from a held X stay close to it);
+    // one within the noise and up keeps it (a smaller step would hide the gain). The next
+    // probe goes to a side not yet tried, else to the side with the better evidence: at once
+    // if that evidence is up (not yet enough to move), else after a hold (doubling each
+    // time). Where throughput is flat within the noise, X stays put instead of wandering.
+    MoveBack();
+    if (rel < -tol) {
+      step_ = step_ * 0.5;
+    } else if (rel <= 0) {
+      step_ = std::min(step_, options_.x_bound_probe);
+    }
+    step_ = std::max(step_, options_.x_min_step);
+    auto mean = [&](int side) { return evidence_sum_[side] / std::max<uint32_t>(1, evidence_n_[side]); };
+    bool hold;
+    if (from_bound) {
+      direction_ = inward(base_x_);
+      hold = mean(direction_ > 0 ? 1 : 0) <= 0;
+    } else if (evidence_n_[0] == 0 || evidence_n_[1] == 0) {
+      direction_ = evidence_n_[1] == 0 ? 1.0 : -1.0;
+      hold = false;
+    } else {
+      direction_ = mean(1) >= mean(0) ? 1.0 : -1.0;
+      hold = std::max(mean(0), mean(1)) <= 0;
+    }
+    if (hold) {
+      hold_left_ = hold_len_;
+      hold_len_ = std::min(hold_len_ * 2, options_.x_max_hold);
+    } else {
+      hold_left_ = 0;
+    }
   } else if (rel < -tol || from_bound) {
     // Worse, or a probe away from a bound that did not clearly pay: back to the old X and
     // turn around; smaller steps after a loss; from a bound, a longer hold before the next
     // probe each time one fails.
-    x_ = base_x_;
+    MoveBack();
     direction_ = -direction_;
     if (rel < -tol) step_ = std::max(step_ * 0.5, options_.x_min_step);
     if (from_bound) {
@@ -168,18 +223,22 @@ void Controller::RunX(uint64_t now_ns) {
     }
   } else if (rel >= 0) {
     // Within the noise but up: go on the same way with the same step.
-    base_x_ = x_;
-    base_t_ = level_t_ = t;
-    hold_left_ = 0;
+    NewBase(t);
     MoveX();
   } else {
     // Within the noise and down: keep the new X, re-measure it, then a smaller step back.
     direction_ = -direction_;
     step_ = std::max(step_ * 0.5, options_.x_min_step);
-    base_x_ = x_;
-    base_t_ = level_t_ = t;
-    hold_left_ = 0;
+    NewBase(t);
   }
+}
+
+void Controller::NewBase(double t) {
+  base_x_ = x_;
+  base_t_ = level_t_ = t;
+  hold_left_ = 0;
+  evidence_sum_[0] = evidence_sum_[1] = 0;
+  evidence_n_[0] = evidence_n_[1] = 0;
 }
 
 }  // namespace kayak

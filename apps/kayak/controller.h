@@ -11,17 +11,22 @@
 //     sent as RPC (ship compute) rather than KV (ship data), by bounded gradient ascent on the
 //     measured throughput, done as paired comparisons: X moves by a step, and the throughput
 //     of that interval is compared with the one just before it at the old X (so a drift of the
-//     machine affects both alike). Better by more than the noise: keep going, step x1.5 (up to
-//     x_max_step). Worse by more than the noise: go back to the old X, turn around, step x0.5
-//     (down to x_min_step). Within the noise (the gradient is uncertain): no bigger steps, the
-//     way the sign of the change points (on with the same step, or back with half of it
-//     after re-measuring). The noise is learnt from intervals where X did not
-//     move. At a bound (X = 0 or 1) that throughput favours, X stays and probes inward only
-//     after a hold of 1, 2, 4, ... intervals (up to x_max_hold), and leaves only when a probe
-//     clearly pays: an optimum at a bound costs little exploration. Phase change: when two
-//     intervals in a row land more than x_shift (or 4x the noise) from the throughput level
-//     of the current X, the same way, the hold ends and the step goes back to at least
-//     x_initial_step, so X follows a new optimum within a few intervals.
+//     machine affects both alike). Better by more than the noise (tol = 2x the noise learnt
+//     from intervals where X did not move): keep going, step x1.5 (up to x_max_step).
+//     Otherwise X goes back to the old X (x_hold_in_noise): one interval within the noise
+//     proves nothing, so the changes measured on each side of the held X add up as evidence,
+//     and X moves once the mean of n probes one way exceeds tol/sqrt(n). The next probe goes
+//     to the side with the better evidence, at once while it is up, else after a hold of 1,
+//     2, 4, ... intervals (up to x_max_hold). So X leaves a held point only when moving
+//     clearly pays, and where KV and RPC are within the noise of each other it stays put
+//     instead of wandering. At a bound (X = 0 or 1) probes go inward by at most
+//     x_bound_probe: an optimum at a bound costs little exploration. After X goes back, the
+//     window goes back to what it was before the move (x_restore_window: the move's requests,
+//     e.g. a few slow KV chains, set the p99 and cut it) and the next interval is ignored
+//     (x_settle_intervals). Phase change: when two intervals in a row land more than x_shift
+//     (or 4x the noise) from the throughput level of the current X, the same way, the hold
+//     and the evidence end and the step goes back to at least x_initial_step, so X follows a
+//     new optimum within a few intervals.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
 //
 // Every constant is an Options field with a documented default. The published Kayak uses a
@@ -69,8 +74,23 @@ struct ControllerOptions {
   double x_max_step = 0.3;
   double x_min_noise = 0.02;     // A relative throughput change below this is noise.
   double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change.
-  uint32_t x_max_hold = 16;      // Most X intervals between probes away from a bound.
-  double x_bound_probe = 0.1;    // Largest routine probe away from a bound.
+  uint32_t x_max_hold = 16;      // Most X intervals between probes away from a held X.
+  double x_bound_probe = 0.1;    // Largest routine probe away from a bound (or, with
+                                 // x_hold_in_noise, from a held X after a probe down).
+  // Intervals ignored after X goes back from a move that did not pay: the window is still
+  // recovering from the move's requests (e.g. a probe's slow KV chains set the p99), so their
+  // throughput is neither a baseline, nor noise, nor a sign of a phase change.
+  uint32_t x_settle_intervals = 1;
+  // When X goes back from a move that did not pay, the window goes back to at least what it
+  // was before the move: it met the SLO at that X, and what cut it since were the move's
+  // requests (e.g. 5% KV chains 4x slower than the RPCs set the p99). Without this, regrowing
+  // the window after every probe costs more throughput than the probe itself.
+  bool x_restore_window = true;
+  // A move whose throughput change is within the noise goes back and holds as a failed probe
+  // from a bound does, unless n such probes the same way average more than the tolerance /
+  // sqrt(n) (true); or X goes on the way the sign points (false: X wanders where throughput
+  // is flat, e.g. where KV and RPC are within the noise of each other).
+  bool x_hold_in_noise = true;
 };
 
 class Controller {
@@ -91,6 +111,8 @@ class Controller {
   const ControllerOptions& options() const { return options_; }
   // Throughput (completions/s) over the last X interval; 0 before the first.
   double last_throughput() const { return last_throughput_; }
+  // The p99 latency of the last R interval that had enough samples (ns); 0 before the first.
+  uint64_t last_p99_ns() const { return last_p99_ns_; }
   // The X-loop's current step and its estimate of the throughput noise (relative).
   double x_step() const { return step_; }
   double x_noise() const { return noise_; }
@@ -100,7 +122,9 @@ class Controller {
  private:
   void RunR(uint64_t now_ns);
   void RunX(uint64_t now_ns);
-  void MoveX();  // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
+  void MoveX();
+  void NewBase(double t);
+  void MoveBack();         // X back to base_x_ after a move that did not pay.  // X stays at x_ as the new base measured at throughput t.  // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
 
   ControllerOptions options_;
   uint32_t window_;
@@ -109,6 +133,7 @@ class Controller {
   // R-loop state.
   uint64_t r_start_ns_;
   std::vector<uint64_t> r_samples_;
+  uint64_t last_p99_ns_ = 0;
   // X-loop state.
   uint64_t x_start_ns_;
   uint64_t x_completions_ = 0;
@@ -121,6 +146,10 @@ class Controller {
   double noise_ = 0;          // Smoothed |relative change| between intervals at one X.
   uint32_t hold_left_ = 0;    // Intervals to stay at base_x_ before the next probe.
   uint32_t hold_len_ = 1;     // The hold after a failed probe from a bound (doubles).
+  uint32_t settle_left_ = 0;  // Intervals still ignored after a move back (x_settle_intervals).
+  uint32_t move_window_ = 0;  // The window when X last moved from its base.
+  double evidence_sum_[2] = {0, 0};  // Relative changes of probes within the noise from base_x_,
+  uint32_t evidence_n_[2] = {0, 0};  // down [0] and up [1] (x_hold_in_noise).
   int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.
   uint64_t shifts_ = 0;
 };

@@ -55,6 +55,8 @@ DEFINE_bool(redis, true, "Also measure Redis (redis-server must be installed)");
 DEFINE_string(redis_server, "redis-server", "The redis-server binary");
 DEFINE_string(plot, "kayak_bimodal.png", "PNG of X, window and throughput through the bimodal phase change ('' = none)");
 DEFINE_string(timeline, "", "Also write the bimodal timeline as TSV here");
+DEFINE_string(trace, "", "Append every Tessera point's 50 ms samples (workload, mode, t, X, window, "
+              "ops/s, last R interval's p99 us) as TSV to this file, to see what the controller did ('' = none)");
 DEFINE_int32(offload_workers, 1, "Worker threads per memserver");
 DEFINE_string(offload_inline, "10us",
               "Memservers run built-ins estimated within this inline on their I/O thread (0: never)");
@@ -207,6 +209,7 @@ struct TimelineSample {
   double t;
   int phase;
   double x, window, ops;
+  double p99_us = 0;  // The controller's last R interval.
 };
 
 // What one request is.
@@ -575,8 +578,16 @@ int main(int argc, char** argv) {
     d.Run(secs, w.phase_seconds > 0 ? w.phase_seconds * 0.5 : secs * warm, &lat, &completed,
           [&](double t, uint64_t c) {
             local.push_back({t, static_cast<int>(t / std::max(0.001, w.phase_seconds)), client->x(),
-                             static_cast<double>(client->window()), c / 0.05});
+                             static_cast<double>(client->window()), c / 0.05,
+                             client->last_p99_ns() / 1000.0});
           });
+    if (!FLAGS_trace.empty()) {
+      std::ofstream tr(FLAGS_trace, std::ios::app);
+      for (auto& x : local) {
+        tr << w.name << "\t" << kayak::ModeName(mode) << "\t" << x.t << "\t" << x.x << "\t" << x.window
+           << "\t" << x.ops << "\t" << x.p99_us << "\n";
+      }
+    }
     const double measured = secs * (1 - (w.phase_seconds > 0 ? 0.5 / FLAGS_phases : warm));
     Point p;
     p.system = "tessera";

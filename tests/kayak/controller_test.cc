@@ -24,6 +24,10 @@ struct SimServer {
   double base_ns = 50'000;
   double kv_latency = 1.0;
   double drift = 0.0;
+  // > 0: the capacity grows with the window as window / (window + batch) (a real client sends
+  // and receives more requests per system call when more are in flight), so a window the R-loop
+  // shrank costs throughput until it regrows.
+  double batch = 0.0;
 };
 
 struct SimResult {
@@ -47,7 +51,7 @@ SimResult Simulate(Controller& c, const SimServer& s, uint64_t start_ns, uint64_
   double carry = 0;
   for (uint64_t t = start_ns; t < start_ns + ns; t += 1'000'000) {
     if (s.drift > 0 && t % 50'000'000 == 0) speed = drift(rng);
-    const double cap = s.capacity(c.x()) * speed;
+    const double cap = s.capacity(c.x()) * speed * (s.batch > 0 ? c.window() / (c.window() + s.batch) : 1.0);
     const double lat = std::max(s.base_ns, c.window() / cap * 1e9);
     const double rate = c.window() / lat * 1e9 * noise(rng);  // ops/s
     // Per way: the mean over the mix stays `lat`.
@@ -231,6 +235,48 @@ TEST(ControllerTest, ConvergesWithinOneSecondAfterMostPhaseChanges) {
   // Within 1 s after nearly every switch (an interval's noise sometimes sends X 0.15 off the
   // interior peak once more later in the phase), within 1.5 s after all of them.
   EXPECT_GE(within_1s * 10, switches * 8) << within_1s << " of " << switches << " switches within 1 s";
+}
+
+// A probe from a bound sends a few requests the slow way (here 4-hop KV chains, 4x an RPC's
+// latency): they set the p99 and the R-loop cuts the window during the probe. On a client
+// whose throughput grows with the window (batching), regrowing it after every probe cost more
+// than the probe: the window goes back to where it was when X goes back (x_restore_window),
+// and the interval after is not read as a phase change (x_settle_intervals).
+TEST(ControllerTest, AProbeFromABoundDoesNotCostTheWindow) {
+  SimServer s{TwoCpu(6, 2, 5, 3), 50'000, 4.0, 0.03, /*batch=*/6};
+  double t[2] = {0, 0};
+  uint64_t shifts = 0;
+  const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
+  for (int seed = 0; seed < 5; ++seed) {
+    for (int i = 0; i < 2; ++i) {
+      std::mt19937_64 rng(200 + seed);
+      Controller c(Opts(modes[i]), 0);
+      t[i] += Simulate(c, s, 0, 3'000'000'000ull, 1'000'000'000ull, rng).mean_throughput / 5;
+      if (i == 1) shifts += c.x_shifts();
+    }
+  }
+  EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs rpc " << t[0];
+  EXPECT_LE(shifts, 2u) << "probes read as phase changes";
+}
+
+// Where KV and RPC are within the noise of each other (the bench's heavy phase: 10% apart,
+// +-5% drift), X holds where it is instead of wandering: a move within the noise goes back
+// unless repeated probes the same way add up (x_hold_in_noise).
+TEST(ControllerTest, HoldsStillWhereThroughputIsFlatWithinTheNoise) {
+  SimServer s{[](double x) { return 60'000.0 * (1.0 - 0.1 * x); }, 50'000, 1.5, 0.05};
+  for (int seed = 0; seed < 6; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    Controller c(Opts(Mode::kKayak), 0);
+    Simulate(c, s, 0, 1'000'000'000ull, 0, rng);
+    double lo = 1, hi = 0;
+    for (uint64_t t = 1'000'000'000ull; t < 4'000'000'000ull; t += 50'000'000) {
+      Simulate(c, s, t, 50'000'000, 0, rng);
+      lo = std::min(lo, c.x());
+      hi = std::max(hi, c.x());
+    }
+    EXPECT_LE(hi - lo, 0.3) << "X wandered over [" << lo << ", " << hi << "] in 3 s";
+  }
 }
 
 TEST(ControllerTest, RLoopShrinksTheWindowWhenTheServerSlowsDown) {
