@@ -79,6 +79,20 @@ struct WorkloadSample {
   uint64_t regenerations_done = 0;
 };
 
+// A sample of a workload that counts its own ops and losses and records each op's latency in
+// `interval` (under `mu`), which the sample takes and clears.
+WorkloadSample CountedSample(uint64_t ops, uint64_t data_loss, std::mutex& mu,
+                          LatencyHistogram& interval) {
+  WorkloadSample x;
+  x.ops = ops;
+  std::lock_guard<std::mutex> g(mu);
+  x.p50_us = static_cast<double>(interval.p50()) / 1e3;
+  x.p99_us = static_cast<double>(interval.p99()) / 1e3;
+  interval.Clear();
+  x.data_loss = data_loss;
+  return x;
+}
+
 struct Sample {
   double t = 0;
   double ops_per_s = 0;
@@ -1107,16 +1121,7 @@ class ScenarioRun {
       co.reconnect_ms = 30000;
       return paramsvc::Client::Connect(co);
     };
-    auto probe = [&]() {
-      WorkloadSample x;
-      x.ops = iterations.load();
-      std::lock_guard<std::mutex> g(hist_mu);
-      x.p50_us = static_cast<double>(interval.p50()) / 1e3;
-      x.p99_us = static_cast<double>(interval.p99()) / 1e3;
-      interval.Clear();
-      x.data_loss = data_loss.load();
-      return x;
-    };
+    auto probe = [&] { return CountedSample(iterations.load(), data_loss.load(), hist_mu, interval); };
     t0_ = Now();
     std::thread sampler([&] { Sampler(probe); });
     std::thread sched;
@@ -1316,16 +1321,7 @@ class ScenarioRun {
       for (const Status& st : load_st) TESSERA_RETURN_IF_ERROR(st.WithContext("loading the table"));
     }
     if (o_.cancel->load()) return Cancelled("cancelled");
-    auto probe = [&]() {
-      WorkloadSample x;
-      x.ops = ops.load();
-      std::lock_guard<std::mutex> g(hist_mu);
-      x.p50_us = static_cast<double>(interval.p50()) / 1e3;
-      x.p99_us = static_cast<double>(interval.p99()) / 1e3;
-      interval.Clear();
-      x.data_loss = lost.load();
-      return x;
-    };
+    auto probe = [&] { return CountedSample(ops.load(), lost.load(), hist_mu, interval); };
     t0_ = Now();
     {
       std::lock_guard<std::mutex> l(mu_);
