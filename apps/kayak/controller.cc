@@ -177,16 +177,18 @@ void Controller::RunX(uint64_t now_ns) {
     hold_len_ = 1;
     MoveX();
   } else if (options_.x_hold_in_noise) {
-    // Not (yet) better: back to the base. A clear loss halves the step; a move within the
+    // Not (yet) better: back to the base. A clear loss halves the step (once both sides were
+    // tried: the other side is probed as far first); a move within the
     // noise and down keeps it, at most x_bound_probe (probes from a held X stay close to it);
     // one within the noise and up keeps it (a smaller step would hide the gain). The next
     // probe goes to a side not yet tried, else to the side with the better evidence: at once
     // if that evidence is up (not yet enough to move), else after a hold (doubling each
     // time). Where throughput is flat within the noise, X stays put instead of wandering.
     MoveBack();
+    const bool both_tried = evidence_n_[0] > 0 && evidence_n_[1] > 0;
     if (rel < -tol) {
-      step_ = step_ * 0.5;
-    } else if (rel <= 0) {
+      if (both_tried || from_bound) step_ = step_ * 0.5;
+    } else if (rel <= 0 && (both_tried || from_bound)) {
       step_ = std::min(step_, options_.x_bound_probe);
     }
     step_ = std::max(step_, options_.x_min_step);
