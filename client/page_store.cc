@@ -76,4 +76,8 @@ Status PageStore::WritePages(const PageId* pages, size_t count, const uint8_t* i
   return RunBatch(this, PageOp::Kind::kWrite, pages, count, const_cast<uint8_t*>(in));
 }
 
+Result<std::unique_ptr<ThreadReader>> PageStore::NewThreadReader(const ThreadReaderOptions&) {
+  return Unsupported(name(), " has no run-to-completion reader");
+}
+
 }  // namespace tessera::client

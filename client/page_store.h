@@ -25,10 +25,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/histogram.h"
 #include "common/status.h"
 
@@ -87,6 +89,46 @@ struct PageStoreStats {
   LatencyHistogram write_latency;
 };
 
+// A run-to-completion reader: reads pages on the one thread that owns it, over that thread's own
+// connections to the store's servers, with many reads in flight (post many, poll completions),
+// so an event loop (the NBD export's connection readers) reads without handing each read to a
+// store thread and back. Made by PageStore::NewThreadReader.
+//
+// Submit() takes read ops only (InvalidArgument for a write; the batch is checked like
+// PageStore::Submit and accepted or rejected whole). Each accepted op completes exactly once,
+// with the same result PageStore::Submit would give: either on the owning thread, from inside a
+// later Poll() or Wait() (the page was read directly, or reads as zeros), or from a store
+// thread, when the reader handed it to the store's asynchronous path because it could not read
+// it directly (the page is being written or moved, its server failed or did not answer within
+// the store's hedge time, a CRC mismatched, no free reply buffer). done() is never called from
+// inside Submit(). The op and its buffer belong to the caller until done() is called.
+//
+// Threads: every method, the destructor included, on the thread that created the reader. The
+// store must outlive it. The destructor first finishes every accepted op (Wait() until
+// inflight() is 0: at most the store's hedge time, after which reads are handed over).
+class ThreadReader {
+ public:
+  virtual ~ThreadReader() = default;
+  virtual Status Submit(std::span<PageOp* const> ops) = 0;
+  // Completes what is ready (replies that arrived, zero pages, reads past their hedge time
+  // handed over); never blocks. Returns the number of ops completed here or handed over.
+  virtual size_t Poll() = 0;
+  // Like Poll(), but when nothing is ready it sleeps (no spinning) until something is, the
+  // deadline passes, or the options' wake_fd becomes readable.
+  virtual size_t Wait(Deadline deadline) = 0;
+  // Ops accepted and neither completed nor handed over yet.
+  virtual size_t inflight() const = 0;
+};
+
+struct ThreadReaderOptions {
+  // Wait() also returns soon after this fd becomes readable (e.g. the socket the owner reads
+  // its requests from); -1: none. The owner keeps it open while the reader lives.
+  int wake_fd = -1;
+  // Direct reads in flight at most (one 4 KB reply buffer each); ops beyond them are handed
+  // over. 1..4096.
+  uint32_t max_inflight = 512;
+};
+
 class PageStore {
  public:
   virtual ~PageStore() = default;
@@ -129,6 +171,11 @@ class PageStore {
   // returns the first error (every op is still attempted).
   virtual Status ReadPages(const PageId* pages, size_t count, uint8_t* out);
   Status WritePages(const PageId* pages, size_t count, const uint8_t* in);
+
+  // A run-to-completion reader for the calling thread (see ThreadReader). Unsupported when the
+  // store has no such path (the default; the remote group layout with direct_reads has one):
+  // use Submit() then.
+  virtual Result<std::unique_ptr<ThreadReader>> NewThreadReader(const ThreadReaderOptions& options);
 };
 
 // Waits for a batch of PageOps on the thread that submitted them: Arm() points each op's

@@ -45,6 +45,13 @@ DEFINE_string(listen, "127.0.0.1:10809", "TCP address to listen on, HOST:PORT (p
 DEFINE_string(unix, "", "Listen on this unix socket instead of TCP");
 DEFINE_string(layout, "", "Erasure-coded layout: split or group (default: the store's default)");
 DEFINE_int32(io_threads, 1, "I/O threads of the page store");
+DEFINE_bool(direct_reads, true,
+            "Run-to-completion READs (group layout): each connection's reader thread reads the "
+            "pages of a READ itself, on its own connections to the servers holding them, with many "
+            "reads in flight; --nodirect_reads hands every read to the page store's I/O thread");
+DEFINE_int32(direct_spin_us, 0,
+             "With direct reads in flight and no request waiting, a connection's reader polls this "
+             "long (0..1000 us) before it sleeps");
 DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token paths");
 
 namespace tessera {
@@ -54,7 +61,7 @@ const cli::CliSpec kSpec = {
     "tessera nbd",
     "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS --cluster_name NAME] "
     "[--auth_token_file F] "
-    "[--k 8 --r 2] [--listen HOST:PORT | --unix PATH]",
+    "[--k 8 --r 2] [--layout split|group] [--nodirect_reads] [--listen HOST:PORT | --unix PATH]",
     "Serves the erasure-coded page store as Network Block Device exports (fixed newstyle,\n"
     "structured replies, READ/WRITE/FUA/FLUSH/TRIM/WRITE_ZEROES, multi-connection). Without\n"
     "--cluster or --etcd it starts k+2r memservers on loopback and stops them on SIGINT/SIGTERM;\n"
@@ -81,6 +88,9 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
   }
   if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16) cli::UsageError(kSpec, "--io_threads must be in 1..16");
+  if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
+    cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000");
+  }
   if (!FLAGS_layout.empty()) {
     auto l = client::ParseEcLayout(FLAGS_layout);
     if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
@@ -114,6 +124,8 @@ int Main(int argc, char** argv) {
   uint64_t total_pages = 0;
   nbd::NbdServerOptions so;
   so.exports = nbd::LayOutExports(sizes, &total_pages);
+  so.direct_reads = FLAGS_direct_reads;
+  so.direct_spin_us = static_cast<uint32_t>(FLAGS_direct_spin_us);
   if (total_pages > (1ull << 30)) cli::UsageError(kSpec, "exports larger than 4 TiB in total");
   for (auto& e : so.exports) {
     e.description = "Tessera page store, RS(" + std::to_string(FLAGS_k) + "," +
@@ -178,6 +190,7 @@ int Main(int argc, char** argv) {
   }
   eo.remote.capacity_pages = total_pages;
   eo.remote.io_threads = FLAGS_io_threads;
+  eo.remote.direct_reads = FLAGS_direct_reads;
   eo.k = FLAGS_k;
   eo.r = FLAGS_r;
   if (!FLAGS_layout.empty()) eo.layout = *client::ParseEcLayout(FLAGS_layout);  // Checked above.
@@ -279,12 +292,15 @@ int Main(int argc, char** argv) {
   client::PageStoreStats ps = store->Stats();
   std::fprintf(stderr,
                "tessera nbd: page store %s: %llu page reads (p50 %.1f us, p99 %.1f us), %llu page "
-               "writes (p50 %.1f us, p99 %.1f us), %llu degraded reads, %llu server failures\n",
+               "writes (p50 %.1f us, p99 %.1f us), %llu degraded reads, %llu server failures, "
+               "%llu direct reads, %llu direct fallbacks\n",
                store->name().c_str(), static_cast<unsigned long long>(ps.reads),
                ps.read_latency.p50() / 1e3, ps.read_latency.p99() / 1e3,
                static_cast<unsigned long long>(ps.writes), ps.write_latency.p50() / 1e3,
                ps.write_latency.p99() / 1e3, static_cast<unsigned long long>(ps.degraded_reads),
-               static_cast<unsigned long long>(ps.server_failures));
+               static_cast<unsigned long long>(ps.server_failures),
+               static_cast<unsigned long long>(ps.direct_reads),
+               static_cast<unsigned long long>(ps.direct_fallbacks));
   if (!st.ok()) {
     std::fprintf(stderr, "tessera nbd: flush on shutdown: %s\n", st.ToString().c_str());
     return 1;

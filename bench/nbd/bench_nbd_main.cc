@@ -48,6 +48,15 @@ DEFINE_bool(kill, true, "Also run with r memservers SIGKILLed");
 DEFINE_bool(quick, false, "Small smoke run: 2048 pages, 300 ops, 1 rep");
 DEFINE_bool(json, false, "JSON lines instead of tables");
 DEFINE_string(peer, "nbdkit", "File-backed peer server: nbdkit (file plugin) or qemu-nbd");
+DEFINE_string(direct_reads, "on",
+              "Run-to-completion READs of the Tessera export (tessera nbd --direct_reads): on, off, "
+              "or both (two exports of the same cluster measured side by side: tessera and "
+              "tessera(nodirect))");
+DEFINE_int32(direct_spin_us, 0,
+             "tessera nbd --direct_spin_us: a connection reader with direct reads in flight polls "
+             "this long before it sleeps (0..1000)");
+DEFINE_string(layout, "", "Erasure-coded layout of the Tessera export: split or group (default: the "
+              "store's default)");
 
 namespace tessera {
 namespace {
@@ -55,7 +64,7 @@ namespace {
 const cli::CliSpec kSpec = {
     "tessera bench nbd",
     "[--k 8 --r 2] [--pages 16384] [--ops 2000] [--qd 16] [--reps 3] [--kill] [--peer nbdkit|qemu-nbd] "
-    "[--quick] [--json]",
+    "[--direct_reads on|off|both] [--direct_spin_us 0] [--layout split|group] [--quick] [--json]",
     "Measures sequential and random 4 KB reads and writes (QD1 p50/p99 latency, QD N ops/s)\n"
     "through libnbd against `tessera nbd` on k+2r+1 local memservers and, in the same run with the\n"
     "same client, against a file export served by nbdkit or qemu-nbd; then again with r memservers\n"
@@ -145,6 +154,15 @@ int Main(int argc, char** argv) {
   if (RunStatus({Python(), "-c", "import nbd"}, nullptr, 30000) != 0) {
     Die("python3 cannot import nbd: install python3-libnbd (scripts/setup.sh)");
   }
+  if (FLAGS_direct_reads != "on" && FLAGS_direct_reads != "off" && FLAGS_direct_reads != "both") {
+    cli::UsageError(kSpec, "--direct_reads is on, off or both");
+  }
+  if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
+    cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000");
+  }
+  if (!FLAGS_layout.empty() && !client::ParseEcLayout(FLAGS_layout).ok()) {
+    cli::UsageError(kSpec, "--layout is split or group");
+  }
   if (FLAGS_peer != "nbdkit" && FLAGS_peer != "qemu-nbd") cli::UsageError(kSpec, "--peer is nbdkit or qemu-nbd");
   if (RunStatus({"sh", "-c", "command -v " + FLAGS_peer + " >/dev/null"}, nullptr, 10000) != 0) {
     Die(FLAGS_peer + " not found: install " + (FLAGS_peer == "nbdkit" ? "nbdkit" : "qemu-utils") +
@@ -171,20 +189,36 @@ int Main(int argc, char** argv) {
   client::LocalClusterOptions lo;
   lo.bin_dir = SelfExeDir();
   lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r + 1);
-  lo.capacity = std::to_string(bytes / static_cast<uint64_t>(FLAGS_k) / (1 << 20) * 3 + 32) + "M";
+  const bool both = FLAGS_direct_reads == "both";
+  const uint64_t exports_n = both ? 2 : 1;  // Each export is its own client of the cluster.
+  lo.capacity =
+      std::to_string(exports_n * (bytes / static_cast<uint64_t>(FLAGS_k) / (1 << 20) * 3) + 32) + "M";
   std::fprintf(stderr, "tessera bench nbd: starting %zu memservers...\n", lo.servers);
   auto cluster = client::LocalCluster::Start(lo);
   if (!cluster.ok()) Die(cluster.status().ToString());
-  auto nbd = Subprocess::Start(
-      {SelfExeDir() + "/tessera", "nbd", "--cluster", (*cluster)->cluster_file_path(),
-       "--auth_token_file", (*cluster)->token_path(), "--k", std::to_string(FLAGS_k), "--r",
-       std::to_string(FLAGS_r), "--size", std::to_string(bytes), "--name", "bench", "--listen",
-       "127.0.0.1:0"},
-      {.capture_stdout = true, .quiet_stderr = true});
-  if (!nbd.ok()) Die(nbd.status().ToString());
-  auto line = nbd->WaitForLine("nbd export", Deadline::AfterMs(60000));
-  if (!line.ok()) Die("tessera nbd did not start: " + line.status().ToString());
-  const std::string tessera_uri = line->substr(line->find("nbd://"));
+  // One `tessera nbd` per direct-reads setting measured (a separate client of the cluster each).
+  std::vector<bool> direct_settings;
+  if (FLAGS_direct_reads != "off") direct_settings.push_back(true);
+  if (FLAGS_direct_reads != "on") direct_settings.push_back(false);
+  std::vector<Subprocess> nbds;
+  std::vector<std::pair<std::string, std::string>> targets;
+  for (bool direct : direct_settings) {
+    std::vector<std::string> argv = {
+        SelfExeDir() + "/tessera", "nbd", "--cluster", (*cluster)->cluster_file_path(),
+        "--auth_token_file", (*cluster)->token_path(), "--k", std::to_string(FLAGS_k), "--r",
+        std::to_string(FLAGS_r), "--size", std::to_string(bytes), "--name", "bench", "--listen",
+        "127.0.0.1:0", direct ? "--direct_reads" : "--nodirect_reads"};
+    if (!FLAGS_layout.empty()) argv.push_back("--layout=" + FLAGS_layout);
+    if (direct) argv.push_back("--direct_spin_us=" + std::to_string(FLAGS_direct_spin_us));
+    auto nbd = Subprocess::Start(argv, {.capture_stdout = true, .quiet_stderr = true});
+    if (!nbd.ok()) Die(nbd.status().ToString());
+    auto line = nbd->WaitForLine("nbd export", Deadline::AfterMs(60000));
+    if (!line.ok()) Die("tessera nbd did not start: " + line.status().ToString());
+    // Without "both", the export keeps the plain name "tessera" (one Tessera target).
+    targets.push_back({direct || !both ? "tessera" : "tessera(nodirect)",
+                       line->substr(line->find("nbd://"))});
+    nbds.push_back(std::move(*nbd));
+  }
 
   // The peer: a file on this machine's disk (page cache), served over TCP by nbdkit's file
   // plugin or qemu-nbd. (On this box qemu-nbd stalls ~40 ms on some replies at QD > 1, so
@@ -213,11 +247,13 @@ int Main(int argc, char** argv) {
     }
   }
   const std::string file_uri = "nbd://127.0.0.1:" + std::to_string(port) + "/bench";
-  const std::vector<std::pair<std::string, std::string>> targets = {
-      {"tessera", tessera_uri}, {"file(" + FLAGS_peer + ")", file_uri}};
+  const std::string file_name = "file(" + FLAGS_peer + ")";
+  targets.push_back({file_name, file_uri});
 
-  const std::string store_desc = "RS(" + std::to_string(FLAGS_k) + "," + std::to_string(FLAGS_r) +
-                                 ") on " + std::to_string(lo.servers) + " memservers";
+  const std::string store_desc =
+      (FLAGS_layout.empty() ? std::string("default layout") : FLAGS_layout + " layout") + " RS(" +
+      std::to_string(FLAGS_k) + "," + std::to_string(FLAGS_r) + ") on " +
+      std::to_string(lo.servers) + " memservers, direct reads " + FLAGS_direct_reads;
   std::fprintf(stderr, "prefilling %d pages on both exports...\n", FLAGS_pages);
   for (const auto& [name, uri] : targets) {
     std::string out;
@@ -328,7 +364,7 @@ int Main(int argc, char** argv) {
   for (const std::string& sc : scenarios) {
     for (const char* w : {"rand-read-4k", "seq-read-4k", "rand-write-4k", "seq-write-4k"}) {
       const Samples& t = results[{sc, "tessera", w, 1}];
-      const Samples& f = results[{sc, targets[1].first, w, 1}];
+      const Samples& f = results[{sc, file_name, w, 1}];
       const double ratio = Median(f.p50) > 0 ? Median(t.p50) / Median(f.p50) : 0;
       const bool target = std::string(w) == "rand-read-4k";
       targets_report.Add(Report::Row()
@@ -342,20 +378,47 @@ int Main(int argc, char** argv) {
                              .Set("verdict", target ? (ratio <= 1.5 ? "PASS" : "MISS") : "-"));
     }
   }
-  targets_report.Add(Report::Row()
+  targets_report.Flush();
+  if (both) {
+    // Run-to-completion READs against the same export without them (store I/O thread path).
+    Report direct_report(FLAGS_json);
+    direct_report.Title("run-to-completion READs: tessera (direct) / tessera(nodirect), same run");
+    for (const std::string& sc : scenarios) {
+      for (const char* w : {"rand-read-4k", "seq-read-4k"}) {
+        for (int qd : {1, FLAGS_qd}) {
+          const Samples& d = results[{sc, "tessera", w, qd}];
+          const Samples& n = results[{sc, "tessera(nodirect)", w, qd}];
+          const double p50 = Median(n.p50) > 0 ? Median(d.p50) / Median(n.p50) : 0;
+          const double p99 = Median(n.p99) > 0 ? Median(d.p99) / Median(n.p99) : 0;
+          const double ops = Median(n.ops) > 0 ? Median(d.ops) / Median(n.ops) : 0;
+          direct_report.Add(Report::Row()
+                                 .Set("suite", "nbd-direct")
+                                 .Set("scenario", sc)
+                                 .Set("metric", std::string(w) + " QD" + std::to_string(qd) +
+                                                    " direct/nodirect")
+                                 .Set("p50_ratio", p50)
+                                 .Set("p99_ratio", p99)
+                                 .Set("ops_ratio", ops));
+        }
+      }
+    }
+    direct_report.Flush();
+  }
+  Report store_report(FLAGS_json);
+  store_report.Add(Report::Row()
                          .Set("suite", "nbd-target")
                          .Set("scenario", "healthy")
                          .Set("metric", "page store alone, no NBD: rand-read-4k p50 QD1")
                          .Set("tessera_us", Median(store_p50))
-                         .Set("file_us", Median(results[{"healthy", targets[1].first, "rand-read-4k", 1}].p50))
+                         .Set("file_us", Median(results[{"healthy", file_name, "rand-read-4k", 1}].p50))
                          .Set("ratio", Median(store_p50) /
-                                           std::max(1e-9, Median(results[{"healthy", targets[1].first,
+                                           std::max(1e-9, Median(results[{"healthy", file_name,
                                                                           "rand-read-4k", 1}].p50)))
                          .Set("target", "-")
                          .Set("verdict", "-"));
-  targets_report.Flush();
+  store_report.Flush();
 
-  (void)nbd->Stop(20000);
+  for (Subprocess& n : nbds) (void)n.Stop(20000);
   (void)peer->Stop(5000);
   if (mismatches > 0) {
     std::fprintf(stderr, "tessera bench nbd: %llu reads returned wrong bytes\n",

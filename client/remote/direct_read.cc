@@ -20,7 +20,9 @@
 // ordered through the sockets). The CRC catches corruption, a replacement member not rebuilt
 // yet, and torn reads of a member being rewritten. Anything else falls back to the I/O thread
 // path (degraded reads, hedging, repair): never a wrong page, at worst one wasted round trip.
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -136,144 +138,272 @@ void IoThread::RecordDirectRead(uint64_t latency_ns) {
 namespace {
 
 constexpr size_t kBatch = 32;  // Pages per round of a direct ReadPages.
-// Reply buffers: a round uses up to kBatch; a read that timed out keeps its buffer until its
-// reply arrives (the transport may still write it), so there are more than a round's worth.
-constexpr size_t kSlots = 2 * kBatch;
+// Reply buffers of a blocking reader: a round uses up to kBatch; a read that timed out keeps
+// its buffer until its reply arrives (the transport may still write it), so there are more
+// than a round's worth.
+constexpr size_t kBlockingSlots = 2 * kBatch;
 
-// One thread's direct-read state for one store: its own Transport (a Transport belongs to one
-// thread), connected lazily to the servers it reads from, with the slabs it has named. Lives in
-// that thread's thread_local list; destroyed by that thread (when it exits, or when it next
-// reads from any store after this one shut down).
+// How a direct read ended (DirectReader::Sink).
+enum class DirectOutcome : uint8_t {
+  kRead,      // Read here: the page is in the caller's buffer.
+  kFallback,  // Not read here: the I/O thread must read it.
+  kDegraded,  // ... and its server did not answer within hedge_us: read it degraded.
+};
+
+// One thread's direct-read engine for one store: its own Transport (a Transport belongs to one
+// thread), connected lazily to the servers it reads from, with the slabs it has named, and a
+// fixed set of registered reply buffers ("slots"). Reads are started (Start, then Flush posts
+// them in one batch), their replies reaped (Reap) and overdue ones given up (Expire); each
+// started read ends exactly once through the Sink, on this thread. Used by a blocking
+// ReadPages (rounds of up to kBatch pages, thread_local per store) and by a ThreadReader (many
+// reads in flight; owned by its thread).
 class DirectReader {
  public:
-  explicit DirectReader(RemoteStore* store) : store_(store) {}
+  struct Sink {
+    virtual void Finished(uint64_t tag, DirectOutcome outcome) = 0;
 
-  Status Init() {
+   protected:
+    ~Sink() = default;
+  };
+  // What Start() did with a page.
+  enum class Began : uint8_t {
+    kPending,   // A read is queued (posted by the next Flush), ends through the Sink.
+    kZero,      // Never written or trimmed: the buffer holds zeros now (nothing to wait for).
+    kFallback,  // Not directly readable now: the I/O thread must read it.
+    kDegraded,  // Its server has an overdue read of ours: the I/O thread, degraded.
+  };
+
+  DirectReader(RemoteStore* store, uint32_t slots) : store_(store), num_slots_(slots) {}
+
+  Status Init(int wake_fd) {
     fabric::TransportOptions to;
     to.kind = store_->opt_.transport;
-    to.max_inflight = kSlots;
-    to.ring_entries = 64;
+    to.max_inflight = num_slots_;
+    to.ring_entries = std::max<uint32_t>(64, std::min<uint32_t>(num_slots_, 1024));
     TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
-    bufs_.assign(kSlots * kPageSize, 0);
+    bufs_.assign(static_cast<size_t>(num_slots_) * kPageSize, 0);
     TESSERA_RETURN_IF_ERROR(t_->RegisterMemory(bufs_.data(), bufs_.size()));
+    if (wake_fd >= 0) TESSERA_RETURN_IF_ERROR(t_->SetWakeFd(wake_fd));
     servers_.resize(store_->num_servers());
-    comps_.resize(kSlots);
+    comps_.resize(std::min<uint32_t>(num_slots_, 256));
+    slots_.resize(num_slots_);
     spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
     reply_avg_ns_ = spin_ns_ / 2;  // Polls the whole bound until replies are measured.
     const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
     wait_ns_ = hedge != 0 ? hedge : uint64_t{store_->opt_.op_timeout_ms} * 1000000;
-    for (uint32_t i = 0; i < kSlots; ++i) free_.push_back(kSlots - 1 - i);
+    for (uint32_t i = 0; i < num_slots_; ++i) free_.push_back(num_slots_ - 1 - i);
     return Status::Ok();
   }
 
-  // Reads pages[0..n) (n <= kBatch) into out[i * kPageSize]; done[i] = 1 for each page read
-  // here, degraded[i] = 1 for each whose server is not answering in time (hedge now). Pages
-  // left undone go to the I/O threads.
-  void Read(const PageId* pages, size_t n, uint8_t* out, uint8_t* done, uint8_t* degraded) {
-    const uint64_t start = MonotonicNs();
-    if (stuck_ > 0) Reap(nullptr, nullptr, nullptr);  // Late replies free their servers.
+  // Starts a read of `page` into `out` (kPageSize bytes), reported to the Sink with `tag`.
+  Began Start(PageId page, uint8_t* out, uint64_t tag) {
+    if (page >= store_->opt_.capacity_pages) return Began::kFallback;  // I/O thread: OutOfRange.
+    IoThread* th = store_->threads_[store_->ThreadOf(page)].get();
+    DirectTarget t;
+    if (!th->DirectLocate(page, &t)) return Began::kFallback;
+    if (t.zero) {
+      std::memset(out, 0, kPageSize);
+      return Began::kZero;
+    }
+    if (t.server >= servers_.size()) {
+      // A server that joined after this reader started (RemoteStore::AddServer).
+      if (t.server >= store_->num_servers()) return Began::kFallback;
+      servers_.resize(store_->num_servers());
+    }
+    if (servers_[t.server].stuck > 0) {
+      // A read of ours there is overdue: do not queue behind it, hedge at once. Once the store
+      // declares the server failed, the connection goes (and the overdue reads with it).
+      if (store_->failed_[t.server].load(std::memory_order_relaxed)) Drop(t.server);
+      return Began::kDegraded;
+    }
+    if (free_.empty()) return Began::kFallback;
+    const int64_t conn = Connection(t.server);
+    if (conn < 0) return Began::kFallback;
+    if (!AddSlab(t.server, static_cast<fabric::ConnectionId>(conn), t.remote)) {
+      return Began::kFallback;
+    }
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    Slot& sl = slots_[slot];
+    sl.busy = true;
+    sl.stuck = false;
+    sl.gen++;
+    sl.server = t.server;
+    sl.page = page;
+    sl.out = out;
+    sl.tag = tag;
+    sl.target = t;
+    sl.start_ns = MonotonicNs();
+    fabric::WorkRequest wr;
+    wr.connection = static_cast<fabric::ConnectionId>(conn);
+    wr.op = fabric::OpKind::kRead;
+    wr.slab_id = t.remote.slab_id;
+    wr.remote_offset = static_cast<uint64_t>(t.row) * kPageSize;
+    wr.length = kPageSize;
+    wr.local = bufs_.data() + static_cast<size_t>(slot) * kPageSize;
+    wr.cookie = slot;
+    wrs_.push_back(wr);
+    return Began::kPending;
+  }
+
+  // Posts the reads Start() queued, in one batch. If the transport refuses it (all or nothing),
+  // each of them ends now as kFallback. Returns how many were posted.
+  size_t Flush(Sink* sink) {
+    if (wrs_.empty()) return 0;
+    const size_t n = wrs_.size();
+    if (Status st = t_->Post(wrs_); !st.ok()) {
+      for (const auto& wr : wrs_) {
+        const uint32_t slot = static_cast<uint32_t>(wr.cookie);
+        const uint64_t tag = slots_[slot].tag;
+        Release(slot);
+        sink->Finished(tag, DirectOutcome::kFallback);
+      }
+      wrs_.clear();
+      return 0;
+    }
+    const uint64_t now = MonotonicNs();
+    for (const auto& wr : wrs_) {
+      const uint32_t slot = static_cast<uint32_t>(wr.cookie);
+      slots_[slot].post_ns = now;
+      order_.push_back({slot, slots_[slot].gen});
+      ++live_;
+    }
+    store_->stats_.bytes_received.fetch_add(n * kPageSize, std::memory_order_relaxed);
     wrs_.clear();
-    size_t outstanding = 0;
+    return n;
+  }
+
+  // Reaps replies (Poll, or Wait until `deadline` or the wake fd); each ends its read through
+  // the Sink. Late replies of reads given up earlier just free their buffers. Returns how many
+  // live reads ended.
+  size_t Reap(bool wait, Deadline deadline, Sink* sink) {
+    const size_t got = wait ? t_->Wait(comps_, deadline) : t_->Poll(comps_);
+    size_t finished = 0;
+    for (size_t c = 0; c < got; ++c) {
+      const fabric::Completion& comp = comps_[c];
+      if (comp.kind != fabric::CompletionKind::kData) continue;  // Notices: the I/O threads act.
+      const uint64_t slot = comp.cookie;
+      if (slot >= num_slots_ || !slots_[slot].busy) continue;
+      Slot& sl = slots_[slot];
+      if (!comp.status.ok() && IsConnectionError(comp.status)) {
+        // A lost connection is dropped (reconnected later unless the store fails the server);
+        // the I/O thread reads the page and notices the failure itself.
+        Drop(sl.server);
+      }
+      if (sl.stuck) {  // A late reply: its page went to the I/O thread.
+        Release(static_cast<uint32_t>(slot));
+        continue;
+      }
+      ++finished;
+      --live_;
+      const uint8_t* buf = bufs_.data() + slot * kPageSize;
+      // Accept only the slot's page as published when the read was posted (CRC), and only if
+      // it has not moved since (versions); anything else: the I/O thread sorts it out.
+      const bool ok = comp.status.ok() && coding::Crc32c(buf, kPageSize) == sl.target.crc &&
+                      store_->threads_[store_->ThreadOf(sl.page)]->DirectValid(sl.page, sl.target);
+      if (ok) {
+        std::memcpy(sl.out, buf, kPageSize);
+        store_->threads_[store_->ThreadOf(sl.page)]->RecordDirectRead(MonotonicNs() - sl.start_ns);
+      }
+      const uint64_t tag = sl.tag;
+      Release(static_cast<uint32_t>(slot));
+      sink->Finished(tag, ok ? DirectOutcome::kRead : DirectOutcome::kFallback);
+    }
+    return finished;
+  }
+
+  // Gives up the live reads posted wait_ns (hedge_us) or more before `now`: each ends as
+  // kDegraded. Their buffers stay reserved until their replies arrive; meanwhile this reader
+  // does not read from their servers directly.
+  void Expire(uint64_t now, Sink* sink) {
+    while (!order_.empty()) {
+      const Posted p = order_.front();
+      Slot& sl = slots_[p.slot];
+      if (!sl.busy || sl.stuck || sl.gen != p.gen) {  // Ended already.
+        order_.pop_front();
+        continue;
+      }
+      if (sl.post_ns + wait_ns_ > now) return;  // The oldest live read is not due yet.
+      order_.pop_front();
+      sl.stuck = true;
+      ++stuck_;
+      ++servers_[sl.server].stuck;
+      --live_;
+      sink->Finished(sl.tag, DirectOutcome::kDegraded);
+    }
+  }
+
+  // When the oldest live read is due (Expire), or far away when none is live.
+  Deadline NextExpiry() {
+    while (!order_.empty()) {
+      const Posted p = order_.front();
+      const Slot& sl = slots_[p.slot];
+      if (sl.busy && !sl.stuck && sl.gen == p.gen) return Deadline(sl.post_ns + wait_ns_);
+      order_.pop_front();
+    }
+    return Deadline(MonotonicNs() + wait_ns_);
+  }
+
+  // Blocking: reads pages[0..n) (n <= kBatch) into out[i * kPageSize]; done[i] = 1 for each
+  // page read here, degraded[i] = 1 for each whose server is not answering in time (hedge
+  // now). Pages left undone go to the I/O threads.
+  void Read(const PageId* pages, size_t n, uint8_t* out, uint8_t* done, uint8_t* degraded) {
+    struct RoundSink final : Sink {
+      uint8_t* done;
+      uint8_t* degraded;
+      void Finished(uint64_t tag, DirectOutcome o) override {
+        if (o == DirectOutcome::kRead) done[tag] = 1;
+        if (o == DirectOutcome::kDegraded) degraded[tag] = 1;
+      }
+    } sink;
+    sink.done = done;
+    sink.degraded = degraded;
+    const uint64_t start = MonotonicNs();
+    if (stuck_ > 0) (void)Reap(false, Deadline(start), &sink);  // Late replies free servers.
     for (size_t i = 0; i < n; ++i) {
       done[i] = 0;
       degraded[i] = 0;
-      const PageId p = pages[i];
-      if (p >= store_->opt_.capacity_pages) continue;  // The I/O thread says OutOfRange.
-      IoThread* th = store_->threads_[store_->ThreadOf(p)].get();
-      DirectTarget& t = targets_[i];
-      if (!th->DirectLocate(p, &t)) continue;
-      if (t.zero) {
-        std::memset(out + i * kPageSize, 0, kPageSize);
-        done[i] = 1;
-        continue;
-      }
-      if (t.server >= servers_.size()) {
-        // A server that joined after this reader started (RemoteStore::AddServer).
-        if (t.server >= store_->num_servers()) continue;
-        servers_.resize(store_->num_servers());
-      }
-      if (servers_[t.server].stuck > 0) {
-        // A read of ours there is overdue: do not queue behind it, hedge at once. Once the
-        // store declares the server failed, the connection goes (and the overdue reads with it).
-        if (store_->failed_[t.server].load(std::memory_order_relaxed)) Drop(t.server);
-        degraded[i] = 1;
-        continue;
-      }
-      const int64_t conn = Connection(t.server);
-      if (conn < 0 || free_.empty()) continue;
-      if (!AddSlab(t.server, static_cast<fabric::ConnectionId>(conn), t.remote)) continue;
-      const uint32_t slot = free_.back();
-      free_.pop_back();
-      slots_[slot] = Slot{true, false, t.server, static_cast<uint32_t>(i)};
-      fabric::WorkRequest wr;
-      wr.connection = static_cast<fabric::ConnectionId>(conn);
-      wr.op = fabric::OpKind::kRead;
-      wr.slab_id = t.remote.slab_id;
-      wr.remote_offset = static_cast<uint64_t>(t.row) * kPageSize;
-      wr.length = kPageSize;
-      wr.local = bufs_.data() + static_cast<size_t>(slot) * kPageSize;
-      wr.cookie = slot;
-      wrs_.push_back(wr);
-      ++outstanding;
-    }
-    if (!wrs_.empty()) {
-      if (Status st = t_->Post(wrs_); !st.ok()) {
-        // Nothing was posted (all or nothing): the I/O threads read them.
-        for (const auto& wr : wrs_) Release(static_cast<uint32_t>(wr.cookie));
-        outstanding = 0;
-      } else {
-        store_->stats_.bytes_received.fetch_add(wrs_.size() * kPageSize,
-                                                std::memory_order_relaxed);
+      switch (Start(pages[i], out + i * kPageSize, i)) {
+        case Began::kZero:
+          done[i] = 1;
+          store_->threads_[store_->ThreadOf(pages[i])]->RecordDirectRead(0);
+          break;
+        case Began::kDegraded: degraded[i] = 1; break;
+        case Began::kPending:
+        case Began::kFallback: break;
       }
     }
+    const bool posted = Flush(&sink) > 0;
     bool slept = false;
-    if (outstanding > 0) {
-      const uint64_t spin_until = start + DirectSpinWindowNs(reply_avg_ns_, spin_ns_);
-      const Deadline deadline(MonotonicNs() + wait_ns_);
-      while (outstanding > 0) {
-        size_t got = 0;
-        if (MonotonicNs() < spin_until) {
-          got = t_->Poll(comps_);
-        } else {
-          slept = true;
-          got = t_->Wait(comps_, deadline);
-          if (got == 0 && deadline.Expired()) break;
-        }
-        outstanding -= Handle(got, pages, out, done);
+    const uint64_t spin_until = start + DirectSpinWindowNs(reply_avg_ns_, spin_ns_);
+    bool expired = false;
+    while (live_ > 0) {
+      if (MonotonicNs() < spin_until) {
+        (void)Reap(false, Deadline(0), &sink);
+      } else {
+        slept = true;
+        (void)Reap(true, NextExpiry(), &sink);
       }
-      if (outstanding == 0) {
-        // A moving average (1/8 new) of the round's reply time, a wake-up included if it slept.
-        const uint64_t took = MonotonicNs() - start;
-        reply_avg_ns_ = reply_avg_ns_ - reply_avg_ns_ / 8 + took / 8;
-      }
+      const size_t before = live_;
+      Expire(MonotonicNs(), &sink);
+      expired |= live_ != before;
     }
-    if (outstanding > 0) {
-      // No reply within hedge_us: those pages are read degraded by the I/O thread now. The
-      // reads stay posted (their buffers reserved) until their replies arrive; meanwhile this
-      // thread does not read from those servers directly.
-      for (uint32_t slot = 0; slot < kSlots; ++slot) {
-        Slot& sl = slots_[slot];
-        if (!sl.busy || sl.stuck) continue;
-        sl.stuck = true;
-        ++stuck_;
-        ++servers_[sl.server].stuck;
-        degraded[sl.index] = 1;
-      }
+    if (posted && !expired) {
+      // A moving average (1/8 new) of the round's reply time, a wake-up included if it slept.
+      const uint64_t took = MonotonicNs() - start;
+      reply_avg_ns_ = reply_avg_ns_ - reply_avg_ns_ / 8 + took / 8;
     }
-    SharedStats& s = store_->stats_;
     uint64_t served = 0;
-    const uint64_t lat = MonotonicNs() - start;
-    for (size_t i = 0; i < n; ++i) {
-      if (!done[i]) continue;
-      ++served;
-      store_->threads_[store_->ThreadOf(pages[i])]->RecordDirectRead(lat);
-    }
+    for (size_t i = 0; i < n; ++i) served += done[i];
+    SharedStats& s = store_->stats_;
     if (served > 0) {
       s.reads.fetch_add(served, std::memory_order_relaxed);
       s.direct_reads.fetch_add(served, std::memory_order_relaxed);
     }
-    if (!wrs_.empty()) (slept ? s.direct_sleeps : s.direct_spin_hits).fetch_add(1);
+    if (posted) (slept ? s.direct_sleeps : s.direct_spin_hits).fetch_add(1);
   }
+
+  size_t live() const { return live_; }
 
  private:
   struct Server {
@@ -284,10 +414,20 @@ class DirectReader {
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
   struct Slot {
-    bool busy = false;     // A read is posted into this buffer.
-    bool stuck = false;    // ... and timed out (its round is over).
+    bool busy = false;      // A read is queued or posted into this buffer.
+    bool stuck = false;     // ... and was given up (Expire): its page went to the I/O thread.
+    uint32_t gen = 0;       // Bumped per use (order_ entries of earlier uses are stale).
     uint32_t server = 0;
-    uint32_t index = 0;    // Page index in its round.
+    PageId page = 0;
+    uint8_t* out = nullptr;  // The caller's buffer.
+    uint64_t tag = 0;
+    uint64_t start_ns = 0;
+    uint64_t post_ns = 0;
+    DirectTarget target;
+  };
+  struct Posted {
+    uint32_t slot;
+    uint32_t gen;
   };
 
   void Release(uint32_t slot) {
@@ -298,46 +438,6 @@ class DirectReader {
     }
     sl.busy = sl.stuck = false;
     free_.push_back(slot);
-  }
-
-  // Late replies of timed-out reads (nothing of the current round may be in flight).
-  void Reap(const PageId* pages, uint8_t* out, uint8_t* done) {
-    const size_t got = t_->Poll(comps_);
-    (void)Handle(got, pages, out, done);
-  }
-
-  // Handles `got` completions; returns how many finished a read of the current round.
-  size_t Handle(size_t got, const PageId* pages, uint8_t* out, uint8_t* done) {
-    size_t finished = 0;
-    for (size_t c = 0; c < got; ++c) {
-      const fabric::Completion& comp = comps_[c];
-      if (comp.kind != fabric::CompletionKind::kData) continue;  // Notices: the I/O threads act.
-      const uint64_t slot = comp.cookie;
-      if (slot >= kSlots || !slots_[slot].busy) continue;
-      const Slot sl = slots_[slot];
-      if (!comp.status.ok() && IsConnectionError(comp.status)) {
-        // A lost connection is dropped (reconnected later unless the store fails the server);
-        // the I/O thread reads the page and notices the failure itself.
-        Drop(sl.server);
-      }
-      if (sl.stuck || pages == nullptr) {  // A late reply: its page went to the I/O thread.
-        Release(static_cast<uint32_t>(slot));
-        continue;
-      }
-      ++finished;
-      const uint32_t i = sl.index;
-      const DirectTarget& t = targets_[i];
-      const uint8_t* buf = bufs_.data() + slot * kPageSize;
-      // Accept only the slot's page as published when the read was posted (CRC), and only if
-      // it has not moved since (versions); anything else: the I/O thread sorts it out.
-      if (comp.status.ok() && coding::Crc32c(buf, kPageSize) == t.crc &&
-          store_->threads_[store_->ThreadOf(pages[i])]->DirectValid(pages[i], t)) {
-        std::memcpy(out + static_cast<size_t>(i) * kPageSize, buf, kPageSize);
-        done[i] = 1;
-      }
-      Release(static_cast<uint32_t>(slot));
-    }
-    return finished;
   }
 
   int64_t Connection(uint32_t server) {
@@ -394,16 +494,18 @@ class DirectReader {
   }
 
   RemoteStore* const store_;
+  const uint32_t num_slots_;
   std::unique_ptr<fabric::Transport> t_;
-  std::vector<uint8_t> bufs_;  // kSlots registered pages: replies land here, then are copied.
-  std::array<Slot, kSlots> slots_{};
+  std::vector<uint8_t> bufs_;  // num_slots_ registered pages: replies land here, then are copied.
+  std::vector<Slot> slots_;
   std::vector<uint32_t> free_;  // Slots not busy.
+  std::deque<Posted> order_;    // Posted reads, oldest first (Expire); stale entries skipped.
   uint32_t stuck_ = 0;          // Slots stuck.
+  size_t live_ = 0;             // Slots posted, not stuck, not ended.
   std::vector<Server> servers_;
   std::vector<fabric::Completion> comps_;
-  std::vector<fabric::WorkRequest> wrs_;
-  std::array<DirectTarget, kBatch> targets_{};
-  uint64_t spin_ns_ = 0;       // The polling bound (direct_spin_us).
+  std::vector<fabric::WorkRequest> wrs_;  // Started, not posted yet (Flush).
+  uint64_t spin_ns_ = 0;       // The polling bound of a blocking round (direct_spin_us).
   uint64_t reply_avg_ns_ = 0;  // Recent rounds' reply time (see DirectSpinWindowNs).
   uint64_t wait_ns_ = 0;
 };
@@ -428,8 +530,8 @@ DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<
     }
     ++i;
   }
-  auto reader = std::make_unique<DirectReader>(store);
-  if (Status st = reader->Init(); !st.ok()) {
+  auto reader = std::make_unique<DirectReader>(store, kBlockingSlots);
+  if (Status st = reader->Init(-1); !st.ok()) {
     TLOG(WARNING) << store->name_ << ": direct reads off on this thread: " << st;
     reader.reset();
   }
@@ -437,7 +539,145 @@ DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<
   return t_readers.back().reader.get();
 }
 
+// RemoteStore::NewThreadReader: a DirectReader owned by one thread with many reads in flight;
+// what it cannot read goes to the owning I/O thread's queue like a Submit()ted op (degraded
+// when its server did not answer within hedge_us).
+class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink {
+ public:
+  RemoteThreadReader(RemoteStore* store, uint32_t slots) : store_(store), reader_(store, slots) {}
+  ~RemoteThreadReader() override {
+    while (inflight() > 0) (void)Wait(Deadline::AfterMs(100));
+  }
+
+  Status Init(int wake_fd) { return reader_.Init(wake_fd); }
+
+  Status Submit(std::span<PageOp* const> ops) override {
+    TESSERA_RETURN_IF_ERROR(PageStore::ValidateBatch(ops));
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i]->kind != PageOp::Kind::kRead) {
+        return InvalidArgument("op ", i, " (page ", ops[i]->page, ") is not a read: a ThreadReader "
+                               "only reads");
+      }
+    }
+    if (store_->threads_.empty()) return Unavailable("page store is shut down");
+    // Hand-overs are queued first and enqueued last: once an op is enqueued it may complete
+    // (and its owner free the batch) at any moment, so nothing here touches an op after that.
+    for (PageOp* op : ops) {
+      switch (reader_.Start(op->page, op->buf, reinterpret_cast<uint64_t>(op))) {
+        case DirectReader::Began::kPending: ++pending_; break;
+        case DirectReader::Began::kZero:
+          op->status = Status::Ok();
+          store_->threads_[store_->ThreadOf(op->page)]->RecordDirectRead(0);
+          CountServed(1);
+          ready_.push_back(op);
+          break;
+        case DirectReader::Began::kFallback: HandOver(op, false); break;
+        case DirectReader::Began::kDegraded: HandOver(op, true); break;
+      }
+    }
+    (void)reader_.Flush(this);  // A refused batch: every op of it is handed over.
+    EnqueueHandoffs();
+    return Status::Ok();
+  }
+
+  size_t Poll() override {
+    size_t n = 0;
+    if (reader_.live() > 0) n += reader_.Reap(false, Deadline(0), this);
+    return n + Finish(n > 0 ? &SharedStats::direct_spin_hits : nullptr);
+  }
+
+  size_t Wait(Deadline deadline) override {
+    if (!ready_.empty() || reader_.live() == 0) return Poll();
+    const Deadline expiry = reader_.NextExpiry();
+    const size_t n =
+        reader_.Reap(true, expiry.at_ns() < deadline.at_ns() ? expiry : deadline, this);
+    return n + Finish(n > 0 ? &SharedStats::direct_sleeps : nullptr);
+  }
+
+  size_t inflight() const override { return pending_ + ready_.size(); }
+
+ private:
+  void Finished(uint64_t tag, DirectOutcome outcome) override {
+    auto* op = reinterpret_cast<PageOp*>(tag);
+    --pending_;  // Every read that ends was counted pending when Start() began it.
+    if (outcome == DirectOutcome::kRead) {
+      op->status = Status::Ok();
+      CountServed(1);
+      ready_.push_back(op);
+      return;
+    }
+    HandOver(op, outcome == DirectOutcome::kDegraded);
+  }
+
+  // Gives up the due reads, hands over what must be (also what Reap() just gave up), then calls
+  // done() of everything ready.
+  size_t Finish(std::atomic<uint64_t> SharedStats::*counter) {
+    if (counter != nullptr) (store_->stats_.*counter).fetch_add(1, std::memory_order_relaxed);
+    const size_t before = pending_;
+    reader_.Expire(MonotonicNs(), this);
+    const size_t expired = before - pending_;
+    EnqueueHandoffs();
+    // done() may destroy ops or submit more: run it over a list of our own.
+    done_.swap(ready_);
+    for (PageOp* op : done_) op->done(op);
+    const size_t n = done_.size();
+    done_.clear();
+    return n + expired;
+  }
+
+  void CountServed(uint64_t n) {
+    store_->stats_.reads.fetch_add(n, std::memory_order_relaxed);
+    store_->stats_.direct_reads.fetch_add(n, std::memory_order_relaxed);
+  }
+
+  void HandOver(PageOp* op, bool degraded) {
+    handoff_.push_back({op, op->page >= store_->opt_.capacity_pages ? 0 : store_->ThreadOf(op->page),
+                        degraded});
+  }
+
+  void EnqueueHandoffs() {
+    if (handoff_.empty()) return;
+    store_->stats_.direct_fallbacks.fetch_add(handoff_.size(), std::memory_order_relaxed);
+    for (const Handoff& h : handoff_) {
+      QueueItem item;
+      item.op = h.op;
+      item.degraded = h.degraded;
+      store_->threads_[h.thread]->Enqueue(item);
+    }
+    handoff_.clear();
+  }
+
+  struct Handoff {
+    PageOp* op;
+    size_t thread;
+    bool degraded;
+  };
+  RemoteStore* const store_;
+  DirectReader reader_;
+  size_t pending_ = 0;            // Ops whose direct read is posted (or queued) and not ended.
+  std::vector<PageOp*> ready_;    // Read here (or zeros): done() at the next Poll()/Wait().
+  std::vector<PageOp*> done_;
+  std::vector<Handoff> handoff_;  // For the I/O threads, enqueued at the end of the call.
+};
+
 }  // namespace
+
+Result<std::unique_ptr<ThreadReader>> RemoteStore::NewThreadReader(
+    const ThreadReaderOptions& options) {
+  if (!lay_.group) {
+    return Unsupported(name_, ": run-to-completion reads need the group layout (a split-layout "
+                       "read asks k servers and decodes on the I/O thread)");
+  }
+  if (!opt_.direct_reads) return Unsupported(name_, ": direct reads are turned off");
+  if (threads_.empty()) return Unavailable("page store is shut down");
+  if (options.max_inflight < 1 || options.max_inflight > 4096) {
+    return InvalidArgument("ThreadReaderOptions::max_inflight must be in 1..4096, got ",
+                           options.max_inflight);
+  }
+  auto r = std::make_unique<RemoteThreadReader>(this, options.max_inflight);
+  TESSERA_RETURN_IF_ERROR(r->Init(options.wake_fd));
+  return std::unique_ptr<ThreadReader>(std::move(r));
+}
 
 uint64_t RemoteStore::NextUid() {
   static std::atomic<uint64_t> next{1};

@@ -3,12 +3,14 @@
 // kernel_shim/nbd/connection.h).
 #include "kernel_shim/nbd/connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/logging.h"
 #include "kernel_shim/nbd/handshake.h"
 #include "kernel_shim/nbd/socket_io.h"
@@ -48,9 +50,10 @@ void OnOpDone(PageOp* op) {
   }
 }
 
-// Submits r->ops (all of them, already filled). False if the store refused the batch (then
-// r->error is set and no callback will come).
-bool SubmitOps(client::PageStore* store, Request* r) {
+// Submits r->ops (all of them, already filled), to `direct` when given (a READ on the reader
+// thread) else to the store. False if the batch was refused (then r->error is set and no
+// callback will come).
+bool SubmitOps(client::PageStore* store, Request* r, client::ThreadReader* direct = nullptr) {
   std::vector<PageOp*> ptrs(r->ops.size());
   for (size_t i = 0; i < r->ops.size(); ++i) {
     r->ops[i].done = &OnOpDone;
@@ -59,7 +62,7 @@ bool SubmitOps(client::PageStore* store, Request* r) {
   }
   r->pending.store(static_cast<uint32_t>(r->ops.size()), std::memory_order_release);
   r->retries = 0;
-  Status st = store->Submit(ptrs);
+  Status st = direct != nullptr ? direct->Submit(ptrs) : store->Submit(ptrs);
   if (!st.ok()) {
     LogStoreError(r, st);
     r->error = ErrnoOf(st) == kEInval ? kEIo : ErrnoOf(st);
@@ -114,8 +117,25 @@ void NbdServer::Connection::Run() {
   // A client that stops reading replies for this long is dropped (a blocked send fails), so
   // Shutdown() and the connection's threads never wait on it forever.
   SetSendTimeoutMs(fd.get(), shared->options->send_timeout_ms);
+  if (shared->options->direct_reads) {
+    client::ThreadReaderOptions to;
+    to.wake_fd = fd.get();  // A request arriving wakes the reader from waiting for replies.
+    auto reader = shared->store->NewThreadReader(to);
+    if (reader.ok()) {
+      direct = std::move(*reader);
+    } else if (reader.status().code() != StatusCode::kUnsupported) {
+      TLOG(WARNING) << "nbd " << peer << ": no direct reads on this connection: "
+                    << reader.status();
+    }
+  }
   completer = std::thread([this] { Complete(); });
   ReadRequests();
+  if (direct) {
+    // Finish the READs still being read here (bounded by the store's hedge time, after which
+    // the reader hands them to the store), then let the reader go on this thread.
+    while (direct->inflight() > 0) (void)direct->Wait(Deadline::AfterMs(100));
+    direct.reset();
+  }
   {
     std::lock_guard<std::mutex> lk(mu);
     reader_done = true;
@@ -129,6 +149,7 @@ void NbdServer::Connection::ReadRequests() {
   const NbdServerOptions& opt = *shared->options;
   uint8_t hb[kRequestHeaderSize];
   for (;;) {
+    if (direct) AwaitRequest();
     if (!ReadFull(f, hb, sizeof hb)) return;  // EOF or the client vanished.
     auto hdr = DecodeRequestHeader(hb);
     if (!hdr.ok()) {
@@ -157,11 +178,7 @@ void NbdServer::Connection::ReadRequests() {
     // Back-pressure: wait for room before buffering this request's bytes.
     {
       std::unique_lock<std::mutex> lk(mu);
-      space_cv.wait(lk, [&] {
-        if (sender.queued_bytes() > opt.max_inflight_bytes) return false;
-        return inflight == 0 || (inflight < opt.max_inflight_requests &&
-                                 inflight_bytes + r->data_bytes <= opt.max_inflight_bytes);
-      });
+      WaitForRoom(lk, r->data_bytes);
       inflight++;
       inflight_bytes += r->data_bytes;
     }
@@ -231,7 +248,52 @@ void NbdServer::Connection::StartRead(Request* r) {
     r->ops[i].buf = r->data.get() + i * kPageSize;
   }
   r->phase = Request::Phase::kDone;
-  if (!SubmitOps(shared->store, r)) Post(EventKind::kReply, r);
+  if (!SubmitOps(shared->store, r, direct.get())) Post(EventKind::kReply, r);
+}
+
+namespace {
+// True when a request (or EOF, or an error) is waiting on the socket.
+bool SocketReadable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+}  // namespace
+
+void NbdServer::Connection::AwaitRequest() {
+  const uint64_t spin_ns = uint64_t{shared->options->direct_spin_us} * 1000;
+  uint64_t spin_until = 0;
+  for (;;) {
+    (void)direct->Poll();  // Answers the READs whose pages all arrived.
+    if (direct->inflight() == 0 || SocketReadable(fd.get())) return;
+    if (spin_ns != 0) {
+      const uint64_t now = MonotonicNs();
+      if (spin_until == 0) spin_until = now + spin_ns;
+      if (now < spin_until) continue;
+    }
+    // Sleeps until a reply arrives, the socket becomes readable (the wake fd), or the store's
+    // hedge time of the oldest read (then it is handed over).
+    (void)direct->Wait(Deadline::AfterMs(100));
+  }
+}
+
+void NbdServer::Connection::WaitForRoom(std::unique_lock<std::mutex>& lk, size_t bytes) {
+  const NbdServerOptions& opt = *shared->options;
+  auto room = [&] {
+    if (sender.queued_bytes() > opt.max_inflight_bytes) return false;
+    return inflight == 0 || (inflight < opt.max_inflight_requests &&
+                             inflight_bytes + bytes <= opt.max_inflight_bytes);
+  };
+  while (!room()) {
+    if (direct && direct->inflight() > 0) {
+      // Our own direct reads hold the room: complete them (they retire their requests). Other
+      // threads free room too, so the wait is short and re-checks.
+      lk.unlock();
+      if (direct->Poll() == 0) (void)direct->Wait(Deadline::AfterMs(1));
+      lk.lock();
+      continue;
+    }
+    space_cv.wait(lk);
+  }
 }
 
 // --- completion thread ---

@@ -3,7 +3,8 @@
 // connection of one NbdServer shares (store, options, page locks, counters).
 //
 // A connection has a reader thread (Run: the handshake, then request headers and write
-// payloads; it submits READs to the store itself) and a completion thread (read-modify-write
+// payloads; it starts READs itself, reading them directly with its ThreadReader when the store
+// offers one) and a completion thread (read-modify-write
 // steps, TRIM/FLUSH, errors and retries, see kernel_shim/nbd/nbd_server.h); replies go out
 // through its ReplySender. Requests that change data hold page locks (PageLockTable).
 //
@@ -123,9 +124,18 @@ struct NbdServer::Connection {
   }
 
   // --- reader thread ---
+  // Reads READs' pages on this thread (NbdServerOptions::direct_reads); null: Submit() them.
+  // Created, used and destroyed by the reader thread only.
+  std::unique_ptr<client::ThreadReader> direct;
   void Run();  // Handshake (kernel_shim/nbd/handshake.h), then requests until the end.
   void ReadRequests();
   void StartRead(Request* r);
+  // Direct reads in flight: completes them (answering their READs) until the next request is
+  // waiting on the socket or none is left in flight.
+  void AwaitRequest();
+  // Waits for room for a request of `bytes` payload bytes (back-pressure), completing direct
+  // reads meanwhile. Returns with `lk` held.
+  void WaitForRoom(std::unique_lock<std::mutex>& lk, size_t bytes);
 
   // --- completion thread ---
   void Complete();

@@ -34,6 +34,9 @@ Result<std::unique_ptr<NbdServer>> NbdServer::Create(client::PageStore* store,
     return InvalidArgument("max_payload must be in [4096, 1 GiB], got ", options.max_payload);
   }
   if (options.max_inflight_requests == 0) return InvalidArgument("max_inflight_requests is 0");
+  if (options.direct_spin_us > 1000) {
+    return InvalidArgument("direct_spin_us must be in [0, 1000], got ", options.direct_spin_us);
+  }
   const uint64_t cap = store->capacity_pages();
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   std::set<std::string> names;
