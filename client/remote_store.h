@@ -59,6 +59,10 @@
 // CRC mismatch, a connection that cannot be made) hands the read to the I/O thread as before,
 // which handles degraded reads, hedging and repair; a read that timed out goes there degraded
 // at once. Never-written pages read as zeros on the caller's thread too.
+// NewThreadReader (client/page_store.h ThreadReader) is the same path for a thread with an
+// event loop of its own (the NBD export's connection readers): many direct reads in flight on
+// that thread's Transport, completions polled by the owner, overdue reads (hedge_us) and
+// everything above handed to the I/O threads as Submit()ted ops.
 // Late requests: a finished read's extra (late) requests older than 500 us let their op
 // context go (it takes one of 64 spare buffers per I/O thread; the requests keep the old one
 // until their replies arrive), and a server left behind by 8 finished reads in a row while

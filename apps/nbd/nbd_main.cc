@@ -49,9 +49,10 @@ DEFINE_bool(direct_reads, true,
             "Run-to-completion READs (group layout): each connection's reader thread reads the "
             "pages of a READ itself, on its own connections to the servers holding them, with many "
             "reads in flight; --nodirect_reads hands every read to the page store's I/O thread");
-DEFINE_int32(direct_spin_us, 0,
-             "With direct reads in flight and no request waiting, a connection's reader polls this "
-             "long (0..1000 us) before it sleeps");
+DEFINE_int32(direct_spin_us, 100,
+             "With direct reads in flight and no request waiting, a connection's reader polls for "
+             "twice the recent reply time, at most this long (0..1000 us; 0: never), before it "
+             "sleeps");
 DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token paths");
 
 namespace tessera {

@@ -52,9 +52,9 @@ DEFINE_string(direct_reads, "on",
               "Run-to-completion READs of the Tessera export (tessera nbd --direct_reads): on, off, "
               "or both (two exports of the same cluster measured side by side: tessera and "
               "tessera(nodirect))");
-DEFINE_int32(direct_spin_us, 0,
+DEFINE_int32(direct_spin_us, 100,
              "tessera nbd --direct_spin_us: a connection reader with direct reads in flight polls "
-             "this long before it sleeps (0..1000)");
+             "at most this long before it sleeps (0..1000)");
 DEFINE_string(layout, "", "Erasure-coded layout of the Tessera export: split or group (default: the "
               "store's default)");
 
@@ -64,7 +64,7 @@ namespace {
 const cli::CliSpec kSpec = {
     "tessera bench nbd",
     "[--k 8 --r 2] [--pages 16384] [--ops 2000] [--qd 16] [--reps 3] [--kill] [--peer nbdkit|qemu-nbd] "
-    "[--direct_reads on|off|both] [--direct_spin_us 0] [--layout split|group] [--quick] [--json]",
+    "[--direct_reads on|off|both] [--direct_spin_us 100] [--layout split|group] [--quick] [--json]",
     "Measures sequential and random 4 KB reads and writes (QD1 p50/p99 latency, QD N ops/s)\n"
     "through libnbd against `tessera nbd` on k+2r+1 local memservers and, in the same run with the\n"
     "same client, against a file export served by nbdkit or qemu-nbd; then again with r memservers\n"

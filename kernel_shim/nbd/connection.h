@@ -127,6 +127,7 @@ struct NbdServer::Connection {
   // Reads READs' pages on this thread (NbdServerOptions::direct_reads); null: Submit() them.
   // Created, used and destroyed by the reader thread only.
   std::unique_ptr<client::ThreadReader> direct;
+  uint64_t reply_avg_ns = 0;  // Recent direct replies' wait (AwaitRequest's polling window).
   void Run();  // Handshake (kernel_shim/nbd/handshake.h), then requests until the end.
   void ReadRequests();
   void StartRead(Request* r);

@@ -82,8 +82,10 @@ struct NbdServerOptions {
   // store without such a reader: READs are Submit()ted to the store's threads.
   bool direct_reads = true;
   // With direct reads in flight and no request waiting, the reader polls for replies and
-  // requests this long (0..1000 us) before it sleeps (the next reply or request wakes it).
-  uint32_t direct_spin_us = 0;
+  // requests for twice the time replies recently took, at most this long (0..1000 us; 0: never
+  // polls), before it sleeps (the next reply or request wakes it); if replies took longer, it
+  // sleeps at once. Like RemoteStoreOptions::direct_spin_us.
+  uint32_t direct_spin_us = 100;
 };
 
 struct NbdServerStats {
