@@ -95,7 +95,9 @@ struct PageStoreStats {
 // store thread and back. Made by PageStore::NewThreadReader.
 //
 // Submit() takes read ops only (InvalidArgument for a write; the batch is checked like
-// PageStore::Submit and accepted or rejected whole). Each accepted op completes exactly once,
+// PageStore::Submit and accepted or rejected whole). It queues the reads; the next Poll() or
+// Wait() posts everything queued since the last one in one batch (so requests parsed back to
+// back cost one post), then reaps. Each accepted op completes exactly once,
 // with the same result PageStore::Submit would give: either on the owning thread, from inside a
 // later Poll() or Wait() (the page was read directly, or reads as zeros), or from a store
 // thread, when the reader handed it to the store's asynchronous path because it could not read

@@ -575,19 +575,20 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
         case DirectReader::Began::kDegraded: HandOver(op, true); break;
       }
     }
-    (void)reader_.Flush(this);  // A refused batch: every op of it is handed over.
-    EnqueueHandoffs();
+    EnqueueHandoffs();  // The queued reads are posted by the next Poll() or Wait().
     return Status::Ok();
   }
 
   size_t Poll() override {
+    (void)reader_.Flush(this);  // A refused batch: every op of it is handed over.
     size_t n = 0;
     if (reader_.live() > 0) n += reader_.Reap(false, Deadline(0), this);
     return n + Finish(n > 0 ? &SharedStats::direct_spin_hits : nullptr);
   }
 
   size_t Wait(Deadline deadline) override {
-    if (!ready_.empty() || reader_.live() == 0) return Poll();
+    (void)reader_.Flush(this);
+    if (!ready_.empty() || !handoff_.empty() || reader_.live() == 0) return Poll();
     const Deadline expiry = reader_.NextExpiry();
     const size_t n =
         reader_.Reap(true, expiry.at_ns() < deadline.at_ns() ? expiry : deadline, this);

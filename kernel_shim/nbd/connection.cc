@@ -146,12 +146,17 @@ void NbdServer::Connection::Run() {
 }
 
 void NbdServer::Connection::ReadRequests() {
-  const int f = fd.get();
   const NbdServerOptions& opt = *shared->options;
   uint8_t hb[kRequestHeaderSize];
+  uint32_t since_poll = 0;
   for (;;) {
-    if (direct) AwaitRequest();
-    if (!ReadFull(f, hb, sizeof hb)) return;  // EOF or the client vanished.
+    // With direct reads: requests already buffered are parsed first, so the reads of a burst are
+    // posted together (by AwaitRequest's Poll); replies are still reaped every 32 requests.
+    if (direct && (in.buffered() < kRequestHeaderSize || ++since_poll >= 32)) {
+      since_poll = 0;
+      AwaitRequest();
+    }
+    if (!in.ReadFull(hb, sizeof hb)) return;  // EOF or the client vanished.
     auto hdr = DecodeRequestHeader(hb);
     if (!hdr.ok()) {
       TLOG(WARNING) << "nbd " << peer << ": " << hdr.status().message() << "; closing";
@@ -185,7 +190,9 @@ void NbdServer::Connection::ReadRequests() {
     }
     if (h.type == kCmdWrite) {
       r->data.reset(new uint8_t[std::max<size_t>(h.length, 1)]);
-      if (!ReadFull(f, r->data.get(), h.length)) {
+      // Queued direct reads go out before this thread may block for the rest of a payload.
+      if (direct && in.buffered() < h.length) (void)direct->Poll();
+      if (!in.ReadFull(r->data.get(), h.length)) {
         // The client vanished mid-payload: nothing of this request reaches the store.
         r->error = kEIo;
         r->error_message = "connection closed mid-payload";
@@ -252,13 +259,6 @@ void NbdServer::Connection::StartRead(Request* r) {
   if (!SubmitOps(shared->store, r, direct.get())) Post(EventKind::kReply, r);
 }
 
-namespace {
-// True when a request (or EOF, or an error) is waiting on the socket.
-bool SocketReadable(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-}
-}  // namespace
 
 void NbdServer::Connection::AwaitRequest() {
   // Polls (replies and the socket) for twice the time replies recently took to come, at most
@@ -289,7 +289,7 @@ void NbdServer::Connection::AwaitRequest() {
       reply_avg_ns = reply_avg_ns - reply_avg_ns / 8 + (MonotonicNs() - start) / 8;
       sampled = true;
     }
-    if (direct->inflight() == 0 || SocketReadable(fd.get())) return;
+    if (direct->inflight() == 0 || in.Readable()) return;
     if (MonotonicNs() - start < window) continue;
     (void)direct->Wait(Deadline::AfterMs(100));
   }

@@ -31,6 +31,7 @@
 #include "kernel_shim/nbd/page_lock_table.h"
 #include "kernel_shim/nbd/protocol.h"
 #include "kernel_shim/nbd/reply_sender.h"
+#include "kernel_shim/nbd/socket_io.h"
 
 namespace tessera::nbd {
 
@@ -92,6 +93,7 @@ struct NbdServer::Connection {
 
   Shared* shared;
   UniqueFd fd;
+  BufferedReader in;  // The reader thread's requests (after the handshake).
   bool structured = false;
   uint16_t trans_flags = 0;
   const ExportSpec* exp = nullptr;
@@ -112,7 +114,7 @@ struct NbdServer::Connection {
   std::thread completer;
 
   Connection(Shared* s, UniqueFd f)
-      : shared(s), fd(std::move(f)), sender(fd.get(), [this] {
+      : shared(s), fd(std::move(f)), in(fd.get()), sender(fd.get(), [this] {
           std::lock_guard<std::mutex> lk(mu);  // So the reader cannot miss the wake-up.
           space_cv.notify_one();
         }) {}
@@ -131,8 +133,8 @@ struct NbdServer::Connection {
   void Run();  // Handshake (kernel_shim/nbd/handshake.h), then requests until the end.
   void ReadRequests();
   void StartRead(Request* r);
-  // Direct reads in flight: completes them (answering their READs) until the next request is
-  // waiting on the socket or none is left in flight.
+  // Direct reads in flight: posts the queued ones and completes them (answering their READs)
+  // until the next request is waiting (buffered or on the socket) or none is left in flight.
   void AwaitRequest();
   // Waits for room for a request of `bytes` payload bytes (back-pressure), completing direct
   // reads meanwhile. Returns with `lk` held.

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -29,6 +30,36 @@ bool ReadFull(int fd, void* buf, size_t n) {
     return false;
   }
   return true;
+}
+
+bool BufferedReader::ReadFull(void* out, size_t n) {
+  auto* p = static_cast<uint8_t*>(out);
+  const size_t have = std::min(n, buffered());
+  std::memcpy(p, buf_.get() + pos_, have);
+  pos_ += have;
+  p += have;
+  n -= have;
+  if (n == 0) return true;
+  pos_ = len_ = 0;  // Empty now.
+  if (n >= cap_ / 2) return nbd::ReadFull(fd_, p, n);  // A payload: no copy through the buffer.
+  while (len_ < n) {
+    ssize_t got = ::recv(fd_, buf_.get() + len_, cap_ - len_, 0);
+    if (got > 0) {
+      len_ += static_cast<size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    return false;
+  }
+  std::memcpy(p, buf_.get(), n);
+  pos_ = n;
+  return true;
+}
+
+bool BufferedReader::Readable() const {
+  if (buffered() > 0) return true;
+  pollfd pfd{fd_, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
 bool WriteIov(int fd, struct iovec* iov, size_t count) {
