@@ -29,6 +29,7 @@ Controller::Controller(ControllerOptions options, uint64_t now_ns)
       x_(options.initial_x),
       r_start_ns_(now_ns),
       x_start_ns_(now_ns) {
+  x_start_window_ = window_;
   switch (options_.mode) {
     case Mode::kKv: x_ = 0; break;
     case Mode::kRpc:
@@ -103,6 +104,11 @@ void Controller::RunX(uint64_t now_ns) {
   last_throughput_ = t;
   x_completions_ = 0;
   x_start_ns_ = now_ns;
+  // Whether the R-loop kept the window steady over this interval (see x_window_swing).
+  const double sw = options_.x_window_swing;
+  const uint32_t lo = std::min(x_start_window_, window_), hi = std::max(x_start_window_, window_);
+  const bool steady = sw <= 0 || hi <= lo + 4 || hi <= sw * lo;
+  x_start_window_ = window_;
   if (options_.mode != Mode::kKayak) return;
   if (base_x_ < 0) {  // The first interval: a baseline, then the first step.
     NewBase(t);
@@ -117,8 +123,17 @@ void Controller::RunX(uint64_t now_ns) {
   auto inward = [](double x) { return x <= 0.0 ? 1.0 : -1.0; };
   // Phase change: two intervals in a row far from the level of the current X, the same way
   // (only when X is near where that level was measured: a long step moves throughput itself).
+  // Until the window first holds steady (start-up) the level just follows the throughput;
+  // after, an interval over which the window moved a lot neither updates the level nor
+  // confirms or clears a phase change.
+  if (!level_ready_) {
+    level_t_ = t;
+    level_ready_ = steady;
+  }
   const double dev = level_t_ > 0 ? (t - level_t_) / level_t_ : 0;
-  if (std::fabs(x_ - base_x_) <= 0.1 && std::fabs(dev) > std::max(options_.x_shift, 4 * noise_)) {
+  if (!steady) {
+    // (Leave shift_sign_ as it is.)
+  } else if (std::fabs(x_ - base_x_) <= 0.1 && std::fabs(dev) > std::max(options_.x_shift, 4 * noise_)) {
     const int sign = dev > 0 ? 1 : -1;
     if (shift_sign_ == sign) {
       ++shifts_;
@@ -139,7 +154,7 @@ void Controller::RunX(uint64_t now_ns) {
     // X held for this interval: learn the noise, refresh the baseline, then probe.
     const double rel = base_t_ > 0 ? std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift) : 0;
     // (An interval that may be the first of a phase change teaches neither noise nor level.)
-    if (shift_sign_ == 0) {
+    if (shift_sign_ == 0 && steady) {
       noise_ = noise_ == 0 ? rel : 0.8 * noise_ + 0.2 * rel;
       level_t_ = 0.7 * level_t_ + 0.3 * t;
     }
@@ -175,6 +190,13 @@ void Controller::RunX(uint64_t now_ns) {
     step_ = std::min(step_ * 1.5, options_.x_max_step);
     NewBase(t);
     hold_len_ = 1;
+    if (options_.x_hold_in_noise) {
+      // The X just left is the other side, and worse by what this move gained: a loss ahead
+      // then shortens the step at once instead of probing back there first.
+      const int back = direction_ > 0 ? 0 : 1;
+      evidence_sum_[back] = -rel;
+      evidence_n_[back] = 1;
+    }
     MoveX();
   } else if (options_.x_hold_in_noise) {
     // Not (yet) better: back to the base. A clear loss halves the step (once both sides were
@@ -186,12 +208,19 @@ void Controller::RunX(uint64_t now_ns) {
     // time). Where throughput is flat within the noise, X stays put instead of wandering.
     MoveBack();
     const bool both_tried = evidence_n_[0] > 0 && evidence_n_[1] > 0;
+    const double old_step = step_;
     if (rel < -tol) {
       if (both_tried || from_bound) step_ = step_ * 0.5;
     } else if (rel <= 0 && (both_tried || from_bound)) {
       step_ = std::min(step_, options_.x_bound_probe);
     }
     step_ = std::max(step_, options_.x_min_step);
+    if (!from_bound && rel < -tol && step_ < old_step) {
+      // Both sides lost at the old step: try both again closer in (a pattern search; evidence
+      // from the longer probes would send the next probe the wrong way).
+      evidence_sum_[0] = evidence_sum_[1] = 0;
+      evidence_n_[0] = evidence_n_[1] = 0;
+    }
     auto mean = [&](int side) { return evidence_sum_[side] / std::max<uint32_t>(1, evidence_n_[side]); };
     bool hold;
     if (from_bound) {

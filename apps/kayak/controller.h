@@ -16,17 +16,19 @@
 //     Otherwise X goes back to the old X (x_hold_in_noise): one interval within the noise
 //     proves nothing, so the changes measured on each side of the held X add up as evidence,
 //     and X moves once the mean of n probes one way exceeds tol/sqrt(n). The next probe goes
-//     to the side with the better evidence, at once while it is up, else after a hold of 1,
-//     2, 4, ... intervals (up to x_max_hold). So X leaves a held point only when moving
-//     clearly pays, and where KV and RPC are within the noise of each other it stays put
-//     instead of wandering. At a bound (X = 0 or 1) probes go inward by at most
+//     to the side with the better evidence (the X just left counts as a loss), at once while
+//     it is up, else after a hold of 1, 2, 4, ... intervals (up to x_max_hold); once both
+//     sides clearly lost, the step halves and both are tried again (a pattern search). So X
+//     leaves a held point only when moving clearly pays, and where KV and RPC are within the
+//     noise of each other it stays put instead of wandering. At a bound (X = 0 or 1) probes go inward by at most
 //     x_bound_probe: an optimum at a bound costs little exploration. After X goes back, the
 //     window goes back to what it was before the move (x_restore_window: the move's requests,
 //     e.g. a few slow KV chains, set the p99 and cut it) and the next interval is ignored
 //     (x_settle_intervals). Phase change: when two intervals in a row land more than x_shift
 //     (or 4x the noise) from the throughput level of the current X, the same way, the hold
 //     and the evidence end and the step goes back to at least x_initial_step, so X follows a
-//     new optimum within a few intervals.
+//     new optimum within a few intervals. Only intervals over which the window held steady
+//     (x_window_swing) count for the level and for phase changes.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
 //
 // Every constant is an Options field with a documented default. The published Kayak uses a
@@ -86,6 +88,14 @@ struct ControllerOptions {
   // requests (e.g. 5% KV chains 4x slower than the RPCs set the p99). Without this, regrowing
   // the window after every probe costs more throughput than the probe itself.
   bool x_restore_window = true;
+  // An X interval over which the R-loop moved the window by more than this factor (and by
+  // more than 4) is not steady: its throughput says what the window did (start-up, regrowth
+  // after a stall of the machine, or the R-loop following a phase change), so it neither
+  // updates the throughput level nor confirms a phase change; the level is first taken once
+  // the window holds steady. (On the bench a window still growing 45 -> 70 after start-up
+  // raised throughput 20% above a level learnt while it grew from 8: a false phase change,
+  // and a probe to X = 0.75 that cost 30% for two intervals.) 0: every interval is steady.
+  double x_window_swing = 1.5;
   // A move whose throughput change is within the noise goes back and holds as a failed probe
   // from a bound does, unless n such probes the same way average more than the tolerance /
   // sqrt(n) (true); or X goes on the way the sign points (false: X wanders where throughput
@@ -148,6 +158,8 @@ class Controller {
   uint32_t hold_len_ = 1;     // The hold after a failed probe from a bound (doubles).
   uint32_t settle_left_ = 0;  // Intervals still ignored after a move back (x_settle_intervals).
   uint32_t move_window_ = 0;  // The window when X last moved from its base.
+  uint32_t x_start_window_ = 0;  // The window when this X interval began.
+  bool level_ready_ = false;     // level_t_ was taken at a steady window.
   double evidence_sum_[2] = {0, 0};  // Relative changes of probes within the noise from base_x_,
   uint32_t evidence_n_[2] = {0, 0};  // down [0] and up [1] (x_hold_in_noise).
   int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.
