@@ -77,7 +77,7 @@ struct ControllerOptions {
   double x_min_noise = 0.02;     // A relative throughput change below this is noise.
   double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change.
   uint32_t x_max_hold = 16;      // Most X intervals between probes away from a held X.
-  double x_bound_probe = 0.1;    // Largest routine probe away from a bound (or, with
+  double x_bound_probe = 0.05;   // Largest routine probe away from a bound (or, with
                                  // x_hold_in_noise, from a held X after a probe down).
   // Intervals ignored after X goes back from a move that did not pay: the window is still
   // recovering from the move's requests (e.g. a probe's slow KV chains set the p99), so their
