@@ -64,7 +64,8 @@ void Controller::RunR(uint64_t now_ns) {
     std::nth_element(r_samples_.begin(), r_samples_.begin() + k, r_samples_.end());
     last_p99_ns_ = r_samples_[k];
     const double p99 = static_cast<double>(r_samples_[k]);
-    const double slo = static_cast<double>(options_.slo_ns);
+    const double slo = static_cast<double>(options_.slo_ns) *
+                       (options_.mode == Mode::kKayak ? 1.0 - options_.r_kayak_margin : 1.0);
     if (p99 > slo) {
       const double f = std::clamp(slo / p99, options_.r_max_decrease, options_.r_decrease);
       window_ = std::max<uint32_t>(options_.min_window,
@@ -199,13 +200,13 @@ void Controller::RunX(uint64_t now_ns) {
     }
     MoveX();
   } else if (options_.x_hold_in_noise) {
-    // Not (yet) better: back to the base. A clear loss halves the step (once both sides were
-    // tried: the other side is probed as far first); a move within the
-    // noise and down keeps it, at most x_bound_probe (probes from a held X stay close to it);
-    // one within the noise and up keeps it (a smaller step would hide the gain). The next
-    // probe goes to a side not yet tried, else to the side with the better evidence: at once
-    // if that evidence is up (not yet enough to move), else after a hold (doubling each
-    // time). Where throughput is flat within the noise, X stays put instead of wandering.
+    // Not (yet) better: back to the base. A clear loss halves the step once both sides were
+    // tried (the other side is probed as far first), and then both are tried afresh; a move
+    // within the noise and down keeps the step, at most x_bound_probe (probes from a held X
+    // stay close to it); one within the noise and up keeps it (a smaller step would hide the
+    // gain). The next probe goes to a side not yet tried, else to the side with the better
+    // evidence: at once if that evidence is up (not yet enough to move), else after a hold
+    // (doubling each time). Where throughput is flat within the noise, X stays put.
     MoveBack();
     const bool both_tried = evidence_n_[0] > 0 && evidence_n_[1] > 0;
     const double old_step = step_;
