@@ -78,9 +78,10 @@ struct PageStoreStats {
   uint64_t slots_reclaimed = 0;   // Garbage slots taken out of their stripe's parity for reuse.
   uint64_t stored_pages = 0;      // Pages stored in sealed stripes now.
   uint64_t remote_bytes = 0;      // Remote memory held now (k+r slabs per stripe slab).
-  // Run-to-completion reads (remote group layout; 0 elsewhere): pages a blocking ReadPage(s)
-  // read on the caller's own thread, and those it handed to a store thread after all (the page
-  // was being written or moved, its server failed or was slow, a CRC mismatched, ...).
+  // Run-to-completion reads (remote group and split layouts; 0 elsewhere): pages a blocking
+  // ReadPage(s) or a ThreadReader read on the caller's own thread, and those it handed to a
+  // store thread after all (the page was being written or moved, its server failed or was slow,
+  // a CRC mismatched, ...).
   uint64_t direct_reads = 0;
   uint64_t direct_fallbacks = 0;
   uint64_t direct_spin_hits = 0;  // Direct reads whose reply arrived while the caller spun.

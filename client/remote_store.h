@@ -47,7 +47,8 @@
 // Post(), and the TCP transport sends the splits bound for one server as one READV/WRITEV
 // request (fabric/wire.h), so with many pages in flight a server gets one request per batch
 // instead of one per split (every layout gets this alike).
-// Direct reads (group layout, RemoteStoreOptions::direct_reads): a thread that calls the
+// Direct reads (group and erasure-coded split layouts, RemoteStoreOptions::direct_reads; not
+// copies): a thread that calls the
 // blocking ReadPage/ReadPages (the pager's fault threads, blocking bench callers) reads a stored
 // page itself: it looks the page up in a table the owning I/O thread publishes (per page: a
 // seqlock over slab, row, member and CRC; per slab: a seqlock over each member's server and
@@ -58,7 +59,11 @@
 // written, moved or trimmed meanwhile, its server failed or did not answer within hedge_us, a
 // CRC mismatch, a connection that cannot be made) hands the read to the I/O thread as before,
 // which handles degraded reads, hedging and repair; a read that timed out goes there degraded
-// at once. Never-written pages read as zeros on the caller's thread too.
+// at once. Never-written pages read as zeros on the caller's thread too. The split layout does
+// the same with k + delta split reads (data first) on the caller's transport, the page's k + r
+// CRCs published per page (a table per logical slab: (2 + k + r) words per page, about as much
+// again as the I/O thread's own CRC table), the first k good splits assembled or decoded
+// there; a split whose CRC mismatches sends the page to the I/O thread (which repairs it).
 // NewThreadReader (client/page_store.h ThreadReader) is the same path for a thread with an
 // event loop of its own (the NBD export's connection readers): many direct reads in flight on
 // that thread's Transport, completions polled by the owner, overdue reads (hedge_us) and
@@ -177,9 +182,10 @@ struct RemoteStoreOptions {
   // tens of microseconds on a virtual machine; polling costs CPU the servers on a shared box
   // would otherwise get.
   uint32_t poll_us = 0;
-  // Run-to-completion reads (group layout): a blocking ReadPage/ReadPages reads a stored page on
-  // the calling thread, over that thread's own Transport, straight from the server holding it
-  // (see "Direct reads" in the file comment). False: every read goes through the I/O threads.
+  // Run-to-completion reads (group and erasure-coded split layouts): a blocking ReadPage/ReadPages
+  // reads a stored page on the calling thread, over that thread's own Transport, straight from
+  // the servers holding it (see "Direct reads" in the file comment). False: every read goes
+  // through the I/O threads.
   bool direct_reads = true;
   // A direct read polls for its reply for twice the reader's recent reply time, but at most this
   // long (0..1000 us; 0: never polls), before it sleeps in the transport's Wait(); if the recent

@@ -67,7 +67,7 @@ DEFINE_string(layouts, "split,group",
               "Erasure-coded layouts measured side by side, comma-separated: split, group");
 DEFINE_string(layout, "", "One erasure-coded layout only (same as --layouts L)");
 DEFINE_bool(direct_reads, true,
-            "Group layout: blocking reads (a fault thread's, the raw reads) run to completion on "
+            "Blocking reads (a fault thread's, the raw reads) run to completion on "
             "the caller's thread (RemoteStoreOptions::direct_reads); false: through the store's "
             "I/O thread");
 DEFINE_int32(fault_spin_us, 30,

@@ -1,6 +1,6 @@
-// Run-to-completion reads (group layout): a thread calling the blocking ReadPage/ReadPages reads
-// stored pages itself, on its own Transport, with no hand-off to an I/O thread and back (see
-// "Direct reads" in client/remote_store.h).
+// Run-to-completion reads (group and erasure-coded split layouts): a thread calling the blocking
+// ReadPage/ReadPages, or owning a ThreadReader, reads stored pages itself, on its own Transport,
+// with no hand-off to an I/O thread and back (see "Direct reads" in client/remote_store.h).
 //
 // Protocol, per page:
 //   1. DirectLocate: read the page's published location (slab, row, member, CRC) under its
@@ -10,7 +10,16 @@
 //      hedge_us (op_timeout_ms when hedging is off).
 //   3. Accept the page only if the read succeeded, its CRC32C matches the published one, and
 //      DirectValid: neither seqlock moved since step 1.
-// Why that is enough: while a page is published as stored in (slab, row, member), that slot
+// Split layout, the same with the page's k + r splits: the page's published state (stored,
+// zeros, or a write in flight) and the CRC of every split under the page's seqlock (a table per
+// logical slab), the slab's members under the slab's; k + delta split READs (data splits first)
+// and the page is assembled, or decoded with the stripe codec, from the first k whose CRC
+// matches, if neither seqlock moved. The I/O thread republishes a page when a write starts
+// (before posting its splits: not directly readable until it settles), when it settles, and
+// when it is trimmed or unwritten, and a slab when a split moves or the slab is freed. A split
+// whose CRC mismatches (corrupt, not rebuilt yet, torn) sends the page to the I/O thread,
+// which repairs what is corrupt.
+// Why that is enough (group): while a page is published as stored in (slab, row, member), that slot
 // holds exactly the page's data: its stripe row cannot be reused before every live page left
 // it, a page leaves a slot only through the I/O thread (rewrite, trim, compaction move), which
 // republishes the page (version bump) before it posts anything that could overwrite the slot,
@@ -76,9 +85,51 @@ void IoThread::PublishSlab(uint32_t slab) {
   d.ver.store(v + 2, std::memory_order_release);
 }
 
+void IoThread::EnsureSplitTable(const Slab& s) {
+  if (!dsplit_ptr_) return;
+  const size_t si = static_cast<size_t>(&s - slabs_.data());
+  if (dsplit_[si]) return;
+  const size_t n = store_->pages_per_slab_ * static_cast<size_t>(2 + lay_.width());
+  dsplit_[si] = std::make_unique<std::atomic<uint32_t>[]>(n);  // All kSplitZero, version 0.
+  dsplit_ptr_[si].store(dsplit_[si].get(), std::memory_order_release);
+}
+
+void IoThread::PublishSplitPage(const Slab& s, uint32_t pidx) {
+  if (!dsplit_ptr_) return;
+  const size_t si = static_cast<size_t>(&s - slabs_.data());
+  std::atomic<uint32_t>* tbl = dsplit_[si].get();
+  if (tbl == nullptr) return;
+  const int W = lay_.width();
+  std::atomic<uint32_t>* e = tbl + static_cast<size_t>(pidx) * static_cast<size_t>(2 + W);
+  const uint32_t state = s.busy[pidx] != nullptr ? kSplitNo
+                         : s.written[pidx]        ? kSplitStored
+                                                  : kSplitZero;
+  const uint32_t v = e[0].load(std::memory_order_relaxed);
+  e[0].store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e[1].store(state, std::memory_order_relaxed);
+  if (state == kSplitStored) {
+    const uint32_t* crc = &s.crc[static_cast<size_t>(pidx) * static_cast<size_t>(W)];
+    for (int j = 0; j < W; ++j) e[2 + j].store(crc[j], std::memory_order_relaxed);
+  }
+  e[0].store(v + 2, std::memory_order_release);
+}
+
 // ---- any thread: locating ----
 
+namespace {
+// Reads member j of a published slab (under its seqlock, checked by the caller).
+void LoadMember(const DirectSlab& ds, int j, DirectPart* p) {
+  p->server = ds.server[j].load(std::memory_order_relaxed);
+  p->remote.slab_id = ds.id[j].load(std::memory_order_relaxed);
+  p->remote.remote_addr = ds.addr[j].load(std::memory_order_relaxed);
+  p->remote.size = ds.size[j].load(std::memory_order_relaxed);
+  p->remote.rkey = ds.rkey[j].load(std::memory_order_relaxed);
+}
+}  // namespace
+
 bool IoThread::DirectLocate(PageId page, DirectTarget* out) const {
+  if (!lay_.group) return DirectLocateSplit(page, out);
   if (!dloc_) return false;
   const DirectLoc& d = dloc_[LocalIndex(page)];
   for (int attempt = 0; attempt < 4; ++attempt) {
@@ -100,23 +151,64 @@ bool IoThread::DirectLocate(PageId page, DirectTarget* out) const {
     if (col >= lay_.width()) return false;
     const uint32_t sv = ds.ver.load(std::memory_order_acquire);
     if (sv & 1) continue;
-    const uint32_t server = ds.server[col].load(std::memory_order_relaxed);
-    fabric::AllocSlabResponse r;
-    r.slab_id = ds.id[col].load(std::memory_order_relaxed);
-    r.remote_addr = ds.addr[col].load(std::memory_order_relaxed);
-    r.size = ds.size[col].load(std::memory_order_relaxed);
-    r.rkey = ds.rkey[col].load(std::memory_order_relaxed);
+    DirectPart part;
+    LoadMember(ds, col, &part);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (ds.ver.load(std::memory_order_relaxed) != sv) continue;
-    if (server == kNoServer || r.slab_id == 0) return false;
+    if (part.server == kNoServer || part.remote.slab_id == 0) return false;
+    part.crc = crc;
     out->zero = false;
     out->slab_ver = sv;
     out->slab = slab;
-    out->row = row_col >> 8;
-    out->col = col;
-    out->crc = crc;
-    out->server = server;
-    out->remote = r;
+    out->offset = static_cast<uint64_t>(row_col >> 8) * kPageSize;
+    out->length = kPageSize;
+    out->parts = 1;
+    out->part[0] = part;
+    return true;
+  }
+  return false;
+}
+
+bool IoThread::DirectLocateSplit(PageId page, DirectTarget* out) const {
+  if (!dsplit_ptr_) return false;
+  const uint64_t pps = store_->pages_per_slab_;
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  const uint32_t si = static_cast<uint32_t>(page / pps / T);
+  const uint32_t pidx = static_cast<uint32_t>(page % pps);
+  const int W = lay_.width();
+  const DirectSlab& ds = dslab_[si];
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint32_t sv = ds.ver.load(std::memory_order_acquire);
+    if (sv & 1) continue;
+    for (int j = 0; j < W; ++j) LoadMember(ds, j, &out->part[j]);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ds.ver.load(std::memory_order_relaxed) != sv) continue;
+    // Set before the slab is first published, never changed after.
+    const std::atomic<uint32_t>* tbl = dsplit_ptr_[si].load(std::memory_order_acquire);
+    if (tbl == nullptr) {
+      out->zero = true;  // The slab was never allocated: no page of it was ever written.
+      return true;
+    }
+    // (A freed slab's pages were all unwritten first: they read kSplitZero below.)
+    const std::atomic<uint32_t>* e = tbl + static_cast<size_t>(pidx) * static_cast<size_t>(2 + W);
+    const uint32_t v1 = e[0].load(std::memory_order_acquire);
+    if (v1 & 1) continue;
+    const uint32_t state = e[1].load(std::memory_order_relaxed);
+    for (int j = 0; j < W; ++j) out->part[j].crc = e[2 + j].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e[0].load(std::memory_order_relaxed) != v1) continue;
+    if (state == kSplitZero) {
+      out->zero = true;
+      return true;
+    }
+    if (state != kSplitStored) return false;
+    out->zero = false;
+    out->page_ver = v1;
+    out->slab_ver = sv;
+    out->slab = si;
+    out->offset = static_cast<uint64_t>(pidx) * lay_.split;
+    out->length = static_cast<uint32_t>(lay_.split);
+    out->parts = W;
     return true;
   }
   return false;
@@ -124,7 +216,16 @@ bool IoThread::DirectLocate(PageId page, DirectTarget* out) const {
 
 bool IoThread::DirectValid(PageId page, const DirectTarget& t) const {
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (dloc_[LocalIndex(page)].ver.load(std::memory_order_relaxed) != t.page_ver) return false;
+  if (lay_.group) {
+    if (dloc_[LocalIndex(page)].ver.load(std::memory_order_relaxed) != t.page_ver) return false;
+  } else if (!t.zero) {
+    const std::atomic<uint32_t>* tbl = dsplit_ptr_[t.slab].load(std::memory_order_acquire);
+    const size_t pidx = page % store_->pages_per_slab_;
+    if (tbl[pidx * static_cast<size_t>(2 + lay_.width())].load(std::memory_order_relaxed) !=
+        t.page_ver) {
+      return false;
+    }
+  }
   return t.zero || dslab_[t.slab].ver.load(std::memory_order_relaxed) == t.slab_ver;
 }
 
@@ -152,11 +253,14 @@ enum class DirectOutcome : uint8_t {
 
 // One thread's direct-read engine for one store: its own Transport (a Transport belongs to one
 // thread), connected lazily to the servers it reads from, with the slabs it has named, and a
-// fixed set of registered reply buffers ("slots"). Reads are started (Start, then Flush posts
-// them in one batch), their replies reaped (Reap) and overdue ones given up (Expire); each
-// started read ends exactly once through the Sink, on this thread. Used by a blocking
-// ReadPages (rounds of up to kBatch pages, thread_local per store) and by a ThreadReader (many
-// reads in flight; owned by its thread).
+// fixed set of registered reply buffers ("slots", one per request). A page read ("read") asks
+// one part (group: the stripe member holding the page) or k + delta parts (split layout: data
+// splits first) and ends when enough parts arrived with their published CRC (group: 1; split:
+// k, decoded when a data split is missing) and the page did not move meanwhile. Reads are
+// started (Start, then Flush posts them in one batch), their replies reaped (Reap) and overdue
+// ones given up (Expire); each started read ends exactly once through the Sink, on this
+// thread. Used by a blocking ReadPages (rounds of up to kBatch pages, thread_local per store)
+// and by a ThreadReader (many reads in flight; owned by its thread).
 class DirectReader {
  public:
   struct Sink {
@@ -173,7 +277,8 @@ class DirectReader {
     kDegraded,  // Its server has an overdue read of ours: the I/O thread, degraded.
   };
 
-  DirectReader(RemoteStore* store, uint32_t slots) : store_(store), num_slots_(slots) {}
+  DirectReader(RemoteStore* store, uint32_t slots)
+      : store_(store), num_slots_(slots), split_(!store->lay_.group) {}
 
   Status Init(int wake_fd) {
     fabric::TransportOptions to;
@@ -181,17 +286,22 @@ class DirectReader {
     to.max_inflight = num_slots_;
     to.ring_entries = std::max<uint32_t>(64, std::min<uint32_t>(num_slots_, 1024));
     TESSERA_ASSIGN_OR_RETURN(t_, store_->NewTransport(to));
-    bufs_.assign(static_cast<size_t>(num_slots_) * kPageSize, 0);
+    part_bytes_ = split_ ? store_->lay_.split : kPageSize;
+    bufs_.assign(static_cast<size_t>(num_slots_) * part_bytes_, 0);
     TESSERA_RETURN_IF_ERROR(t_->RegisterMemory(bufs_.data(), bufs_.size()));
     if (wake_fd >= 0) TESSERA_RETURN_IF_ERROR(t_->SetWakeFd(wake_fd));
     servers_.resize(store_->num_servers());
     comps_.resize(std::min<uint32_t>(num_slots_, 256));
     slots_.resize(num_slots_);
+    reads_.resize(num_slots_);  // A read holds at least one slot.
     spin_ns_ = uint64_t{store_->opt_.direct_spin_us} * 1000;
     reply_avg_ns_ = spin_ns_ / 2;  // Polls the whole bound until replies are measured.
     const uint64_t hedge = uint64_t{store_->lay_.g.hedge_us} * 1000;
     wait_ns_ = hedge != 0 ? hedge : uint64_t{store_->opt_.op_timeout_ms} * 1000000;
+    need_ = split_ ? store_->lay_.k : 1;
+    ask_ = split_ ? std::min(store_->lay_.width(), store_->lay_.k + store_->lay_.delta) : 1;
     for (uint32_t i = 0; i < num_slots_; ++i) free_.push_back(num_slots_ - 1 - i);
+    for (uint32_t i = 0; i < num_slots_; ++i) free_reads_.push_back(num_slots_ - 1 - i);
     return Status::Ok();
   }
 
@@ -205,58 +315,86 @@ class DirectReader {
       std::memset(out, 0, kPageSize);
       return Began::kZero;
     }
-    if (t.server >= servers_.size()) {
-      // A server that joined after this reader started (RemoteStore::AddServer).
-      if (t.server >= store_->num_servers()) return Began::kFallback;
-      servers_.resize(store_->num_servers());
+    // The parts to ask: group, the one member; split, k + delta splits, data first, on servers
+    // with a connection and no overdue read of ours.
+    std::array<int, kMaxWidth> pick{};
+    std::array<int64_t, kMaxWidth> conn{};
+    int picked = 0;
+    for (int j = 0; j < t.parts && picked < ask_; ++j) {
+      const uint32_t server = t.part[j].server;
+      if (server == kNoServer || t.part[j].remote.slab_id == 0) continue;
+      if (server >= servers_.size()) {
+        // A server that joined after this reader started (RemoteStore::AddServer).
+        if (server >= store_->num_servers()) continue;
+        servers_.resize(store_->num_servers());
+      }
+      if (servers_[server].stuck > 0) {
+        // A read of ours there is overdue: do not queue behind it. Once the store declares the
+        // server failed, the connection goes (and the overdue reads with it).
+        if (store_->failed_[server].load(std::memory_order_relaxed)) Drop(server);
+        if (!split_) return Began::kDegraded;  // Hedge at once: the I/O thread asks the stripe.
+        continue;
+      }
+      const int64_t c = Connection(server);
+      if (c < 0) continue;
+      if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) continue;
+      pick[picked] = j;
+      conn[picked] = c;
+      ++picked;
     }
-    if (servers_[t.server].stuck > 0) {
-      // A read of ours there is overdue: do not queue behind it, hedge at once. Once the store
-      // declares the server failed, the connection goes (and the overdue reads with it).
-      if (store_->failed_[t.server].load(std::memory_order_relaxed)) Drop(t.server);
-      return Began::kDegraded;
-    }
-    if (free_.empty()) return Began::kFallback;
-    const int64_t conn = Connection(t.server);
-    if (conn < 0) return Began::kFallback;
-    if (!AddSlab(t.server, static_cast<fabric::ConnectionId>(conn), t.remote)) {
+    if (picked < need_ || free_.size() < static_cast<size_t>(picked) || free_reads_.empty()) {
       return Began::kFallback;
     }
-    const uint32_t slot = free_.back();
-    free_.pop_back();
-    Slot& sl = slots_[slot];
-    sl.busy = true;
-    sl.stuck = false;
-    sl.gen++;
-    sl.server = t.server;
-    sl.page = page;
-    sl.out = out;
-    sl.tag = tag;
-    sl.target = t;
-    sl.start_ns = MonotonicNs();
-    fabric::WorkRequest wr;
-    wr.connection = static_cast<fabric::ConnectionId>(conn);
-    wr.op = fabric::OpKind::kRead;
-    wr.slab_id = t.remote.slab_id;
-    wr.remote_offset = static_cast<uint64_t>(t.row) * kPageSize;
-    wr.length = kPageSize;
-    wr.local = bufs_.data() + static_cast<size_t>(slot) * kPageSize;
-    wr.cookie = slot;
-    wrs_.push_back(wr);
+    const uint32_t ri = free_reads_.back();
+    free_reads_.pop_back();
+    PageRead& r = reads_[ri];
+    r.active = true;
+    r.counted = false;
+    r.tag = tag;
+    r.page = page;
+    r.out = out;
+    r.target = t;
+    r.asked = r.good = 0;
+    r.outstanding = 0;
+    r.start_ns = MonotonicNs();
+    for (int n = 0; n < picked; ++n) {
+      const int j = pick[n];
+      const uint32_t slot = free_.back();
+      free_.pop_back();
+      Slot& sl = slots_[slot];
+      sl.busy = true;
+      sl.handled = sl.stuck = sl.orphan = false;
+      sl.gen++;
+      sl.server = t.part[j].server;
+      sl.read = ri;
+      sl.part = j;
+      r.slot[j] = slot;
+      r.asked |= 1ull << j;
+      ++r.outstanding;
+      fabric::WorkRequest wr;
+      wr.connection = static_cast<fabric::ConnectionId>(conn[n]);
+      wr.op = fabric::OpKind::kRead;
+      wr.slab_id = t.part[j].remote.slab_id;
+      wr.remote_offset = t.offset;
+      wr.length = t.length;
+      wr.local = Buf(slot);
+      wr.cookie = slot;
+      wrs_.push_back(wr);
+    }
     return Began::kPending;
   }
 
   // Posts the reads Start() queued, in one batch. If the transport refuses it (all or nothing),
-  // each of them ends now as kFallback. Returns how many were posted.
+  // each of them ends now as kFallback. Returns how many requests were posted.
   size_t Flush(Sink* sink) {
     if (wrs_.empty()) return 0;
     const size_t n = wrs_.size();
     if (Status st = t_->Post(wrs_); !st.ok()) {
+      // Nothing was posted: every request's buffer is free to go (handled), then each read ends.
+      for (const auto& wr : wrs_) slots_[wr.cookie].handled = true;
       for (const auto& wr : wrs_) {
-        const uint32_t slot = static_cast<uint32_t>(wr.cookie);
-        const uint64_t tag = slots_[slot].tag;
-        Release(slot);
-        sink->Finished(tag, DirectOutcome::kFallback);
+        const uint32_t ri = slots_[wr.cookie].read;
+        if (slots_[wr.cookie].busy && reads_[ri].active) End(ri, DirectOutcome::kFallback, sink);
       }
       wrs_.clear();
       return 0;
@@ -264,18 +402,21 @@ class DirectReader {
     const uint64_t now = MonotonicNs();
     for (const auto& wr : wrs_) {
       const uint32_t slot = static_cast<uint32_t>(wr.cookie);
-      slots_[slot].post_ns = now;
-      order_.push_back({slot, slots_[slot].gen});
-      ++live_;
+      order_.push_back({slot, slots_[slot].gen, now});
+      PageRead& r = reads_[slots_[slot].read];
+      if (!r.counted) {
+        r.counted = true;
+        ++live_;
+      }
     }
-    store_->stats_.bytes_received.fetch_add(n * kPageSize, std::memory_order_relaxed);
+    store_->stats_.bytes_received.fetch_add(n * part_bytes_, std::memory_order_relaxed);
     wrs_.clear();
     return n;
   }
 
-  // Reaps replies (Poll, or Wait until `deadline` or the wake fd); each ends its read through
-  // the Sink. Late replies of reads given up earlier just free their buffers. Returns how many
-  // live reads ended.
+  // Reaps replies (Poll, or Wait until `deadline` or the wake fd); each read that ends ends
+  // through the Sink. Late replies of reads that ended earlier just free their buffers.
+  // Returns how many live reads ended.
   size_t Reap(bool wait, Deadline deadline, Sink* sink) {
     const size_t got = wait ? t_->Wait(comps_, deadline) : t_->Poll(comps_);
     size_t finished = 0;
@@ -290,46 +431,58 @@ class DirectReader {
         // the I/O thread reads the page and notices the failure itself.
         Drop(sl.server);
       }
-      if (sl.stuck) {  // A late reply: its page went to the I/O thread.
-        Release(static_cast<uint32_t>(slot));
+      if (sl.stuck || sl.orphan) {  // A late reply: its read ended already.
+        ReleaseSlot(static_cast<uint32_t>(slot));
         continue;
       }
-      ++finished;
-      --live_;
-      const uint8_t* buf = bufs_.data() + slot * kPageSize;
-      // Accept only the slot's page as published when the read was posted (CRC), and only if
-      // it has not moved since (versions); anything else: the I/O thread sorts it out.
-      const bool ok = comp.status.ok() && coding::Crc32c(buf, kPageSize) == sl.target.crc &&
-                      store_->threads_[store_->ThreadOf(sl.page)]->DirectValid(sl.page, sl.target);
-      if (ok) {
-        std::memcpy(sl.out, buf, kPageSize);
-        store_->threads_[store_->ThreadOf(sl.page)]->RecordDirectRead(MonotonicNs() - sl.start_ns);
+      const uint32_t ri = sl.read;
+      PageRead& r = reads_[ri];
+      sl.handled = true;  // Its buffer holds the reply (kept until the read ends).
+      --r.outstanding;
+      const int j = sl.part;
+      if (comp.status.ok()) {
+        if (coding::Crc32c(Buf(static_cast<uint32_t>(slot)), r.target.length) !=
+            r.target.part[j].crc) {
+          // Corrupt, a replacement not rebuilt yet, or a torn read of a page being rewritten:
+          // the I/O thread reads the page, and repairs what is corrupt.
+          ++finished;
+          End(ri, DirectOutcome::kFallback, sink);
+          continue;
+        }
+        r.good |= 1ull << j;
       }
-      const uint64_t tag = sl.tag;
-      Release(static_cast<uint32_t>(slot));
-      sink->Finished(tag, ok ? DirectOutcome::kRead : DirectOutcome::kFallback);
+      if (std::popcount(r.good) >= need_) {
+        // Accept only the page as published when the read started (CRCs), and only if it has
+        // not moved since (versions); anything else: the I/O thread sorts it out.
+        const bool ok = Assemble(r) && store_->threads_[store_->ThreadOf(r.page)]->DirectValid(
+                                           r.page, r.target);
+        if (ok) {
+          store_->threads_[store_->ThreadOf(r.page)]->RecordDirectRead(MonotonicNs() - r.start_ns);
+        }
+        ++finished;
+        End(ri, ok ? DirectOutcome::kRead : DirectOutcome::kFallback, sink);
+      } else if (std::popcount(r.good) + r.outstanding < need_) {
+        ++finished;
+        End(ri, DirectOutcome::kFallback, sink);  // Too few good parts: the I/O thread reads.
+      }
     }
     return finished;
   }
 
   // Gives up the live reads posted wait_ns (hedge_us) or more before `now`: each ends as
-  // kDegraded. Their buffers stay reserved until their replies arrive; meanwhile this reader
-  // does not read from their servers directly.
+  // kDegraded. Their outstanding requests keep their buffers until their replies arrive;
+  // meanwhile this reader does not read from their servers directly.
   void Expire(uint64_t now, Sink* sink) {
     while (!order_.empty()) {
       const Posted p = order_.front();
-      Slot& sl = slots_[p.slot];
-      if (!sl.busy || sl.stuck || sl.gen != p.gen) {  // Ended already.
-        order_.pop_front();
+      const Slot& sl = slots_[p.slot];
+      if (!sl.busy || sl.stuck || sl.orphan || sl.handled || sl.gen != p.gen) {
+        order_.pop_front();  // Ended already (or its reply came: the read is not waiting on it).
         continue;
       }
-      if (sl.post_ns + wait_ns_ > now) return;  // The oldest live read is not due yet.
+      if (p.post_ns + wait_ns_ > now) return;  // The oldest live read is not due yet.
       order_.pop_front();
-      sl.stuck = true;
-      ++stuck_;
-      ++servers_[sl.server].stuck;
-      --live_;
-      sink->Finished(sl.tag, DirectOutcome::kDegraded);
+      End(sl.read, DirectOutcome::kDegraded, sink);
     }
   }
 
@@ -338,7 +491,9 @@ class DirectReader {
     while (!order_.empty()) {
       const Posted p = order_.front();
       const Slot& sl = slots_[p.slot];
-      if (sl.busy && !sl.stuck && sl.gen == p.gen) return Deadline(sl.post_ns + wait_ns_);
+      if (sl.busy && !sl.stuck && !sl.orphan && !sl.handled && sl.gen == p.gen) {
+        return Deadline(p.post_ns + wait_ns_);
+      }
       order_.pop_front();
     }
     return Deadline(MonotonicNs() + wait_ns_);
@@ -359,7 +514,7 @@ class DirectReader {
     sink.done = done;
     sink.degraded = degraded;
     const uint64_t start = MonotonicNs();
-    if (stuck_ > 0) (void)Reap(false, Deadline(start), &sink);  // Late replies free servers.
+    if (stuck_ > 0 || orphans_ > 0) (void)Reap(false, Deadline(start), &sink);  // Late replies.
     for (size_t i = 0; i < n; ++i) {
       done[i] = 0;
       degraded[i] = 0;
@@ -410,33 +565,106 @@ class DirectReader {
     int64_t conn = -1;         // In t_, or -1.
     uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
     uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 1 s).
-    uint32_t stuck = 0;        // Reads there that timed out and have not completed yet.
+    uint32_t stuck = 0;        // Requests there that timed out and have not completed yet.
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
   struct Slot {
-    bool busy = false;      // A read is queued or posted into this buffer.
-    bool stuck = false;     // ... and was given up (Expire): its page went to the I/O thread.
-    uint32_t gen = 0;       // Bumped per use (order_ entries of earlier uses are stale).
+    bool busy = false;     // A request is queued or posted into this buffer.
+    bool handled = false;  // ... and its reply was handled (the buffer holds it for its read).
+    bool stuck = false;    // ... its read was given up (Expire): the server is overdue.
+    bool orphan = false;   // ... its read ended without it (enough other parts came).
+    uint32_t gen = 0;     // Bumped per use (order_ entries of earlier uses are stale).
     uint32_t server = 0;
+    uint32_t read = 0;    // Index into reads_.
+    int part = 0;
+  };
+  struct PageRead {
+    bool active = false;   // Started and not ended (else on free_reads_).
+    bool counted = false;  // Counted in live_ (posted).
+    uint64_t tag = 0;
     PageId page = 0;
     uint8_t* out = nullptr;  // The caller's buffer.
-    uint64_t tag = 0;
     uint64_t start_ns = 0;
-    uint64_t post_ns = 0;
     DirectTarget target;
+    uint64_t asked = 0;   // Parts requested.
+    uint64_t good = 0;    // Parts arrived with their CRC.
+    int outstanding = 0;  // Requests whose replies were not handled yet.
+    std::array<uint32_t, kMaxWidth> slot{};  // Of each asked part.
   };
   struct Posted {
     uint32_t slot;
     uint32_t gen;
+    uint64_t post_ns;
   };
 
-  void Release(uint32_t slot) {
+  uint8_t* Buf(uint32_t slot) { return bufs_.data() + static_cast<size_t>(slot) * part_bytes_; }
+
+  // Writes the page into the read's buffer from its good parts (decoding when a data split is
+  // missing). False when the parts do not decode.
+  bool Assemble(const PageRead& r) {
+    if (!split_) {
+      std::memcpy(r.out, Buf(r.slot[std::countr_zero(r.good)]), kPageSize);
+      return true;
+    }
+    const int k = store_->lay_.k;
+    const uint64_t data_mask = (1ull << k) - 1;
+    if ((r.good & data_mask) == data_mask) {
+      for (int j = 0; j < k; ++j) {
+        std::memcpy(r.out + static_cast<size_t>(j) * part_bytes_, Buf(r.slot[j]), part_bytes_);
+      }
+      return true;
+    }
+    const uint8_t* splits[kMaxWidth] = {};
+    uint64_t use = 0;
+    for (int j = 0, n = 0; j < store_->lay_.width() && n < k; ++j) {
+      if ((r.good & (1ull << j)) == 0) continue;
+      splits[j] = Buf(r.slot[j]);
+      use |= 1ull << j;
+      ++n;
+    }
+    if (!store_->codec_->ReconstructTrusted(splits, use, r.out).ok()) return false;
+    // Counted as the I/O thread counts its reads: not from the preferred (data) splits alone.
+    store_->stats_.decodes.fetch_add(1, std::memory_order_relaxed);
+    store_->stats_.degraded_reads.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Ends read `ri` (once): the buffers of its handled requests are freed; its outstanding
+  // requests keep theirs until their replies arrive, as orphans, or as stuck when the read was
+  // given up (kDegraded: their servers are overdue, see Start).
+  void End(uint32_t ri, DirectOutcome outcome, Sink* sink) {
+    PageRead& r = reads_[ri];
+    if (r.counted) {
+      r.counted = false;
+      --live_;
+    }
+    for (uint64_t m = r.asked; m != 0; m &= m - 1) {
+      const uint32_t slot = r.slot[std::countr_zero(m)];
+      Slot& sl = slots_[slot];
+      if (sl.handled) {
+        ReleaseSlot(slot);
+      } else if (outcome == DirectOutcome::kDegraded) {
+        sl.stuck = true;
+        ++stuck_;
+        ++servers_[sl.server].stuck;
+      } else {
+        sl.orphan = true;
+        ++orphans_;
+      }
+    }
+    r.active = false;
+    free_reads_.push_back(ri);
+    sink->Finished(r.tag, outcome);
+  }
+
+  void ReleaseSlot(uint32_t slot) {
     Slot& sl = slots_[slot];
     if (sl.stuck) {
       --stuck_;
       --servers_[sl.server].stuck;
     }
-    sl.busy = sl.stuck = false;
+    if (sl.orphan) --orphans_;
+    sl.busy = sl.handled = sl.stuck = sl.orphan = false;
     free_.push_back(slot);
   }
 
@@ -495,13 +723,20 @@ class DirectReader {
 
   RemoteStore* const store_;
   const uint32_t num_slots_;
+  const bool split_;       // Split layout (k + delta parts per page) or group (one).
+  size_t part_bytes_ = 0;  // Bytes per request: the split size, or a page.
+  int need_ = 1;           // Good parts that make a page.
+  int ask_ = 1;            // Parts asked per page.
   std::unique_ptr<fabric::Transport> t_;
-  std::vector<uint8_t> bufs_;  // num_slots_ registered pages: replies land here, then are copied.
+  std::vector<uint8_t> bufs_;  // num_slots_ registered parts: replies land here.
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;  // Slots not busy.
-  std::deque<Posted> order_;    // Posted reads, oldest first (Expire); stale entries skipped.
+  std::vector<PageRead> reads_;
+  std::vector<uint32_t> free_reads_;  // reads_ not active.
+  std::deque<Posted> order_;    // Posted requests, oldest first (Expire); stale entries skipped.
   uint32_t stuck_ = 0;          // Slots stuck.
-  size_t live_ = 0;             // Slots posted, not stuck, not ended.
+  uint32_t orphans_ = 0;        // Slots orphaned.
+  size_t live_ = 0;             // Reads posted and not ended.
   std::vector<Server> servers_;
   std::vector<fabric::Completion> comps_;
   std::vector<fabric::WorkRequest> wrs_;  // Started, not posted yet (Flush).
@@ -530,7 +765,11 @@ DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<
     }
     ++i;
   }
-  auto reader = std::make_unique<DirectReader>(store, kBlockingSlots);
+  // A round asks up to kBatch pages of one part each (group) or k + delta (split).
+  const uint32_t per_page =
+      store->lay_.group ? 1 : static_cast<uint32_t>(std::min(store->lay_.width(),
+                                                             store->lay_.k + store->lay_.delta));
+  auto reader = std::make_unique<DirectReader>(store, kBlockingSlots * per_page);
   if (Status st = reader->Init(-1); !st.ok()) {
     TLOG(WARNING) << store->name_ << ": direct reads off on this thread: " << st;
     reader.reset();
@@ -702,7 +941,8 @@ Status RemoteStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
   if (count == 0) return Status::Ok();
   if (pages == nullptr || out == nullptr) return InvalidArgument("null pages or buffer");
   DirectReader* reader = nullptr;
-  if (lay_.group && opt_.direct_reads && !threads_.empty()) {
+  // Group layout, and the erasure-coded split layout (not copies: no published tables).
+  if ((lay_.group || !lay_.copies) && opt_.direct_reads && !threads_.empty()) {
     reader = ReaderFor(this, uid_, alive_);
   }
   if (reader == nullptr) return ReadThroughIoThreads(pages, count, out, nullptr);

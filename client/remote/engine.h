@@ -237,17 +237,30 @@ struct DirectSlab {
     }
   }
 };
+// Split layout: the pages of one logical slab as published for direct readers, allocated the
+// first time the slab is allocated and kept (never freed or moved) while the I/O thread lives.
+// Per page, (2 + width) words: a seqlock version (same protocol as DirectLoc), the state
+// (kSplitZero, kSplitStored, kSplitNo), then the CRC32C of every split as stored.
+constexpr uint32_t kSplitZero = 0;    // Never written or trimmed: reads as zeros.
+constexpr uint32_t kSplitStored = 1;  // Every split holds the write whose CRCs follow.
+constexpr uint32_t kSplitNo = 2;      // A write is in flight (the I/O thread serves the page).
+// One part of a page to read directly: the whole page (group: the stripe member holding it)
+// or split j (split layout: part j is split j).
+struct DirectPart {
+  uint32_t server = kNoServer;
+  uint32_t crc = 0;
+  fabric::AllocSlabResponse remote;
+};
 // A page located for a direct read (DirectLocate), re-checked after the read (DirectValid).
 struct DirectTarget {
   bool zero = false;  // Reads as zeros; nothing else is set.
   uint32_t page_ver = 0;
   uint32_t slab_ver = 0;
   uint32_t slab = 0;
-  uint32_t row = 0;
-  int col = 0;
-  uint32_t crc = 0;
-  uint32_t server = kNoServer;
-  fabric::AllocSlabResponse remote;
+  uint64_t offset = 0;  // Of every part in its remote slab.
+  uint32_t length = 0;  // Bytes per part: kPageSize (group), the split size (split layout).
+  int parts = 0;        // Group: 1 (the stripe member holding the page). Split: k + r.
+  std::array<DirectPart, kMaxWidth> part;
 };
 
 // A Trim() or Flush() in progress: one QueueItem per I/O thread points at it; each thread applies
@@ -324,9 +337,11 @@ class IoThread {
   // layout: also the pages waiting in the stripe buffer.
   uint64_t unsettled() const { return unsettled_.load(std::memory_order_acquire); }
   // ---- direct_read.cc: any thread ----
-  // Group layout: where page `page` (owned by this thread) is stored, for a read on the
-  // caller's own thread. False when it is not directly readable now (ask the I/O thread).
+  // Where page `page` (owned by this thread) is stored, for a read on the caller's own thread
+  // (group: its stripe member; split: its k + r splits). False when it is not directly readable
+  // now (ask the I/O thread).
   bool DirectLocate(PageId page, DirectTarget* out) const;
+  bool DirectLocateSplit(PageId page, DirectTarget* out) const;  // The split layout's.
   // True when neither the page's nor its slab's location moved since DirectLocate().
   bool DirectValid(PageId page, const DirectTarget& t) const;
   // Records a direct read's latency in this thread's read histogram (Stats()).
@@ -450,6 +465,12 @@ class IoThread {
   // Call after every change of a page's `where` (stored, none) or a slab's servers.
   void PublishPage(PageId page);
   void PublishSlab(uint32_t slab);
+  // Split layout: publishes page `pidx` of slab `s` (state from busy/written, CRCs from crc).
+  // Call after every change of its busy, written or crc, before posting anything that could
+  // change its splits on the servers.
+  void PublishSplitPage(const Slab& s, uint32_t pidx);
+  // Split layout: allocates slab `s`'s page table on its first allocation (all kSplitZero).
+  void EnsureSplitTable(const Slab& s);
   // ---- trim.cc ----
   // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
   // with no written page give their remote slabs back.
@@ -555,7 +576,11 @@ class IoThread {
   // written by this I/O thread only, read by any thread under their seqlocks. Allocated in
   // Run() before Start() returns; never resized.
   std::unique_ptr<DirectLoc[]> dloc_;      // By LocalIndex() (group layout).
-  std::unique_ptr<DirectSlab[]> dslab_;    // By slab index (group layout).
+  std::unique_ptr<DirectSlab[]> dslab_;    // By slab index (both layouts).
+  // Split layout: per slab index, its pages' table (see kSplitZero), allocated by the slab's
+  // first AllocateSlab and published through dsplit_ptr_ (release) before the slab is.
+  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> dsplit_;
+  std::unique_ptr<std::atomic<std::atomic<uint32_t>*>[]> dsplit_ptr_;
   struct Buffered {            // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
     PageId page = 0;
     uint32_t seq = 0;

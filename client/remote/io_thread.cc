@@ -155,6 +155,12 @@ void IoThread::Run(std::promise<Status>* started) {
     gslab_rows_ = static_cast<uint32_t>(pps);
     dloc_.reset(new DirectLoc[gloc_.size()]);
     dslab_.reset(new DirectSlab[slabs_.size()]);
+  } else if (!lay_.copies && store_->opt_.direct_reads) {
+    // Split layout direct reads: slab members now, page tables per slab when first allocated.
+    dslab_.reset(new DirectSlab[slabs_.size()]);
+    dsplit_.resize(slabs_.size());
+    dsplit_ptr_.reset(new std::atomic<std::atomic<uint32_t>*>[slabs_.size()]);
+    for (size_t i = 0; i < slabs_.size(); ++i) dsplit_ptr_[i].store(nullptr);
   }
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
   const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;

@@ -13,6 +13,7 @@ void IoThread::Unwrite(Slab& s, uint32_t p) {
   s.written[p] = 0;
   --s.written_count;
   ++s.seq[p];  // Reads and regenerations in flight on the old contents see the change.
+  PublishSplitPage(s, p);  // Zeros (or, under a write in flight, not directly readable).
   // The page no longer needs rebuilding on splits whose regeneration has not reached it.
   for (int j = 0; j < lay_.width(); ++j) {
     if (s.regen_cursor[j] <= p) {

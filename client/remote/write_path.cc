@@ -157,6 +157,8 @@ Status IoThread::AllocateSlab(Slab& s) {
   s.written_count = 0;
   s.free_wanted = false;
   s.allocated = true;
+  EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
+  PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
   return Status::Ok();
 }
 
@@ -203,6 +205,7 @@ void IoThread::StartWrite(Ctx* c) {
   }
   if (!s.written[c->pidx]) ++s.written_count;
   s.written[c->pidx] = 1;
+  PublishSplitPage(s, c->pidx);  // Not directly readable until the write settles.
   c->asked = (W == 64 ? ~0ull : (1ull << W) - 1);
   c->good = c->bad = 0;
   unsettled_.fetch_add(1, std::memory_order_relaxed);
@@ -302,6 +305,7 @@ void IoThread::WriteSettled(Ctx* c) {
     s.trim_after[c->pidx] = 0;
     if (s.written[c->pidx]) Unwrite(s, c->pidx);
   }
+  if (next == nullptr) PublishSplitPage(s, c->pidx);  // Stored (or zeros): directly readable.
   MaybeRelease(c);
   if (next != nullptr) StartWrite(next);
 }
