@@ -127,8 +127,9 @@ struct ThreadReaderOptions {
   // Wait() also returns soon after this fd becomes readable (e.g. the socket the owner reads
   // its requests from); -1: none. The owner keeps it open while the reader lives.
   int wake_fd = -1;
-  // Direct reads in flight at most (one 4 KB reply buffer each); ops beyond them are handed
-  // over. 1..4096.
+  // Direct read requests in flight at most (one reply buffer each: a page, or a split for the
+  // split layout, whose page reads take k + delta of them); ops beyond them are handed over.
+  // 1..4096.
   uint32_t max_inflight = 512;
 };
 
@@ -176,8 +177,8 @@ class PageStore {
   Status WritePages(const PageId* pages, size_t count, const uint8_t* in);
 
   // A run-to-completion reader for the calling thread (see ThreadReader). Unsupported when the
-  // store has no such path (the default; the remote group layout with direct_reads has one):
-  // use Submit() then.
+  // store has no such path (the default; the remote erasure-coded layouts with direct_reads
+  // have one): use Submit() then.
   virtual Result<std::unique_ptr<ThreadReader>> NewThreadReader(const ThreadReaderOptions& options);
 };
 

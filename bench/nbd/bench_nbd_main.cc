@@ -305,6 +305,7 @@ int Main(int argc, char** argv) {
     eo.remote.capacity_pages = n;
     eo.k = FLAGS_k;
     eo.r = FLAGS_r;
+    if (!FLAGS_layout.empty()) eo.layout = *client::ParseEcLayout(FLAGS_layout);  // Checked.
     auto store = client::CreateErasureCodedStore(eo);
     if (!store.ok()) Die("in-process store: " + store.status().ToString());
     std::vector<uint8_t> page(4096);

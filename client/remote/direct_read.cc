@@ -871,8 +871,9 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
   }
 
   void HandOver(PageOp* op, bool degraded) {
-    handoff_.push_back({op, op->page >= store_->opt_.capacity_pages ? 0 : store_->ThreadOf(op->page),
-                        degraded});
+    const size_t thread =
+        op->page >= store_->opt_.capacity_pages ? 0 : store_->ThreadOf(op->page);
+    handoff_.push_back({op, thread, degraded});
   }
 
   void EnqueueHandoffs() {
@@ -904,9 +905,9 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
 
 Result<std::unique_ptr<ThreadReader>> RemoteStore::NewThreadReader(
     const ThreadReaderOptions& options) {
-  if (!lay_.group) {
-    return Unsupported(name_, ": run-to-completion reads need the group layout (a split-layout "
-                       "read asks k servers and decodes on the I/O thread)");
+  if (!lay_.group && lay_.copies) {
+    return Unsupported(name_, ": run-to-completion reads need an erasure-coded layout (split or "
+                       "group), not copies");
   }
   if (!opt_.direct_reads) return Unsupported(name_, ": direct reads are turned off");
   if (threads_.empty()) return Unavailable("page store is shut down");

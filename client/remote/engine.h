@@ -652,8 +652,8 @@ class RemoteStore final : public PageStore {
   // Submit + wait.
   Status ReadPage(PageId page, uint8_t* out) override;
   Status ReadPages(const PageId* pages, size_t count, uint8_t* out) override;
-  // Group layout with direct_reads: a reader that reads directly with many reads in flight on
-  // the calling thread (direct_read.cc); otherwise Unsupported.
+  // Erasure-coded layouts (group, split) with direct_reads: a reader that reads directly with
+  // many reads in flight on the calling thread (direct_read.cc); otherwise Unsupported.
   Result<std::unique_ptr<ThreadReader>> NewThreadReader(const ThreadReaderOptions& options) override;
 
   // Which I/O thread owns page `page` (split layout: by logical slab; group: by kGroupRun run).

@@ -18,16 +18,16 @@
 // Requests: each connection has a reader thread (handshake, then request headers and write
 // payloads; it starts READs itself) and a completion thread (read-modify-write steps,
 // TRIM/FLUSH, errors and retries). With direct_reads and a store that offers a ThreadReader
-// (client/page_store.h; the remote group layout), the reader thread reads the pages of a READ
-// on its own Transport, straight from the servers holding them, keeps many READs in flight,
-// and between requests polls their replies and answers the READs it completed (no thread hop
-// at all); pages it cannot read directly (being written, server failed or slow, CRC mismatch)
-// go to the store's threads. Otherwise READs are Submit()ted to the store. A READ or a plain
-// WRITE whose page ops all succeed is answered by the thread that completed its last op (the
-// reader, or a store thread), with a non-blocking send (no thread hop on the fast path); what the socket cannot take at once is queued and written by the
-// completion thread, so a slow client never blocks a store thread. Many requests are in flight
-// per connection and are answered in the order they complete. Requests
-// that are not 4 KB aligned are served by read-modify-write of the edge pages. Every request
+// (client/page_store.h; the remote erasure-coded layouts), the reader thread reads the pages
+// of a READ on its own Transport, straight from the servers holding them, keeps many READs in
+// flight, and between requests polls their replies and answers the READs it completed (no
+// thread hop at all); pages it cannot read directly (being written, server failed or slow, CRC
+// mismatch) go to the store's threads. Otherwise READs are Submit()ted to the store. A READ or
+// a plain WRITE whose page ops all succeed is answered by the thread that completed its last
+// op (the reader, or a store thread), with a non-blocking send (no thread hop on the fast
+// path); what the socket cannot take at once is queued and written by the completion thread,
+// so a slow client never blocks a store thread. Many requests are in flight per connection
+// and are answered in the order they complete. Requests that are not 4 KB aligned are served by read-modify-write of the edge pages. Every request
 // that changes data (WRITE, TRIM, WRITE_ZEROES) holds an asynchronous lock on each page it
 // touches (taken in ascending page order, so no deadlock), across all connections and exports
 // of the server, so two unaligned writes into one page never lose each other's bytes.
@@ -77,8 +77,8 @@ struct NbdServerOptions {
   uint32_t send_timeout_ms = 60000;
   // Run-to-completion READs: each connection's reader thread reads the pages of its READs
   // itself, with a PageStore::NewThreadReader of its own (many reads in flight, completions
-  // polled between requests), when the store has one (the remote group layout with direct
-  // reads); what it cannot read directly goes to the store's threads as before. False, or a
+  // polled between requests), when the store has one (the remote erasure-coded layouts with
+  // direct reads); what it cannot read directly goes to the store's threads as before. False, or a
   // store without such a reader: READs are Submit()ted to the store's threads.
   bool direct_reads = true;
   // With direct reads in flight and no request waiting, the reader polls for replies and
