@@ -146,6 +146,12 @@ void IoThread::FinishRead(Ctx* c, Status st) {
   uint64_t rewrite = c->kind == Ctx::Kind::kRegen ? (1ull << c->regen_split) : c->corrupt;
   if (!st.ok() || s.seq[c->pidx] != c->seq || s.busy[c->pidx] != nullptr) rewrite = 0;
   if (c->kind == Ctx::Kind::kRead) {
+    if (rewrite != 0) {
+      // The caller owns (and may free or reuse) op->buf once done() ran: the repair below
+      // works from a copy (an NBD READ's buffer is freed as soon as its reply is sent).
+      std::memcpy(page, out, kPageSize);
+      out = page;
+    }
     Complete(c->op, st, c->start_ns);
     c->op = nullptr;
   } else {
