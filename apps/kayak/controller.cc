@@ -67,6 +67,8 @@ void Controller::RunR(uint64_t now_ns) {
     const double slo = static_cast<double>(options_.slo_ns) *
                        (options_.mode == Mode::kKayak ? 1.0 - options_.r_kayak_margin : 1.0);
     if (p99 > slo) {
+      // (Not from a probe's or its settling interval's requests: those set the p99 themselves.)
+      if (x_ == base_x_ && settle_left_ == 0) reached_slo_ = true;
       const double f = std::clamp(slo / p99, options_.r_max_decrease, options_.r_decrease);
       window_ = std::max<uint32_t>(options_.min_window,
                                    static_cast<uint32_t>(std::floor(window_ * f)));
@@ -129,7 +131,10 @@ void Controller::RunX(uint64_t now_ns) {
   // confirms or clears a phase change.
   if (!level_ready_) {
     level_t_ = t;
-    level_ready_ = steady;
+    // (Start-up lasts until the R-loop first reached the SLO: until then throughput rises with
+    // the window, each interval by less than the swing, and a level learnt on the way up made
+    // a false phase change and a long probe at ~0.5 s in every simulated run.)
+    level_ready_ = steady && (reached_slo_ || !options_.x_level_after_slo);
   }
   const double dev = level_t_ > 0 ? (t - level_t_) / level_t_ : 0;
   if (!steady) {
@@ -154,9 +159,11 @@ void Controller::RunX(uint64_t now_ns) {
   if (x_ == base_x_) {
     // X held for this interval: learn the noise, refresh the baseline, then probe.
     const double rel = base_t_ > 0 ? std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift) : 0;
-    // (An interval that may be the first of a phase change teaches neither noise nor level.)
+    // (An interval that may be the first of a phase change teaches neither noise nor level.
+    // The first estimate starts from x_min_noise: see x_fresh_noise.)
     if (shift_sign_ == 0 && steady) {
-      noise_ = noise_ == 0 ? rel : 0.8 * noise_ + 0.2 * rel;
+      const double prior = options_.x_fresh_noise ? options_.x_min_noise : rel;
+      noise_ = 0.8 * (noise_ == 0 ? prior : noise_) + 0.2 * rel;
       level_t_ = 0.7 * level_t_ + 0.3 * t;
     }
     base_t_ = t;
@@ -236,7 +243,7 @@ void Controller::RunX(uint64_t now_ns) {
     }
     if (hold) {
       hold_left_ = hold_len_;
-      hold_len_ = std::min(hold_len_ * 2, options_.x_max_hold);
+      hold_len_ = std::min(hold_len_ * std::max<uint32_t>(2, options_.x_hold_growth), options_.x_max_hold);
     } else {
       hold_left_ = 0;
     }
@@ -249,7 +256,7 @@ void Controller::RunX(uint64_t now_ns) {
     if (rel < -tol) step_ = std::max(step_ * 0.5, options_.x_min_step);
     if (from_bound) {
       hold_left_ = hold_len_;
-      hold_len_ = std::min(hold_len_ * 2, options_.x_max_hold);
+      hold_len_ = std::min(hold_len_ * std::max<uint32_t>(2, options_.x_hold_growth), options_.x_max_hold);
     } else {
       hold_left_ = 0;
     }

@@ -17,7 +17,7 @@
 //     proves nothing, so the changes measured on each side of the held X add up as evidence,
 //     and X moves once the mean of n probes one way exceeds tol/sqrt(n). The next probe goes
 //     to the side with the better evidence (the X just left counts as a loss), at once while
-//     it is up, else after a hold of 1, 2, 4, ... intervals (up to x_max_hold); once both
+//     it is up, else after a hold of 1, 4, 16, ... intervals (x_hold_growth, up to x_max_hold); once both
 //     sides clearly lost, the step halves and both are tried again (a pattern search). So X
 //     leaves a held point only when moving clearly pays, and where KV and RPC are within the
 //     noise of each other it stays put instead of wandering. At a bound (X = 0 or 1) probes go inward by at most
@@ -28,7 +28,9 @@
 //     (or 4x the noise) from the throughput level of the current X, the same way, the hold
 //     and the evidence end and the step goes back to at least x_initial_step, so X follows a
 //     new optimum within a few intervals. Only intervals over which the window held steady
-//     (x_window_swing) count for the level and for phase changes.
+//     (x_window_swing) count for the level and for phase changes, and only once the R-loop has
+//     first reached the SLO (x_level_after_slo). The noise estimate starts from x_min_noise
+//     (x_fresh_noise), so one start-up comparison cannot set it.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
 //
 // Every constant is an Options field with a documented default. The published Kayak uses a
@@ -83,6 +85,11 @@ struct ControllerOptions {
   double x_min_noise = 0.02;     // A relative throughput change below this is noise.
   double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change.
   uint32_t x_max_hold = 16;      // Most X intervals between probes away from a held X.
+  // Each failed probe multiplies the hold before the next by this (at least 2). A probe from
+  // a bound sends a few requests the slow way (the bench's 4-hop KV chains from X = 1 are 3-4x
+  // an RPC's latency), which set that interval's p99 and cut the window; at 2 a 1.5 s run made
+  // probes at 1, 2, 4 and 8 intervals, at 4 it makes them at 1, 4 and 16.
+  uint32_t x_hold_growth = 4;
   double x_bound_probe = 0.05;   // Largest routine probe away from a bound (or, with
                                  // x_hold_in_noise, from a held X after a probe down).
   // Intervals ignored after X goes back from a move that did not pay: the window is still
@@ -102,11 +109,21 @@ struct ControllerOptions {
   // raised throughput 20% above a level learnt while it grew from 8: a false phase change,
   // and a probe to X = 0.75 that cost 30% for two intervals.) 0: every interval is steady.
   double x_window_swing = 1.5;
+  // The level is first taken only once the R-loop has reached the SLO (a p99 above its target),
+  // not at the first steady interval: a window growing by less than x_window_swing per interval
+  // still raises throughput interval after interval.
+  bool x_level_after_slo = true;
   // A move whose throughput change is within the noise goes back and holds as a failed probe
   // from a bound does, unless n such probes the same way average more than the tolerance /
   // sqrt(n) (true); or X goes on the way the sign points (false: X wanders where throughput
   // is flat, e.g. where KV and RPC are within the noise of each other).
   bool x_hold_in_noise = true;
+  // The noise estimate (a moving average of |relative change| between held intervals) starts
+  // from x_min_noise rather than from its first sample. That sample compares with a base
+  // measured before the first probe, while the window is still growing at start-up: on the
+  // simulated chain1-compute20 curve it was 0.15-0.19, the tolerance twice that, and a 10-15%
+  // gain one probe away went unseen for ~0.6 s (X stayed near 0.5).
+  bool x_fresh_noise = true;
 };
 
 class Controller {
@@ -138,9 +155,9 @@ class Controller {
  private:
   void RunR(uint64_t now_ns);
   void RunX(uint64_t now_ns);
-  void MoveX();
-  void NewBase(double t);
-  void MoveBack();         // X back to base_x_ after a move that did not pay.  // X stays at x_ as the new base measured at throughput t.  // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
+  void MoveX();            // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
+  void NewBase(double t);  // X stays at x_ as the new base measured at throughput t.
+  void MoveBack();         // X back to base_x_ after a move that did not pay.
 
   ControllerOptions options_;
   uint32_t window_;
@@ -166,6 +183,7 @@ class Controller {
   uint32_t move_window_ = 0;  // The window when X last moved from its base.
   uint32_t x_start_window_ = 0;  // The window when this X interval began.
   bool level_ready_ = false;     // level_t_ was taken at a steady window.
+  bool reached_slo_ = false;     // The R-loop has seen a p99 above its target.
   double evidence_sum_[2] = {0, 0};  // Relative changes of probes within the noise from base_x_,
   uint32_t evidence_n_[2] = {0, 0};  // down [0] and up [1] (x_hold_in_noise).
   int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.

@@ -37,6 +37,7 @@ struct SimResult {
   double slo_met_fraction = 0;  // Of the R intervals after warm-up.
   double mean_throughput = 0;   // After warm-up.
   double mean_x = 0;            // After warm-up (X hill-climbs: it oscillates a step around).
+  double run_p99_ns = 0;        // The p99 of every request's latency after warm-up (the bench's).
 };
 
 // Runs `ns` of simulated time in 1 ms steps, starting from `c`.
@@ -50,6 +51,7 @@ SimResult Simulate(Controller& c, const SimServer& s, uint64_t start_ns, uint64_
   double tput_sum = 0;
   uint64_t tput_n = 0;
   double carry = 0;
+  std::vector<float> lats;  // After warm-up.
   for (uint64_t t = start_ns; t < start_ns + ns; t += 1'000'000) {
     if (s.drift > 0 && t % 50'000'000 == 0) speed = drift(rng);
     const double cap = s.capacity(c.x()) * speed * (s.batch > 0 ? c.window() / (c.window() + s.batch) : 1.0);
@@ -64,6 +66,7 @@ SimResult Simulate(Controller& c, const SimServer& s, uint64_t start_ns, uint64_
       const double l = (unit(rng) < c.x() ? rpc_lat : rpc_lat * s.kv_latency) * jitter(rng);
       worst = std::max(worst, l);
       c.OnComplete(static_cast<uint64_t>(l), t);
+      if (t >= start_ns + warmup_ns) lats.push_back(static_cast<float>(l));
     }
     c.Tick(t);
     if (t >= start_ns + warmup_ns) {
@@ -81,6 +84,11 @@ SimResult Simulate(Controller& c, const SimServer& s, uint64_t start_ns, uint64_
   r.slo_met_fraction = intervals ? static_cast<double>(met) / intervals : 0;
   r.mean_throughput = tput_n ? tput_sum / tput_n : 0;
   r.mean_x = tput_n ? r.mean_x / tput_n : 0;
+  if (!lats.empty()) {
+    const size_t k = (lats.size() * 99 + 99) / 100 - 1;
+    std::nth_element(lats.begin(), lats.begin() + k, lats.end());
+    r.run_p99_ns = lats[k];
+  }
   return r;
 }
 
@@ -245,19 +253,29 @@ TEST(ControllerTest, ConvergesWithinOneSecondAfterMostPhaseChanges) {
 // and the interval after is not read as a phase change (x_settle_intervals).
 TEST(ControllerTest, AProbeFromABoundDoesNotCostTheWindow) {
   SimServer s{TwoCpu(6, 2, 5, 3), 50'000, 4.0, 0.03, /*batch=*/6};
-  double t[2] = {0, 0};
-  uint64_t shifts = 0;
-  const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
-  for (int seed = 0; seed < 5; ++seed) {
-    for (int i = 0; i < 2; ++i) {
-      std::mt19937_64 rng(200 + seed);
-      Controller c(Opts(modes[i]), 0);
-      t[i] += Simulate(c, s, 0, 3'000'000'000ull, 1'000'000'000ull, rng).mean_throughput / 5;
-      if (i == 1) shifts += c.x_shifts();
+  for (bool after_slo : {true, false}) {
+    double t[2] = {0, 0};
+    uint64_t shifts = 0;
+    const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
+    for (int seed = 0; seed < 5; ++seed) {
+      for (int i = 0; i < 2; ++i) {
+        std::mt19937_64 rng(200 + seed);
+        ControllerOptions o = Opts(modes[i]);
+        o.x_level_after_slo = after_slo;
+        Controller c(o, 0);
+        t[i] += Simulate(c, s, 0, 3'000'000'000ull, 1'000'000'000ull, rng).mean_throughput / 5;
+        if (i == 1) shifts += c.x_shifts();
+      }
+    }
+    if (after_slo) {
+      EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs rpc " << t[0];
+      EXPECT_LE(shifts, 1u) << "probes or start-up read as phase changes";
+    } else {
+      // The ablation: the window's start-up growth read as a phase change (a 0.25 probe at
+      // ~0.5 s) in most runs.
+      EXPECT_GE(shifts, 3u);
     }
   }
-  EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs rpc " << t[0];
-  EXPECT_LE(shifts, 3u) << "probes read as phase changes (more than one per 5 s simulated)";
 }
 
 // Where KV and RPC are within the noise of each other (the bench's heavy phase: a few % apart
@@ -348,6 +366,63 @@ TEST(ControllerTest, KayakModeSteersThePercentileUnderTheSloByItsMargin) {
   EXPECT_LE(p99[0], slo);
   EXPECT_LE(p99[1], (1 - ControllerOptions{}.r_kayak_margin) * slo);
   EXPECT_GT(p99[1], 0.85 * slo);
+}
+
+// The bench's protocol (1.5 s from X = 0.5, measured after 0.45 s) where KV wins by ~1.6x
+// without the KV way being slower per request (the bench's chain1-compute20 on a quiet machine:
+// kv 68k ops/s, rpc 43k), on a machine whose speed drifts +-5%: X reaches the bound within the
+// warm-up. The first noise estimate used to come from a comparison with a base measured before
+// a probe, while the window was still growing: ~0.15-0.19, a tolerance of twice that, and one
+// probe's 10-15% gain went unseen for ~0.6 s (x_fresh_noise starts the estimate from
+// x_min_noise instead).
+TEST(ControllerTest, ReachesTheBetterBoundWithinTheWarmup) {
+  SimServer s{[](double x) { return 68'000 * (1 - x) + 43'000 * x; }, 50'000, 1.0, 0.05, /*batch=*/3};
+  for (bool fresh : {true, false}) {
+    double t[2] = {0, 0}, x_mean = 0;
+    const Mode modes[2] = {Mode::kKv, Mode::kKayak};
+    for (int seed = 0; seed < 8; ++seed) {
+      for (int i = 0; i < 2; ++i) {
+        std::mt19937_64 rng(300 + seed);
+        ControllerOptions o = Opts(modes[i]);
+        o.x_fresh_noise = fresh;
+        Controller c(o, 0);
+        SimResult r = Simulate(c, s, 0, 1'500'000'000ull, 450'000'000ull, rng);
+        t[i] += r.mean_throughput / 8;
+        if (i == 1) x_mean += r.mean_x / 8;
+      }
+    }
+    if (fresh) {
+      EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs kv " << t[0];
+      EXPECT_LE(x_mean, 0.05);
+    } else {  // The ablation: the option is what gets X there.
+      EXPECT_LT(t[1], 0.95 * t[0]);
+      EXPECT_GT(x_mean, 0.1);
+    }
+  }
+}
+
+// Probes from a bound cost throughput (their slow requests set the p99 and cut the window), and
+// where one way wins outright they never pay: after each failed probe the hold before the next
+// grows x_hold_growth-fold. At 4 (instead of 2) a 1.5 s run makes 3 probes instead of 5.
+TEST(ControllerTest, ProbesFromABoundGetRarerFast) {
+  SimServer s{TwoCpu(6, 2, 5, 3), 50'000, 1.5, 0.05, /*batch=*/6};
+  double ratio[2];
+  for (int g = 0; g < 2; ++g) {
+    double t[2] = {0, 0};
+    const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
+    for (int seed = 0; seed < 8; ++seed) {
+      for (int i = 0; i < 2; ++i) {
+        std::mt19937_64 rng(300 + seed);
+        ControllerOptions o = Opts(modes[i]);
+        o.x_hold_growth = g == 0 ? 4 : 2;
+        Controller c(o, 0);
+        t[i] += Simulate(c, s, 0, 1'500'000'000ull, 450'000'000ull, rng).mean_throughput / 8;
+      }
+    }
+    ratio[g] = t[1] / t[0];
+  }
+  EXPECT_GE(ratio[0], 0.985) << "kayak / rpc with x_hold_growth 4";
+  EXPECT_GT(ratio[0], ratio[1] + 0.004) << "x_hold_growth 4: " << ratio[0] << ", 2: " << ratio[1];
 }
 
 TEST(ControllerTest, RLoopShrinksTheWindowWhenTheServerSlowsDown) {
