@@ -848,7 +848,10 @@ int main(int argc, char** argv) {
   std::fprintf(FLAGS_json ? stderr : stdout, "targets met: %d of %d\n", met, total);
 
   // Timeline and plot.
-  if (!FLAGS_timeline.empty() || !FLAGS_plot.empty()) {
+  if ((!FLAGS_timeline.empty() || !FLAGS_plot.empty()) && timeline.empty()) {
+    // (Only the bimodal workload's kayak run records a timeline.)
+    std::fprintf(stderr, "tessera bench kayak: no plot or timeline: the bimodal workload's kayak mode did not run\n");
+  } else if (!FLAGS_timeline.empty() || !FLAGS_plot.empty()) {
     std::string tsv = FLAGS_timeline.empty() ? FLAGS_plot + ".tsv" : FLAGS_timeline;
     std::ofstream out(tsv);
     out << "# t_s phase x window ops_per_s\n";
