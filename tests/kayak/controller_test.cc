@@ -123,6 +123,37 @@ ControllerOptions Opts(Mode m) {
   return o;
 }
 
+// A fixed mode and kayak, each run `seeds` times from a fresh controller for `ns` (measured after
+// `warmup_ns`; the bench's protocol is 1.5 s after 0.45 s) with seeds seed0, seed0 + 1, ...;
+// `tweak` adjusts both modes' options. Means over the seeds.
+struct VsFixed {
+  double fixed = 0;     // Throughput.
+  double kayak = 0;
+  double kayak_x = 0;   // Kayak's mean X.
+  uint64_t shifts = 0;  // Phase changes kayak detected, summed.
+};
+VsFixed CompareWithFixed(const SimServer& s, Mode fixed, int seeds, uint64_t seed0, uint64_t ns,
+                         uint64_t warmup_ns, const std::function<void(ControllerOptions&)>& tweak = {}) {
+  VsFixed v;
+  for (int seed = 0; seed < seeds; ++seed) {
+    for (Mode m : {fixed, Mode::kKayak}) {
+      std::mt19937_64 rng(seed0 + seed);
+      ControllerOptions o = Opts(m);
+      if (tweak) tweak(o);
+      Controller c(o, 0);
+      SimResult r = Simulate(c, s, 0, ns, warmup_ns, rng);
+      if (m == Mode::kKayak) {
+        v.kayak += r.mean_throughput / seeds;
+        v.kayak_x += r.mean_x / seeds;
+        v.shifts += c.x_shifts();
+      } else {
+        v.fixed += r.mean_throughput / seeds;
+      }
+    }
+  }
+  return v;
+}
+
 TEST(ControllerTest, FindsTheBestRpcFractionAndHoldsTheSlo) {
   for (double x_star : {0.15, 0.5, 0.85}) {
     SCOPED_TRACE(x_star);
@@ -179,22 +210,12 @@ TEST(ControllerTest, StaysAtTheBoundWhenOneWayWinsOutright) {
   for (bool rpc_wins : {true, false}) {
     SCOPED_TRACE(rpc_wins ? "rpc wins" : "kv wins");
     SimServer s{rpc_wins ? TwoCpu(6, 2, 5, 3) : TwoCpu(2, 6, 3, 5), 50'000, rpc_wins ? 4.0 : 0.25, 0.05};
-    double t[2] = {0, 0}, x_mean = 0;
-    const Mode modes[2] = {rpc_wins ? Mode::kRpc : Mode::kKv, Mode::kKayak};
-    for (int seed = 0; seed < 5; ++seed) {
-      for (int i = 0; i < 2; ++i) {
-        std::mt19937_64 rng(100 + seed);
-        Controller c(Opts(modes[i]), 0);
-        SimResult r = Simulate(c, s, 0, 1'500'000'000ull, 450'000'000ull, rng);
-        t[i] += r.mean_throughput / 5;
-        if (i == 1) x_mean += r.mean_x / 5;
-      }
-    }
-    EXPECT_GE(t[1], 0.95 * t[0]) << "kayak " << t[1] << " vs the winning fixed mode " << t[0];
+    VsFixed v = CompareWithFixed(s, rpc_wins ? Mode::kRpc : Mode::kKv, 5, 100, 1'500'000'000ull, 450'000'000ull);
+    EXPECT_GE(v.kayak, 0.95 * v.fixed) << "kayak " << v.kayak << " vs the winning fixed mode " << v.fixed;
     if (rpc_wins) {
-      EXPECT_GE(x_mean, 0.93);
+      EXPECT_GE(v.kayak_x, 0.93);
     } else {
-      EXPECT_LE(x_mean, 0.07);
+      EXPECT_LE(v.kayak_x, 0.07);
     }
   }
 }
@@ -254,26 +275,15 @@ TEST(ControllerTest, ConvergesWithinOneSecondAfterMostPhaseChanges) {
 TEST(ControllerTest, AProbeFromABoundDoesNotCostTheWindow) {
   SimServer s{TwoCpu(6, 2, 5, 3), 50'000, 4.0, 0.03, /*batch=*/6};
   for (bool after_slo : {true, false}) {
-    double t[2] = {0, 0};
-    uint64_t shifts = 0;
-    const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
-    for (int seed = 0; seed < 5; ++seed) {
-      for (int i = 0; i < 2; ++i) {
-        std::mt19937_64 rng(200 + seed);
-        ControllerOptions o = Opts(modes[i]);
-        o.x_level_after_slo = after_slo;
-        Controller c(o, 0);
-        t[i] += Simulate(c, s, 0, 3'000'000'000ull, 1'000'000'000ull, rng).mean_throughput / 5;
-        if (i == 1) shifts += c.x_shifts();
-      }
-    }
+    VsFixed v = CompareWithFixed(s, Mode::kRpc, 5, 200, 3'000'000'000ull, 1'000'000'000ull,
+                                 [&](ControllerOptions& o) { o.x_level_after_slo = after_slo; });
     if (after_slo) {
-      EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs rpc " << t[0];
-      EXPECT_LE(shifts, 1u) << "probes or start-up read as phase changes";
+      EXPECT_GE(v.kayak, 0.97 * v.fixed) << "kayak " << v.kayak << " vs rpc " << v.fixed;
+      EXPECT_LE(v.shifts, 1u) << "probes or start-up read as phase changes";
     } else {
       // The ablation: the window's start-up growth read as a phase change (a 0.25 probe at
       // ~0.5 s) in most runs.
-      EXPECT_GE(shifts, 3u);
+      EXPECT_GE(v.shifts, 3u);
     }
   }
 }
@@ -378,25 +388,14 @@ TEST(ControllerTest, KayakModeSteersThePercentileUnderTheSloByItsMargin) {
 TEST(ControllerTest, ReachesTheBetterBoundWithinTheWarmup) {
   SimServer s{[](double x) { return 68'000 * (1 - x) + 43'000 * x; }, 50'000, 1.0, 0.05, /*batch=*/3};
   for (bool fresh : {true, false}) {
-    double t[2] = {0, 0}, x_mean = 0;
-    const Mode modes[2] = {Mode::kKv, Mode::kKayak};
-    for (int seed = 0; seed < 8; ++seed) {
-      for (int i = 0; i < 2; ++i) {
-        std::mt19937_64 rng(300 + seed);
-        ControllerOptions o = Opts(modes[i]);
-        o.x_fresh_noise = fresh;
-        Controller c(o, 0);
-        SimResult r = Simulate(c, s, 0, 1'500'000'000ull, 450'000'000ull, rng);
-        t[i] += r.mean_throughput / 8;
-        if (i == 1) x_mean += r.mean_x / 8;
-      }
-    }
+    VsFixed v = CompareWithFixed(s, Mode::kKv, 8, 300, 1'500'000'000ull, 450'000'000ull,
+                                 [&](ControllerOptions& o) { o.x_fresh_noise = fresh; });
     if (fresh) {
-      EXPECT_GE(t[1], 0.97 * t[0]) << "kayak " << t[1] << " vs kv " << t[0];
-      EXPECT_LE(x_mean, 0.05);
+      EXPECT_GE(v.kayak, 0.97 * v.fixed) << "kayak " << v.kayak << " vs kv " << v.fixed;
+      EXPECT_LE(v.kayak_x, 0.05);
     } else {  // The ablation: the option is what gets X there.
-      EXPECT_LT(t[1], 0.95 * t[0]);
-      EXPECT_GT(x_mean, 0.1);
+      EXPECT_LT(v.kayak, 0.95 * v.fixed);
+      EXPECT_GT(v.kayak_x, 0.1);
     }
   }
 }
@@ -408,18 +407,9 @@ TEST(ControllerTest, ProbesFromABoundGetRarerFast) {
   SimServer s{TwoCpu(6, 2, 5, 3), 50'000, 1.5, 0.05, /*batch=*/6};
   double ratio[2];
   for (int g = 0; g < 2; ++g) {
-    double t[2] = {0, 0};
-    const Mode modes[2] = {Mode::kRpc, Mode::kKayak};
-    for (int seed = 0; seed < 8; ++seed) {
-      for (int i = 0; i < 2; ++i) {
-        std::mt19937_64 rng(300 + seed);
-        ControllerOptions o = Opts(modes[i]);
-        o.x_hold_growth = g == 0 ? 4 : 2;
-        Controller c(o, 0);
-        t[i] += Simulate(c, s, 0, 1'500'000'000ull, 450'000'000ull, rng).mean_throughput / 8;
-      }
-    }
-    ratio[g] = t[1] / t[0];
+    VsFixed v = CompareWithFixed(s, Mode::kRpc, 8, 300, 1'500'000'000ull, 450'000'000ull,
+                                 [&](ControllerOptions& o) { o.x_hold_growth = g == 0 ? 4 : 2; });
+    ratio[g] = v.kayak / v.fixed;
   }
   EXPECT_GE(ratio[0], 0.985) << "kayak / rpc with x_hold_growth 4";
   EXPECT_GT(ratio[0], ratio[1] + 0.004) << "x_hold_growth 4: " << ratio[0] << ", 2: " << ratio[1];
