@@ -23,6 +23,7 @@
 #include <fstream>
 #include <sstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,11 @@ DEFINE_bool(cpu, false, "Also print the CPU time (user + system, client + server
 DEFINE_int32(runs, 1, "Measurements of every point; the median of each figure is reported");
 DEFINE_string(workloads, "", "Only these workloads (comma-separated names, e.g. "
               "chain4-compute0us,bimodal,ycsb-t); '' = all");
+DEFINE_string(x_sweep, "",
+              "Also measure every workload with X held at each of these RPC fractions "
+              "(comma-separated, in 0..1): the R-loop alone, steering to the SLO as the fixed "
+              "modes do, so it shows where throughput at the SLO peaks in X. Printed as its own "
+              "table (on stderr with --json), never in the JSON lines; '' = none");
 
 namespace {
 
@@ -188,6 +194,13 @@ double Median(std::vector<double> v) {
 
 // One point per (workload, mode) from `runs` measurements of it: the median of each figure
 // (throughput, p50, p99, X, settle time) taken separately.
+// The mode name of an --x_sweep point, e.g. "x=0.25".
+std::string SweepName(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "x=%g", x);
+  return buf;
+}
+
 Point MedianPoint(const std::vector<Point>& runs) {
   Point out = runs.front();
   auto med = [&](double Point::*f) {
@@ -386,6 +399,15 @@ int main(int argc, char** argv) {
   }
   if (mode_filter.empty()) UsageError(kSpec, "--modes names no mode");
   for (const std::string& w : SplitList(FLAGS_workloads)) workload_filter.insert(w);
+  std::vector<double> x_sweep;
+  for (const std::string& x : SplitList(FLAGS_x_sweep)) {
+    char* end = nullptr;
+    const double v = std::strtod(x.c_str(), &end);
+    if (end == x.c_str() || *end != '\0' || !(v >= 0 && v <= 1)) {
+      UsageError(kSpec, "--x_sweep: '" + x + "' is not an RPC fraction in 0..1");
+    }
+    x_sweep.push_back(v);
+  }
 
   const double iters_per_us = CalibrateCompute();
 
@@ -403,13 +425,21 @@ int main(int argc, char** argv) {
   auto cluster = tessera::client::LocalCluster::Start(co);
   if (!cluster.ok()) Die("starting memservers", cluster.status());
 
-  auto make_client = [&](Mode mode, uint64_t slo_ns) {
+  // fixed_x >= 0 (--x_sweep): kayak mode with X held there (the X-loop never runs) and no margin
+  // under the SLO, i.e. the fixed modes' R-loop at that X.
+  auto make_client = [&](Mode mode, uint64_t slo_ns, double fixed_x = -1) {
     kayak::ClientOptions o;
     o.servers = (*cluster)->endpoints();
     o.secret = (*cluster)->secret();
     o.controller.mode = mode;
     o.controller.slo_ns = slo_ns;
     o.controller.slo_rtt_multiple = FLAGS_slo_rtt_multiple;
+    if (fixed_x >= 0) {
+      o.controller.mode = Mode::kKayak;
+      o.controller.initial_x = fixed_x;
+      o.controller.x_interval_ns = std::numeric_limits<uint64_t>::max() / 2;
+      o.controller.r_kayak_margin = 0;
+    }
     o.measure_rtt = slo_ns == 0;
     auto c = kayak::Client::Connect(o);
     if (!c.ok()) Die("connecting", c.status());
@@ -548,8 +578,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < (*cluster)->endpoints().size(); ++i) s += ProcessCpuSeconds((*cluster)->pid(i));
     return s;
   };
-  auto run_tessera = [&](const Workload& w, Mode mode, bool record_timeline) {
-    auto client = make_client(mode, slo_ns);
+  auto run_tessera = [&](const Workload& w, Mode mode, bool record_timeline, double fixed_x = -1) {
+    auto client = make_client(mode, slo_ns, fixed_x);
     std::atomic<uint64_t> t0_ns{tessera::MonotonicNs()};
     auto compute_now = [&]() {
       if (w.phase_seconds <= 0) return w.compute_us;
@@ -593,7 +623,7 @@ int main(int argc, char** argv) {
     p.system = "tessera";
     p.client_cpu_us = (ProcessCpuSeconds(getpid()) - cpu0) * 1e6 / std::max<uint64_t>(1, d.total());
     p.server_cpu_us = (server_cpu() - scpu0) * 1e6 / std::max<uint64_t>(1, d.total());
-    p.mode = std::string(kayak::ModeName(mode));
+    p.mode = fixed_x >= 0 ? SweepName(fixed_x) : std::string(kayak::ModeName(mode));
     p.workload = w.name;
     p.chain = w.chain;
     p.compute_us = w.phase_seconds > 0 ? -1 : w.compute_us;
@@ -741,7 +771,7 @@ int main(int argc, char** argv) {
 
   // Every run measures every mode of a workload once, so a drift of the machine's load affects
   // the modes of a run alike; each (workload, mode) is then reported as the median of its runs.
-  std::vector<Point> points;
+  std::vector<Point> points, sweep_points;
   for (const Workload& w : workloads) {
     if (!workload_filter.empty() && !workload_filter.count(w.name)) continue;
     std::map<std::string, std::vector<Point>> runs;
@@ -759,10 +789,12 @@ int main(int argc, char** argv) {
         }
         if (mode_filter.count("redis-fcall")) runs["redis-fcall"].push_back(run_redis(w, true));
       }
+      for (double x : x_sweep) runs[SweepName(x)].push_back(run_tessera(w, Mode::kKayak, false, x));
     }
     for (const char* m : {"kv", "rpc", "pushback", "kayak", "redis-get", "redis-fcall"}) {
       if (runs.count(m)) points.push_back(MedianPoint(runs[m]));
     }
+    for (double x : x_sweep) sweep_points.push_back(MedianPoint(runs[SweepName(x)]));
   }
   for (const Point& p : points) {
     if (p.settle_s >= 0) bimodal_convergence[p.mode] = p.settle_s;
@@ -846,6 +878,21 @@ int main(int argc, char** argv) {
     target("bimodal: kayak converges within 1 s of a phase change", bimodal_convergence["kayak"] <= 1.0, buf);
   }
   std::fprintf(FLAGS_json ? stderr : stdout, "targets met: %d of %d\n", met, total);
+  if (!sweep_points.empty()) {
+    // One row per workload: ops/s at each X held (p99 above the SLO marked *).
+    FILE* out = FLAGS_json ? stderr : stdout;
+    std::fprintf(out, "x sweep (X held, R-loop only; kops/s, * = p99 above the SLO):\n%-22s", "workload");
+    for (double x : x_sweep) std::fprintf(out, " %9s", SweepName(x).c_str());
+    std::fprintf(out, "\n");
+    for (size_t i = 0; i < sweep_points.size(); i += x_sweep.size()) {
+      std::fprintf(out, "%-22s", sweep_points[i].workload.c_str());
+      for (size_t j = 0; j < x_sweep.size(); ++j) {
+        const Point& p = sweep_points[i + j];
+        std::fprintf(out, " %8.1f%s", p.ops / 1000, p.p99_us > p.slo_us ? "*" : " ");
+      }
+      std::fprintf(out, "\n");
+    }
+  }
 
   // Timeline and plot.
   if ((!FLAGS_timeline.empty() || !FLAGS_plot.empty()) && timeline.empty()) {

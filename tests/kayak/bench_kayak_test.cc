@@ -63,3 +63,47 @@ TEST(BenchKayakTest, QuickJsonRowsKeepTheContract) {
 }
 
 }  // namespace
+
+// --x_sweep: X held at each value (the R-loop only) on real memservers; its own table (stderr
+// with --json), never in the JSON lines (whose contract the test above checks). A bad value is a
+// usage error.
+TEST(BenchKayakTest, XSweepPrintsItsOwnTableAndRejectsBadFractions) {
+  // (Through sh, for stderr on the same pipe.)
+  const std::string tessera = tessera::testing::BinDir() + "/tessera";
+  auto out = tessera::testing::RunCommand(
+      {"/bin/sh", "-c",
+       "'" + tessera + "' bench kayak --quick --json --seconds=0.3 --noredis --plot= "
+                       "--workloads=chain4-compute0us --modes=rpc --x_sweep=0,1 2>&1"},
+      120000);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  std::istringstream lines(out.stdout_text);
+  std::string line;
+  int json_rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    ++json_rows;
+    EXPECT_EQ(j["mode"], "rpc") << "a sweep point leaked into the JSON lines: " << line;
+  }
+  EXPECT_EQ(json_rows, 1);
+  const size_t at = out.stdout_text.find("x sweep");
+  ASSERT_NE(at, std::string::npos) << out.stdout_text;
+  std::istringstream table(out.stdout_text.substr(at));
+  std::string header, row;
+  std::getline(table, header);  // The title.
+  std::getline(table, header);  // workload x=0 x=1
+  EXPECT_NE(header.find("x=0"), std::string::npos) << header;
+  EXPECT_NE(header.find("x=1"), std::string::npos) << header;
+  ASSERT_TRUE(std::getline(table, row));
+  std::istringstream cells(row);
+  std::string name, c0, c1;
+  cells >> name >> c0 >> c1;
+  EXPECT_EQ(name, "chain4-compute0us") << row;
+  EXPECT_GT(std::stod(c0), 0) << row;  // kops/s at X = 0 (all KV) and X = 1 (all RPC).
+  EXPECT_GT(std::stod(c1), 0) << row;
+
+  auto bad = tessera::testing::RunCommand({"/bin/sh", "-c", "'" + tessera + "' bench kayak --x_sweep=0,1.5 2>&1"}, 30000);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.stdout_text.find("--x_sweep: '1.5'"), std::string::npos) << bad.stdout_text;
+}
