@@ -503,6 +503,17 @@ class IoThread {
   // for kLateReadNs is classified slow at once: a stopped server gives no replies to measure,
   // and every read asking it would leave a request behind until the op timeout.
   void NoteLateRequests(const Ctx* c);
+  static constexpr uint32_t kLateStrikes = 8;
+  // Silent: kLateStrikes reads in a row left requests at the server and it has answered nothing
+  // since (any reply resets its strikes). Being slow is not enough to keep reads away from it:
+  // when another server is slow too, the slow pass of AskMore/GroupAskMore would ask it for
+  // the extra (delta) member, and every request left at a silent server keeps a spare buffer
+  // (DetachLateReads) until it answers or fails; with the spares gone, finished reads keep their
+  // op contexts, and with those gone the store stalls until failure detection. So reads ask a
+  // silent server only when they cannot reach k without it.
+  bool Silent(uint32_t server) const {
+    return server < late_strikes_.size() && late_strikes_[server] >= kLateStrikes;
+  }
 
   RemoteStore* const store_;
   const int index_;

@@ -55,7 +55,6 @@ void IoThread::ClassifySlow() {
 
 
 void IoThread::NoteLateRequests(const Ctx* c) {
-  constexpr uint32_t kLateStrikes = 8;
   if (c->outstanding <= 0 || c->slab >= slabs_.size()) return;
   const Slab& s = slabs_[c->slab];
   uint64_t pending = c->asked & ~(c->good | c->bad);

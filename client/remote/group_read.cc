@@ -59,16 +59,17 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded) {
   c->degraded = false;
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
-  const bool classified_slow = server < slow_.size() && slow_[server];
+  const bool silent = Silent(server);
+  const bool classified_slow = silent || (server < slow_.size() && slow_[server]);
   const bool slow = degraded || classified_slow;
   const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
   c->asked |= 1ull << c->col;
   if (!slow && settled && Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) return;
   if (!slow && settled) c->bad |= 1ull << c->col;  // Its server is failed.
-  if (classified_slow && settled) {
+  if ((classified_slow && settled) || silent) {
     // Much slower than the others (or not answering at all): the rest of the stripe first, and
-    // this member only if they do not suffice (GroupAskMore's slow pass). A request to a
-    // stopped server would stay in flight until the op timeout.
+    // this member only if they do not suffice (GroupAskMore's slow or silent pass). A request
+    // to a stopped server would stay in flight until the op timeout.
     c->asked &= ~(1ull << c->col);
   } else if (slow || !settled) {
     // Ask it anyway (it may answer first, and an unsettled member may hold this stripe if the
@@ -88,20 +89,28 @@ void IoThread::GroupAskMore(Ctx* c) {
                            ~(c->kind == Ctx::Kind::kRegen ? (1ull << c->regen_split) : 0)) +
              c->outstanding;
   // The page's own member, still outstanding, counts (it finishes the read on its own).
-  for (int pass = 0; pass < 3 && have < want; ++pass) {
-    for (int j = 0; j < lay_.width() && have < want; ++j) {
+  // Pass 0: settled members on servers that answer normally; pass 1: settled members on servers
+  // much slower than the others; pass 2: members not rebuilt yet; pass 3: members on silent
+  // servers (see Silent()), and only while fewer than k could arrive without them: never for
+  // the extra delta members (a request there would hold buffers until the server fails).
+  for (int pass = 0; pass < 4; ++pass) {
+    const int limit = pass == 3 ? lay_.k : want;
+    for (int j = 0; j < lay_.width() && have < limit; ++j) {
       const uint64_t bit = 1ull << j;
       if ((c->asked & bit) != 0 || (c->zero & bit) != 0) continue;
       if (c->regen_split == j) continue;
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       const bool settled =
           s.regen_cursor[j] > c->pidx && ((s.stripes[c->pidx].rebuilding >> j) & 1) == 0;
-      if (!settled) {
-        if (pass != 2) continue;
-      } else {
-        const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-        const bool slow = server < slow_.size() && slow_[server];
-        if (pass != (slow ? 1 : 0)) continue;
+      int tier = 0;
+      if (Silent(server)) {
+        tier = 3;
+      } else if (!settled) {
+        tier = 2;
+      } else if (server < slow_.size() && slow_[server]) {
+        tier = 1;
       }
+      if (pass != tier) continue;
       c->asked |= bit;
       if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
         ++have;

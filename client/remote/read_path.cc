@@ -50,20 +50,26 @@ void IoThread::AskMore(Ctx* c) {
   // Pass 0: settled splits on servers that answer normally (data splits first, so an
   // undisturbed read needs no decode); pass 1: settled splits on servers currently much slower
   // than the others (a straggler is asked only when the others do not suffice); pass 2: splits
-  // whose regeneration has not reached this page yet.
-  for (int pass = 0; pass < 3 && have < want; ++pass) {
-    for (int j = 0; j < lay_.width() && have < want; ++j) {
+  // whose regeneration has not reached this page yet; pass 3: splits on silent servers (see
+  // Silent()), and only while fewer than k could arrive without them: never for the extra
+  // delta splits (a request there would hold buffers until the server fails).
+  for (int pass = 0; pass < 4; ++pass) {
+    const int limit = pass == 3 ? std::min(want, lay_.k) : want;
+    for (int j = 0; j < lay_.width() && have < limit; ++j) {
       const uint64_t bit = 1ull << j;
       if ((c->asked & bit) != 0) continue;
       if (c->regen_split == j) continue;
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       const bool settled = s.regen_cursor[j] > c->pidx;
-      if (!settled) {
-        if (pass != 2) continue;
-      } else {
-        const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-        const bool slow = server < slow_.size() && slow_[server];
-        if (pass != (slow ? 1 : 0)) continue;
+      int tier = 0;
+      if (Silent(server)) {
+        tier = 3;
+      } else if (!settled) {
+        tier = 2;
+      } else if (server < slow_.size() && slow_[server]) {
+        tier = 1;
       }
+      if (pass != tier) continue;
       c->asked |= bit;
       if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
         ++have;
