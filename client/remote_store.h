@@ -71,8 +71,10 @@
 // Late requests: a finished read's extra (late) requests older than 500 us let their op
 // context go (it takes one of 64 spare buffers per I/O thread; the requests keep the old one
 // until their replies arrive), and a server left behind by 8 finished reads in a row while
-// it answered nothing for 500 us is classified slow, which reads then ask last, so a stopped
-// server does not hold op contexts until the op timeout.
+// it answered nothing for 500 us is silent until its next reply: reads ask it only when they
+// cannot get k splits (members) elsewhere, never for the delta extra (even when other servers
+// are slow too), so a stopped server does not hold spare buffers and op contexts until the op
+// timeout.
 #pragma once
 
 #include <cstdint>
