@@ -514,6 +514,14 @@ class IoThread {
   bool Silent(uint32_t server) const {
     return server < late_strikes_.size() && late_strikes_[server] >= kLateStrikes;
   }
+  // The pass of AskMore / GroupAskMore in which a split (member) on `server` is asked: 0 settled
+  // on a server answering normally, 1 settled on a server classified slow, 2 not rebuilt yet
+  // (`settled` false), 3 on a silent server (only while k cannot be had without it).
+  int AskPass(uint32_t server, bool settled) const {
+    if (Silent(server)) return 3;
+    if (!settled) return 2;
+    return server < slow_.size() && slow_[server] ? 1 : 0;
+  }
 
   RemoteStore* const store_;
   const int index_;

@@ -61,15 +61,7 @@ void IoThread::AskMore(Ctx* c) {
       if (c->regen_split == j) continue;
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       const bool settled = s.regen_cursor[j] > c->pidx;
-      int tier = 0;
-      if (Silent(server)) {
-        tier = 3;
-      } else if (!settled) {
-        tier = 2;
-      } else if (server < slow_.size() && slow_[server]) {
-        tier = 1;
-      }
-      if (pass != tier) continue;
+      if (pass != AskPass(server, settled)) continue;
       c->asked |= bit;
       if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
         ++have;

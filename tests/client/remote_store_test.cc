@@ -111,6 +111,29 @@ void WriteAll(PageStore* s, uint64_t n) {
   }
 }
 
+// The stopped-server tests' store over `c`: RS(4,2), delta 1, 24 op contexts
+// (max_inflight_pages 8), op and heartbeat timeouts of 20 s (longer than such a test may take),
+// every page written and flushed. nullptr (with a test failure) if it cannot be made.
+std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pages, EcLayout layout) {
+  ErasureCodedStoreOptions o = EcOptions(c, pages, 4, 2, layout);
+  o.delta = 1;
+  o.remote.max_inflight_pages = 8;
+  o.remote.op_timeout_ms = 20000;
+  o.remote.heartbeat_timeout_ms = 20000;
+  auto s = CreateErasureCodedStore(o);
+  if (!s.ok()) {
+    ADD_FAILURE() << s.status();
+    return nullptr;
+  }
+  WriteAll(s->get(), pages);
+  Status st = (*s)->Flush();
+  if (!st.ok()) {
+    ADD_FAILURE() << st;
+    return nullptr;
+  }
+  return std::move(*s);
+}
+
 // Reads every page in [0, n) and checks it against its expected version.
 void VerifyAll(PageStore* s, const std::vector<uint32_t>& versions) {
   uint8_t buf[kPageSize];
@@ -487,16 +510,9 @@ TEST_P(EcLayoutTest, StoppedStragglerDoesNotHoldOpContexts) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 256;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
-  o.delta = 1;
-  o.remote.max_inflight_pages = 8;  // 24 op contexts.
-  o.remote.op_timeout_ms = 20000;   // Longer than the whole test may take.
-  o.remote.heartbeat_timeout_ms = 20000;
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  WriteAll(store, kPages);
-  ASSERT_TRUE(store->Flush().ok());
+  auto owned = StoppedServerStore(*cluster, kPages, GetParam());
+  ASSERT_NE(owned, nullptr);
+  PageStore* store = owned.get();
   auto servers = ServersOfPage(*store, 0);
   ASSERT_TRUE(servers.ok());
   const size_t straggler = (*servers)[0];
@@ -529,16 +545,9 @@ TEST_P(EcLayoutTest, StoppedServerIsNotAskedForTheExtraSplitWhenOthersAreSlow) {
   auto cluster = StartCluster(6);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 256;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
-  o.delta = 1;
-  o.remote.max_inflight_pages = 8;  // 24 op contexts.
-  o.remote.op_timeout_ms = 20000;   // Longer than the whole test may take.
-  o.remote.heartbeat_timeout_ms = 20000;
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  WriteAll(store, kPages);
-  ASSERT_TRUE(store->Flush().ok());
+  auto owned = StoppedServerStore(*cluster, kPages, GetParam());
+  ASSERT_NE(owned, nullptr);
+  PageStore* store = owned.get();
   // Page 0's servers: split layout, in split order; group, the page's own server first, then the
   // other members of its stripe in member order. The pages with this very list (page 0's
   // logical slab, and any other placed alike) have the stopped server ahead of the two slow
