@@ -64,8 +64,7 @@ void Controller::RunR(uint64_t now_ns) {
     std::nth_element(r_samples_.begin(), r_samples_.begin() + k, r_samples_.end());
     last_p99_ns_ = r_samples_[k];
     const double p99 = static_cast<double>(r_samples_[k]);
-    const double slo = static_cast<double>(options_.slo_ns) *
-                       (options_.mode == Mode::kKayak ? 1.0 - options_.r_kayak_margin : 1.0);
+    const double slo = RTarget();
     if (p99 > slo) {
       // (Not from a probe's or its settling interval's requests: those set the p99 themselves.)
       if (x_ == base_x_ && settle_left_ == 0) reached_slo_ = true;
@@ -78,8 +77,138 @@ void Controller::RunR(uint64_t now_ns) {
       window_ = std::min(options_.max_window, window_ + inc);
     }
   }
+  if (scanning_ && ++scan_r_ > options_.x_scan_skip_r) {
+    // A counted R interval of a scanned point (the first x_scan_skip_r are the window adapting).
+    scan_count_ += r_samples_.size();
+    scan_ns_ += now_ns - r_start_ns_;
+    scan_samples_.insert(scan_samples_.end(), r_samples_.begin(), r_samples_.end());
+  }
   r_samples_.clear();
   r_start_ns_ = now_ns;
+}
+
+double Controller::RTarget() const {
+  const double m = options_.r_slo_margin + (options_.mode == Mode::kKayak ? options_.r_kayak_margin : 0.0);
+  return static_cast<double>(options_.slo_ns) * std::max(0.0, 1.0 - m);
+}
+
+void Controller::StartScan(double t) {
+  ++scans_;
+  scanning_ = true;
+  // Point 0: the X held now, measured over the interval that just ended.
+  scan_[0] = ScanPoint{x_, t, t, window_};
+  const double target = RTarget();
+  if (last_p99_ns_ > 0 && last_p99_ns_ > target) scan_[0].t = t * target / static_cast<double>(last_p99_ns_);
+  // Then the pure modes and the middle, nearest first (the window adapts step by step): from a
+  // bound the middle and the other bound, from inside the nearer bound and the farther one.
+  scan_n_ = 1;
+  auto add = [&](double x) { scan_[scan_n_++].x = x; };
+  if (x_ <= 0.0) {
+    add(0.5);
+    add(1.0);
+  } else if (x_ >= 1.0) {
+    add(0.5);
+    add(0.0);
+  } else {
+    add(x_ <= 0.5 ? 0.0 : 1.0);
+    add(x_ <= 0.5 ? 1.0 : 0.0);
+  }
+  scan_i_ = 1;
+  scan_xi_ = 0;
+  x_ = scan_[1].x;  // (With the held X's window, as every point of the scan.)
+  scan_r_ = 0;
+  scan_count_ = scan_ns_ = 0;
+  scan_samples_.clear();
+}
+
+void Controller::ScanStep(uint64_t now_ns) {
+  (void)now_ns;
+  if (++scan_xi_ < std::max<uint32_t>(1, options_.x_scan_intervals)) return;
+  scan_xi_ = 0;
+  ScanPoint& p = scan_[scan_i_];
+  double raw = last_throughput_;
+  double p99 = static_cast<double>(last_p99_ns_);
+  if (scan_ns_ > 0 && scan_count_ > 0) {
+    raw = static_cast<double>(scan_count_) / (static_cast<double>(scan_ns_) / 1e9);
+    const size_t k = (scan_samples_.size() * 99 + 99) / 100 - 1;
+    std::nth_element(scan_samples_.begin(), scan_samples_.begin() + k, scan_samples_.end());
+    p99 = static_cast<double>(scan_samples_[k]);
+  }
+  const double target = RTarget();
+  p.raw_t = raw;
+  p.t = p99 > target ? raw * target / p99 : raw;
+  p.window = window_;
+  // From a bound, a middle that lost by more than x_shift: the far bound is not visited (on the
+  // bench's curves the other bound is then worse still, e.g. 4-hop KV chains at a third of the
+  // RPCs' throughput, and a visit there is the scan's dearest interval).
+  const bool from_bound = scan_[0].x <= 0.0 || scan_[0].x >= 1.0;
+  if (from_bound && scan_i_ == 1 && p.t < (1.0 - options_.x_shift) * scan_[0].t) scan_n_ = 2;
+  if (++scan_i_ < scan_n_) {
+    // Every point starts from the held X's window: one that inherited the previous point's
+    // window started far from its own (on the bench, X = 1 after X = 0 on 4-hop chains started
+    // at 37 where it runs at ~200, scored below X = 0.5 and lost the scan).
+    x_ = scan_[scan_i_].x;
+    window_ = scan_[0].window;
+    scan_r_ = 0;
+    scan_count_ = scan_ns_ = 0;
+    scan_samples_.clear();
+    return;
+  }
+  EndScan();
+}
+
+void Controller::EndScan() {
+  scanning_ = false;
+  uint32_t best = 0;
+  double best_t = scan_[0].t * (1.0 + options_.x_scan_margin);
+  for (uint32_t i = 1; i < scan_n_; ++i) {
+    if (scan_[i].t > best_t) {
+      best = i;
+      best_t = scan_[i].t;
+    }
+  }
+  const ScanPoint& b = scan_[best];
+  const bool moved = best != scan_n_ - 1;  // X is at the last scanned point now.
+  x_ = b.x;
+  if (moved) window_ = std::clamp(b.window, options_.min_window, options_.max_window);
+  NewBase(b.raw_t);
+  // The level is taken afresh once the window has adapted to this X (see RunX).
+  level_ready_ = false;
+  reached_slo_ = false;
+  level_wait_ = 0;
+  shift_sign_ = 0;
+  settle_left_ = moved ? options_.x_settle_intervals : 0;
+  if (x_ <= 0.0 || x_ >= 1.0) {
+    // The bound beat the middle and the other bound. Where the middle came close, the optimum
+    // may lie between them (a peak near the bound, which the grid does not see): one probe
+    // inward by a quarter of the grid's spacing at once. Where it clearly lost (by more than
+    // x_shift), or once that probe failed, routine probes (x_bound_probe) come only after the
+    // longest hold: a phase change scans again anyway.
+    direction_ = x_ <= 0.0 ? 1.0 : -1.0;
+    double t_mid = 0;
+    for (uint32_t i = 0; i < scan_n_; ++i) {
+      if (scan_[i].x > 0.0 && scan_[i].x < 1.0) t_mid = std::max(t_mid, scan_[i].t);
+    }
+    hold_len_ = options_.x_max_hold;
+    if (t_mid >= (1.0 - options_.x_shift) * b.t) {
+      step_ = std::max(options_.x_bound_probe, options_.x_initial_step * 0.5);
+      hold_left_ = 0;
+    } else {
+      step_ = options_.x_bound_probe;
+      hold_left_ = hold_len_;
+    }
+  } else {
+    // Inside: climb towards the better bound first, by half the grid's spacing.
+    double t_lo = 0, t_hi = 0;
+    for (uint32_t i = 0; i < scan_n_; ++i) {
+      if (scan_[i].x <= 0.0) t_lo = scan_[i].t;
+      if (scan_[i].x >= 1.0) t_hi = scan_[i].t;
+    }
+    direction_ = t_hi >= t_lo ? 1.0 : -1.0;
+    step_ = std::max(options_.x_min_step, options_.x_initial_step * 0.5);
+    hold_len_ = 1;
+    hold_left_ = 0;
+  }
 }
 
 void Controller::MoveX() {
@@ -113,10 +242,14 @@ void Controller::RunX(uint64_t now_ns) {
   const bool steady = sw <= 0 || hi <= lo + 4 || hi <= sw * lo;
   x_start_window_ = window_;
   if (options_.mode != Mode::kKayak) return;
-  if (base_x_ < 0) {  // The first interval: a baseline, then the first step.
+  if (scanning_) {
+    ScanStep(now_ns);
+    return;
+  }
+  if (base_x_ < 0) {  // The first interval: a baseline, then the first step (or wait to scan).
     NewBase(t);
     step_ = options_.x_initial_step;
-    MoveX();
+    if (!options_.x_scan) MoveX();
     return;
   }
   if (settle_left_ > 0) {
@@ -129,6 +262,7 @@ void Controller::RunX(uint64_t now_ns) {
   // Until the window first holds steady (start-up) the level just follows the throughput;
   // after, an interval over which the window moved a lot neither updates the level nor
   // confirms or clears a phase change.
+  const bool was_ready = level_ready_;
   if (!level_ready_) {
     level_t_ = t;
     // (Start-up lasts until the R-loop first reached the SLO: until then throughput rises with
@@ -136,14 +270,40 @@ void Controller::RunX(uint64_t now_ns) {
     // a false phase change and a long probe at ~0.5 s in every simulated run.)
     level_ready_ = steady && (reached_slo_ || !options_.x_level_after_slo);
   }
+  if (options_.x_scan && !was_ready) {
+    // X holds while the level is taken: at start-up and after each scan, until the R-loop has
+    // reached its target at this X with a steady window (a throughput still rising with the
+    // window would be credited to a probe, or read as a phase change: on the bench a window
+    // regrowing 19 -> 300 after a scan set off two more scans in a second). At start-up the
+    // first scan follows.
+    ++level_wait_;
+    if (!scanned_ && (level_ready_ || level_wait_ >= options_.x_scan_first_intervals)) {
+      scanned_ = true;
+      level_ready_ = false;
+      level_wait_ = 0;
+      StartScan(t);
+      return;
+    }
+    if (!level_ready_ && level_wait_ >= options_.x_scan_start_intervals) level_ready_ = true;
+    if (steady && base_t_ > 0) LearnNoise(std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift));
+    if (level_ready_) level_wait_ = 0;
+    base_t_ = t;
+    return;
+  }
   const double dev = level_t_ > 0 ? (t - level_t_) / level_t_ : 0;
-  if (!steady) {
-    // (Leave shift_sign_ as it is.)
-  } else if (std::fabs(x_ - base_x_) <= 0.1 && std::fabs(dev) > std::max(options_.x_shift, 4 * noise_)) {
+  if (!steady || std::fabs(x_ - base_x_) > 0.1) {
+    // (Leave shift_sign_ as it is: a far probe's interval neither confirms nor clears one.)
+  } else if (std::fabs(dev) > std::max(options_.x_shift, 4 * noise_)) {
     const int sign = dev > 0 ? 1 : -1;
-    if (shift_sign_ == sign) {
+    shift_run_ = shift_sign_ == sign ? shift_run_ + 1 : 1;
+    if (shift_run_ >= std::max<uint32_t>(2, options_.x_shift_intervals)) {
       ++shifts_;
       shift_sign_ = 0;
+      shift_run_ = 0;
+      if (options_.x_scan) {
+        StartScan(t);
+        return;
+      }
       step_ = std::max(step_, options_.x_initial_step);
       hold_len_ = 1;
       NewBase(t);
@@ -154,6 +314,7 @@ void Controller::RunX(uint64_t now_ns) {
     shift_sign_ = sign;
   } else {
     shift_sign_ = 0;
+    shift_run_ = 0;
   }
   const bool from_bound = base_x_ <= 0.0 || base_x_ >= 1.0;
   if (x_ == base_x_) {
@@ -162,8 +323,7 @@ void Controller::RunX(uint64_t now_ns) {
     // (An interval that may be the first of a phase change teaches neither noise nor level.
     // The first estimate starts from x_min_noise: see x_fresh_noise.)
     if (shift_sign_ == 0 && steady) {
-      const double prior = options_.x_fresh_noise ? options_.x_min_noise : rel;
-      noise_ = 0.8 * (noise_ == 0 ? prior : noise_) + 0.2 * rel;
+      LearnNoise(rel);
       level_t_ = 0.7 * level_t_ + 0.3 * t;
     }
     base_t_ = t;
@@ -270,6 +430,11 @@ void Controller::RunX(uint64_t now_ns) {
     step_ = std::max(step_ * 0.5, options_.x_min_step);
     NewBase(t);
   }
+}
+
+void Controller::LearnNoise(double rel) {
+  const double prior = options_.x_fresh_noise ? options_.x_min_noise : rel;
+  noise_ = 0.8 * (noise_ == 0 ? prior : noise_) + 0.2 * rel;
 }
 
 void Controller::NewBase(double t) {

@@ -1,7 +1,8 @@
 // kayak::Controller: Kayak's two control loops, as pure logic over an injected clock.
 //
 //   R-loop (fast, every r_interval_ns): the window of requests in flight, steered by the p99
-//     latency of the requests completed in the last interval against the SLO. Above it the
+//     latency of the requests completed in the last interval against its target,
+//     (1 - r_slo_margin) x the SLO in every mode (so the run's p99 lands within the SLO). Above it the
 //     window shrinks in proportion to the overshoot (x SLO/p99, bounded to [r_max_decrease,
 //     r_decrease]); below it it grows in proportion to the headroom (by r_gain x window x
 //     (1 - p99/SLO), at least r_increase), within [min_window, max_window]. So it runs as fast
@@ -31,6 +32,15 @@
 //     (x_window_swing) count for the level and for phase changes, and only once the R-loop has
 //     first reached the SLO (x_level_after_slo). The noise estimate starts from x_min_noise
 //     (x_fresh_noise), so one start-up comparison cannot set it.
+//   Scan (x_scan): the gradient assumes throughput concave in X, which it is not where the
+//     client and the memservers share cores (the slower kind of request in a mix sets the p99,
+//     so throughput at the SLO sags between the bounds). So at start-up (once the level is
+//     taken; X holds until then) and after each detected phase change, X visits 0, 0.5 and 1
+//     (those it does not hold) for one X interval each, scores each by its throughput at the
+//     SLO (x min(1, target / p99), the first x_scan_skip_r R intervals not counted), and goes
+//     to the best with the window it had there; the gradient goes on from that point. At a
+//     bound that the middle came close to, one probe a quarter of the grid inward follows;
+//     otherwise only routine probes after the longest hold.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
 //
 // Every constant is an Options field with a documented default. The published Kayak uses a
@@ -70,12 +80,18 @@ struct ControllerOptions {
   double r_decrease = 0.9;       // Largest factor per interval while p99 > SLO ...
   double r_max_decrease = 0.5;   // ... and the smallest: window x clamp(SLO/p99, these two).
   uint32_t r_min_samples = 8;    // Fewer completions in an interval: no R decision.
-  // In kayak mode the R-loop steers the p99 to (1 - this) x SLO: the X-loop's probes send a
-  // few requests the slow way (e.g. 4-hop KV chains from X = 1), which add to the run's tail
-  // beyond what the R-loop allows per interval. On the bench at 0, kayak's run p99 ended
-  // 0-5% above the SLO where the fixed modes met it; the margin is kayak's own cost of
-  // exploring. The fixed modes steer to the SLO itself.
-  double r_kayak_margin = 0.05;
+  // Every mode's R-loop steers the p99 of an interval to (1 - this) x SLO. The window moves
+  // every interval, so intervals land on both sides of its target and the run's p99 (over all
+  // of them) comes out above the target: steered to the SLO itself, the fixed modes' run p99
+  // ended 0.5-5% over the SLO on half of the bench's points, i.e. their throughput was not
+  // throughput at the SLO. The same margin for every mode (and for the bench's Redis client)
+  // compares them all at the same target.
+  double r_slo_margin = 0.05;
+  // Kayak mode's extra margin on top of r_slo_margin: room for the X-loop's probes, which send
+  // a few requests the slow way (e.g. 4-hop KV chains from X = 1) and add to the run's tail.
+  // Until the X-loop scanned the pure modes (x_scan) kayak probed often and needed 0.05 here
+  // (its run p99 was 0-5% over the SLO on 12 of 14 bench workloads without it).
+  double r_kayak_margin = 0.0;
   // X-loop.
   uint64_t x_interval_ns = 60'000'000;  // 60 ms (3 R intervals)
   double initial_x = 0.5;
@@ -83,7 +99,11 @@ struct ControllerOptions {
   double x_min_step = 0.05;
   double x_max_step = 0.3;
   double x_min_noise = 0.02;     // A relative throughput change below this is noise.
-  double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change.
+  double x_shift = 0.2;          // Relative change at an unchanged X taken as a phase change ...
+  // ... when this many steady intervals in a row (at least 2) land that far from the level, the
+  // same way. With x_scan a false phase change costs a scan, so one more than the 2 that
+  // sufficed for the gradient's step: hiccups of the 2-core machine last 100-150 ms.
+  uint32_t x_shift_intervals = 3;
   uint32_t x_max_hold = 16;      // Most X intervals between probes away from a held X.
   // Each failed probe multiplies the hold before the next by this (at least 2). A probe from
   // a bound sends a few requests the slow way (the bench's 4-hop KV chains from X = 1 are 3-4x
@@ -124,6 +144,37 @@ struct ControllerOptions {
   // simulated chain1-compute20 curve it was 0.15-0.19, the tolerance twice that, and a 10-15%
   // gain one probe away went unseen for ~0.6 s (X stayed near 0.5).
   bool x_fresh_noise = true;
+  // A direct comparison of the pure modes (and the middle), besides the gradient: at start-up
+  // (once the level is first taken, see x_level_after_slo) and after each detected phase
+  // change, X visits 0, 0.5 and 1 (those it does not hold already) for one X interval each and
+  // goes to whichever gave the most throughput at the SLO (an interval's throughput x
+  // min(1, target / its p99), so a window too large for that X does not win by breaking the
+  // SLO); the gradient ascent goes on from there. Kayak's gradient ascent assumes throughput
+  // concave in X (client and server CPUs apart). Where the client and the memservers share
+  // cores, mixing two kinds of request whose slower kind sets the p99 makes throughput sag
+  // between the bounds (`tessera bench kayak --x_sweep`: X = 0.5 a local maximum on three of
+  // four workloads), and a climb from X = 0.5 stopped there where KV was best (0.69-0.85x kv).
+  bool x_scan = true;
+  // X intervals each scanned point is measured for. One interval's throughput moves +-10-30%
+  // on the 2-core machine (its p99 more); two halve the chance that a hiccup picks the point.
+  uint32_t x_scan_intervals = 2;
+  // R intervals at the start of each scanned point that are not counted: the window adapting
+  // to the new X (and the previous X's requests still in flight).
+  uint32_t x_scan_skip_r = 1;
+  // A scanned point must beat the X held before the scan by this much (relative) to be taken:
+  // one interval each, so the held X wins a tie.
+  double x_scan_margin = 0.02;
+  // X holds after each scan until the level is taken (the R-loop reached its target at a
+  // steady window), but at most this many X intervals (e.g. a load too light to reach the
+  // target at max_window); then the gradient goes on anyway.
+  uint32_t x_scan_start_intervals = 10;
+  // The start-up scan begins after this many X intervals at initial_x (or once the level is
+  // taken, if sooner). Each point then starts from the same window and grows over the same
+  // time, so the way with the lower latency at the SLO grows faster and wins, as it should.
+  // Waiting for the level first cost the bench's RPC-best workloads 15-20%: at X = 0.5 the
+  // KV chains hold the window small, the level came at 0.4-0.6 s, and X reached 1 only after
+  // the 0.45 s warm-up.
+  uint32_t x_scan_first_intervals = 2;
 };
 
 class Controller {
@@ -151,6 +202,9 @@ class Controller {
   double x_noise() const { return noise_; }
   // Phase changes the X-loop detected so far.
   uint64_t x_shifts() const { return shifts_; }
+  // Scans of the pure modes (x_scan) begun so far, and whether one is under way.
+  uint64_t x_scans() const { return scans_; }
+  bool x_scanning() const { return scanning_; }
 
  private:
   void RunR(uint64_t now_ns);
@@ -158,6 +212,12 @@ class Controller {
   void MoveX();            // x_ += direction_ * step_, clamped; a move that clamps to nothing holds.
   void NewBase(double t);  // X stays at x_ as the new base measured at throughput t.
   void MoveBack();         // X back to base_x_ after a move that did not pay.
+  void StartScan(double t);  // x_scan: visit the pure modes and the middle; t was measured at x_.
+  void ScanStep(uint64_t now_ns);  // x_scan: an X interval of the scan ended.
+  void EndScan();          // x_scan: go to the best point and resume the gradient from there.
+  double RTarget() const;  // The p99 the R-loop steers to (ns).
+  // One |relative change| of throughput between two intervals at the same X, into noise_.
+  void LearnNoise(double rel);
 
   ControllerOptions options_;
   uint32_t window_;
@@ -187,7 +247,27 @@ class Controller {
   double evidence_sum_[2] = {0, 0};  // Relative changes of probes within the noise from base_x_,
   uint32_t evidence_n_[2] = {0, 0};  // down [0] and up [1] (x_hold_in_noise).
   int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.
+  uint32_t shift_run_ = 0;    // Far intervals in a row that way.
   uint64_t shifts_ = 0;
+  // x_scan state. A scan visits up to 3 points; point 0 is the X held when it began.
+  struct ScanPoint {
+    double x = 0;
+    double t = 0;        // Throughput at the SLO (x min(1, target/p99)), completions/s.
+    double raw_t = 0;    // Throughput as measured.
+    uint32_t window = 0; // The window the point ended with.
+  };
+  bool scanning_ = false;
+  ScanPoint scan_[3];
+  uint32_t scan_n_ = 0;         // Points scheduled.
+  uint32_t scan_i_ = 0;         // The point being measured.
+  uint32_t scan_r_ = 0;         // R intervals of the current point so far.
+  uint32_t scan_xi_ = 0;        // X intervals of the current point so far.
+  uint64_t scan_count_ = 0;     // Completions in the counted R intervals of the current point.
+  uint64_t scan_ns_ = 0;        // Their length.
+  std::vector<uint64_t> scan_samples_;  // Their latencies.
+  bool scanned_ = false;         // The start-up scan has begun.
+  uint32_t level_wait_ = 0;      // X intervals spent waiting for the level (x_scan).
+  uint64_t scans_ = 0;
 };
 
 }  // namespace kayak
