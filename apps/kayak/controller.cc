@@ -88,7 +88,8 @@ void Controller::RunR(uint64_t now_ns) {
 }
 
 double Controller::RTarget() const {
-  const double m = options_.r_slo_margin + (options_.mode == Mode::kKayak ? options_.r_kayak_margin : 0.0);
+  const double m =
+      options_.r_slo_margin + (options_.mode == Mode::kKayak ? options_.r_kayak_margin : 0.0);
   return static_cast<double>(options_.slo_ns) * std::max(0.0, 1.0 - m);
 }
 
@@ -98,7 +99,9 @@ void Controller::StartScan(double t) {
   // Point 0: the X held now, measured over the interval that just ended.
   scan_[0] = ScanPoint{x_, t, t, window_};
   const double target = RTarget();
-  if (last_p99_ns_ > 0 && last_p99_ns_ > target) scan_[0].t = t * target / static_cast<double>(last_p99_ns_);
+  if (last_p99_ns_ > 0 && last_p99_ns_ > target) {
+    scan_[0].t = t * target / static_cast<double>(last_p99_ns_);
+  }
   // Then the pure modes and the middle, nearest first (the window adapts step by step): from a
   // bound the middle and the other bound, from inside the nearer bound and the farther one.
   scan_n_ = 1;
@@ -121,8 +124,7 @@ void Controller::StartScan(double t) {
   scan_samples_.clear();
 }
 
-void Controller::ScanStep(uint64_t now_ns) {
-  (void)now_ns;
+void Controller::ScanStep() {
   if (++scan_xi_ < std::max<uint32_t>(1, options_.x_scan_intervals)) return;
   scan_xi_ = 0;
   ScanPoint& p = scan_[scan_i_];
@@ -243,7 +245,7 @@ void Controller::RunX(uint64_t now_ns) {
   x_start_window_ = window_;
   if (options_.mode != Mode::kKayak) return;
   if (scanning_) {
-    ScanStep(now_ns);
+    ScanStep();
     return;
   }
   if (base_x_ < 0) {  // The first interval: a baseline, then the first step (or wait to scan).

@@ -1,8 +1,8 @@
 // kayak::Controller: Kayak's two control loops, as pure logic over an injected clock.
 //
 //   R-loop (fast, every r_interval_ns): the window of requests in flight, steered by the p99
-//     latency of the requests completed in the last interval against its target,
-//     (1 - r_slo_margin) x the SLO in every mode (so the run's p99 lands within the SLO). Above it the
+//     latency of the requests completed in the last interval against its target, (1 -
+//     r_slo_margin) x the SLO in every mode (so the run's p99 lands within the SLO). Above it the
 //     window shrinks in proportion to the overshoot (x SLO/p99, bounded to [r_max_decrease,
 //     r_decrease]); below it it grows in proportion to the headroom (by r_gain x window x
 //     (1 - p99/SLO), at least r_increase), within [min_window, max_window]. So it runs as fast
@@ -34,11 +34,13 @@
 //     (x_fresh_noise), so one start-up comparison cannot set it.
 //   Scan (x_scan): the gradient assumes throughput concave in X, which it is not where the
 //     client and the memservers share cores (the slower kind of request in a mix sets the p99,
-//     so throughput at the SLO sags between the bounds). So at start-up (once the level is
-//     taken; X holds until then) and after each detected phase change, X visits 0, 0.5 and 1
-//     (those it does not hold) for one X interval each, scores each by its throughput at the
-//     SLO (x min(1, target / p99), the first x_scan_skip_r R intervals not counted), and goes
-//     to the best with the window it had there; the gradient goes on from that point. At a
+//     so throughput at the SLO sags between the bounds). So at start-up (after
+//     x_scan_first_intervals, or once the level is taken) and after each detected phase
+//     change, X visits 0, 0.5 and 1 (those it does not hold) for x_scan_intervals each, every
+//     one from the held X's window, scores each by its throughput at the SLO (x min(1, target
+//     / p99), the first x_scan_skip_r R intervals not counted; from a bound, a middle that lost
+//     by more than x_shift ends the scan), and goes to the best with the window it had there;
+//     the gradient goes on from that point (once the level is taken there). At a
 //     bound that the middle came close to, one probe a quarter of the grid inward follows;
 //     otherwise only routine probes after the longest hold.
 //   Which requests go RPC: a deterministic credit counter, so exactly X of them (not a coin).
@@ -145,9 +147,9 @@ struct ControllerOptions {
   // gain one probe away went unseen for ~0.6 s (X stayed near 0.5).
   bool x_fresh_noise = true;
   // A direct comparison of the pure modes (and the middle), besides the gradient: at start-up
-  // (once the level is first taken, see x_level_after_slo) and after each detected phase
-  // change, X visits 0, 0.5 and 1 (those it does not hold already) for one X interval each and
-  // goes to whichever gave the most throughput at the SLO (an interval's throughput x
+  // (see x_scan_first_intervals) and after each detected phase change, X visits 0, 0.5 and 1
+  // (those it does not hold already) for x_scan_intervals X intervals each and goes to
+  // whichever gave the most throughput at the SLO (its throughput x
   // min(1, target / its p99), so a window too large for that X does not win by breaking the
   // SLO); the gradient ascent goes on from there. Kayak's gradient ascent assumes throughput
   // concave in X (client and server CPUs apart). Where the client and the memservers share
@@ -162,7 +164,7 @@ struct ControllerOptions {
   // to the new X (and the previous X's requests still in flight).
   uint32_t x_scan_skip_r = 1;
   // A scanned point must beat the X held before the scan by this much (relative) to be taken:
-  // one interval each, so the held X wins a tie.
+  // a short measurement each, so the held X wins a tie.
   double x_scan_margin = 0.02;
   // X holds after each scan until the level is taken (the R-loop reached its target at a
   // steady window), but at most this many X intervals (e.g. a load too light to reach the
@@ -213,7 +215,7 @@ class Controller {
   void NewBase(double t);  // X stays at x_ as the new base measured at throughput t.
   void MoveBack();         // X back to base_x_ after a move that did not pay.
   void StartScan(double t);  // x_scan: visit the pure modes and the middle; t was measured at x_.
-  void ScanStep(uint64_t now_ns);  // x_scan: an X interval of the scan ended.
+  void ScanStep();         // x_scan: an X interval of the scan ended.
   void EndScan();          // x_scan: go to the best point and resume the gradient from there.
   double RTarget() const;  // The p99 the R-loop steers to (ns).
   // One |relative change| of throughput between two intervals at the same X, into noise_.
