@@ -96,6 +96,8 @@ double Controller::RTarget() const {
 void Controller::StartScan(double t) {
   ++scans_;
   scanning_ = true;
+  level_window_ = 0;
+  window_run_ = 0;
   // Point 0: the X held now, measured over the interval that just ended.
   scan_[0] = ScanPoint{x_, t, t, window_};
   const double target = RTarget();
@@ -288,9 +290,27 @@ void Controller::RunX(uint64_t now_ns) {
     }
     if (!level_ready_ && level_wait_ >= options_.x_scan_start_intervals) level_ready_ = true;
     if (steady && base_t_ > 0) LearnNoise(std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift));
-    if (level_ready_) level_wait_ = 0;
+    if (level_ready_) {
+      level_wait_ = 0;
+      level_window_ = window_;
+    }
     base_t_ = t;
     return;
+  }
+  if (options_.x_scan && options_.x_window_shift > 1 && level_window_ > 0) {
+    // The window far from where it was when the level was taken, for as long as a throughput
+    // shift must last: a phase change the throughput level missed (a probe that "paid" while
+    // a light phase regrew the window reset the level each time; on the bench the switch from
+    // a heavy phase at X = 0.5, window ~30, to a light one, ~200, went unseen for 2 s).
+    const uint32_t lo = std::min(level_window_, window_), hi = std::max(level_window_, window_);
+    window_run_ = hi > options_.x_window_shift * lo && hi > lo + 8 ? window_run_ + 1 : 0;
+    if (window_run_ >= std::max<uint32_t>(2, options_.x_shift_intervals)) {
+      ++shifts_;
+      shift_sign_ = 0;
+      shift_run_ = 0;
+      StartScan(t);
+      return;
+    }
   }
   const double dev = level_t_ > 0 ? (t - level_t_) / level_t_ : 0;
   if (!steady || std::fabs(x_ - base_x_) > 0.1) {

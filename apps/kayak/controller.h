@@ -106,6 +106,11 @@ struct ControllerOptions {
   // same way. With x_scan a false phase change costs a scan, so one more than the 2 that
   // sufficed for the gradient's step: hiccups of the 2-core machine last 100-150 ms.
   uint32_t x_shift_intervals = 3;
+  // With x_scan, a window that stays more than this factor (and 8) from the window the level
+  // was taken at after the last scan, for x_shift_intervals X intervals, is a phase change
+  // too: the throughput level can miss one while probes "pay" on a regrowing window (the bench's
+  // switch from a heavy phase at X = 0.5, window ~30, to a light one, ~200). 0: off.
+  double x_window_shift = 3.0;
   uint32_t x_max_hold = 16;      // Most X intervals between probes away from a held X.
   // Each failed probe multiplies the hold before the next by this (at least 2). A probe from
   // a bound sends a few requests the slow way (the bench's 4-hop KV chains from X = 1 are 3-4x
@@ -250,6 +255,8 @@ class Controller {
   uint32_t evidence_n_[2] = {0, 0};  // down [0] and up [1] (x_hold_in_noise).
   int shift_sign_ = 0;        // A first far move at an unchanged X (+1 up, -1 down), unconfirmed.
   uint32_t shift_run_ = 0;    // Far intervals in a row that way.
+  uint32_t level_window_ = 0; // x_scan: the window when the level was last taken after a scan.
+  uint32_t window_run_ = 0;   // Intervals in a row with the window x_window_shift from it.
   uint64_t shifts_ = 0;
   // x_scan state. A scan visits up to 3 points; point 0 is the X held when it began.
   struct ScanPoint {
