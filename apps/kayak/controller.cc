@@ -23,6 +23,15 @@ tessera::Result<Mode> ParseMode(std::string_view name) {
   return tessera::InvalidArgument("unknown mode '", name, "' (kv, rpc, pushback or kayak)");
 }
 
+namespace {
+// The 99th percentile of a non-empty set of latencies (reorders them).
+uint64_t P99(std::vector<uint64_t>& v) {
+  const size_t k = (v.size() * 99 + 99) / 100 - 1;
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+}  // namespace
+
 Controller::Controller(ControllerOptions options, uint64_t now_ns)
     : options_(options),
       window_(std::clamp(options.initial_window, options.min_window, options.max_window)),
@@ -60,10 +69,8 @@ void Controller::Tick(uint64_t now_ns) {
 
 void Controller::RunR(uint64_t now_ns) {
   if (r_samples_.size() >= options_.r_min_samples && options_.slo_ns > 0) {
-    size_t k = (r_samples_.size() * 99 + 99) / 100 - 1;
-    std::nth_element(r_samples_.begin(), r_samples_.begin() + k, r_samples_.end());
-    last_p99_ns_ = r_samples_[k];
-    const double p99 = static_cast<double>(r_samples_[k]);
+    last_p99_ns_ = P99(r_samples_);
+    const double p99 = static_cast<double>(last_p99_ns_);
     const double slo = RTarget();
     if (p99 > slo) {
       // (Not from a probe's or its settling interval's requests: those set the p99 themselves.)
@@ -134,9 +141,7 @@ void Controller::ScanStep() {
   double p99 = static_cast<double>(last_p99_ns_);
   if (scan_ns_ > 0 && scan_count_ > 0) {
     raw = static_cast<double>(scan_count_) / (static_cast<double>(scan_ns_) / 1e9);
-    const size_t k = (scan_samples_.size() * 99 + 99) / 100 - 1;
-    std::nth_element(scan_samples_.begin(), scan_samples_.begin() + k, scan_samples_.end());
-    p99 = static_cast<double>(scan_samples_[k]);
+    p99 = static_cast<double>(P99(scan_samples_));
   }
   const double target = RTarget();
   p.raw_t = raw;
@@ -288,7 +293,7 @@ void Controller::RunX(uint64_t now_ns) {
       StartScan(t);
       return;
     }
-    if (!level_ready_ && level_wait_ >= options_.x_scan_start_intervals) level_ready_ = true;
+    if (!level_ready_ && level_wait_ >= options_.x_level_wait_intervals) level_ready_ = true;
     if (steady && base_t_ > 0) LearnNoise(std::min(std::fabs(t - base_t_) / base_t_, options_.x_shift));
     if (level_ready_) {
       level_wait_ = 0;

@@ -174,7 +174,7 @@ struct ControllerOptions {
   // X holds after each scan until the level is taken (the R-loop reached its target at a
   // steady window), but at most this many X intervals (e.g. a load too light to reach the
   // target at max_window); then the gradient goes on anyway.
-  uint32_t x_scan_start_intervals = 10;
+  uint32_t x_level_wait_intervals = 10;
   // The start-up scan begins after this many X intervals at initial_x (or once the level is
   // taken, if sooner). Each point then starts from the same window and grows over the same
   // time, so the way with the lower latency at the SLO grows faster and wins, as it should.
