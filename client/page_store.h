@@ -65,6 +65,13 @@ struct PageStoreStats {
   uint64_t corruptions_repaired = 0; // ... and were rewritten correctly.
   uint64_t data_loss = 0;            // Reads failed with DataLoss.
   uint64_t server_failures = 0;      // Servers declared failed.
+  // Remote stores' failure handling (0 elsewhere): servers that became suspect, suspects that
+  // answered again (healthy), data connections re-established, and splits a write could not
+  // store on a live server that were rewritten once it was reachable again.
+  uint64_t server_suspicions = 0;
+  uint64_t server_recoveries = 0;
+  uint64_t reconnects = 0;
+  uint64_t stale_repairs = 0;
   uint64_t regenerations_done = 0;   // Lost splits/copies rebuilt onto replacements.
   uint64_t regenerations_pending = 0;
   uint64_t bytes_sent = 0;           // Payload bytes written to the backing (remote or disk).

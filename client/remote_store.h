@@ -196,11 +196,25 @@ struct RemoteStoreOptions {
   // CPU the servers on a shared box would otherwise get.
   uint32_t direct_spin_us = 100;
 
-  // Failure detection. A server is declared failed on connection loss, when a heartbeat gets
-  // no reply within heartbeat_timeout_ms, or when one of its data ops gets no reply within
-  // op_timeout_ms. A failed server is never used again by this store.
+  // Failure handling (client/remote/health.h): every server is healthy, suspect or failed.
+  // Suspect: it has been silent long enough that its phi-accrual level (silence over the mean
+  // interval of its recent heartbeat replies) reached suspect_phi, and at least
+  // heartbeat_timeout_ms; or there was trouble with it (a request without a reply within
+  // op_timeout_ms, a data connection that could not be re-established, its etcd lease expired).
+  // Reads ask a suspect server last and never wait on it; it is healthy again as soon as it
+  // answers anything. Failed (the verdict; its splits are re-placed, and rebuilt after
+  // regeneration_grace_ms): suspect without a break for fail_after_ms, and then a confirming
+  // probe (a fresh connection, authentication and one heartbeat within probe_timeout_ms) failed.
+  // A server that announces its shutdown is failed at once. A lost data connection is
+  // reconnected (same credential, same slabs) before anything is suspected. Heartbeats go to
+  // every server at once every heartbeat_interval_ms, from the monitor thread; the time the
+  // client itself was not running is excused (it never counts as a server's silence).
   uint32_t heartbeat_interval_ms = 100;
   uint32_t heartbeat_timeout_ms = 1000;
+  double suspect_phi = 8.0;
+  uint32_t fail_after_ms = 1000;
+  uint32_t probe_timeout_ms = 1000;
+  uint32_t regeneration_grace_ms = 2000;
   uint32_t op_timeout_ms = 2000;
   uint32_t connect_timeout_ms = 5000;
   uint32_t control_timeout_ms = 5000;  // AllocSlab / FreeSlab.
@@ -265,9 +279,10 @@ Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
 // (1024) servers over a store's life: indices are never reused.
 Status AddRemoteServer(PageStore& store, const RemoteServer& server);
 // RemoveRemoteServer: the server at `endpoint` left the cluster (its etcd registration was
-// deleted or its lease expired): a failure signal like a missed heartbeat. It is marked failed
-// and its splits are regenerated onto other servers. NotFound when no live member has that
-// endpoint (e.g. heartbeats found it failed first).
+// deleted or its lease expired): trouble, like a request without a reply. The server becomes
+// suspect and is failed (its splits regenerated onto other servers) only when a confirming
+// probe over a fresh connection fails too, so an etcd outage fails no live server. NotFound
+// when no live member has that endpoint (e.g. it was found failed first).
 Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
                           const std::string& why);
 // The store's current server list (index order, as ServersOfPage numbers them) and which of

@@ -121,8 +121,8 @@ Result<bool> ControlClient::TakeFrames(uint64_t want_id, Op want_op,
   }
 }
 
-Result<std::vector<uint8_t>> ControlClient::Call(Op op, std::span<const uint8_t> payload,
-                                                 Deadline deadline) {
+Result<uint64_t> ControlClient::Send(Op op, std::span<const uint8_t> payload,
+                                     Deadline deadline) {
   if (!down_.ok()) {
     return Unavailable("control connection to ", endpoint_.ToString(), " is down: ",
                        down_.message());
@@ -144,6 +144,12 @@ Result<std::vector<uint8_t>> ControlClient::Call(Op op, std::span<const uint8_t>
     MarkDown(st);
     return st;
   }
+  return id;
+}
+
+Result<std::vector<uint8_t>> ControlClient::Call(Op op, std::span<const uint8_t> payload,
+                                                 Deadline deadline) {
+  TESSERA_ASSIGN_OR_RETURN(const uint64_t id, Send(op, payload, deadline));
   std::vector<uint8_t> reply;
   while (true) {
     TESSERA_ASSIGN_OR_RETURN(bool got, TakeFrames(id, op, &reply));
@@ -151,6 +157,12 @@ Result<std::vector<uint8_t>> ControlClient::Call(Op op, std::span<const uint8_t>
     Status ready = WaitFd(fd_.get(), POLLIN, deadline, "control reply");
     if (!ready.ok()) {
       if (ready.code() == StatusCode::kTimeout) {
+        // A last look: the reply may have arrived while this thread was not running (the
+        // deadline then measured the caller's stall, not the server's).
+        if (ReadOnce() != ReadResult::kDown) {
+          TESSERA_ASSIGN_OR_RETURN(got, TakeFrames(id, op, &reply));
+          if (got) return reply;
+        }
         return Timeout(OpName(op), " to ", endpoint_.ToString(), ": no reply before the deadline");
       }
       MarkDown(ready);
@@ -162,6 +174,30 @@ Result<std::vector<uint8_t>> ControlClient::Call(Op op, std::span<const uint8_t>
       if (got) return reply;
       return down_;
     }
+  }
+}
+
+Result<uint64_t> ControlClient::SendHeartbeat(Deadline deadline) {
+  return Send(Op::kHeartbeat, {}, deadline);
+}
+
+Result<bool> ControlClient::PollHeartbeat(uint64_t id) {
+  std::vector<uint8_t> reply;
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(bool got, TakeFrames(id, Op::kHeartbeat, &reply));
+    if (got) {
+      TESSERA_ASSIGN_OR_RETURN(ParsedFrame f, Checked(reply));
+      (void)f;
+      return true;
+    }
+    const ReadResult r = ReadOnce();
+    if (r == ReadResult::kData) continue;
+    if (r == ReadResult::kDown) {
+      TESSERA_ASSIGN_OR_RETURN(got, TakeFrames(id, Op::kHeartbeat, &reply));
+      if (got) return true;
+      return down_;
+    }
+    return false;
   }
 }
 

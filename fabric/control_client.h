@@ -62,6 +62,13 @@ class ControlClient {
   // "key value" lines.
   Result<std::string> Stats(Deadline deadline);
   Result<HeartbeatResponse> Heartbeat(Deadline deadline);
+  // The same heartbeat in two halves, so that one thread can keep heartbeats to many servers
+  // in flight at once (the store's monitor): SendHeartbeat() sends the request (a small frame;
+  // bounded by `deadline`) and returns its id; PollHeartbeat() reads what has arrived without
+  // blocking and returns true once the reply to `id` is there (an error reply is an error).
+  // Use fd() with poll() to wait. A lost connection is Unavailable.
+  Result<uint64_t> SendHeartbeat(Deadline deadline);
+  Result<bool> PollHeartbeat(uint64_t id);
   Result<std::vector<uint8_t>> Invoke(uint32_t function_id, std::span<const uint8_t> args,
                                       Deadline deadline);
   Status Fault(const FaultRequest& req, Deadline deadline);
@@ -76,6 +83,8 @@ class ControlClient {
 
  private:
   ControlClient(UniqueFd fd, Endpoint endpoint, uint64_t server_id, AuthOkResponse auth_ok);
+  // Sends one request frame; returns its id.
+  Result<uint64_t> Send(Op op, std::span<const uint8_t> payload, Deadline deadline);
   // Sends one request; returns its whole response frame (status checked by the caller).
   Result<std::vector<uint8_t>> Call(Op op, std::span<const uint8_t> payload, Deadline deadline);
   // One non-blocking recv into the window (down_ set when the connection is gone).

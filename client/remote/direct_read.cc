@@ -328,6 +328,12 @@ class DirectReader {
         if (server >= store_->num_servers()) continue;
         servers_.resize(store_->num_servers());
       }
+      if (store_->Suspect(server)) {
+        // The monitor suspects it: never wait on it (group: the I/O thread reads the page
+        // degraded at once; split: the other splits).
+        if (!split_) return Began::kDegraded;
+        continue;
+      }
       if (servers_[server].stuck > 0) {
         // A read of ours there is overdue: do not queue behind it. Once the store declares the
         // server failed, the connection goes (and the overdue reads with it).
@@ -420,12 +426,14 @@ class DirectReader {
   size_t Reap(bool wait, Deadline deadline, Sink* sink) {
     const size_t got = wait ? t_->Wait(comps_, deadline) : t_->Poll(comps_);
     size_t finished = 0;
+    const uint64_t now = got > 0 ? MonotonicNs() : 0;
     for (size_t c = 0; c < got; ++c) {
       const fabric::Completion& comp = comps_[c];
       if (comp.kind != fabric::CompletionKind::kData) continue;  // Notices: the I/O threads act.
       const uint64_t slot = comp.cookie;
       if (slot >= num_slots_ || !slots_[slot].busy) continue;
       Slot& sl = slots_[slot];
+      if (comp.status.ok() || !IsConnectionError(comp.status)) store_->NoteAlive(sl.server, now);
       if (!comp.status.ok() && IsConnectionError(comp.status)) {
         // A lost connection is dropped (reconnected later unless the store fails the server);
         // the I/O thread reads the page and notices the failure itself.

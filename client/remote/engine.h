@@ -38,6 +38,7 @@
 #include <boost/lockfree/queue.hpp>
 
 #include "client/page_store.h"
+#include "client/remote/health.h"
 #include "client/remote/stripe_codec.h"
 #include "client/remote_store.h"
 #include "coding/codec.h"
@@ -133,6 +134,9 @@ struct Ctx {
   // Set by DetachLateReads() while it lets this finished read's late requests go.
   bool detach = false;
   uint8_t* detach_old = nullptr;  // The buffer those requests keep.
+  // Asked members whose requests are overdue (Rehedge): counted as not coming when deciding
+  // whether to ask more; a late reply still counts.
+  uint64_t late = 0;
   Ctx* next_write = nullptr;  // Writes of the same page queued behind this one.
   Ctx* next_free = nullptr;
 };
@@ -318,7 +322,8 @@ struct SharedStats {
       bytes_sent{0}, bytes_received{0}, slabs_freed{0}, hedged_reads{0}, compaction_moves{0},
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
-      direct_sleeps{0}, slots_reclaimed{0};
+      direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
+      reconnects{0}, stale_repairs{0};
 };
 
 class IoThread {
@@ -480,10 +485,34 @@ class IoThread {
   // Frees every allocated slab's remote slabs (clean shutdown), bounded by `d`.
   void FreeAllSlabs(const Deadline& d);
   // ---- recovery.cc ----
-  void FailServer(uint32_t server, const std::string& why);
+  // Something went wrong with `server` (st: the error). A lost data connection is aborted and
+  // reconnected (ConnLost); anything else is reported to the monitor as trouble (suspicion,
+  // which a probe must confirm before the server is failed). Never fails a server by itself.
+  void ServerError(uint32_t server, const Status& st);
+  // The data connection to `server` is unusable: abort it (its requests complete as Cancelled:
+  // reads ask other members, writes leave that split stale, repaired after the reconnect) and
+  // reconnect from Housekeeping.
+  void ConnLost(uint32_t server, const std::string& why);
+  // Reconnects the lost data connections that are due (bounded; only to servers the monitor
+  // does not suspect, so a stopped server never blocks this thread in a handshake).
+  void Reconnect(uint64_t now);
+  // A split (group: stripe member) that a write could not store on a live server: rewritten
+  // from the other members once the server is reachable again (RepairStale).
+  void NoteStale(uint32_t slab, uint32_t pidx, int j, uint32_t server);
+  void RepairStale();
+  // Can new requests go to `server` on this thread's data connection?
+  bool Usable(uint32_t server) const;  // Defined after RemoteStore.
+  // Requests posted before the I/O thread itself stalled (a blocking control call, being
+  // descheduled) get that time back: op timeouts measure the server, not this thread.
+  void ExcuseStall(uint64_t ns);
+  // Re-hedging of reads on a timer (split layout, copies, group degraded reads): a read whose
+  // asked members have not all answered within the hedge time asks the members not asked yet.
+  void Rehedge(uint64_t now);
   void HandleLocalFailures();
   void ReplaceSplit(Slab& s, int j);
   void ReplaceSplitOnce(Slab& s, int j);
+  // This thread's control client of `server`, reconnected first if its connection was lost.
+  Result<fabric::ControlClient*> Control(uint32_t server, Deadline deadline);
   // A slab on `server` through its control client, made known to the data transport.
   Result<fabric::AllocSlabResponse> AllocRemote(uint32_t server, Deadline deadline);
   // Forgets the slab in the data transport and frees it through the control client.
@@ -517,11 +546,7 @@ class IoThread {
   // The pass of AskMore / GroupAskMore in which a split (member) on `server` is asked: 0 settled
   // on a server answering normally, 1 settled on a server classified slow, 2 not rebuilt yet
   // (`settled` false), 3 on a silent server (only while k cannot be had without it).
-  int AskPass(uint32_t server, bool settled) const {
-    if (Silent(server)) return 3;
-    if (!settled) return 2;
-    return server < slow_.size() && slow_[server] ? 1 : 0;
-  }
+  int AskPass(uint32_t server, bool settled) const;  // Defined after RemoteStore.
 
   RemoteStore* const store_;
   const int index_;
@@ -540,6 +565,26 @@ class IoThread {
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;
+  // Per server: the data connection is lost and not reconnected yet; when to try next; failed
+  // attempts in a row (backoff).
+  std::vector<uint8_t> conn_down_;
+  std::vector<uint64_t> reconnect_at_;
+  std::vector<uint32_t> reconnect_fails_;
+  // Per server: data requests failed with Unavailable since its last good reply. Past
+  // kBrokenAfter the data path is reported broken (HealthTracker::Trouble).
+  std::vector<uint32_t> errors_in_a_row_;
+  static constexpr uint32_t kBrokenAfter = 16;
+  struct StaleSplit {
+    uint32_t slab, pidx, server;
+    int j;
+    uint32_t seq;  // Split layout: the page's write sequence; group: the stripe's gen.
+  };
+  std::vector<StaleSplit> stale_;
+  uint64_t last_loop_ns_ = 0;     // When the previous loop iteration started.
+  uint64_t loop_allowance_ns_ = 0;  // How long that iteration was allowed to take (its sleep).
+  uint64_t last_rehedge_ns_ = 0;
+  // Regeneration waits until then (the newest failure's time plus the grace period).
+  uint64_t regen_not_before_ns_ = 0;
   // Reply latency per server (EWMA, 1/8 weight, from this thread's data ops) and which servers
   // are much slower than the rest (ClassifySlow(), every 64 completions): reads ask their
   // splits last.
@@ -682,8 +727,24 @@ class RemoteStore final : public PageStore {
   Result<std::unique_ptr<fabric::Transport>> NewTransport(const fabric::TransportOptions& to) const;
 
   // Marks a server failed (idempotent): reconfigures placement and wakes every I/O thread.
-  // Any thread.
+  // Any thread. Only the monitor's verdict (HealthTracker), a server announcing its shutdown,
+  // a server that cannot join, and Shutdown() call it.
   void MarkFailed(uint32_t server, const std::string& why);
+  // Health signals (failure_detector.cc), any thread. NoteAlive: a reply from `server` at `now`
+  // (cheap: one relaxed load, and a store at most every 100 us). ReportTrouble: evidence of a
+  // problem (see HealthTracker::Trouble), handled by the monitor thread. Suspect: the monitor
+  // suspects the server (reads ask it last and never wait on it).
+  void NoteAlive(uint32_t server, uint64_t now) {
+    std::atomic<uint64_t>& a = last_alive_ns_[server];
+    if (now > a.load(std::memory_order_relaxed) + 100000) a.store(now, std::memory_order_relaxed);
+  }
+  // broken: see HealthTracker::Trouble.
+  void ReportTrouble(uint32_t server, std::string why, bool broken = false);
+  bool Suspect(uint32_t server) const {
+    return server < kMaxServers &&
+           health_[server].load(std::memory_order_relaxed) ==
+               static_cast<uint8_t>(HealthState::kSuspect);
+  }
 
   // Membership changes of a running store (client/remote_store.h AddRemoteServer /
   // RemoveRemoteServer). Any thread but the store's own threads; serialised by add_mu_.
@@ -724,6 +785,11 @@ class RemoteStore final : public PageStore {
 
   // Atomics shared by every thread (kMaxServers entries).
   std::unique_ptr<std::atomic<bool>[]> failed_;
+  std::unique_ptr<std::atomic<uint8_t>[]> health_;          // HealthState; the monitor writes.
+  std::unique_ptr<std::atomic<uint64_t>[]> last_alive_ns_;  // NoteAlive().
+  // When each failed server was declared failed (MonotonicNs; 0: not failed): regeneration of
+  // its splits waits RemoteStoreOptions::regeneration_grace_ms after it.
+  std::unique_ptr<std::atomic<uint64_t>[]> failed_at_ns_;
   std::atomic<uint64_t> failure_epoch_{0};
   mutable SharedStats stats_;
 
@@ -752,10 +818,29 @@ class RemoteStore final : public PageStore {
                               const uint8_t* degraded);
   // ---- failure_detector.cc ----
   void MonitorLoop();
+  std::mutex trouble_mu_;  // Guards trouble_ (ReportTrouble -> the monitor).
+  struct TroubleReport {
+    uint32_t server;
+    std::string why;
+    bool broken;
+  };
+  std::vector<TroubleReport> trouble_;
   std::thread monitor_;
   std::atomic<bool> monitor_stop_{false};
   std::mutex monitor_mu_;               // Pairs with monitor_cv_ (monitor_stop_ wake-ups).
   std::condition_variable monitor_cv_;
 };
+
+inline bool IoThread::Usable(uint32_t server) const {
+  return server < conn_down_.size() && !local_failed_[server] && !conn_down_[server] &&
+         !store_->failed_[server].load(std::memory_order_relaxed);
+}
+
+inline int IoThread::AskPass(uint32_t server, bool settled) const {
+  // Silent (see Silent()) and suspect servers alike: asked only when k cannot be had without.
+  if (Silent(server) || store_->Suspect(server)) return 3;
+  if (!settled) return 2;
+  return server < slow_.size() && slow_[server] ? 1 : 0;
+}
 
 }  // namespace tessera::client::remote

@@ -3,9 +3,14 @@
 // latencies.
 #include "client/remote/engine.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
+#include <memory>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -18,6 +23,8 @@ bool SameEndpoint(const fabric::Endpoint& a, const fabric::Endpoint& b) {
 
 void RemoteStore::MarkFailed(uint32_t server, const std::string& why) {
   if (failed_[server].exchange(true)) return;
+  failed_at_ns_[server].store(MonotonicNs(), std::memory_order_relaxed);
+  health_[server].store(static_cast<uint8_t>(HealthState::kFailed), std::memory_order_relaxed);
   stats_.server_failures.fetch_add(1);
   TLOG(WARNING) << name_ << ": server " << servers_[server].endpoint.ToString()
                 << " failed: " << why;
@@ -32,6 +39,25 @@ void RemoteStore::MarkFailed(uint32_t server, const std::string& why) {
   }
   failure_epoch_.fetch_add(1, std::memory_order_release);
   for (auto& t : threads_) t->Wake();
+  { std::lock_guard<std::mutex> lock(monitor_mu_); }  // No lost wake-up of the monitor.
+  monitor_cv_.notify_all();
+}
+
+void RemoteStore::ReportTrouble(uint32_t server, std::string why, bool broken) {
+  if (server >= kMaxServers || failed_[server].load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> lock(trouble_mu_);
+    // Bounded: one pending report per server is enough (the monitor takes them every tick).
+    for (TroubleReport& r : trouble_) {
+      if (r.server == server) {
+        if (broken && !r.broken) r = {server, std::move(why), true};
+        return;
+      }
+    }
+    trouble_.push_back({server, std::move(why), broken});
+  }
+  { std::lock_guard<std::mutex> lock(monitor_mu_); }
+  monitor_cv_.notify_all();
 }
 
 void IoThread::ClassifySlow() {
@@ -73,55 +99,241 @@ void IoThread::NoteLateRequests(const Ctx* c) {
   }
 }
 
+namespace {
+// One confirming probe (or, for a server the monitor has no control connection to, a connect):
+// a fresh connection, authentication and one heartbeat, within the probe timeout. Runs on its
+// own thread so that a stopped server holds no other server's heartbeats.
+// The probe's thread is detached (it touches nothing of the store), so a store shutting down
+// never waits for a probe of a stopped server; the state is shared with the monitor.
+struct Probe {
+  std::atomic<bool> done{false};
+  Status status;                                // Set before done.
+  std::unique_ptr<fabric::ControlClient> conn;  // The fresh connection, when it worked.
+};
+std::shared_ptr<Probe> StartProbe(fabric::Endpoint ep, fabric::ConnectOptions co,
+                                  uint32_t timeout_ms) {
+  auto p = std::make_shared<Probe>();
+  std::thread([p, ep = std::move(ep), co, timeout_ms]() mutable {
+    const Deadline d = Deadline::AfterMs(timeout_ms);
+    co.deadline = d;
+    auto c = fabric::ControlClient::Connect(ep, co);
+    if (!c.ok()) {
+      p->status = c.status();
+    } else if (auto hb = (*c)->Heartbeat(d); !hb.ok()) {
+      p->status = hb.status();
+    } else {
+      p->conn = std::move(*c);
+    }
+    p->done.store(true, std::memory_order_release);
+  }).detach();
+  return p;
+}
+}  // namespace
+
 void RemoteStore::MonitorLoop() {
-  // One control connection per server (no data path): heartbeats only. Servers added later
-  // (AddServer) get a slot when the monitor sees num_servers() grow.
-  std::vector<std::unique_ptr<fabric::ControlClient>> conns;
+  // Per server: the monitor's own control connection (heartbeats only), the heartbeat in
+  // flight on it, and the probe (connect or confirmation) running for it.
+  struct Slot {
+    std::unique_ptr<fabric::ControlClient> conn;
+    uint64_t hb_id = 0;  // 0: none in flight.
+    uint64_t hb_sent_ns = 0;
+    std::shared_ptr<Probe> probe;
+    bool probe_is_confirm = false;  // Ordered by the tracker (else: a (re)connect).
+    uint64_t next_connect_ns = 0;
+    uint64_t seen_alive_ns = 0;  // last_alive_ns_ as last handed to the tracker.
+  };
+  HealthConfig hc;
+  hc.interval_ns = uint64_t{opt_.heartbeat_interval_ms} * 1000000;
+  hc.min_silence_ns = uint64_t{opt_.heartbeat_timeout_ms} * 1000000;
+  hc.phi_suspect = opt_.suspect_phi;
+  hc.fail_after_ns = uint64_t{opt_.fail_after_ms} * 1000000;
+  hc.probe_every_ns = std::max<uint64_t>(hc.interval_ns, 200000000);
+  HealthTracker tracker(hc);
+  std::vector<Slot> slots;
+  std::vector<HealthTracker::Action> actions;
+  std::vector<pollfd> pfds;
+  std::vector<uint32_t> pfd_server;
   fabric::ConnectOptions co;
   co.secret = opt_.secret;
   co.client_id = client_id_;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(monitor_mu_);
-      // Also woken by AddServer: a joining server waits for the monitor's slot.
-      monitor_cv_.wait_for(lock, std::chrono::milliseconds(opt_.heartbeat_interval_ms), [this] {
-        return monitor_stop_.load() || num_servers() != monitor_synced_.load();
-      });
-      if (monitor_stop_.load()) return;
-    }
+  const uint64_t interval = hc.interval_ns;
+  // A tick later than planned by more than this is the client's own stall (excused).
+  constexpr uint64_t kStallSlackNs = 20000000;
+  uint64_t next_tick = MonotonicNs();
+  std::vector<TroubleReport> troubles;
+
+  auto launch = [&](uint32_t i, bool confirm) {
+    Slot& sl = slots[i];
+    sl.probe_is_confirm = confirm;
+    sl.probe = StartProbe(servers_[i].endpoint, co, opt_.probe_timeout_ms);
+  };
+
+  while (!monitor_stop_.load()) {
+    uint64_t now = MonotonicNs();
     const uint32_t n = num_servers();
-    if (conns.size() < n) {
-      conns.resize(n);
+    if (slots.size() < n) {
+      slots.resize(n);
+      tracker.Resize(n, now);
       {
         std::lock_guard<std::mutex> lock(sync_mu_);
         monitor_synced_.store(n, std::memory_order_release);
       }
       sync_cv_.notify_all();
     }
-    for (size_t i = 0; i < conns.size() && !monitor_stop_.load(); ++i) {
+    // Signals from the I/O threads, direct readers and membership.
+    {
+      std::lock_guard<std::mutex> lock(trouble_mu_);
+      troubles.swap(trouble_);
+    }
+    for (const TroubleReport& r : troubles) {
+      if (r.server < n) tracker.Trouble(r.server, now, r.why, r.broken);
+    }
+    troubles.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      Slot& sl = slots[i];
       if (failed_[i].load()) {
-        conns[i].reset();
+        if (tracker.state(i) != HealthState::kFailed) tracker.ForceFailed(i);
+        sl.conn.reset();  // Closing it starts the server's lease on our slabs there.
         continue;
       }
-      if (!conns[i] || !conns[i]->connected()) {
-        co.deadline = Deadline::AfterMs(opt_.heartbeat_timeout_ms);
-        auto c = fabric::ControlClient::Connect(servers_[i].endpoint, co);
-        if (!c.ok()) {
-          MarkFailed(static_cast<uint32_t>(i), "heartbeat connection: " + c.status().ToString());
-          continue;
+      // Replies seen by the I/O threads and direct readers.
+      const uint64_t a = last_alive_ns_[i].load(std::memory_order_relaxed);
+      if (a > sl.seen_alive_ns) {
+        sl.seen_alive_ns = a;
+        tracker.DataAlive(i, a);
+      }
+      // Probes that ended.
+      if (sl.probe && sl.probe->done.load(std::memory_order_acquire)) {
+        std::shared_ptr<Probe> probe = std::move(sl.probe);
+        Probe& r = *probe;
+        const uint64_t t = MonotonicNs();
+        if (r.status.ok()) {
+          if (!sl.conn || !sl.conn->connected()) {
+            sl.conn = std::move(r.conn);
+            sl.hb_id = 0;
+          }
+          tracker.HeartbeatReply(i, t);
         }
-        conns[i] = std::move(*c);
+        if (sl.probe_is_confirm) {
+          // Refused or reset: nothing listens there. A timeout may be a stopped process, or
+          // this client not running: not definitive.
+          tracker.ProbeDone(i, t, r.status.ok(), r.status.ToString(),
+                            !r.status.ok() && r.status.code() == StatusCode::kUnavailable);
+        } else if (!r.status.ok()) {
+          tracker.Trouble(i, t, "heartbeat connection: " + r.status.ToString());
+          sl.next_connect_ns = t + std::max<uint64_t>(interval, 200000000);
+        }
       }
-      auto hb = conns[i]->Heartbeat(Deadline::AfterMs(opt_.heartbeat_timeout_ms));
-      if (!hb.ok()) {
-        MarkFailed(static_cast<uint32_t>(i), "heartbeat: " + hb.status().ToString());
+      // A heartbeat to every connected server that has none in flight; a connect probe for
+      // the others.
+      if (sl.conn && sl.conn->connected()) {
+        if (sl.hb_id == 0) {
+          auto id = sl.conn->SendHeartbeat(Deadline::AfterMs(opt_.heartbeat_interval_ms));
+          if (id.ok()) {
+            sl.hb_id = *id;
+            sl.hb_sent_ns = now;
+          }
+        }
+      } else if (sl.conn) {
+        tracker.Trouble(i, now, "heartbeat connection lost: " + sl.conn->down_reason().ToString());
+        sl.conn.reset();
+        sl.hb_id = 0;
+      } else if (!sl.probe && now >= sl.next_connect_ns) {
+        launch(i, /*confirm=*/false);
       }
-      // The data connections act on notices; these copies are dropped.
-      fabric::Notice drop[16];
-      while (conns[i] && conns[i]->PollNotices(drop) > 0) {
+    }
+    // Wait for replies until the next tick, taking each as it comes.
+    next_tick += interval;
+    for (;;) {
+      now = MonotonicNs();
+      if (now >= next_tick || monitor_stop_.load()) break;
+      pfds.clear();
+      pfd_server.clear();
+      for (uint32_t i = 0; i < n; ++i) {
+        if (slots[i].conn && slots[i].conn->connected() && slots[i].conn->fd() >= 0) {
+          pfds.push_back({slots[i].conn->fd(), POLLIN, 0});
+          pfd_server.push_back(i);
+        }
+      }
+      const int wait_ms =
+          std::min(20, static_cast<int>((next_tick - now + 999999) / 1000000));
+      const int got = ::poll(pfds.data(), pfds.size(), wait_ms);
+      const uint64_t after = MonotonicNs();
+      // Back later than asked: this thread did not run (descheduled, throttled). That time is
+      // the client's stall, excused before the replies that waited meanwhile are taken.
+      const uint64_t planned = now + uint64_t(wait_ms) * 1000000;
+      if (after > planned + kStallSlackNs) {
+        tracker.Stall(after - planned);
+        next_tick = std::max(next_tick, after);
+      }
+      if (got < 0 && errno != EINTR) break;
+      for (size_t p = 0; p < pfds.size() && got > 0; ++p) {
+        if (pfds[p].revents == 0) continue;
+        Slot& sl = slots[pfd_server[p]];
+        if (sl.hb_id != 0) {
+          auto r = sl.conn->PollHeartbeat(sl.hb_id);
+          if (r.ok() && *r) {
+            sl.hb_id = 0;
+            tracker.HeartbeatReply(pfd_server[p], after);
+          }
+        }
+        fabric::Notice drop[16];  // The data connections act on notices; these are dropped.
+        while (sl.conn->connected() && sl.conn->PollNotices(drop) > 0) {
+        }
+      }
+      if (monitor_stop_.load()) break;
+    }
+    if (monitor_stop_.load()) break;
+    now = MonotonicNs();
+    // Last look at every socket before judging anyone.
+    for (uint32_t i = 0; i < n; ++i) {
+      Slot& sl = slots[i];
+      if (sl.hb_id != 0 && sl.conn && sl.conn->connected()) {
+        auto r = sl.conn->PollHeartbeat(sl.hb_id);
+        if (r.ok() && *r) {
+          sl.hb_id = 0;
+          tracker.HeartbeatReply(i, now);
+        }
+      }
+      const uint64_t a = last_alive_ns_[i].load(std::memory_order_relaxed);
+      if (a > sl.seen_alive_ns) {
+        sl.seen_alive_ns = a;
+        tracker.DataAlive(i, a);
+      }
+    }
+    actions.clear();
+    tracker.Evaluate(now, &actions);
+    for (const auto& act : actions) {
+      const uint32_t i = act.server;
+      const std::string ep = servers_[i].endpoint.ToString();
+      switch (act.kind) {
+        case HealthTracker::Action::Kind::kSuspect:
+          health_[i].store(static_cast<uint8_t>(HealthState::kSuspect), std::memory_order_relaxed);
+          stats_.server_suspicions.fetch_add(1, std::memory_order_relaxed);
+          TLOG(WARNING) << name_ << ": server " << ep << " is suspect: " << act.why;
+          for (auto& t : threads_) t->Wake();
+          break;
+        case HealthTracker::Action::Kind::kRecover:
+          health_[i].store(static_cast<uint8_t>(HealthState::kHealthy), std::memory_order_relaxed);
+          stats_.server_recoveries.fetch_add(1, std::memory_order_relaxed);
+          TLOG(INFO) << name_ << ": server " << ep << " answers again: healthy";
+          for (auto& t : threads_) t->Wake();
+          break;
+        case HealthTracker::Action::Kind::kProbe:
+          if (slots[i].probe) {
+            // A connect probe is running: it confirms as well as a new one would.
+            slots[i].probe_is_confirm = true;
+          } else {
+            launch(i, /*confirm=*/true);
+          }
+          break;
+        case HealthTracker::Action::Kind::kFail:
+          MarkFailed(i, act.why);
+          break;
       }
     }
   }
+  // Probes still running end on their own within the probe timeout.
 }
 
 Status RemoteStore::AddServer(const RemoteServer& srv) {
@@ -215,7 +427,9 @@ Status RemoteStore::RemoveServer(const fabric::Endpoint& endpoint, const std::st
   bool found = false;
   for (uint32_t i = 0; i < n; ++i) {
     if (SameEndpoint(servers_[i].endpoint, endpoint) && !failed_[i].load()) {
-      MarkFailed(i, why);
+      // Trouble, not a verdict: a live server answers the confirming probe (an etcd outage
+      // that expired every lease fails nothing), a dead one does not.
+      ReportTrouble(i, why);
       found = true;
     }
   }

@@ -55,7 +55,7 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded) {
   }
   c->crcs = st.crc;
   c->zero = st.zero;
-  c->asked = c->good = c->bad = c->corrupt = 0;
+  c->asked = c->good = c->bad = c->corrupt = c->late = 0;
   c->degraded = false;
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
@@ -87,7 +87,7 @@ void IoThread::GroupAskMore(Ctx* c) {
   const int want = lay_.k + (bad_others == 0 ? lay_.delta : 0);
   int have = std::popcount((c->good | c->zero) &
                            ~(c->kind == Ctx::Kind::kRegen ? (1ull << c->regen_split) : 0)) +
-             c->outstanding;
+             c->outstanding - std::popcount(c->late & ~(c->good | c->bad));
   // The page's own member, still outstanding, counts (it finishes the read on its own).
   // Pass 0: settled members on servers that answer normally; pass 1: settled members on servers
   // much slower than the others; pass 2: members not rebuilt yet; pass 3: members on silent

@@ -461,7 +461,7 @@ void IoThread::GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Sta
     c->good |= bit;
   } else {
     Slab& s = slab;
-    if (IsConnectionError(st)) FailServer(server, st.ToString());  // Idempotent.
+    if (IsConnectionError(st)) ServerError(server, st);
     if ((c->retried & bit) == 0 && (s.server[member].load(std::memory_order_relaxed) != server ||
                                     (server != kNoServer && !store_->failed_[server].load()))) {
       c->retried |= bit;  // Moved to a replacement (or refused once): retry once there.
@@ -494,6 +494,16 @@ void IoThread::GroupStripeSettled(Ctx* c) {
     Slab& s = slabs_[c->slab];
     Stripe& st = s.stripes[c->pidx];
     st.state = Stripe::State::kSealed;
+    if (stored_ok) {
+      // Members that could not be stored on a server that is not failed: rebuilt from the
+      // rest of the stripe once it is reachable (RepairStale).
+      const uint64_t missing = c->asked & ~c->good & ~c->zero;
+      for (int j = 0; j < lay_.width(); ++j) {
+        if (((missing >> j) & 1) && s.remote[j] != 0) {
+          NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
+        }
+      }
+    }
     const uint64_t pmask = ((1ull << lay_.r) - 1) << lay_.k;
     if (c->extend) {
       // The new state (even if a write failed: a member whose write may or may not have landed

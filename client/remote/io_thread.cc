@@ -77,6 +77,10 @@ Status IoThread::ConnectServer(uint32_t i) {
   conn_.resize(i + 1, kNoConn);
   ctl_.resize(i + 1);
   local_failed_.resize(i + 1, 1);
+  conn_down_.resize(i + 1, 0);
+  reconnect_at_.resize(i + 1, 0);
+  reconnect_fails_.resize(i + 1, 0);
+  errors_in_a_row_.resize(i + 1, 0);
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
   late_strikes_.resize(i + 1, 0);
@@ -119,10 +123,23 @@ void IoThread::SyncServers() {
   store_->sync_cv_.notify_all();
 }
 
+Result<fabric::ControlClient*> IoThread::Control(uint32_t server, Deadline deadline) {
+  if (ctl_[server] && ctl_[server]->connected()) return ctl_[server].get();
+  // Lost (reset, or timed out mid-frame): a new control connection, same credential.
+  fabric::ConnectOptions co;
+  co.secret = store_->opt_.secret;
+  co.client_id = store_->client_id_;
+  co.deadline = deadline;
+  TESSERA_ASSIGN_OR_RETURN(ctl_[server],
+                           fabric::ControlClient::Connect(store_->server(server).endpoint, co));
+  return ctl_[server].get();
+}
+
 Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadline deadline) {
-  TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse r, ctl_[server]->AllocSlab({}, deadline));
+  TESSERA_ASSIGN_OR_RETURN(fabric::ControlClient * ctl, Control(server, deadline));
+  TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse r, ctl->AllocSlab({}, deadline));
   if (Status st = t_->AddSlab(conn_[server], r); !st.ok()) {
-    (void)ctl_[server]->FreeSlab(r.slab_id, deadline);
+    (void)ctl->FreeSlab(r.slab_id, deadline);
     return st;
   }
   return r;
@@ -130,7 +147,8 @@ Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadlin
 
 Status IoThread::FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline) {
   t_->RemoveSlab(conn_[server], slab_id);
-  return ctl_[server]->FreeSlab(slab_id, deadline);
+  TESSERA_ASSIGN_OR_RETURN(fabric::ControlClient * ctl, Control(server, deadline));
+  return ctl->FreeSlab(slab_id, deadline);
 }
 
 void IoThread::Run(std::promise<Status>* started) {
@@ -277,6 +295,13 @@ void IoThread::Loop() {
     // A server joined (RemoteStore::AddServer): connect before placement may name it.
     if (store_->num_servers() != synced_servers_.load(std::memory_order_relaxed)) SyncServers();
     now_ns_ = MonotonicNs();
+    // This thread's own stall (descheduled, or a blocking control call in the last iteration)
+    // is excused from the op timeouts of the requests it left out meanwhile.
+    if (last_loop_ns_ != 0 && now_ns_ - last_loop_ns_ > loop_allowance_ns_ + 5000000) {
+      ExcuseStall(now_ns_ - last_loop_ns_ - loop_allowance_ns_);
+    }
+    last_loop_ns_ = now_ns_;
+    loop_allowance_ns_ = 0;
     bool progress = false;
     size_t n = t_->Poll(comps_);
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
@@ -308,6 +333,7 @@ void IoThread::Loop() {
       timeout = std::min(timeout, due > now ? due - now : 0);
       if (timeout == 0) continue;
     }
+    loop_allowance_ns_ = timeout;
     Sleep(timeout);
   }
 }
@@ -443,10 +469,7 @@ void IoThread::StartOp(PageOp* op, bool degraded) {
 bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[split].load(std::memory_order_relaxed);
-  if (server == kNoServer || local_failed_[server] ||
-      store_->failed_[server].load(std::memory_order_relaxed)) {
-    return false;
-  }
+  if (server == kNoServer || !Usable(server)) return false;
   if (free_req_ >= reqs_.size()) return false;
   const uint32_t ri = free_req_;
   Request& rq = reqs_[ri];
@@ -461,7 +484,7 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
     rq.live = false;
     rq.next_free = free_req_;
     free_req_ = ri;
-    FailServer(server, "connection lost");
+    ConnLost(server, "connection lost");
     return false;
   }
   fabric::WorkRequest wr;
@@ -521,24 +544,27 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     // A detached late read: its op is long finished. Only what it says about the server counts.
     const size_t bi = static_cast<size_t>(orphan_buf - bufs_.data()) / buf_bytes_;
     if (--buf_orphans_[bi] == 0) spare_bufs_.push_back(orphan_buf);
-    if (server < late_strikes_.size()) {
+    const bool answered = comp.status.ok() || !IsConnectionError(comp.status);
+    if (answered && server < late_strikes_.size()) {
       late_strikes_[server] = 0;
       last_reply_ns_[server] = now_ns_;
+      store_->NoteAlive(server, now_ns_);
     }
     if (comp.status.ok() && server < latency_ewma_ns_.size()) {
       const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
       uint64_t& e = latency_ewma_ns_[server];
       e = e == 0 ? sample : e - e / 8 + sample / 8;
     }
-    if (!comp.status.ok() && IsConnectionError(comp.status)) {
-      FailServer(server, comp.status.ToString());
-    }
+    if (!answered) ServerError(server, comp.status);
     return;
   }
   --c->outstanding;
-  if (server < late_strikes_.size()) {
+  const bool answered = comp.status.ok() || !IsConnectionError(comp.status);
+  if (answered && server < late_strikes_.size()) {
     late_strikes_[server] = 0;
     last_reply_ns_[server] = now_ns_;
+    if (comp.status.ok()) errors_in_a_row_[server] = 0;
+    store_->NoteAlive(server, now_ns_);
   }
   if (comp.status.ok() && server < latency_ewma_ns_.size()) {
     const uint64_t sample = now_ns_ > rq.post_ns ? now_ns_ - rq.post_ns : 0;
@@ -546,9 +572,7 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     e = e == 0 ? sample : e - e / 8 + sample / 8;
     if (++since_classify_ >= 64) ClassifySlow();
   }
-  if (!comp.status.ok() && IsConnectionError(comp.status)) {
-    FailServer(rq.server, comp.status.ToString());
-  }
+  if (!answered) ServerError(server, comp.status);
   if (lay_.group && c->kind == Ctx::Kind::kReclaim) {
     GroupOnReclaimRead(c, split, comp.status);
     MaybeRelease(c);

@@ -36,7 +36,7 @@ void IoThread::StartRead(Ctx* c) {
   c->seq = s.seq[c->pidx];
   std::memcpy(c->crcs.data(), &s.crc[static_cast<size_t>(c->pidx) * lay_.width()],
               sizeof(uint32_t) * lay_.width());
-  c->asked = c->good = c->bad = c->corrupt = 0;
+  c->asked = c->good = c->bad = c->corrupt = c->late = 0;
   AskMore(c);
 }
 
@@ -46,7 +46,9 @@ void IoThread::StartRead(Ctx* c) {
 void IoThread::AskMore(Ctx* c) {
   Slab& s = slabs_[c->slab];
   const int want = (c->finished ? 0 : lay_.k + (c->bad == 0 ? lay_.delta : 0));
-  int have = std::popcount(c->good) + c->outstanding;
+  // Overdue requests (Rehedge) are not counted on: their members are replaced by others.
+  int have = std::popcount(c->good) + c->outstanding -
+             std::popcount(c->late & ~(c->good | c->bad));
   // Pass 0: settled splits on servers that answer normally (data splits first, so an
   // undisturbed read needs no decode); pass 1: settled splits on servers currently much slower
   // than the others (a straggler is asked only when the others do not suffice); pass 2: splits

@@ -17,7 +17,9 @@ void IoThread::OnNotice(const fabric::Completion& comp) {
   }
   if (server == kNoServer) return;
   if (comp.notice.kind == fabric::NoticeKind::kShuttingDown) {
-    FailServer(server, "it is shutting down");
+    // The server's own word: a verdict, no confirmation needed.
+    store_->MarkFailed(server, "it is shutting down");
+    HandleLocalFailures();
     return;
   }
   // Eviction: move that split of the slab elsewhere now, rebuild it in the background.
@@ -35,9 +37,174 @@ void IoThread::OnNotice(const fabric::Completion& comp) {
   }
 }
 
-void IoThread::FailServer(uint32_t server, const std::string& why) {
-  store_->MarkFailed(server, why);
-  HandleLocalFailures();
+void IoThread::ServerError(uint32_t server, const Status& st) {
+  if (server >= conn_.size() || local_failed_[server] || store_->failed_[server].load()) return;
+  if (st.code() == StatusCode::kCancelled && conn_down_[server]) return;  // Our own Abort().
+  if (st.code() == StatusCode::kUnavailable && ++errors_in_a_row_[server] == kBrokenAfter) {
+    // Refused or lost again and again with no good reply in between (the server may still
+    // answer heartbeats): its data path is broken. Reported once per run of errors.
+    store_->ReportTrouble(server,
+                          std::to_string(kBrokenAfter) + " data requests in a row failed: " +
+                              st.ToString(),
+                          /*broken=*/true);
+  }
+  if (!t_->Connected(conn_[server])) {
+    ConnLost(server, st.ToString());
+    return;
+  }
+  store_->ReportTrouble(server, st.ToString());
+}
+
+void IoThread::ConnLost(uint32_t server, const std::string& why) {
+  if (server >= conn_.size() || conn_down_[server] || local_failed_[server]) return;
+  conn_down_[server] = 1;
+  reconnect_at_[server] = now_ns_;  // At once (next housekeeping), then with backoff.
+  // Every request still out on it completes with Cancelled: reads ask other members, writes
+  // leave their split stale (rewritten after the reconnect).
+  (void)t_->Abort(conn_[server]);
+  TLOG(INFO) << store_->name_ << ": data connection to "
+             << store_->server(server).endpoint.ToString() << " lost (" << why
+             << "); reconnecting";
+}
+
+void IoThread::Reconnect(uint64_t now) {
+  const RemoteStoreOptions& o = store_->opt_;
+  for (uint32_t i = 0; i < conn_down_.size(); ++i) {
+    if (!conn_down_[i] || local_failed_[i] || store_->failed_[i].load()) continue;
+    if (now < reconnect_at_[i]) continue;
+    // A suspect server may be stopped: a handshake with it would hold this thread until the
+    // deadline. Wait until it answers the monitor again (or is failed) -- except for the first
+    // attempt, which finds a reset connection to a live server at once.
+    if (reconnect_fails_[i] > 0 && store_->Suspect(i)) continue;
+    fabric::ConnectOptions co;
+    co.secret = o.secret;
+    co.client_id = store_->client_id_;
+    co.deadline = Deadline::AfterMs(std::min<uint32_t>(o.connect_timeout_ms, 250));
+    const uint64_t t0 = MonotonicNs();
+    auto c = t_->Connect(store_->server(i).endpoint, co);
+    Status st = c.ok() ? Status::Ok() : c.status();
+    if (c.ok()) {
+      // The memserver kept our slabs (they belong to the client id, not the connection).
+      for (const Slab& s : slabs_) {
+        if (!s.allocated) continue;
+        for (int j = 0; j < lay_.width() && st.ok(); ++j) {
+          if (s.server[j].load(std::memory_order_relaxed) == i && s.remote_info[j].slab_id != 0) {
+            st = t_->AddSlab(*c, s.remote_info[j]);
+          }
+        }
+      }
+      if (!st.ok()) (void)t_->Abort(*c);
+    }
+    ExcuseStall(MonotonicNs() - t0);
+    if (st.ok()) {
+      conn_[i] = *c;
+      conn_down_[i] = 0;
+      reconnect_fails_[i] = 0;
+      store_->stats_.reconnects.fetch_add(1, std::memory_order_relaxed);
+      store_->NoteAlive(i, MonotonicNs());
+      TLOG(INFO) << store_->name_ << ": data connection to "
+                 << store_->server(i).endpoint.ToString() << " re-established";
+      continue;
+    }
+    const uint32_t fails = ++reconnect_fails_[i];
+    reconnect_at_[i] = now + std::min<uint64_t>(2000000000ull, 50000000ull << std::min(fails, 6u));
+    store_->ReportTrouble(i, "cannot reconnect the data connection (" + std::to_string(fails) +
+                                 " tries): " + st.ToString());
+  }
+}
+
+void IoThread::NoteStale(uint32_t slab, uint32_t pidx, int j, uint32_t server) {
+  if (server == kNoServer || server >= conn_.size() || store_->failed_[server].load()) return;
+  const Slab& s = slabs_[slab];
+  const uint32_t seq = lay_.group ? s.stripes[pidx].gen : s.seq[pidx];
+  for (const StaleSplit& e : stale_) {
+    if (e.slab == slab && e.pidx == pidx && e.j == j && e.seq == seq) return;
+  }
+  stale_.push_back({slab, pidx, server, j, seq});
+  store_->stats_.regenerations_pending.fetch_add(1, std::memory_order_relaxed);
+}
+
+void IoThread::RepairStale() {
+  size_t keep = 0;
+  for (size_t i = 0; i < stale_.size(); ++i) {
+    const StaleSplit e = stale_[i];
+    Slab& s = slabs_[e.slab];
+    bool drop = !s.allocated || s.server[e.j].load(std::memory_order_relaxed) != e.server ||
+                local_failed_[e.server] || store_->failed_[e.server].load();
+    if (!drop) {
+      if (lay_.group) {
+        const Stripe& st = s.stripes[e.pidx];
+        drop = st.state != Stripe::State::kSealed || st.gen != e.seq || ((st.zero >> e.j) & 1);
+      } else {
+        drop = !s.written[e.pidx] || s.seq[e.pidx] != e.seq;
+      }
+    }
+    if (drop) {
+      // Rewritten, trimmed or re-placed since (a re-placed split is rebuilt whole).
+      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
+      continue;
+    }
+    const bool busy = lay_.group ? s.stripes[e.pidx].state == Stripe::State::kWriting ||
+                                       ((s.stripes[e.pidx].rebuilding >> e.j) & 1)
+                                 : s.busy[e.pidx] != nullptr;
+    if (!Usable(e.server) || store_->Suspect(e.server) || busy || regen_inflight_ >= 16 ||
+        free_ctx_count_ < 4) {
+      stale_[keep++] = e;  // Later: the server is not reachable yet, or no budget now.
+      continue;
+    }
+    store_->stats_.stale_repairs.fetch_add(1, std::memory_order_relaxed);
+    if (lay_.group) {
+      // Counted pending above; GroupRebuildMember counts only scrubs itself.
+      GroupRebuildMember(e.slab, e.pidx, e.j, /*scrub=*/false);
+      continue;
+    }
+    Ctx* c = NewCtx();
+    c->kind = Ctx::Kind::kRegen;
+    c->page = s.id * store_->pages_per_slab_ + e.pidx;
+    Attach(c, e.slab);
+    c->pidx = e.pidx;
+    c->regen_split = e.j;
+    c->seq = s.seq[e.pidx];
+    std::memcpy(c->crcs.data(), &s.crc[static_cast<size_t>(e.pidx) * lay_.width()],
+                sizeof(uint32_t) * lay_.width());
+    c->asked = 1ull << e.j;  // Never read the split being rewritten.
+    ++regen_inflight_;
+    AskMore(c);
+  }
+  stale_.resize(keep);
+}
+
+void IoThread::Rehedge(uint64_t now) {
+  if (t_->inflight() == 0) return;
+  const uint64_t base = lay_.g.hedge_us != 0 ? uint64_t{lay_.g.hedge_us} * 1000
+                                             : uint64_t{store_->opt_.op_timeout_ms} * 500000;
+  for (const Request& rq : reqs_) {
+    if (!rq.live || rq.write || rq.ctx == nullptr) continue;
+    Ctx* c = rq.ctx;
+    if (c->finished || c->repairing) continue;
+    const uint64_t bit = 1ull << rq.split;
+    if ((c->late & bit) != 0 || (c->asked & bit) == 0) continue;
+    // A server whose replies are usually slow gets more time before it counts as late.
+    const uint64_t ewma = rq.server < latency_ewma_ns_.size() ? latency_ewma_ns_[rq.server] : 0;
+    if (now - rq.post_ns < std::max(base, 4 * ewma)) continue;
+    if (lay_.group && c->kind == Ctx::Kind::kRead && !c->degraded) continue;  // GroupHedge's.
+    c->late |= bit;
+    if (lay_.group) {
+      if (c->kind == Ctx::Kind::kReclaim) continue;  // Needs exactly the members it asked.
+      store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
+      GroupAskMore(c);
+    } else {
+      store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
+      AskMore(c);
+    }
+  }
+}
+
+void IoThread::ExcuseStall(uint64_t ns) {
+  if (ns < 1000000) return;  // Under a millisecond: noise, not a stall.
+  for (Request& rq : reqs_) {
+    if (rq.live) rq.post_ns += ns;
+  }
 }
 
 void IoThread::HandleLocalFailures() {
@@ -47,9 +214,16 @@ void IoThread::HandleLocalFailures() {
   for (uint32_t i = 0; i < conn_.size(); ++i) {
     if (local_failed_[i] || !store_->failed_[i].load()) continue;
     local_failed_[i] = 1;
+    regen_not_before_ns_ =
+        std::max(regen_not_before_ns_,
+                 store_->failed_at_ns_[i].load(std::memory_order_relaxed) +
+                     uint64_t{store_->opt_.regeneration_grace_ms} * 1000000);
     // In-flight ops to it complete with Cancelled (reads then ask other splits, writes re-place).
     // No GOODBYE exchange: a stopped server would hold this thread for its whole timeout.
     (void)t_->Abort(conn_[i]);
+    // Closing the control connection too starts the server's lease on our slabs there (it
+    // reclaims them after its orphan grace if it comes back).
+    ctl_[i].reset();
     for (Slab& s : slabs_) {
       if (!s.allocated) continue;
       for (int j = 0; j < lay_.width(); ++j) {
@@ -143,6 +317,13 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
 }
 
 void IoThread::Regenerate(uint64_t now) {
+  // Regeneration waits regeneration_grace_ms after the newest failure it would rebuild for,
+  // so a burst of verdicts (or a verdict taken back by the operator) costs no rebuild traffic
+  // at once. Reads of the missing splits are degraded meanwhile.
+  if (now < regen_not_before_ns_) {
+    last_tick_ns_ = now;
+    return;
+  }
   const uint64_t rate = store_->opt_.regeneration_pages_per_sec;
   const double elapsed = static_cast<double>(now - last_tick_ns_) / 1e9;
   last_tick_ns_ = now;
@@ -279,14 +460,30 @@ void IoThread::Housekeeping() {
     if (since_classify_ > 0) ClassifySlow();
     const uint64_t limit = static_cast<uint64_t>(store_->opt_.op_timeout_ms) * 1000000;
     if (t_->inflight() > 0) {
+      // A request past the op timeout is trouble (the monitor suspects the server and probes
+      // it), never a verdict by itself; one past twice the op timeout on a server the monitor
+      // still finds alive is stuck on its connection: that connection is aborted and
+      // reconnected, which gives back every request slot and buffer it held.
+      uint32_t reported = kNoServer;
       for (const Request& rq : reqs_) {
-        if (rq.live && now - rq.post_ns > limit && !local_failed_[rq.server]) {
-          FailServer(rq.server, "no reply within the op timeout (" +
-                                    std::to_string(store_->opt_.op_timeout_ms) + " ms)");
+        if (!rq.live || local_failed_[rq.server] || now - rq.post_ns <= limit) continue;
+        if (now - rq.post_ns > 2 * limit && !conn_down_[rq.server] &&
+            !store_->Suspect(rq.server)) {
+          ConnLost(rq.server, "a request got no reply within twice the op timeout");
+          continue;
+        }
+        if (rq.server != reported) {
+          reported = rq.server;
+          store_->ReportTrouble(rq.server, "no reply within the op timeout (" +
+                                               std::to_string(store_->opt_.op_timeout_ms) +
+                                               " ms)");
         }
       }
       DetachLateReads(now);
     }
+    Rehedge(now);
+    Reconnect(now);
+    if (!stale_.empty()) RepairStale();
   }
   if (lay_.group) GroupHousekeeping(now);
   if (regen_active_ > 0 || regen_inflight_ > 0) {

@@ -29,6 +29,15 @@ Status RemoteStore::Init() {
   if (o.heartbeat_interval_ms == 0 || o.heartbeat_timeout_ms == 0 || o.op_timeout_ms == 0) {
     return InvalidArgument("heartbeat and op timeouts must be > 0");
   }
+  if (!(o.suspect_phi >= 1.0 && o.suspect_phi <= 100.0)) {
+    return InvalidArgument("suspect_phi must be 1..100");
+  }
+  if (o.probe_timeout_ms == 0 || o.probe_timeout_ms > 600000) {
+    return InvalidArgument("probe_timeout_ms must be 1..600000");
+  }
+  if (o.fail_after_ms > 3600000 || o.regeneration_grace_ms > 3600000) {
+    return InvalidArgument("fail_after_ms and regeneration_grace_ms must be at most 1 hour");
+  }
   if (lay_.group) {
     TESSERA_ASSIGN_OR_RETURN(auto codec, StripeCodec::Create(lay_.k, lay_.r));
     stripe_codec_.emplace(std::move(codec));
@@ -47,6 +56,14 @@ Status RemoteStore::Init() {
   }
   failed_.reset(new std::atomic<bool>[kMaxServers]);
   for (size_t i = 0; i < kMaxServers; ++i) failed_[i].store(false);
+  health_.reset(new std::atomic<uint8_t>[kMaxServers]);
+  last_alive_ns_.reset(new std::atomic<uint64_t>[kMaxServers]);
+  failed_at_ns_.reset(new std::atomic<uint64_t>[kMaxServers]);
+  for (size_t i = 0; i < kMaxServers; ++i) {
+    health_[i].store(static_cast<uint8_t>(HealthState::kHealthy));
+    last_alive_ns_[i].store(0);
+    failed_at_ns_[i].store(0);
+  }
   servers_.reset(new RemoteServer[kMaxServers]);
   for (size_t i = 0; i < o.servers.size(); ++i) servers_[i] = o.servers[i];
   num_servers_.store(static_cast<uint32_t>(o.servers.size()), std::memory_order_release);
@@ -199,6 +216,10 @@ PageStoreStats RemoteStore::Stats() const {
   s.corruptions_repaired = stats_.corruptions_repaired.load();
   s.data_loss = stats_.data_loss.load();
   s.server_failures = stats_.server_failures.load();
+  s.server_suspicions = stats_.server_suspicions.load();
+  s.server_recoveries = stats_.server_recoveries.load();
+  s.reconnects = stats_.reconnects.load();
+  s.stale_repairs = stats_.stale_repairs.load();
   s.regenerations_done = stats_.regenerations_done.load();
   const int64_t pending = static_cast<int64_t>(stats_.regenerations_pending.load());
   s.regenerations_pending = pending < 0 ? 0 : static_cast<uint64_t>(pending);

@@ -88,7 +88,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
       // client's lease ends.
       TLOG(DEBUG) << store_->name_ << ": cannot free slab " << remotes[j].second << " on "
                   << store_->server(server).endpoint.ToString() << ": " << st;
-      if (IsConnectionError(st)) FailServer(server, st.ToString());
+      if (IsConnectionError(st)) store_->ReportTrouble(server, "freeing a slab: " + st.ToString());
     }
   }
   store_->stats_.slabs_freed.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +101,7 @@ void IoThread::FreeAllSlabs(const Deadline& d) {
     for (int j = 0; j < lay_.width(); ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-      if (d.Expired() || !ctl_[server]->connected()) continue;
+      if (d.Expired() || !ctl_[server] || !ctl_[server]->connected()) continue;
       (void)FreeRemote(server, s.remote[j], d);
     }
     s.allocated = false;

@@ -55,7 +55,7 @@ Status IoThread::AllocateSlab(Slab& s) {
     bool done = false;
     for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
       const uint32_t server = servers[j];
-      if (!local_failed_[server] && !store_->failed_[server].load()) {
+      if (Usable(server) && !store_->Suspect(server)) {
         auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
         if (r.ok()) {
           s.server[j].store(server, std::memory_order_relaxed);
@@ -66,9 +66,11 @@ Status IoThread::AllocateSlab(Slab& s) {
           break;
         }
         last = r.status();
-        if (IsConnectionError(r.status())) FailServer(server, r.status().ToString());
+        if (IsConnectionError(r.status())) {
+          store_->ReportTrouble(server, "slab allocation: " + r.status().ToString());
+        }
       } else {
-        last = Unavailable("server is failed");
+        last = Unavailable("server is failed, suspect or not connected");
       }
       if (attempt == kMaxReplacements) break;
       // Re-place split j (servers[j] stays in `servers` until replaced: never chosen again).
@@ -110,9 +112,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       s.remote[j] = 0;
       s.remote_info[j] = fabric::AllocSlabResponse{};
       s.regen_cursor[j] = static_cast<uint32_t>(pps);
-      if (!store_->failed_[servers[j]].load()) {
-        FailServer(servers[j], "cannot allocate a slab there: " + last.ToString());
-      }
+      store_->ReportTrouble(servers[j], "cannot allocate a slab there: " + last.ToString());
       continue;
     }
     if (!done) {
@@ -251,7 +251,7 @@ void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st
   } else {
     // Re-place: the server is failed (connection loss / timeout) or dropped the slab.
     Slab& s = slabs_[c->slab];
-    if (IsConnectionError(st)) FailServer(server, st.ToString());  // Idempotent.
+    if (IsConnectionError(st)) ServerError(server, st);
     if ((c->retried & bit) == 0 &&
         (s.server[split].load(std::memory_order_relaxed) != server ||
          (server != kNoServer && !store_->failed_[server].load()))) {
@@ -299,6 +299,15 @@ void IoThread::WriteSettled(Ctx* c) {
   c->finished = true;
   unsettled_.fetch_sub(1, std::memory_order_release);
   Slab& s = slabs_[c->slab];
+  if (s.written[c->pidx] && std::popcount(c->good) >= lay_.k) {
+    // Splits that could not be stored on a server that is not failed (its connection was
+    // lost, or it refused): rewritten from the others once it is reachable (RepairStale).
+    for (int j = 0; j < lay_.width(); ++j) {
+      if (((c->good >> j) & 1) == 0) {
+        NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
+      }
+    }
+  }
   Ctx* next = c->next_write;
   s.busy[c->pidx] = next;
   if (next == nullptr && s.trim_after[c->pidx]) {

@@ -1,0 +1,144 @@
+// Server health for the remote store: one state per server (healthy, suspect, failed), fed by
+// every signal the store sees, decided by one pure state machine (HealthTracker) that the
+// monitor thread drives and the simulation tests drive with a simulated clock.
+//
+// Signals, and what they do:
+//   - Alive(s, t): any reply from server s at time t (a heartbeat reply on the monitor's control
+//     connection, a completion on any I/O thread, a direct reader's reply, a successful probe).
+//     A suspect server that answers is healthy again at once.
+//   - HeartbeatReply(s, t): a heartbeat reply; also feeds the detector's inter-arrival window.
+//   - Trouble(s, t, why): evidence that needs confirmation: a lost data or control connection,
+//     a request without a reply within the op timeout, an etcd lease that expired, a failed
+//     reconnect. The server becomes suspect at once; it is never failed on this alone.
+//   - Stall(ns): the client itself did not run for ns (a descheduled monitor, a GC pause of the
+//     host program, a CPU throttle): that time is excused, it never counts as a server's silence.
+//   - Probe results: a confirming probe opens a fresh connection (connect, authentication, one
+//     heartbeat) within the probe timeout.
+//
+// Suspicion from silence is phi-accrual (Hayashibara et al., in the exponential form Cassandra's
+// FailureDetector uses): phi(t) = silence / mean * log10(e), where silence is the time since
+// the server last answered anything (minus excused client stalls) and mean is the mean interval
+// between its recent heartbeat replies (a window of `window` samples, never below the heartbeat
+// interval). A loaded machine stretches the intervals, the mean grows, and the silence needed to
+// reach the threshold grows with it. A server is suspect when phi >= phi_suspect and its silence
+// is at least min_silence_ns (the heartbeat timeout), or on Trouble.
+//
+// Failed is a verdict taken only when all hold: the server has been suspect without a break for
+// at least fail_after_ns; a confirming probe that ended after that point failed; and either that
+// probe failed definitively (refused: nothing listens there) or the server is silent by the
+// detector's own measure too (phi >= phi_suspect and silence >= min_silence_ns). A suspect server
+// is probed every probe_every_ns (one probe at a time). An etcd outage, a request that timed out
+// or a busy client therefore fails nothing: a live server answers its probe, or at least
+// answers something often enough not to be silent.
+//
+// Threads: not thread-safe; one owner (the store's monitor thread, or a test) calls everything.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::client::remote {
+
+enum class HealthState : uint8_t { kHealthy = 0, kSuspect = 1, kFailed = 2 };
+const char* HealthStateName(HealthState s);  // "healthy", "suspect", "failed"
+
+struct HealthConfig {
+  uint64_t interval_ns = 100'000'000;      // Heartbeat interval (floor of the detector's mean).
+  uint64_t min_silence_ns = 1'000'000'000;  // No suspicion from silence below this.
+  double phi_suspect = 8.0;
+  uint32_t window = 100;                    // Inter-arrival samples kept per server.
+  uint64_t fail_after_ns = 1'000'000'000;   // Sustained suspicion before a probe may fail it.
+  uint64_t probe_every_ns = 200'000'000;    // Between the starts of two probes of one server.
+};
+
+// Phi-accrual over heartbeat reply inter-arrival times (exponential distribution).
+class PhiAccrual {
+ public:
+  PhiAccrual(uint32_t window, uint64_t min_mean_ns);
+  void Arrival(uint64_t t_ns);  // A heartbeat reply arrived at t_ns.
+  // Phi of a silence of `silence_ns`; 0 before the first arrival's interval is known.
+  double Phi(uint64_t silence_ns) const;
+  uint64_t mean_ns() const;
+
+ private:
+  uint32_t window_;
+  uint64_t min_mean_ns_;
+  std::vector<uint64_t> intervals_;  // Ring of the last window_ intervals.
+  size_t next_ = 0;
+  uint64_t sum_ = 0;
+  uint64_t last_ = 0;  // 0: no arrival yet.
+};
+
+class HealthTracker {
+ public:
+  explicit HealthTracker(HealthConfig config) : cfg_(config) {}
+
+  struct Action {
+    enum class Kind : uint8_t {
+      kSuspect,  // healthy -> suspect (why says on what).
+      kRecover,  // suspect -> healthy (it answered).
+      kProbe,    // start a confirming probe of `server` now (report it with ProbeDone()).
+      kFail      // suspect -> failed: the verdict (why says on what).
+    };
+    Kind kind;
+    uint32_t server;
+    std::string why;
+  };
+
+  // Servers 0..n-1 are tracked (n only grows); a new one starts healthy, alive at `t`.
+  void Resize(uint32_t n, uint64_t t);
+  uint32_t size() const { return static_cast<uint32_t>(s_.size()); }
+
+  void Alive(uint32_t s, uint64_t t);
+  void HeartbeatReply(uint32_t s, uint64_t t);
+  // broken: the data path to it fails (requests refused or connections lost again and again)
+  // although it may still answer heartbeats and probes: it stays suspect until a data reply
+  // arrives (DataAlive), and is failed after fail_after_ns of that, probe or not.
+  void Trouble(uint32_t s, uint64_t t, const std::string& why, bool broken = false);
+  // A reply on the data path (an I/O thread's or direct reader's completion). Also Alive().
+  void DataAlive(uint32_t s, uint64_t t);
+  void Stall(uint64_t ns) { stalled_ns_ += ns; }
+  // A probe of `s` started by a kProbe action ended at `t`. definitive: it failed in a way only
+  // a dead server fails (connection refused or reset: nothing listens there any more), not by
+  // running out of time (a stopped or very slow server, or a client that did not run).
+  void ProbeDone(uint32_t s, uint64_t t, bool ok, const std::string& why,
+                 bool definitive = false);
+  // Marks `s` failed from outside (a server that announced its shutdown, a store shutting down).
+  void ForceFailed(uint32_t s);
+
+  // Takes the state transitions due at `t` and the probes to start; appends them to `out`.
+  void Evaluate(uint64_t t, std::vector<Action>* out);
+
+  HealthState state(uint32_t s) const { return s_[s].state; }
+  bool probing(uint32_t s) const { return s_[s].probing; }
+  // The server's silence at `t` (client stalls excused) and its phi.
+  uint64_t Silence(uint32_t s, uint64_t t) const;
+  double Phi(uint32_t s, uint64_t t) const;
+  const HealthConfig& config() const { return cfg_; }
+
+ private:
+  struct Server {
+    HealthState state = HealthState::kHealthy;
+    uint64_t last_alive = 0;
+    uint64_t stall_at_alive = 0;  // stalled_ns_ when last_alive was set.
+    uint64_t suspect_since = 0;
+    std::string trouble;          // Pending Trouble() reason, taken by Evaluate().
+    uint64_t trouble_at = 0;
+    uint64_t broken_since = 0;    // 0: the data path is not known broken.
+    std::string broken_why;
+    bool probing = false;
+    uint64_t probe_started = 0;
+    bool probe_failed = false;    // The last probe ended in failure ...
+    bool probe_definitive = false;
+    uint64_t probe_failed_at = 0;  // ... at this time,
+    std::string probe_why;         // ... for this reason.
+    PhiAccrual phi;
+    explicit Server(const HealthConfig& c) : phi(c.window, c.interval_ns) {}
+  };
+  HealthConfig cfg_;
+  std::vector<Server> s_;
+  uint64_t stalled_ns_ = 0;
+};
+
+}  // namespace tessera::client::remote
