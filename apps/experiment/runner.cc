@@ -153,6 +153,7 @@ class PageLoad {
     std::uniform_real_distribution<double> u(0, 1);
     uint64_t issued = 0;
     load_start_ = Now();
+    in_load_ = true;
     Status st = Drive(
         [&](PageId* p, PageOp::Kind* k) {
           if (w_.ops > 0 && issued >= w_.ops) return false;
@@ -166,6 +167,7 @@ class PageLoad {
           return true;
         },
         until);
+    in_load_ = false;
     load_s_ = Now() - load_start_;
     return st;
   }
@@ -214,7 +216,8 @@ class PageLoad {
     return s;
   }
 
-  // Read latency histograms by phase: 0 before any fault, 1 during, 2 after.
+  // Read latency histograms by phase: 0 before any fault, 1 during, 2 after; of Load()'s reads
+  // only (not of the verify passes after it, which may run while a fault's window is still open).
   LatencyHistogram PhaseHistogram(int phase) {
     std::lock_guard<std::mutex> l(hist_mu_);
     return phase_hist_[phase];
@@ -273,10 +276,12 @@ class PageLoad {
     {
       std::lock_guard<std::mutex> l(hist_mu_);
       interval_.Record(lat);
-      // A read that started or ended while a fault was active counts as during the faults.
-      const int end_phase = std::clamp(phase_->load(), 0, 2);
-      const int phase = (s.start_phase == 1 || end_phase == 1) ? 1 : end_phase;
-      phase_hist_[phase].Record(lat);
+      if (in_load_) {
+        // A read that started or ended while a fault was active counts as during the faults.
+        const int end_phase = std::clamp(phase_->load(), 0, 2);
+        const int phase = (s.start_phase == 1 || end_phase == 1) ? 1 : end_phase;
+        phase_hist_[phase].Record(lat);
+      }
     }
     if (s.op.status.code() == StatusCode::kDataLoss) {
       if (!lost_[p]) {
@@ -383,6 +388,7 @@ class PageLoad {
   uint64_t wrong_bytes_ = 0, wrong_pages_ = 0, read_errors_ = 0, write_errors_ = 0;
   uint64_t reads_checked_ = 0;
   double load_start_ = 0, load_s_ = 0;
+  bool in_load_ = false;  // Load() is driving the ops (Complete() runs on its thread).
 };
 
 // ---- one run of a scenario (a variant, or the healthy baseline) ----
@@ -442,15 +448,20 @@ class ScenarioRun {
     res_.regenerated_after_s = regen_after_.load();
     std::vector<double> before;
     const auto& xs = res_.samples;
+    // Only the samples taken while the load ran count (before or during the faults): a fault
+    // window may outlast the load (a timed fault cut short by the end of the run), and the
+    // samples after it show the final verify passes or no ops at all, not the load.
+    auto during = [&](size_t i) { return xs[i].during && xs[i].t <= load_end_t_; };
     for (size_t i = 0; i < xs.size(); ++i) {
-      if (xs[i].during) {
+      if (during(i)) {
         res_.worst_p99_during_us = std::max(res_.worst_p99_during_us, xs[i].p99_us);
-      } else if (i > 0 && (res_.faults.empty() || xs[i].t < res_.faults.front().t)) {
+      } else if (i > 0 && xs[i].t <= load_end_t_ &&
+                 (res_.faults.empty() || xs[i].t < res_.faults.front().t)) {
         before.push_back(xs[i].ops_per_s);
       }
       // Throughput over 300 ms windows (three samples) inside the fault windows, so that a
       // scheduling hiccup of the shared machine is not mistaken for a stall.
-      if (i >= 3 && xs[i].during && xs[i - 1].during && xs[i - 2].during) {
+      if (i >= 3 && during(i) && during(i - 1) && during(i - 2)) {
         // Samples i-2..i cover (t[i-3], t[i]]: 300 ms.
         double ops = 0;
         for (size_t j = i - 2; j <= i; ++j) ops += xs[j].ops_per_s * (xs[j].t - xs[j - 1].t);
@@ -873,6 +884,7 @@ class ScenarioRun {
     std::thread sched;
     if (!res_.healthy) sched = std::thread([&] { Scheduler(); });
     Status st = load_->Load(t0_ + s_.duration_s);
+    load_end_t_ = Now() - t0_;
     res_.completion_s = load_->load_s();
     // Wait for regeneration when it is judged (bounded by the expectation plus detection).
     const ExpectSpec& e = *expect_;
@@ -1506,6 +1518,8 @@ class ScenarioRun {
   std::set<size_t> failed_servers_, partitioned_real_, partitioned_fallback_;
   std::vector<std::vector<size_t>> placement_snapshot_;
   bool have_snapshot_ = false;
+  // Pagestore: when Load() returned (seconds since t0_); samples after it are not the load's.
+  double load_end_t_ = kInf;
   std::atomic<int> phase_{0};
   std::atomic<bool> sched_stop_{false}, sampler_stop_{false};
   std::atomic<pid_t> aggregator_pid_{0};
