@@ -249,6 +249,7 @@ enum class DirectOutcome : uint8_t {
   kRead,      // Read here: the page is in the caller's buffer.
   kFallback,  // Not read here: the I/O thread must read it.
   kDegraded,  // ... and its server did not answer within hedge_us: read it degraded.
+  kCorrupt,   // ... and a part's CRC mismatched: the I/O thread reads that part too (repair).
 };
 
 // One thread's direct-read engine for one store: its own Transport (a Transport belongs to one
@@ -452,9 +453,10 @@ class DirectReader {
         if (coding::Crc32c(Buf(static_cast<uint32_t>(slot)), r.target.length) !=
             r.target.part[j].crc) {
           // Corrupt, a replacement not rebuilt yet, or a torn read of a page being rewritten:
-          // the I/O thread reads the page, and repairs what is corrupt.
+          // the I/O thread reads the page -- that part included, even on a server it finds
+          // slow, or the corruption would go uncounted and unrepaired -- and repairs it.
           ++finished;
-          End(ri, DirectOutcome::kFallback, sink);
+          End(ri, DirectOutcome::kCorrupt, sink);
           continue;
         }
         r.good |= 1ull << j;
@@ -509,7 +511,8 @@ class DirectReader {
 
   // Blocking: reads pages[0..n) (n <= kBatch) into out[i * kPageSize]; done[i] = 1 for each
   // page read here, degraded[i] = 1 for each whose server is not answering in time (hedge
-  // now). Pages left undone go to the I/O threads.
+  // now), 2 for each with a corrupt part (QueueItem::verify). Pages left undone go to the I/O
+  // threads.
   void Read(const PageId* pages, size_t n, uint8_t* out, uint8_t* done, uint8_t* degraded) {
     struct RoundSink final : Sink {
       uint8_t* done;
@@ -517,6 +520,7 @@ class DirectReader {
       void Finished(uint64_t tag, DirectOutcome o) override {
         if (o == DirectOutcome::kRead) done[tag] = 1;
         if (o == DirectOutcome::kDegraded) degraded[tag] = 1;
+        if (o == DirectOutcome::kCorrupt) degraded[tag] = 2;
       }
     } sink;
     sink.done = done;
@@ -818,8 +822,8 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
           CountServed(1);
           ready_.push_back(op);
           break;
-        case DirectReader::Began::kFallback: HandOver(op, false); break;
-        case DirectReader::Began::kDegraded: HandOver(op, true); break;
+        case DirectReader::Began::kFallback: HandOver(op, false, false); break;
+        case DirectReader::Began::kDegraded: HandOver(op, true, false); break;
       }
     }
     EnqueueHandoffs();  // The queued reads are posted by the next Poll() or Wait().
@@ -854,7 +858,7 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
       ready_.push_back(op);
       return;
     }
-    HandOver(op, outcome == DirectOutcome::kDegraded);
+    HandOver(op, outcome == DirectOutcome::kDegraded, outcome == DirectOutcome::kCorrupt);
   }
 
   // Gives up the due reads, hands over what must be (also what Reap() just gave up), then calls
@@ -878,10 +882,10 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
     store_->stats_.direct_reads.fetch_add(n, std::memory_order_relaxed);
   }
 
-  void HandOver(PageOp* op, bool degraded) {
+  void HandOver(PageOp* op, bool degraded, bool verify) {
     const size_t thread =
         op->page >= store_->opt_.capacity_pages ? 0 : store_->ThreadOf(op->page);
-    handoff_.push_back({op, thread, degraded});
+    handoff_.push_back({op, thread, degraded, verify});
   }
 
   void EnqueueHandoffs() {
@@ -891,6 +895,7 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
       QueueItem item;
       item.op = h.op;
       item.degraded = h.degraded;
+      item.verify = h.verify;
       store_->threads_[h.thread]->Enqueue(item);
     }
     handoff_.clear();
@@ -900,6 +905,7 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
     PageOp* op;
     size_t thread;
     bool degraded;
+    bool verify;
   };
   RemoteStore* const store_;
   DirectReader reader_;
@@ -1009,7 +1015,8 @@ Status RemoteStore::ReadThroughIoThreads(const PageId* pages, size_t count, uint
     op.buf = out + i * kPageSize;
     QueueItem item;
     item.op = &op;
-    item.degraded = degraded != nullptr && degraded[i] != 0;
+    item.degraded = degraded != nullptr && degraded[i] == 1;
+    item.verify = degraded != nullptr && degraded[i] == 2;
     threads_[op.page >= opt_.capacity_pages ? 0 : ThreadOf(op.page)]->Enqueue(item);
   }
   return waiter.Wait(ops.get(), count);

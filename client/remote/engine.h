@@ -129,6 +129,7 @@ struct Ctx {
   bool stripe_ref = false;  // Group: counted in its stripe's refs (the row is not reused).
   bool degraded = false;    // Group: the read asked the rest of the stripe.
   bool scrub = false;       // Group kRegen: rewriting a member found corrupt (not a lost one).
+  bool verify = false;      // Split read: see QueueItem::verify (slow servers asked in pass 0).
   bool extend = false;      // Group kStripe: fills padding slots of the open stripe in place.
   uint64_t retried = 0;  // Write splits already posted a second time.
   // Set by DetachLateReads() while it lets this finished read's late requests go.
@@ -312,6 +313,10 @@ struct QueueItem {
   // kPage read (group layout): ask the rest of the stripe at once, as for a slow server (a
   // direct read of the page's own server just timed out).
   bool degraded = false;
+  // kPage read: a direct read found a part of the page corrupt (CRC): ask it even if its server
+  // is classified slow (group: the page's own member; split: slow servers in the first pass),
+  // so that the corruption is counted and repaired.
+  bool verify = false;
 };
 
 // Counters every thread updates (relaxed atomics; read by Stats()).
@@ -372,7 +377,7 @@ class IoThread {
   void SyncServers();
   void Loop();
   bool Drain();  // True when it took anything from the queue.
-  void StartOp(PageOp* op, bool degraded = false);
+  void StartOp(PageOp* op, bool degraded = false, bool verify = false);
   bool Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local);
   // Hands the requests Post() collected to the transport in one batch (one submit for all of
   // them; frames bound for one server leave in one send).
@@ -408,10 +413,12 @@ class IoThread {
   void PostWriteSplits(Ctx* c, uint64_t mask);
   void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
   void WriteSettled(Ctx* c);
+  // After a split write completed or gave up: acknowledges / settles the write when due.
+  void WriteProgress(Ctx* c);
   void AckWrite(Ctx* c, Status st);
   // ---- group_read.cc ----
   // degraded: also ask the rest of the stripe at once (see QueueItem::degraded).
-  void GroupStartRead(Ctx* c, bool degraded = false);
+  void GroupStartRead(Ctx* c, bool degraded = false, bool verify = false);
   // Asks stripe members other than the page's own until good + zero + outstanding reaches
   // k + delta; finishes with DataLoss when fewer than k can still arrive.
   void GroupAskMore(Ctx* c);
@@ -445,6 +452,7 @@ class IoThread {
   // is outstanding.
   void GroupPostAsked(Ctx* c);
   void GroupStripeSettled(Ctx* c);
+  void GroupStripeProgress(Ctx* c);  // The same for a stripe write.
   void GroupKill(PageId page);  // The page's stored slot (if any) becomes garbage.
   void GroupMaybeReleaseStripe(uint32_t slab, uint32_t row);
   void GroupCompact();
@@ -499,6 +507,14 @@ class IoThread {
   // A split (group: stripe member) that a write could not store on a live server: rewritten
   // from the other members once the server is reachable again (RepairStale).
   void NoteStale(uint32_t slab, uint32_t pidx, int j, uint32_t server);
+  // Posts write split (stripe member) j of c, re-placing it first if its server is failed.
+  // When its server is not failed but cannot take it now (data connection down, no request
+  // slot), parks it (Park) instead. False only when there is nowhere to write it.
+  bool PostOrPark(Ctx* c, int j, uint8_t* buf);
+  // A write split that waits for its server to be reachable again (reconnected) or failed
+  // (re-placed), for at most kParkNs; holds one of c->outstanding meanwhile (ResumeParked).
+  void Park(Ctx* c, int j);
+  void ResumeParked(uint64_t now);
   void RepairStale();
   // Can new requests go to `server` on this thread's data connection?
   bool Usable(uint32_t server) const;  // Defined after RemoteStore.
@@ -580,6 +596,12 @@ class IoThread {
     uint32_t seq;  // Split layout: the page's write sequence; group: the stripe's gen.
   };
   std::vector<StaleSplit> stale_;
+  struct Parked {
+    Ctx* c;
+    int split;
+    uint64_t since;
+  };
+  std::vector<Parked> parked_;
   uint64_t last_loop_ns_ = 0;     // When the previous loop iteration started.
   uint64_t loop_allowance_ns_ = 0;  // How long that iteration was allowed to take (its sleep).
   uint64_t last_rehedge_ns_ = 0;
@@ -812,8 +834,8 @@ class RemoteStore final : public PageStore {
   static uint64_t NextUid();
   // Destroys the calling thread's direct reader of this store, if any (Shutdown()).
   void DropThreadReader();
-  // Blocking read of `count` pages through the I/O threads; degraded[i]: see
-  // QueueItem::degraded. Returns the first error.
+  // Blocking read of `count` pages through the I/O threads; degraded[i]: 1 for
+  // QueueItem::degraded, 2 for QueueItem::verify. Returns the first error.
   Status ReadThroughIoThreads(const PageId* pages, size_t count, uint8_t* out,
                               const uint8_t* degraded);
   // ---- failure_detector.cc ----
@@ -825,6 +847,7 @@ class RemoteStore final : public PageStore {
     bool broken;
   };
   std::vector<TroubleReport> trouble_;
+  std::atomic<bool> trouble_pending_{false};  // trouble_ is not empty (the monitor's poll loop).
   std::thread monitor_;
   std::atomic<bool> monitor_stop_{false};
   std::mutex monitor_mu_;               // Pairs with monitor_cv_ (monitor_stop_ wake-ups).

@@ -55,6 +55,7 @@ void RemoteStore::ReportTrouble(uint32_t server, std::string why, bool broken) {
       }
     }
     trouble_.push_back({server, std::move(why), broken});
+    trouble_pending_.store(true, std::memory_order_relaxed);
   }
   { std::lock_guard<std::mutex> lock(monitor_mu_); }
   monitor_cv_.notify_all();
@@ -141,6 +142,7 @@ void RemoteStore::MonitorLoop() {
     bool probe_is_confirm = false;  // Ordered by the tracker (else: a (re)connect).
     uint64_t next_connect_ns = 0;
     uint64_t seen_alive_ns = 0;  // last_alive_ns_ as last handed to the tracker.
+    uint64_t next_hb_ns = 0;
   };
   HealthConfig hc;
   hc.interval_ns = uint64_t{opt_.heartbeat_interval_ms} * 1000000;
@@ -157,9 +159,12 @@ void RemoteStore::MonitorLoop() {
   co.secret = opt_.secret;
   co.client_id = client_id_;
   const uint64_t interval = hc.interval_ns;
+  // The monitor judges every tick (signals from the I/O threads wake it sooner), and sends
+  // heartbeats every heartbeat interval.
+  const uint64_t tick = std::min<uint64_t>(interval, 50000000);
   // A tick later than planned by more than this is the client's own stall (excused).
   constexpr uint64_t kStallSlackNs = 20000000;
-  uint64_t next_tick = MonotonicNs();
+  uint64_t next_tick = 0;
   std::vector<TroubleReport> troubles;
 
   auto launch = [&](uint32_t i, bool confirm) {
@@ -184,6 +189,7 @@ void RemoteStore::MonitorLoop() {
     {
       std::lock_guard<std::mutex> lock(trouble_mu_);
       troubles.swap(trouble_);
+      trouble_pending_.store(false, std::memory_order_relaxed);
     }
     for (const TroubleReport& r : troubles) {
       if (r.server < n) tracker.Trouble(r.server, now, r.why, r.broken);
@@ -227,11 +233,12 @@ void RemoteStore::MonitorLoop() {
       // A heartbeat to every connected server that has none in flight; a connect probe for
       // the others.
       if (sl.conn && sl.conn->connected()) {
-        if (sl.hb_id == 0) {
+        if (sl.hb_id == 0 && now >= sl.next_hb_ns) {
           auto id = sl.conn->SendHeartbeat(Deadline::AfterMs(opt_.heartbeat_interval_ms));
           if (id.ok()) {
             sl.hb_id = *id;
             sl.hb_sent_ns = now;
+            sl.next_hb_ns = now + interval;
           }
         }
       } else if (sl.conn) {
@@ -243,10 +250,11 @@ void RemoteStore::MonitorLoop() {
       }
     }
     // Wait for replies until the next tick, taking each as it comes.
-    next_tick += interval;
+    next_tick = MonotonicNs() + tick;
     for (;;) {
       now = MonotonicNs();
       if (now >= next_tick || monitor_stop_.load()) break;
+      if (trouble_pending_.load(std::memory_order_relaxed)) break;  // Judge it now.
       pfds.clear();
       pfd_server.clear();
       for (uint32_t i = 0; i < n; ++i) {

@@ -17,7 +17,7 @@
 
 namespace tessera::client::remote {
 
-void IoThread::GroupStartRead(Ctx* c, bool degraded) {
+void IoThread::GroupStartRead(Ctx* c, bool degraded, bool verify) {
   PageLoc& L = gloc_[LocalIndex(c->page)];
   const bool move = c->kind == Ctx::Kind::kMove;
   const uint8_t* newest = nullptr;
@@ -60,7 +60,9 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded) {
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
   const bool silent = Silent(server);
-  const bool classified_slow = silent || (server < slow_.size() && slow_[server]);
+  // A member a direct read just found corrupt is asked even on a slow server: unread, its
+  // corruption would be neither counted nor repaired.
+  const bool classified_slow = silent || (!verify && server < slow_.size() && slow_[server]);
   const bool slow = degraded || classified_slow;
   const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
   c->asked |= 1ull << c->col;

@@ -438,11 +438,9 @@ void IoThread::GroupPostAsked(Ctx* c) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((c->asked & bit) == 0) continue;
-    if (Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) continue;
-    // A member whose server failed is re-placed first, then asked once more.
-    const uint32_t server = slabs_[c->slab].server[j].load(std::memory_order_relaxed);
-    if (server != kNoServer && store_->failed_[server].load()) HandleLocalFailures();
-    if (!Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) c->bad |= bit;
+    // A member whose server failed is re-placed first; one whose server cannot take it now
+    // waits (PostOrPark).
+    if (!PostOrPark(c, j, SplitBuf(c, j))) c->bad |= bit;
   }
   if (c->outstanding == 0) GroupStripeSettled(c);
 }
@@ -462,14 +460,22 @@ void IoThread::GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Sta
   } else {
     Slab& s = slab;
     if (IsConnectionError(st)) ServerError(server, st);
-    if ((c->retried & bit) == 0 && (s.server[member].load(std::memory_order_relaxed) != server ||
-                                    (server != kNoServer && !store_->failed_[server].load()))) {
-      c->retried |= bit;  // Moved to a replacement (or refused once): retry once there.
-      if (!Post(c, member, fabric::OpKind::kWrite, SplitBuf(c, member))) c->bad |= bit;
+    if (s.server[member].load(std::memory_order_relaxed) != server) {
+      if (!PostOrPark(c, member, SplitBuf(c, member))) c->bad |= bit;  // At the replacement.
+    } else if (IsConnectionError(st) && server != kNoServer && !store_->failed_[server].load()) {
+      Park(c, member);  // Until it is reachable again or failed (then re-placed).
+    } else if ((c->retried & bit) == 0 && server != kNoServer &&
+               !store_->failed_[server].load()) {
+      c->retried |= bit;  // Refused once: retry once.
+      if (!PostOrPark(c, member, SplitBuf(c, member))) c->bad |= bit;
     } else {
       c->bad |= bit;
     }
   }
+  GroupStripeProgress(c);
+}
+
+void IoThread::GroupStripeProgress(Ctx* c) {
   const int stored = std::popcount(c->good | c->zero);
   if (!c->acked && lay_.ack == AckPolicy::kFirstK && stored >= lay_.k) {
     // Readable now (any k members rebuild every page): acknowledge, settle later.

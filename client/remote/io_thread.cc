@@ -410,7 +410,7 @@ bool IoThread::Drain() {
       item.trim->Done(Status::Ok());
       now_ns_ = MonotonicNs();  // FreeSlab calls may have blocked.
     } else {
-      StartOp(item.op, item.degraded);
+      StartOp(item.op, item.degraded, item.verify);
     }
   }
   return any;
@@ -430,7 +430,7 @@ void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
   op->done(op);
 }
 
-void IoThread::StartOp(PageOp* op, bool degraded) {
+void IoThread::StartOp(PageOp* op, bool degraded, bool verify) {
   const uint64_t now = MonotonicNs();
   now_ns_ = now;
   if (op->page >= store_->opt_.capacity_pages) {
@@ -450,7 +450,7 @@ void IoThread::StartOp(PageOp* op, bool degraded) {
   c->start_ns = now;
   if (lay_.group) {
     c->kind = Ctx::Kind::kRead;
-    GroupStartRead(c, degraded);
+    GroupStartRead(c, degraded, verify);
     return;
   }
   const uint64_t ls = op->page / store_->pages_per_slab_;
@@ -458,6 +458,7 @@ void IoThread::StartOp(PageOp* op, bool degraded) {
   c->pidx = static_cast<uint32_t>(op->page % store_->pages_per_slab_);
   if (op->kind == PageOp::Kind::kRead) {
     c->kind = Ctx::Kind::kRead;
+    c->verify = verify;
     StartRead(c);
   } else {
     c->kind = Ctx::Kind::kWrite;

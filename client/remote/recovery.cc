@@ -200,6 +200,62 @@ void IoThread::Rehedge(uint64_t now) {
   }
 }
 
+bool IoThread::PostOrPark(Ctx* c, int j, uint8_t* buf) {
+  if (Post(c, j, fabric::OpKind::kWrite, buf)) return true;
+  const Slab& s = slabs_[c->slab];
+  uint32_t server = s.server[j].load(std::memory_order_relaxed);
+  if (server != kNoServer && store_->failed_[server].load()) {
+    HandleLocalFailures();  // Re-places it.
+    if (Post(c, j, fabric::OpKind::kWrite, buf)) return true;
+    server = s.server[j].load(std::memory_order_relaxed);
+  }
+  if (server == kNoServer || server >= conn_.size() || store_->failed_[server].load() ||
+      local_failed_[server] || s.remote[j] == 0) {
+    return false;
+  }
+  Park(c, j);
+  return true;
+}
+
+void IoThread::Park(Ctx* c, int j) {
+  ++c->outstanding;
+  parked_.push_back({c, j, now_ns_});
+}
+
+void IoThread::ResumeParked(uint64_t now) {
+  if (parked_.empty()) return;
+  const uint64_t limit =
+      std::max<uint64_t>(30000000000ull, 4ull * store_->opt_.op_timeout_ms * 1000000);
+  std::vector<Parked> todo;
+  todo.swap(parked_);
+  for (const Parked& p : todo) {
+    Ctx* c = p.c;
+    const Slab& s = slabs_[c->slab];
+    const uint32_t server = s.server[p.split].load(std::memory_order_relaxed);
+    const bool give_up = now - p.since > limit;
+    const bool failed = server == kNoServer || store_->failed_[server].load();
+    if (!give_up && !failed && !Usable(server)) {
+      parked_.push_back(p);  // Still unreachable and not failed: keep waiting.
+      continue;
+    }
+    --c->outstanding;
+    uint8_t* buf = c->kind == Ctx::Kind::kStripe ? SplitBuf(c, p.split) : WriteBuf(c, p.split);
+    if (give_up || !Post(c, p.split, fabric::OpKind::kWrite, buf)) {
+      if (!give_up && !failed) {
+        ++c->outstanding;
+        parked_.push_back(p);  // No request slot now.
+        continue;
+      }
+      c->bad |= 1ull << p.split;
+      if (c->kind == Ctx::Kind::kStripe) {
+        GroupStripeProgress(c);
+      } else {
+        WriteProgress(c);
+      }
+    }
+  }
+}
+
 void IoThread::ExcuseStall(uint64_t ns) {
   if (ns < 1000000) return;  // Under a millisecond: noise, not a stall.
   for (Request& rq : reqs_) {
@@ -483,6 +539,7 @@ void IoThread::Housekeeping() {
     }
     Rehedge(now);
     Reconnect(now);
+    ResumeParked(now);
     if (!stale_.empty()) RepairStale();
   }
   if (lay_.group) GroupHousekeeping(now);

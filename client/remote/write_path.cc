@@ -217,13 +217,7 @@ void IoThread::PostWriteSplits(Ctx* c, uint64_t mask) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((mask & bit) == 0) continue;
-    if (Post(c, j, fabric::OpKind::kWrite, WriteBuf(c, j))) continue;
-    // Its server is failed: re-place the split and post it there.
-    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-    if (server != kNoServer && store_->failed_[server].load()) {
-      HandleLocalFailures();
-    }
-    if (!Post(c, j, fabric::OpKind::kWrite, WriteBuf(c, j))) c->bad |= bit;
+    if (!PostOrPark(c, j, WriteBuf(c, j))) c->bad |= bit;
   }
   if (c->outstanding == 0) WriteSettled(c);
   else if (!c->acked && lay_.ack == AckPolicy::kFirstK && std::popcount(c->good) >= lay_.k) {
@@ -252,16 +246,26 @@ void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st
     // Re-place: the server is failed (connection loss / timeout) or dropped the slab.
     Slab& s = slabs_[c->slab];
     if (IsConnectionError(st)) ServerError(server, st);
-    if ((c->retried & bit) == 0 &&
-        (s.server[split].load(std::memory_order_relaxed) != server ||
-         (server != kNoServer && !store_->failed_[server].load()))) {
-      // Moved to a replacement (or the server is fine and refused once): retry once there.
+    if (s.server[split].load(std::memory_order_relaxed) != server) {
+      // Moved to a replacement meanwhile: store it there.
+      if (!PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
+    } else if (IsConnectionError(st) && server != kNoServer && !store_->failed_[server].load()) {
+      // Its connection went (being reconnected) or it is not answering: wait for it to be
+      // reachable again or to be failed (then the split is re-placed), not for nothing.
+      Park(c, split);
+    } else if ((c->retried & bit) == 0 && server != kNoServer &&
+               !store_->failed_[server].load()) {
+      // The server is fine and refused once: retry once.
       c->retried |= bit;
-      if (!Post(c, split, fabric::OpKind::kWrite, WriteBuf(c, split))) c->bad |= bit;
+      if (!PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
     } else {
       c->bad |= bit;
     }
   }
+  WriteProgress(c);
+}
+
+void IoThread::WriteProgress(Ctx* c) {
   if (!c->acked) {
     const int stored = std::popcount(c->good);
     const bool all_done = c->outstanding == 0;

@@ -291,6 +291,9 @@ TEST_P(EcLayoutTest, SigkillRServersUnderMixedLoadLosesNothing) {
   b.join();
   EXPECT_EQ(errors.load(), 0u);
   VerifyAll(store, versions);
+  // Killed servers are suspect at once (lost connections, refused reconnects) and failed after
+  // fail_after_ms plus a refused confirming probe: not necessarily before the load ended.
+  WaitFor([&] { return store->Stats().server_failures == 2; }, "the two kills to be declared");
   auto st = store->Stats();
   EXPECT_EQ(st.server_failures, 2u);
   EXPECT_EQ(st.data_loss, 0u);
@@ -988,8 +991,10 @@ TEST(RemoteStoreTest, DestroyingTheStoreFreesItsSlabs) {
 
 
 // A write that needs a new slab while one of the servers placement picks is dead (SIGKILL) or
-// hung (SIGSTOP) but not yet declared failed by heartbeats: the allocation fails or times out,
-// the server is declared failed and the split is placed elsewhere; the write succeeds.
+// hung (SIGSTOP) and heartbeats cannot notice: the allocation fails or times out, the server
+// becomes suspect (later allocations skip it) and the split is placed elsewhere; the write
+// succeeds. The dead one is failed (its probe is refused); the hung one, which a probe cannot
+// tell from a busy one without the heartbeats' measure of its silence, is only suspect.
 TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared) {
   auto cluster = StartCluster(5);
   ASSERT_NE(cluster, nullptr);
@@ -1028,7 +1033,8 @@ TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared
       ASSERT_TRUE(Matches(sl * 32, 1, buf)) << "logical slab " << sl;
     }
   }
-  EXPECT_EQ(store->Stats().server_failures, 2u);
+  EXPECT_EQ(store->Stats().server_failures, 1u);
+  EXPECT_GE(store->Stats().server_suspicions, 2u);
   EXPECT_EQ(store->Stats().write_errors, 0u);
   ASSERT_TRUE(cluster->Cont(1).ok());
 }
