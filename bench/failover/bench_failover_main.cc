@@ -169,7 +169,7 @@ std::vector<Target> Judge(const std::vector<Run>& runs, const std::vector<std::s
     if (r.r.data_loss) loss_why += " " + r.scenario + "/" + r.layout;
   }
   out.push_back(Target{"no data loss in any run", lost == 0 ? "MET" : "MISSED",
-                       std::to_string(lost) + " pages lost or wrong" +
+                       std::to_string(lost) + " reads lost (DataLoss or wrong bytes)" +
                            (loss_why.empty() ? "" : " in" + loss_why) + " over " +
                            std::to_string(runs.size()) + " runs"});
   return out;
