@@ -26,6 +26,9 @@ struct LocalCluster::Impl {
   std::vector<Subprocess> procs;  // Touched only on `worker`.
   std::string dir;
   std::string tessera;  // Path of the `tessera` executable.
+  std::vector<std::string> argv;  // A server's command line (with --port=0).
+  Subprocess::Options start_options;
+  int start_timeout_ms = 10000;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -129,14 +132,15 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
 
   Impl* im = impl.get();
+  im->argv = argv;
+  im->start_options.capture_stdout = true;
+  im->start_options.quiet_stderr = options.quiet;
+  im->start_options.own_process_group = options.own_process_group;
+  im->start_timeout_ms = options.start_timeout_ms;
   auto ports = im->Run([&]() -> Result<std::vector<uint16_t>> {
     std::vector<uint16_t> out;
     for (size_t i = 0; i < options.servers; ++i) {
-      Subprocess::Options so;
-      so.capture_stdout = true;
-      so.quiet_stderr = options.quiet;
-      so.own_process_group = options.own_process_group;
-      TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, so));
+      TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, im->start_options));
       im->procs.push_back(std::move(p));
       auto line = im->procs.back().WaitForLine(
           "listening on ", Deadline::AfterMs(static_cast<uint64_t>(options.start_timeout_ms)));
@@ -193,6 +197,33 @@ Status LocalCluster::Kill(size_t i) {
     TESSERA_RETURN_IF_ERROR(p.Signal(SIGKILL));
     auto st = p.Wait(Deadline::AfterMs(5000));
     return st.ok() ? Status::Ok() : st.status();
+  });
+}
+
+Status LocalCluster::Restart(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  const uint16_t port = endpoints_[i].port;
+  return impl_->Run([this, i, port]() -> Status {
+    Subprocess& old = impl_->procs[i];
+    if (old.running()) {
+      (void)old.Signal(SIGCONT);  // A stopped server dies on SIGKILL too, but reap it promptly.
+      TESSERA_RETURN_IF_ERROR(old.Signal(SIGKILL));
+      auto w = old.Wait(Deadline::AfterMs(5000));
+      if (!w.ok()) return w.status();
+    }
+    std::vector<std::string> argv = impl_->argv;
+    for (std::string& a : argv) {
+      if (a == "--port=0") a = "--port=" + std::to_string(port);
+    }
+    TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, impl_->start_options));
+    auto line = p.WaitForLine("listening on ",
+                              Deadline::AfterMs(static_cast<uint64_t>(impl_->start_timeout_ms)));
+    if (!line.ok()) {
+      return Unavailable("LocalCluster: restarted memserver ", i, " did not print 'listening on' ",
+                         "within ", impl_->start_timeout_ms, " ms: ", line.status().ToString());
+    }
+    impl_->procs[i] = std::move(p);
+    return Status::Ok();
   });
 }
 

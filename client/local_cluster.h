@@ -68,6 +68,11 @@ class LocalCluster {
   // returns once every thread of the server has stopped (bounded: Timeout after 5 s).
   Status Stop(size_t i);
   Status Cont(size_t i);
+  // SIGKILL server i and start a fresh memserver process (empty, new slabs) on the same port
+  // with the same flags: a crashed server brought back by its supervisor. Returns once it
+  // prints its `listening on` line (bounded by start_timeout_ms). Clients see a new server at
+  // the old endpoint; a remote store has to be told (AddRemoteServer).
+  Status Restart(size_t i);
   // True while server i's process has not exited.
   bool Running(size_t i);
   // Runs `tessera fault 127.0.0.1:PORT ARGS... --auth_token_file=TOKEN`, e.g.

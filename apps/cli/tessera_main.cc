@@ -39,6 +39,7 @@ const Subcommand kSubcommands[] = {
     {"bench programs", "python3, GNU sort and redis locally, under tessera run and under swap"},
     {"bench nbd", "NBD export vs a file-backed NBD server"},
     {"bench trim", "freeing remote memory with Trim vs overwriting it with zeros"},
+    {"bench failover", "failure detection, regeneration, read p99 under faults, load and etcd outages"},
     {"paramsvc serve", "run the Parameter Service (model aggregation) on a memserver host"},
     {"paramsvc status", "show a Parameter Service's jobs, cores and counters"},
     {"bench paramsvc", "Parameter Service: summation, packing, vs gloo allreduce, staleness"},

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "apps/experiment/partition.h"
+#include "apps/experiment/slab_census.h"
 #include "apps/experiment/tools.h"
 #include "apps/kayak/client.h"
 #include "apps/paramsvc/client.h"
@@ -418,6 +419,9 @@ struct RunResult {
   double lost_fraction = 0;
   double predicted_fraction = -1;
   std::string prediction_cmd;
+  // slabs_back_to_baseline: slab census after the fill and at the end (-1: not taken).
+  int64_t slabs_baseline = -1, slabs_end = -1;
+  std::string slabs_note;
   // kind = paramsvc.
   uint64_t rollbacks = 0, reconnects = 0, iterations = 0;
   // kind = kv.
@@ -583,6 +587,12 @@ class ScenarioRun {
         partitioned_fallback_.insert(i);
         return cluster_->Fault(i, {"drop", "--ops=alloc,free,read,write,stats,heartbeat,invoke"});
       }
+      case FaultAction::kRestart: {
+        TESSERA_RETURN_IF_ERROR(cluster_->Restart(i));
+        // The fresh process is a new member at the old endpoint; the store joins it.
+        if (load_ == nullptr) return Status::Ok();
+        return client::AddRemoteServer(*load_->store(), servers_[i]);
+      }
       case FaultAction::kHeal:
         if (partitioned_real_.erase(i) > 0) return partition_.Heal(cluster_->endpoints()[i].port);
         if (partitioned_fallback_.erase(i) > 0) return cluster_->Fault(i, {"clear"});
@@ -618,7 +628,8 @@ class ScenarioRun {
   };
 
   bool IsPermanentFailure(FaultAction a, const FaultSpec& f) const {
-    return a == FaultAction::kKill || (a == FaultAction::kPartition && f.duration_s <= 0);
+    return a == FaultAction::kKill || a == FaultAction::kRestart ||
+           (a == FaultAction::kPartition && f.duration_s <= 0);
   }
 
   void FireFault(size_t index, double t) {
@@ -875,6 +886,12 @@ class ScenarioRun {
     TESSERA_RETURN_IF_ERROR(load_->Open(eo));
     TESSERA_RETURN_IF_ERROR(load_->Fill().WithContext("writing the pages"));
     if (o_.cancel->load()) return Cancelled("cancelled");
+    const bool census = expect_->slabs_back_to_baseline.has_value();
+    if (census) {
+      TESSERA_ASSIGN_OR_RETURN(SlabCensus c, TakeSlabCensus(*cluster_));
+      res_.slabs_baseline = static_cast<int64_t>(c.allocated);
+      res_.slabs_note = "after the fill: " + c.per_server;
+    }
     t0_ = Now();
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -930,6 +947,7 @@ class ScenarioRun {
         res_.lost_fraction = static_cast<double>(lost) / static_cast<double>(s_.workload.pages);
       }
     }
+    if (st.ok() && census && !o_.cancel->load()) st = SlabCensusAtEnd();
     sampler_stop_.store(true);
     sampler.join();
     TakeSample([&] { return load_->Sample(); });
@@ -952,6 +970,22 @@ class ScenarioRun {
     res_.p99_during_us = during.p99() / 1e3;
     load_.reset();  // Frees the slabs before the cluster goes.
     return st;
+  }
+
+  // The end census, once regeneration is done (bounded): resumed servers must answer again, so
+  // a server still stopped is resumed first by the scheduler's undo (the faults have all ended).
+  Status SlabCensusAtEnd() {
+    const Deadline d = Deadline::AfterMs(60000);
+    while (load_->store()->Stats().regenerations_pending > 0) {
+      if (d.Expired()) {
+        return Timeout("regeneration still pending 60 s after the load (slab census)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Poll interval.
+    }
+    TESSERA_ASSIGN_OR_RETURN(SlabCensus c, TakeSlabCensus(*cluster_));
+    res_.slabs_end = static_cast<int64_t>(c.allocated);
+    res_.slabs_note += "; at the end: " + c.per_server;
+    return Status::Ok();
   }
 
   Status RunProgram() {
@@ -1804,6 +1838,15 @@ void Judge(const ExpectSpec& e, const RunResult& r, const RunResult* healthy,
                         : "no server failed (nothing to compare)",
         ok == *e.data_loss_exactly_affected);
   }
+  if (e.slabs_back_to_baseline) {
+    const bool same = r.slabs_baseline >= 0 && r.slabs_end == r.slabs_baseline;
+    add("slabs_back_to_baseline", *e.slabs_back_to_baseline ? "true" : "false",
+        r.slabs_end < 0 ? "no end census (" + r.slabs_note + ")"
+                        : std::to_string(r.slabs_end) + " slabs at the end vs " +
+                              std::to_string(r.slabs_baseline) + " after the fill (" +
+                              r.slabs_note + ")",
+        same == *e.slabs_back_to_baseline);
+  }
   if (e.max_loss_error_vs_prediction) {
     const double err =
         r.predicted_fraction >= 0 ? std::fabs(r.lost_fraction - r.predicted_fraction) : kInf;
@@ -1873,6 +1916,10 @@ json ResultJson(const RunResult& r) {
     j["prediction_command"] = r.prediction_cmd;
   }
   if (!r.partition_mode.empty()) j["partition_mode"] = r.partition_mode;
+  if (r.slabs_baseline >= 0) {
+    j["slabs_after_fill"] = r.slabs_baseline;
+    j["slabs_at_end"] = r.slabs_end;
+  }
   if (r.kv_ops > 0) {
     j["kv"] = {{"ops", r.kv_ops},
                {"acknowledged_puts_lost", r.data_loss},

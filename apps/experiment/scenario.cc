@@ -333,7 +333,7 @@ Status ParseExpect(const Reader& rd, const toml::table& t, const std::string& wh
                "max_p99_ratio_during_faults", "min_throughput_ratio_during_faults",
                "regenerated_within_s", "max_slowdown_vs_healthy", "corruptions_repaired_all",
                "data_loss_exactly_affected", "max_loss_error_vs_prediction", "p99_below_variant",
-               "throughput_above_variant", "fewer_lost_than_variant"}));
+               "throughput_above_variant", "fewer_lost_than_variant", "slabs_back_to_baseline"}));
   auto set_int = [&](const char* k, std::optional<int64_t>* out) -> Status {
     auto r = rd.Int(t, k, 0, int64_t{1} << 40);
     if (!r.ok()) return r.status();
@@ -366,6 +366,7 @@ Status ParseExpect(const Reader& rd, const toml::table& t, const std::string& wh
       set_num("max_slowdown_vs_healthy", 0.1, 1000, &e->max_slowdown_vs_healthy));
   TESSERA_RETURN_IF_ERROR(set_bool("corruptions_repaired_all", &e->corruptions_repaired_all));
   TESSERA_RETURN_IF_ERROR(set_bool("data_loss_exactly_affected", &e->data_loss_exactly_affected));
+  TESSERA_RETURN_IF_ERROR(set_bool("slabs_back_to_baseline", &e->slabs_back_to_baseline));
   TESSERA_RETURN_IF_ERROR(
       set_num("max_loss_error_vs_prediction", 0, 1, &e->max_loss_error_vs_prediction));
   TRY_ASSIGN(e->p99_below_variant, rd.Str(t, "p99_below_variant"));
@@ -398,6 +399,8 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e,
       need(e.data_loss_exactly_affected.has_value(), "data_loss_exactly_affected", "pagestore"));
   TESSERA_RETURN_IF_ERROR(need(e.max_loss_error_vs_prediction.has_value(),
                                "max_loss_error_vs_prediction", "pagestore"));
+  TESSERA_RETURN_IF_ERROR(
+      need(e.slabs_back_to_baseline.has_value(), "slabs_back_to_baseline", "pagestore"));
   return Status::Ok();
 }
 
@@ -433,15 +436,19 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
   std::string action;
   TRY_ASSIGN(action, rd.Str(t, "action",
                             {"kill", "stop", "resume", "delay", "drop", "bitflip", "evict",
-                             "partition", "heal"}));
+                             "partition", "heal", "restart"}));
   if (action.empty()) return rd.Error(t.source(), "[[fault]] needs action");
   static const std::map<std::string, FaultAction> kActions = {
       {"kill", FaultAction::kKill},     {"stop", FaultAction::kStop},
       {"resume", FaultAction::kResume}, {"delay", FaultAction::kDelay},
       {"drop", FaultAction::kDrop},     {"bitflip", FaultAction::kBitflip},
       {"evict", FaultAction::kEvict},   {"partition", FaultAction::kPartition},
-      {"heal", FaultAction::kHeal}};
+      {"heal", FaultAction::kHeal},     {"restart", FaultAction::kRestart}};
   f->action = kActions.at(action);
+  if (f->action == FaultAction::kRestart && s.workload.kind != "pagestore") {
+    return rd.Error(rd.Line(t, "action"),
+                    "restart needs a pagestore workload (its store joins the fresh server)");
+  }
   const toml::node* tn = t.get("target");
   if (tn == nullptr) return rd.Error(t.source(), "[[fault]] needs target (server:N, rack:N, ...)");
   TESSERA_ASSIGN_OR_RETURN(f->target, ParseTarget(rd, *tn));
@@ -538,6 +545,8 @@ const char* FaultActionName(FaultAction a) {
       return "partition";
     case FaultAction::kHeal:
       return "heal";
+    case FaultAction::kRestart:
+      return "restart";
   }
   return "?";
 }
@@ -750,6 +759,9 @@ Scenario ApplyQuick(const Scenario& s) {
       }
       if (q2.max_loss_error_vs_prediction && (!only_present || e->max_loss_error_vs_prediction)) {
         e->max_loss_error_vs_prediction = q2.max_loss_error_vs_prediction;
+      }
+      if (q2.slabs_back_to_baseline && (!only_present || e->slabs_back_to_baseline)) {
+        e->slabs_back_to_baseline = q2.slabs_back_to_baseline;
       }
     };
     merge(&q.expect, false);

@@ -84,7 +84,8 @@ enum class FaultAction {
   kBitflip,
   kEvict,
   kPartition,
-  kHeal
+  kHeal,
+  kRestart  // SIGKILL, then a fresh memserver on the same port, added to the pagestore's store.
 };
 const char* FaultActionName(FaultAction a);
 
@@ -121,6 +122,9 @@ struct ExpectSpec {
   std::optional<bool> corruptions_repaired_all;
   std::optional<bool> data_loss_exactly_affected;      // pagestore: lost pages == predicted set.
   std::optional<double> max_loss_error_vs_prediction;  // |lost fraction - sim's| (pagestore).
+  // pagestore: the slabs allocated over the running memservers at the end (regeneration done)
+  // equal those right after the pages were written (apps/experiment/slab_census.h).
+  std::optional<bool> slabs_back_to_baseline;
   std::string p99_below_variant;         // read p99 during faults below that variant's.
   std::string throughput_above_variant;  // lowest 300 ms throughput during faults above.
   std::string fewer_lost_than_variant;   // fewer pages lost than that variant.

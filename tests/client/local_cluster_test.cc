@@ -55,6 +55,26 @@ TEST(LocalClusterTest, StartsServersWritesClusterFileAndControlsThem) {
   EXPECT_FALSE(cluster.Kill(7).ok());
 }
 
+TEST(LocalClusterTest, RestartStartsAFreshServerOnTheSamePort) {
+  LocalClusterOptions o;
+  o.bin_dir = testing::BinDir();
+  o.servers = 2;
+  o.fault_injection = true;
+  auto c = LocalCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  LocalCluster& cluster = **c;
+  const pid_t before = cluster.pid(1);
+  const fabric::Endpoint endpoint = cluster.endpoints()[1];
+  ASSERT_TRUE(cluster.Stop(1).ok());  // A stopped server is restarted too.
+  ASSERT_TRUE(cluster.Restart(1).ok());
+  EXPECT_TRUE(cluster.Running(1));
+  EXPECT_NE(cluster.pid(1), before);
+  EXPECT_EQ(cluster.endpoints()[1].ToString(), endpoint.ToString());
+  // The fresh process answers on the old port.
+  EXPECT_TRUE(cluster.Fault(1, {"clear"}).ok());
+  EXPECT_FALSE(cluster.Restart(5).ok());
+}
+
 TEST(LocalClusterTest, RejectsBadOptions) {
   LocalClusterOptions o;
   EXPECT_FALSE(LocalCluster::Start(o).ok());  // No bin_dir.

@@ -167,6 +167,19 @@ TEST(ExperimentCliTest, QuickRPlusOne) {
   EXPECT_EQ(j["runs"][0]["data_loss"], j["runs"][0]["pages_affected"]);
 }
 
+// Every memserver restarted in turn (kill + a fresh process on its port, joined by the store):
+// nothing lost, and the slab census at the end equals the one after the fill.
+TEST(ExperimentCliTest, QuickRollingRestart) {
+  TempDir dir;
+  json j = RunQuick("rolling-restart", dir);
+  ASSERT_TRUE(j.is_object());
+  const json& run = j["runs"][0];
+  EXPECT_EQ(run["server_failures"], 8);
+  EXPECT_EQ(run["data_loss"], 0);
+  EXPECT_GT(run["slabs_after_fill"].get<int>(), 0);
+  EXPECT_EQ(run["slabs_at_end"], run["slabs_after_fill"]);
+}
+
 TEST(ExperimentCliTest, QuickParamsvcAggregatorKill) {
   TempDir dir;
   json j = RunQuick("paramsvc-aggregator-kill", dir);

@@ -165,8 +165,33 @@ TEST(ScenarioTest, VariantsAreChecked) {
   ExpectError(dup, 39, "named twice");
 }
 
+// The rolling restart's fault and the slab census expectation (chaos scenarios).
+TEST(ScenarioTest, RestartAndSlabsBackToBaseline) {
+  auto r = ParseScenario(Edit("action = \"kill\"", "action = \"restart\"") +
+                             "[quick.expect]\nslabs_back_to_baseline = true\n",
+                         "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->faults[0].action, FaultAction::kRestart);
+  EXPECT_STREQ(FaultActionName(FaultAction::kRestart), "restart");
+  EXPECT_FALSE(r->expect.slabs_back_to_baseline.has_value());
+  EXPECT_EQ(ApplyQuick(*r).expect.slabs_back_to_baseline, true);
+  auto bad = ParseScenario(Edit("wrong_bytes = 0", "wrong_bytes = 0\nslabs_back_to_baseline = 1"),
+                           "f.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("slabs_back_to_baseline must be true or false"),
+            std::string::npos)
+      << bad.status();
+  // Only a pagestore workload's store can join the fresh server.
+  std::string run = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5",
+                         "kind = \"run\"\ncommand = [\"true\"]");
+  const std::string kill = "action = \"kill\"";
+  run.replace(run.find(kill), kill.size(), "action = \"restart\"");
+  run = run.substr(0, run.find("[expect]"));
+  ExpectError(run, 14, "restart needs a pagestore workload");
+}
+
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
-  ASSERT_EQ(BuiltinScenarios().size(), 7u);
+  ASSERT_EQ(BuiltinScenarios().size(), 9u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
     auto r = ParseScenario(b.text, b.name);
     ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();
