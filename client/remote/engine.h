@@ -819,6 +819,19 @@ class RemoteStore final : public PageStore {
   std::mutex mu_;
   placement::SnapshotPtr snap_;      // Guarded by mu_.
   placement::PlacementPtr policy_;   // Guarded by mu_.
+  // The same with every suspect server draining (serves its slabs, takes no new ones); null
+  // while no server is suspect. New slabs and replacements are placed with it first, and with
+  // snap_/policy_ only when it has no room (a suspect may well be alive). Guarded by mu_.
+  placement::SnapshotPtr avoid_snap_;
+  placement::PlacementPtr avoid_policy_;
+  // Rebuilds avoid_snap_/avoid_policy_ from snap_ and health_. Caller holds mu_.
+  void RebuildAvoidLocked();
+  // Placement of logical slab `ls` (salt: another try) and a replacement for its member j,
+  // avoiding suspect servers when possible. Caller holds mu_.
+  Result<std::vector<placement::ServerId>> PlaceLocked(uint64_t ls);
+  Result<placement::ServerId> ReplacementLocked(uint64_t ls,
+                                                const std::vector<placement::ServerId>& current,
+                                                int j);
   std::vector<uint64_t> load_;       // Guarded by mu_.
 
   // Set up by Init(), cleared by Shutdown() (the store's owner thread).
@@ -848,6 +861,17 @@ class RemoteStore final : public PageStore {
   };
   std::vector<TroubleReport> trouble_;
   std::atomic<bool> trouble_pending_{false};  // trouble_ is not empty (the monitor's poll loop).
+  // Remote slabs left on failed servers (their splits were re-placed): freed by the monitor if
+  // the server answers again (a long pause, not a crash), so its memory does not wait for the
+  // server's orphan lease. Guarded by trouble_mu_.
+  std::vector<std::pair<uint32_t, uint64_t>> left_behind_;
+ public:
+  void LeaveBehind(uint32_t server, uint64_t slab_id) {
+    std::lock_guard<std::mutex> lock(trouble_mu_);
+    left_behind_.emplace_back(server, slab_id);
+  }
+
+ private:
   std::thread monitor_;
   std::atomic<bool> monitor_stop_{false};
   std::mutex monitor_mu_;               // Pairs with monitor_cv_ (monitor_stop_ wake-ups).

@@ -36,11 +36,72 @@ void RemoteStore::MarkFailed(uint32_t server, const std::string& why) {
       snap_ = *next;
       if (pol.ok()) policy_ = *pol;
     }
+    RebuildAvoidLocked();
   }
   failure_epoch_.fetch_add(1, std::memory_order_release);
   for (auto& t : threads_) t->Wake();
   { std::lock_guard<std::mutex> lock(monitor_mu_); }  // No lost wake-up of the monitor.
   monitor_cv_.notify_all();
+}
+
+void RemoteStore::RebuildAvoidLocked() {
+  placement::SnapshotPtr next = snap_;
+  bool any = false;
+  for (uint32_t i = 0; i < num_servers(); ++i) {
+    if (health_[i].load(std::memory_order_relaxed) !=
+        static_cast<uint8_t>(HealthState::kSuspect)) {
+      continue;
+    }
+    auto n = next->WithState(i, placement::ServerState::kDraining);
+    if (!n.ok()) continue;
+    next = *n;
+    any = true;
+  }
+  if (!any) {
+    avoid_snap_.reset();
+    avoid_policy_.reset();
+    return;
+  }
+  auto pol = policy_->Reconfigure(next);
+  if (!pol.ok()) {
+    avoid_snap_.reset();
+    avoid_policy_.reset();
+    return;
+  }
+  avoid_snap_ = next;
+  avoid_policy_ = *pol;
+}
+
+Result<std::vector<placement::ServerId>> RemoteStore::PlaceLocked(uint64_t ls) {
+  if (avoid_policy_) {
+    auto p = avoid_policy_->Place(*avoid_snap_, ls, load_);
+    if (p.ok()) return p;
+  }
+  return policy_->Place(*snap_, ls, load_);
+}
+
+Result<placement::ServerId> RemoteStore::ReplacementLocked(
+    uint64_t ls, const std::vector<placement::ServerId>& current, int j) {
+  auto pick = [&](const placement::SnapshotPtr& snap,
+                  const placement::PlacementPtr& pol) -> Result<placement::ServerId> {
+    auto r = pol->ChooseReplacement(*snap, ls, current, j, load_);
+    if (r.ok()) return r;
+    // No surviving member to anchor the choice (e.g. a single copy), or none in its group:
+    // a server the policy would place the slab on now, outside the current set.
+    for (uint64_t salt = 0; salt < 4; ++salt) {
+      auto fresh = pol->Place(*snap, ls + salt + 1, load_);
+      if (!fresh.ok()) break;
+      for (placement::ServerId id : *fresh) {
+        if (std::find(current.begin(), current.end(), id) == current.end()) return id;
+      }
+    }
+    return r;
+  };
+  if (avoid_policy_) {
+    auto r = pick(avoid_snap_, avoid_policy_);
+    if (r.ok()) return r;
+  }
+  return pick(snap_, policy_);
 }
 
 void RemoteStore::ReportTrouble(uint32_t server, std::string why, bool broken) {
@@ -131,6 +192,39 @@ std::shared_ptr<Probe> StartProbe(fabric::Endpoint ep, fabric::ConnectOptions co
 }
 }  // namespace
 
+// Frees the slabs this client left on a failed server that answers again, over a fresh control
+// connection, on a detached thread (same reasons as the probe). `done` is set at the end; the
+// slabs it could not free are in `left` (the server's lease reclaims them anyway).
+struct Reclaim {
+  std::atomic<bool> done{false};
+  std::vector<uint64_t> left;
+  uint64_t freed = 0;
+};
+std::shared_ptr<Reclaim> StartReclaim(fabric::Endpoint ep, fabric::ConnectOptions co,
+                                      uint32_t timeout_ms, std::vector<uint64_t> slabs) {
+  auto r = std::make_shared<Reclaim>();
+  std::thread([r, ep = std::move(ep), co, timeout_ms, slabs = std::move(slabs)]() mutable {
+    co.deadline = Deadline::AfterMs(timeout_ms);
+    auto c = fabric::ControlClient::Connect(ep, co);
+    for (size_t i = 0; i < slabs.size(); ++i) {
+      if (!c.ok() || !(*c)->connected()) {
+        r->left.assign(slabs.begin() + static_cast<ptrdiff_t>(i), slabs.end());
+        break;
+      }
+      Status st = (*c)->FreeSlab(slabs[i], Deadline::AfterMs(timeout_ms));
+      if (st.ok() || st.code() == StatusCode::kNotFound) {
+        r->freed += st.ok() ? 1 : 0;
+      } else if (st.code() == StatusCode::kTimeout || st.code() == StatusCode::kUnavailable) {
+        r->left.assign(slabs.begin() + static_cast<ptrdiff_t>(i), slabs.end());
+        break;
+      }
+    }
+    if (c.ok()) (void)(*c)->Close(Deadline::AfterMs(timeout_ms));
+    r->done.store(true, std::memory_order_release);
+  }).detach();
+  return r;
+}
+
 void RemoteStore::MonitorLoop() {
   // Per server: the monitor's own control connection (heartbeats only), the heartbeat in
   // flight on it, and the probe (connect or confirmation) running for it.
@@ -139,6 +233,9 @@ void RemoteStore::MonitorLoop() {
     uint64_t hb_id = 0;  // 0: none in flight.
     uint64_t hb_sent_ns = 0;
     std::shared_ptr<Probe> probe;
+    std::shared_ptr<Reclaim> reclaim;
+    std::vector<uint64_t> left_behind;  // Failed server: our slabs still there.
+    uint64_t next_reclaim_ns = 0;
     bool probe_is_confirm = false;  // Ordered by the tracker (else: a (re)connect).
     uint64_t next_connect_ns = 0;
     uint64_t seen_alive_ns = 0;  // last_alive_ns_ as last handed to the tracker.
@@ -195,11 +292,34 @@ void RemoteStore::MonitorLoop() {
       if (r.server < n) tracker.Trouble(r.server, now, r.why, r.broken);
     }
     troubles.clear();
+    {
+      std::lock_guard<std::mutex> lock(trouble_mu_);
+      for (const auto& [s, id] : left_behind_) {
+        if (s < n) slots[s].left_behind.push_back(id);
+      }
+      left_behind_.clear();
+    }
     for (uint32_t i = 0; i < n; ++i) {
       Slot& sl = slots[i];
       if (failed_[i].load()) {
         if (tracker.state(i) != HealthState::kFailed) tracker.ForceFailed(i);
         sl.conn.reset();  // Closing it starts the server's lease on our slabs there.
+        // Our slabs there: if it answers again (it was paused, not dead), give them back now.
+        if (sl.reclaim && sl.reclaim->done.load(std::memory_order_acquire)) {
+          if (sl.reclaim->freed > 0) {
+            TLOG(INFO) << name_ << ": freed " << sl.reclaim->freed << " slabs left on failed server "
+                       << servers_[i].endpoint.ToString() << ", which answers again";
+          }
+          sl.left_behind.insert(sl.left_behind.end(), sl.reclaim->left.begin(),
+                                sl.reclaim->left.end());
+          sl.reclaim.reset();
+        }
+        if (!sl.reclaim && !sl.left_behind.empty() && now >= sl.next_reclaim_ns) {
+          sl.next_reclaim_ns = now + 1000000000ull;
+          sl.reclaim = StartReclaim(servers_[i].endpoint, co, opt_.probe_timeout_ms,
+                                    std::move(sl.left_behind));
+          sl.left_behind.clear();
+        }
         continue;
       }
       // Replies seen by the I/O threads and direct readers.
@@ -226,7 +346,11 @@ void RemoteStore::MonitorLoop() {
           tracker.ProbeDone(i, t, r.status.ok(), r.status.ToString(),
                             !r.status.ok() && r.status.code() == StatusCode::kUnavailable);
         } else if (!r.status.ok()) {
-          tracker.Trouble(i, t, "heartbeat connection: " + r.status.ToString());
+          // Refused: trouble. Timed out: no evidence either way (a stopped server, or this
+          // client too busy to finish a handshake); its silence speaks for it.
+          if (r.status.code() == StatusCode::kUnavailable) {
+            tracker.Trouble(i, t, "heartbeat connection: " + r.status.ToString());
+          }
           sl.next_connect_ns = t + std::max<uint64_t>(interval, 200000000);
         }
       }
@@ -317,12 +441,20 @@ void RemoteStore::MonitorLoop() {
       switch (act.kind) {
         case HealthTracker::Action::Kind::kSuspect:
           health_[i].store(static_cast<uint8_t>(HealthState::kSuspect), std::memory_order_relaxed);
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            RebuildAvoidLocked();
+          }
           stats_.server_suspicions.fetch_add(1, std::memory_order_relaxed);
           TLOG(WARNING) << name_ << ": server " << ep << " is suspect: " << act.why;
           for (auto& t : threads_) t->Wake();
           break;
         case HealthTracker::Action::Kind::kRecover:
           health_[i].store(static_cast<uint8_t>(HealthState::kHealthy), std::memory_order_relaxed);
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            RebuildAvoidLocked();
+          }
           stats_.server_recoveries.fetch_add(1, std::memory_order_relaxed);
           TLOG(INFO) << name_ << ": server " << ep << " answers again: healthy";
           for (auto& t : threads_) t->Wake();
@@ -422,6 +554,7 @@ Status RemoteStore::AddServer(const RemoteServer& srv) {
     TESSERA_ASSIGN_OR_RETURN(auto pol, policy_->Reconfigure(next));
     snap_ = next;
     policy_ = pol;
+    RebuildAvoidLocked();
     load_.resize(n + 1, 0);
   }
   TLOG(INFO) << name_ << ": server " << srv.endpoint.ToString() << " joined"

@@ -470,7 +470,8 @@ void IoThread::StartOp(PageOp* op, bool degraded, bool verify) {
 bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[split].load(std::memory_order_relaxed);
-  if (server == kNoServer || !Usable(server)) return false;
+  // remote 0: a group member whose allocation failed (left missing, see AllocateSlab).
+  if (server == kNoServer || !Usable(server) || s.remote[split] == 0) return false;
   if (free_req_ >= reqs_.size()) return false;
   const uint32_t ri = free_req_;
   Request& rq = reqs_[ri];

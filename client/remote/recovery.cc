@@ -80,7 +80,6 @@ void IoThread::Reconnect(uint64_t now) {
     co.secret = o.secret;
     co.client_id = store_->client_id_;
     co.deadline = Deadline::AfterMs(std::min<uint32_t>(o.connect_timeout_ms, 250));
-    const uint64_t t0 = MonotonicNs();
     auto c = t_->Connect(store_->server(i).endpoint, co);
     Status st = c.ok() ? Status::Ok() : c.status();
     if (c.ok()) {
@@ -95,7 +94,6 @@ void IoThread::Reconnect(uint64_t now) {
       }
       if (!st.ok()) (void)t_->Abort(*c);
     }
-    ExcuseStall(MonotonicNs() - t0);
     if (st.ok()) {
       conn_[i] = *c;
       conn_down_[i] = 0;
@@ -186,7 +184,7 @@ void IoThread::Rehedge(uint64_t now) {
     if ((c->late & bit) != 0 || (c->asked & bit) == 0) continue;
     // A server whose replies are usually slow gets more time before it counts as late.
     const uint64_t ewma = rq.server < latency_ewma_ns_.size() ? latency_ewma_ns_[rq.server] : 0;
-    if (now - rq.post_ns < std::max(base, 4 * ewma)) continue;
+    if (now <= rq.post_ns || now - rq.post_ns < std::max(base, 4 * ewma)) continue;
     if (lay_.group && c->kind == Ctx::Kind::kRead && !c->degraded) continue;  // GroupHedge's.
     c->late |= bit;
     if (lay_.group) {
@@ -259,7 +257,8 @@ void IoThread::ResumeParked(uint64_t now) {
 void IoThread::ExcuseStall(uint64_t ns) {
   if (ns < 1000000) return;  // Under a millisecond: noise, not a stall.
   for (Request& rq : reqs_) {
-    if (rq.live) rq.post_ns += ns;
+    // Never past now: a request is at most as old as zero.
+    if (rq.live) rq.post_ns = std::min(rq.post_ns + ns, now_ns_);
   }
 }
 
@@ -283,7 +282,9 @@ void IoThread::HandleLocalFailures() {
     for (Slab& s : slabs_) {
       if (!s.allocated) continue;
       for (int j = 0; j < lay_.width(); ++j) {
-        if (s.server[j].load(std::memory_order_relaxed) == i) ReplaceSplit(s, j);
+        if (s.server[j].load(std::memory_order_relaxed) != i) continue;
+        if (s.remote[j] != 0) store_->LeaveBehind(i, s.remote[j]);
+        ReplaceSplit(s, j);
       }
     }
   }
@@ -302,21 +303,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     placement::ServerId chosen;
     {
       std::lock_guard<std::mutex> lock(store_->mu_);
-      auto r = store_->policy_->ChooseReplacement(*store_->snap_, s.id, current, j,
-                                                  store_->load_);
-      if (!r.ok()) {
-        // No surviving split to anchor the choice (e.g. a single copy): take a server the
-        // policy would place the slab on now, outside the current set.
-        auto fresh = store_->policy_->Place(*store_->snap_, s.id + attempt, store_->load_);
-        if (fresh.ok()) {
-          for (placement::ServerId id : *fresh) {
-            if (std::find(current.begin(), current.end(), id) == current.end()) {
-              r = id;
-              break;
-            }
-          }
-        }
-      }
+      auto r = store_->ReplacementLocked(s.id + attempt, current, j);
       if (!r.ok()) {
         // Logged at 1, 2, 4, ... per thread: when servers go away, every slab they held asks.
         if (LogThisOne(++no_replacement_)) {
@@ -475,7 +462,7 @@ void IoThread::DetachLateReads(uint64_t now) {
   };
   bool any = false;
   for (const Request& rq : reqs_) {
-    if (detachable(rq) && !rq.ctx->detach && now - rq.post_ns > kLateReadNs) {
+    if (detachable(rq) && !rq.ctx->detach && now > rq.post_ns && now - rq.post_ns > kLateReadNs) {
       rq.ctx->detach = true;
       any = true;
     }
@@ -522,7 +509,10 @@ void IoThread::Housekeeping() {
       // reconnected, which gives back every request slot and buffer it held.
       uint32_t reported = kNoServer;
       for (const Request& rq : reqs_) {
-        if (!rq.live || local_failed_[rq.server] || now - rq.post_ns <= limit) continue;
+        if (!rq.live || local_failed_[rq.server] || now <= rq.post_ns ||
+            now - rq.post_ns <= limit) {
+          continue;
+        }
         if (now - rq.post_ns > 2 * limit && !conn_down_[rq.server] &&
             !store_->Suspect(rq.server)) {
           ConnLost(rq.server, "a request got no reply within twice the op timeout");

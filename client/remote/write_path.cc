@@ -17,7 +17,7 @@ Status IoThread::AllocateSlab(Slab& s) {
   std::vector<placement::ServerId> servers;
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
-    auto p = store_->policy_->Place(*store_->snap_, ls, store_->load_);
+    auto p = store_->PlaceLocked(ls);
     if (!p.ok() && lay_.group) {
       // Group layout: no coding group has k+r live servers any more, but writes still need
       // stripes. Reuse the servers of a slab of ours that kept at least k live members; the
@@ -55,7 +55,9 @@ Status IoThread::AllocateSlab(Slab& s) {
     bool done = false;
     for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
       const uint32_t server = servers[j];
-      if (Usable(server) && !store_->Suspect(server)) {
+      // A suspect server is skipped while there is another choice (it may be stopped: an
+      // allocation there would hold this thread until the deadline), tried as the last resort.
+      if (Usable(server) && (!store_->Suspect(server) || attempt == kMaxReplacements)) {
         auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
         if (r.ok()) {
           s.server[j].store(server, std::memory_order_relaxed);
@@ -75,19 +77,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       if (attempt == kMaxReplacements) break;
       // Re-place split j (servers[j] stays in `servers` until replaced: never chosen again).
       std::lock_guard<std::mutex> lock(store_->mu_);
-      auto rep = store_->policy_->ChooseReplacement(*store_->snap_, ls, servers, j,
-                                                    store_->load_);
-      if (!rep.ok()) {
-        auto fresh = store_->policy_->Place(*store_->snap_, ls + attempt + 1, store_->load_);
-        if (fresh.ok()) {
-          for (placement::ServerId id : *fresh) {
-            if (std::find(servers.begin(), servers.end(), id) == servers.end()) {
-              rep = id;
-              break;
-            }
-          }
-        }
-      }
+      auto rep = store_->ReplacementLocked(ls, servers, j);
       if (!rep.ok()) break;
       const uint64_t n = ++alloc_replacements_;
       if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
