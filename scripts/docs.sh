@@ -30,7 +30,7 @@ while IFS=$'\t' read -r words what; do
   {
     echo "# tessera $words"
     echo
-    echo "$what."
+    echo "${what^}."
     echo
     echo '```'
     # shellcheck disable=SC2086

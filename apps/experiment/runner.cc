@@ -1476,7 +1476,7 @@ class ScenarioRun {
  private:
   std::string PartitionMode() const {
     return "nftables (table " + partition_.table() +
-           (o_.system_lock.empty() ? std::string(")") : ", holding " + o_.system_lock + ")");
+           (o_.system_lock.empty() ? std::string(", no lock)") : ", holding " + o_.system_lock + ")");
   }
 
  public:

@@ -3,7 +3,8 @@
 # `tessera --version`, a memory server started through the installed command (its subcommands
 # in libexec/tessera), the built-in scenarios from share/tessera, `tessera run` finding the
 # installed preload library, and examples/kv-client built out of tree against
-# find_package(Tessera), putting and getting a key through kayak::Client.
+# find_package(Tessera), putting and getting a key through kayak::Client; and
+# `pip install ./python` loading the installed C library.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"; src="$2"
@@ -60,4 +61,11 @@ case "$got" in
   "greeting = hello (version "*) ;;
   *) echo "FAIL: kv_client printed '$got'"; exit 1 ;;
 esac
-echo "OK: installed, built out of tree against find_package(Tessera), put and got a key"
+
+# pip install ./python into a virtual environment (no package index needed), then the
+# package loads the installed C library through the loader's own search path.
+python3 -m venv --system-site-packages "$tmp/venv"
+"$tmp/venv/bin/pip" install --quiet --no-index "$src/python"
+LD_LIBRARY_PATH="$prefix/lib" "$tmp/venv/bin/python" -c \
+  "import tessera_paramsvc; tessera_paramsvc.load_library(); print('tessera_paramsvc loaded')"
+echo "OK: installed, built out of tree against find_package(Tessera), put and got a key, pip-installed the Python package"
