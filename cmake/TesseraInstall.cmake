@@ -72,19 +72,18 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/TesseraConfigVersion.cmake
 install(FILES ${CMAKE_BINARY_DIR}/TesseraConfig.cmake ${CMAKE_BINARY_DIR}/TesseraConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera COMPONENT dev)
 
-# The offload ABI: one C header, no library (a function library is loaded by the memserver).
-configure_file(${PROJECT_SOURCE_DIR}/cmake/tessera-offload.pc.in
-               ${CMAKE_BINARY_DIR}/tessera-offload.pc @ONLY)
-install(FILES ${CMAKE_BINARY_DIR}/tessera-offload.pc
-        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
-
-# systemd: the unit starts this prefix's tessera.
-file(READ ${PROJECT_SOURCE_DIR}/deploy/systemd/tessera-memserver.service _unit)
-string(REPLACE "/usr/local/bin/tessera" "${CMAKE_INSTALL_FULL_BINDIR}/tessera" _unit "${_unit}")
-string(REPLACE "PREFIX/share/doc/tessera" "${CMAKE_INSTALL_FULL_DOCDIR}" _unit "${_unit}")
-file(WRITE ${CMAKE_BINARY_DIR}/deploy/tessera-memserver.service "${_unit}")
-install(FILES ${CMAKE_BINARY_DIR}/deploy/tessera-memserver.service
-        DESTINATION lib/systemd/system COMPONENT runtime)
+# The offload ABI (one C header, no library: a function library is loaded by the memserver)
+# and the systemd unit name paths under the prefix, which `cmake --install --prefix P` may
+# choose after configure: both are written at install time (cmake/install_configured.cmake).
+install(CODE "
+  set(TESSERA_SRC \"${PROJECT_SOURCE_DIR}\")
+  set(TESSERA_VERSION \"${PROJECT_VERSION}\")
+  set(TESSERA_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+  set(TESSERA_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
+  set(TESSERA_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
+  set(TESSERA_DOCDIR \"${CMAKE_INSTALL_DOCDIR}\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/install_configured.cmake\")
+" COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/memserver.env
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 
@@ -105,7 +104,8 @@ if(TESSERA_HELP2MAN)
     add_custom_command(OUTPUT ${_page}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
       COMMAND ${TESSERA_HELP2MAN} --no-info --no-discard-stderr
-              "--name=Tessera, erasure-coded remote memory" --output=${_page} $<TARGET_FILE:${t}>
+              "--name=Tessera, erasure-coded remote memory" --version-string=${PROJECT_VERSION}
+              --output=${_page} $<TARGET_FILE:${t}>
       DEPENDS ${t}
       COMMENT "Man page of ${t}"
       VERBATIM)
