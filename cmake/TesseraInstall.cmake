@@ -13,6 +13,7 @@
 include(CMakePackageConfigHelpers)
 
 set(_libexec ${CMAKE_INSTALL_LIBEXECDIR}/tessera)
+set(_docdir ${CMAKE_INSTALL_DATAROOTDIR}/doc/tessera)
 
 # Every executable of apps/ and bench/ named tessera-*: the subcommands and their helpers.
 function(tessera_collect_executables dir out)
@@ -81,11 +82,11 @@ install(CODE "
   set(TESSERA_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
   set(TESSERA_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
   set(TESSERA_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
-  set(TESSERA_DOCDIR \"${CMAKE_INSTALL_DOCDIR}\")
+  set(TESSERA_DOCDIR \"${_docdir}\")
   include(\"${PROJECT_SOURCE_DIR}/cmake/install_configured.cmake\")
 " COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/memserver.env
-        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+        DESTINATION ${_docdir} COMPONENT runtime)
 
 # Data: the built-in scenarios (also embedded in tessera-experiment) and their workloads.
 install(DIRECTORY ${TESSERA_DATA_DIR}/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tessera

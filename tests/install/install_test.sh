@@ -22,7 +22,9 @@ for f in bin/tessera libexec/tessera/tessera-memserver libexec/tessera/tessera-r
          lib/libtessera_preload.so lib/libtessera_paramsvc_c.so \
          lib/cmake/Tessera/TesseraConfig.cmake lib/pkgconfig/tessera-offload.pc \
          include/tessera/apps/kayak/client.h share/tessera/workloads/workload.py \
-         share/tessera/scenarios/r-plus-one.toml lib/systemd/system/tessera-memserver.service; do
+         share/tessera/scenarios/r-plus-one.toml lib/systemd/system/tessera-memserver.service \
+         share/doc/tessera/memserver.env share/man/man1/tessera-run.1 \
+         share/bash-completion/completions/tessera share/tessera/examples/paramsvc_train.py; do
   [ -e "$prefix/$f" ] || { echo "FAIL: $f was not installed"; exit 1; }
 done
 grep -q "^ExecStart=$prefix/bin/tessera memserver" "$prefix/lib/systemd/system/tessera-memserver.service" \
