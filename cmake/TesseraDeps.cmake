@@ -41,19 +41,19 @@ if(NOT gflags_FOUND)
   message(FATAL_ERROR "Tessera needs gflags: install the Debian package 'libgflags-dev'")
 endif()
 
-find_package(GTest QUIET)
-if(NOT GTest_FOUND)
-  message(FATAL_ERROR "Tessera needs GoogleTest: install 'libgtest-dev' and 'libgmock-dev'")
+if(TESSERA_BUILD_TESTS)
+  find_package(GTest QUIET)
+  if(NOT GTest_FOUND)
+    message(FATAL_ERROR "Tessera's tests need GoogleTest: install 'libgtest-dev' and 'libgmock-dev' "
+                        "(or configure with -DTESSERA_BUILD_TESTS=OFF)")
+  endif()
 endif()
 
-find_package(benchmark QUIET)
-if(NOT benchmark_FOUND)
-  message(FATAL_ERROR "Tessera needs Google Benchmark: install the Debian package 'libbenchmark-dev'")
+if(TESSERA_BUILD_BENCH)
+  # Jerasure is only the peer in `tessera bench coding`.
+  tessera_require_lib(JERASURE Jerasure jerasure.h libjerasure-dev)
+  tessera_require_lib(GF_COMPLETE gf_complete gf_complete.h libgf-complete-dev)
 endif()
-
-# Jerasure is only the peer in `tessera bench coding`.
-tessera_require_lib(JERASURE Jerasure jerasure.h libjerasure-dev)
-tessera_require_lib(GF_COMPLETE gf_complete gf_complete.h libgf-complete-dev)
 
 # The Parameter Service (apps/paramsvc): Highway for its summation kernels, nlohmann-json for
 # its STATUS output and bench JSON.
@@ -80,4 +80,16 @@ pkg_check_modules(CURL IMPORTED_TARGET libcurl)
 if(NOT CURL_FOUND)
   message(FATAL_ERROR "Tessera needs libcurl (etcd membership): install the Debian package "
                       "'libcurl4-openssl-dev'")
+endif()
+
+# What `tessera --version` lists as enabled.
+set(TESSERA_FEATURES "tcp-io_uring rdma-verbs etcd")
+if(TESSERA_BUILD_BENCH)
+  string(APPEND TESSERA_FEATURES " bench")
+endif()
+if(TESSERA_BUILD_TESTS)
+  string(APPEND TESSERA_FEATURES " tests")
+endif()
+if(TESSERA_SANITIZE)
+  string(APPEND TESSERA_FEATURES " sanitize=${TESSERA_SANITIZE}")
 endif()

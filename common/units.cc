@@ -54,17 +54,41 @@ Result<uint64_t> ParseSize(std::string_view text) {
 }
 
 Result<uint64_t> ParseDurationNs(std::string_view text) {
+  // NUMBER[.FRACTION]UNIT: "500ms", "1.5s", "2m", "1h".
   uint64_t n = 0;
   std::string suffix;
   TESSERA_RETURN_IF_ERROR(SplitNumber(text, &n, &suffix));
+  uint64_t frac = 0, frac_scale = 1;
+  if (!suffix.empty() && suffix[0] == '.') {
+    size_t i = 1;
+    while (i < suffix.size() && suffix[i] >= '0' && suffix[i] <= '9') {
+      if (frac_scale >= 1000000000000000000ull) {
+        return InvalidArgument("too many decimals in duration '", text, "'");
+      }
+      frac = frac * 10 + static_cast<uint64_t>(suffix[i] - '0');
+      frac_scale *= 10;
+      ++i;
+    }
+    if (i == 1) return InvalidArgument("bad duration '", text, "' (use e.g. 500ms, 1.5s, 2m, 1h)");
+    suffix = suffix.substr(i);
+  }
   uint64_t mult = 0;
   if (suffix == "ns") mult = 1;
   else if (suffix == "us") mult = 1000;
   else if (suffix == "ms") mult = 1000000;
   else if (suffix == "s") mult = 1000000000;
-  else return InvalidArgument("bad duration '", text, "' (use e.g. 200us, 5ms, 2s)");
+  else if (suffix == "m") mult = 60ull * 1000000000;
+  else if (suffix == "h") mult = 3600ull * 1000000000;
+  else return InvalidArgument("bad duration '", text, "' (use e.g. 500ms, 1.5s, 2m, 1h)");
   if (n > UINT64_MAX / mult) return OutOfRange("duration '", text, "' overflows");
-  return n * mult;
+  // The fraction, exactly: frac / frac_scale of the unit, in whole nanoseconds.
+  const unsigned __int128 part = static_cast<unsigned __int128>(frac) * mult;
+  if (part % frac_scale != 0) {
+    return InvalidArgument("duration '", text, "' is finer than a nanosecond");
+  }
+  const uint64_t extra = static_cast<uint64_t>(part / frac_scale);
+  if (n * mult > UINT64_MAX - extra) return OutOfRange("duration '", text, "' overflows");
+  return n * mult + extra;
 }
 
 std::string FormatSize(uint64_t bytes) {

@@ -3,8 +3,9 @@
 // the LD_PRELOAD shim, benches).
 //
 // Sizes: "4096", "64K", "16M", "1G", "2T" (binary multiples, optional trailing "B" or "iB",
-// case-insensitive: "16MiB", "1gb"). Durations: "250ns", "200us", "5ms", "2s" (a bare number
-// is rejected so the unit is never guessed). Overflow and junk are errors with the input
+// case-insensitive: "16MiB", "1gb"). Durations: "250ns", "200us", "500ms", "1.5s", "2m", "1h"
+// (a decimal fraction is allowed if it is a whole number of nanoseconds; a bare number is
+// rejected so the unit is never guessed). Overflow and junk are errors with the input
 // quoted. Pure functions; callable from any thread.
 #pragma once
 

@@ -6,11 +6,12 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libisal-dev liburing-dev libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
-  libboost-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libgflags-dev libgtest-dev libgmock-dev
   libjerasure-dev libgf-complete-dev
   memcached gnuplot-nox libhwy-dev nlohmann-json3-dev python3-torch libtomlplusplus-dev nftables
   libjemalloc-dev nettle-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
   libcurl4-openssl-dev etcd-server etcd-client
+  mkdocs mkdocs-material help2man debhelper python3-venv
 )
 
 missing=()

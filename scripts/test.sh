@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds Tessera and runs the whole test suite: every test (unit and integration, real
-# processes on loopback) in the release build, then the unit tests again under ASan+UBSan.
+# Builds Tessera and runs the whole test suite: the documentation site (strict), every test
+# (unit and integration, real processes on loopback) in the release build, then the unit tests
+# again under ASan+UBSan.
 # Installs what it needs first (scripts/setup.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ jobs="$(nproc)"
 
 echo "== release build"
 scripts/build.sh release -j "$jobs"
+echo "== documentation (mkdocs, strict: a broken link fails)"
+scripts/docs.sh
 echo "== all tests (release)"
 # Every test runs once: a test that fails now and then is a bug to find, not to rerun.
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600

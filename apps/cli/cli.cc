@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/cli/version.h"
 #include "common/logging.h"
 
 DEFINE_string(log_level, "info", "Log level: debug, info, warning or error");
@@ -20,8 +21,30 @@ namespace {
 const std::set<std::string> kGflagsBuiltins = {"flagfile", "fromenv", "tryfromenv", "undefok",
                                                "help", "helpfull", "helpshort", "version"};
 
+// Flag names in prose written --snake_case, shown --kebab-case like the flag list below.
+std::string KebabFlags(const char* text) {
+  std::string out(text);
+  for (size_t i = 0; i + 2 < out.size(); ++i) {
+    if (out[i] != '-' || out[i + 1] != '-' || (i > 0 && out[i - 1] != ' ' && out[i - 1] != '[' &&
+                                                out[i - 1] != '(' && out[i - 1] != '`' &&
+                                                out[i - 1] != '\n' && out[i - 1] != '|')) {
+      continue;
+    }
+    for (size_t j = i + 2; j < out.size(); ++j) {
+      const char c = out[j];
+      if (c == '_') {
+        out[j] = '-';
+      } else if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 void PrintUsage(const CliSpec& spec, FILE* out) {
-  std::fprintf(out, "usage: %s %s\n\n%s\n", spec.name, spec.synopsis, spec.description);
+  std::fprintf(out, "usage: %s %s\n\n%s\n", spec.name, KebabFlags(spec.synopsis).c_str(),
+               KebabFlags(spec.description).c_str());
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);
   bool header = false;
@@ -33,8 +56,11 @@ void PrintUsage(const CliSpec& spec, FILE* out) {
       header = true;
     }
     std::string def = f.type == "string" ? "\"" + f.default_value + "\"" : f.default_value;
-    std::fprintf(out, "  --%s (%s) default %s\n      %s\n", f.name.c_str(), f.type.c_str(),
-                 def.c_str(), f.description.c_str());
+    // Shown kebab-case; the snake_case spelling works too (NormalizeFlagNames).
+    std::string name = f.name;
+    for (char& c : name) c = c == '_' ? '-' : c;
+    std::fprintf(out, "  --%s (%s) default %s\n      %s\n", name.c_str(), f.type.c_str(),
+                 def.c_str(), KebabFlags(f.description.c_str()).c_str());
   }
 }
 
@@ -46,8 +72,28 @@ void UsageError(const CliSpec& spec, const std::string& message) {
   std::exit(2);
 }
 
+// Flags are declared snake_case (gflags); a user may write them kebab-case too:
+// --auth-token-file is --auth_token_file. Only flag names change, never values, and nothing
+// after "--".
+static void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--") == 0) break;
+    if (a[0] != '-' || a[1] == '\0') continue;
+    const char* name = a + (a[1] == '-' ? 2 : 1);
+    const char* end = std::strchr(name, '=');
+    size_t len = end ? static_cast<size_t>(end - name) : std::strlen(name);
+    if (std::memchr(name, '-', len) == nullptr) continue;
+    std::string fixed(a, static_cast<size_t>(name - a));
+    for (size_t j = 0; j < len; ++j) fixed += name[j] == '-' ? '_' : name[j];
+    if (end) fixed += end;
+    argv[i] = ::strdup(fixed.c_str());  // Lives as long as the process, as argv does.
+  }
+}
+
 void InitCli(const CliSpec& spec, int* argc, char*** argv) {
-  gflags::SetUsageMessage(std::string(spec.name) + " " + spec.synopsis);
+  NormalizeFlagNames(*argc, *argv);
+  gflags::SetUsageMessage(std::string(spec.name) + " " + KebabFlags(spec.synopsis));
   // Validate flag names before gflags sees them, so an unknown flag prints our usage.
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);
@@ -67,6 +113,10 @@ void InitCli(const CliSpec& spec, int* argc, char*** argv) {
     if (has_value) name.resize(eq);
     if (name == "help" || name == "h") {
       PrintUsage(spec, stdout);
+      std::exit(0);
+    }
+    if (name == "version") {
+      std::fputs(version::Text(spec.name).c_str(), stdout);
       std::exit(0);
     }
     if (kGflagsBuiltins.count(name)) continue;

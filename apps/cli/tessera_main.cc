@@ -1,6 +1,7 @@
 // `tessera`: the user-facing command. Each subcommand is its own executable beside this one
-// (`tessera bench coding` runs build/bin/tessera-bench-coding), in the manner of git, so each
-// tool parses only its own flags and a bad flag is reported by the tool that owns it.
+// (`tessera bench coding` runs build/bin/tessera-bench-coding), or in PREFIX/libexec/tessera
+// once installed, in the manner of git, so each tool parses only its own flags and a bad flag
+// is reported by the tool that owns it.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/cli/version.h"
 #include "common/subprocess.h"
 
 namespace {
@@ -57,6 +59,37 @@ std::string ToolPath(const std::string& dir, const char* words) {
   return dir + "/" + name;
 }
 
+// `tessera GROUP --help` (or `tessera GROUP` alone) for a word that only starts subcommands
+// (bench, paramsvc, sim): lists that group's subcommands. False when GROUP is no such word.
+bool PrintGroupHelp(FILE* out, const std::string& dir, const std::string& group) {
+  const std::string prefix = group + " ";
+  bool any = false;
+  for (const auto& s : kSubcommands) {
+    if (std::string(s.words).rfind(prefix, 0) != 0) continue;
+    if (!any) {
+      std::fprintf(out, "usage: tessera %s SUBCOMMAND [FLAGS] [ARGS]\n\nsubcommands:\n",
+                   group.c_str());
+      any = true;
+    }
+    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-18s %s\n", s.words, s.help);
+  }
+  if (any) {
+    std::fprintf(out, "\n`tessera %s SUBCOMMAND --help` shows the flags of one subcommand.\n",
+                 group.c_str());
+  }
+  return any;
+}
+
+bool IsGroupOnly(const std::string& word) {
+  for (const auto& s : kSubcommands) {
+    if (word == s.words) return false;  // `demo` is a subcommand as well as a group.
+  }
+  for (const auto& s : kSubcommands) {
+    if (std::string(s.words).rfind(word + " ", 0) == 0) return true;
+  }
+  return false;
+}
+
 void PrintHelp(FILE* out, const std::string& dir) {
   std::fprintf(out,
                "usage: tessera SUBCOMMAND [FLAGS] [ARGS]\n\n"
@@ -70,8 +103,18 @@ void PrintHelp(FILE* out, const std::string& dir) {
 
 }  // namespace
 
+// Where the subcommand executables are: beside this one (the build tree, and the copy of
+// `tessera` installed among them), else in PREFIX/libexec/tessera (installed, as git does).
+std::string ToolDir() {
+  const std::string self = tessera::SelfExeDir();
+  if (IsExecutable(ToolPath(self, "memserver"))) return self;
+  const std::string libexec = self + "/" + TESSERA_LIBEXEC_RELDIR;
+  if (IsExecutable(ToolPath(libexec, "memserver"))) return libexec;
+  return self;
+}
+
 int main(int argc, char** argv) {
-  std::string dir = tessera::SelfExeDir();
+  std::string dir = ToolDir();
   if (argc < 2) {
     PrintHelp(stderr, dir);
     return 2;
@@ -82,8 +125,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (first == "--version" || first == "version") {
-    std::printf("tessera 0.1.0\n");
+    std::fputs(tessera::version::Text("tessera").c_str(), stdout);
     return 0;
+  }
+  if (IsGroupOnly(first)) {
+    const bool help = argc == 3 && (std::strcmp(argv[2], "--help") == 0 ||
+                                    std::strcmp(argv[2], "-h") == 0 ||
+                                    std::strcmp(argv[2], "help") == 0);
+    if (argc == 2 || help) {
+      PrintGroupHelp(help ? stdout : stderr, dir, first);
+      return help ? 0 : 2;
+    }
   }
   // Longest match first: `tessera bench coding` before `tessera bench`.
   for (int words = 2; words >= 1; --words) {

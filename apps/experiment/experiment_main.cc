@@ -32,8 +32,8 @@ DEFINE_int32(lock_wait_s, 120,
 DEFINE_bool(quick, false, "Run the scenario's [quick] size (what CI runs)");
 DEFINE_bool(progress, true, "A live status line on stderr when it is a terminal");
 DEFINE_string(system_lock, "",
-              "Lock file held while firewall rules exist (default /work/coord/system.lock when "
-              "it exists, else /run/lock/tessera-system.lock)");
+              "Lock file to flock while a partition's firewall rules exist, shared with other "
+              "tools that change the machine's firewall (empty: take no lock)");
 
 namespace {
 
@@ -111,12 +111,15 @@ int Run(const std::string& what) {
     o.out_dir = "experiment-" + sc->name + "-" + b;
   }
   o.bin_dir = tessera::SelfExeDir();
-  o.source_dir = TESSERA_SOURCE_DIR;
-  o.system_lock = FLAGS_system_lock;
-  if (o.system_lock.empty()) {
-    o.system_lock = ::access("/work/coord", W_OK) == 0 ? "/work/coord/system.lock"
-                                                       : "/run/lock/tessera-system.lock";
+  o.data_dir = ex::DataDir(o.bin_dir);
+  if (o.data_dir.empty()) {
+    std::fprintf(stderr,
+                 "tessera experiment: the data directory (share/tessera, with workloads/) is "
+                 "missing beside %s: build or install Tessera again\n",
+                 o.bin_dir.c_str());
+    return 1;
   }
+  o.system_lock = FLAGS_system_lock;
   o.lock_wait_ms = std::max(0, FLAGS_lock_wait_s) * 1000;
   o.quick = FLAGS_quick;
   o.progress = FLAGS_progress && ::isatty(2);

@@ -75,7 +75,7 @@ Status Partition::Prepare(int wait_ms) {
 }
 
 Status Partition::Lock(int wait_ms) {
-  if (lock_fd_.valid()) return Status::Ok();
+  if (lock_fd_.valid() || lock_path_.empty()) return Status::Ok();  // Empty: no lock asked for.
   UniqueFd fd(::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666));
   if (!fd.valid()) return ErrnoError("open ", lock_path_);
   Deadline deadline = Deadline::AfterMs(static_cast<uint64_t>(wait_ms));

@@ -5,8 +5,8 @@
 // chain dropping `tcp dport P` and `tcp sport P`), created on the first Cut() and deleted when
 // the last port is healed and by the destructor, so a scenario that fails or is cancelled never
 // leaves rules behind. While the table exists (from Prepare() on, when it is used) the object
-// holds an exclusive flock on the machine-wide lock file given at construction (other tools
-// that change the network or swap wait for it). Tables of runners that died without cleaning up
+// holds an exclusive flock on the lock file given at construction, when one is given (other
+// tools that change the network or swap can wait for it). Tables of runners that died without cleaning up
 // (their pid is gone) are removed by Available().
 //
 // Threads: one owner thread; not thread-safe.

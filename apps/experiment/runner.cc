@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/cli/version.h"
 #include "apps/experiment/partition.h"
 #include "apps/experiment/slab_census.h"
 #include "apps/experiment/tools.h"
@@ -574,8 +575,7 @@ class ScenarioRun {
         if (avail.ok()) {
           Status st = partition_.Cut(cluster_->endpoints()[i].port);
           if (st.ok()) {
-            res_.partition_mode =
-                "nftables (table " + partition_.table() + ", holding " + o_.system_lock + ")";
+            res_.partition_mode = PartitionMode();
             partitioned_real_.insert(i);
             return st;
           }
@@ -989,7 +989,7 @@ class ScenarioRun {
   }
 
   Status RunProgram() {
-    std::vector<std::string> cmd = ExpandCommand(s_.workload.command, o_.source_dir);
+    std::vector<std::string> cmd = ExpandCommand(s_.workload.command, o_.data_dir);
     const std::string live = dir_ + "/live_stats", stats = dir_ + "/run_stats.json";
     const std::string err = dir_ + "/stderr.txt";
     std::vector<std::string> argv = {"/bin/sh",
@@ -1505,7 +1505,7 @@ class ScenarioRun {
       partition_ready_ = partition_.Prepare(o_.lock_wait_ms);
       const std::string mode =
           partition_ready_.ok()
-              ? "nftables (table " + partition_.table() + ", holding " + o_.system_lock + ")"
+              ? PartitionMode()
               : "memserver drop-all fault (nftables not usable: " + partition_ready_.message() +
                     ")";
       WriteWholeFile(dir_ + "/partition.txt", mode + "\n").IgnoreError();
@@ -1519,14 +1519,20 @@ class ScenarioRun {
     return RunProgram();
   }
 
+ private:
+  std::string PartitionMode() const {
+    return "nftables (table " + partition_.table() +
+           (o_.system_lock.empty() ? std::string(", no lock)") : ", holding " + o_.system_lock + ")");
+  }
+
  public:
   static std::vector<std::string> ExpandCommand(const std::vector<std::string>& cmd,
-                                                const std::string& source_dir) {
+                                                const std::string& data_dir) {
     std::vector<std::string> out;
     for (std::string a : cmd) {
-      const std::string key = "${source_dir}";
+      const std::string key = "${data_dir}";
       for (size_t pos; (pos = a.find(key)) != std::string::npos;)
-        a.replace(pos, key.size(), source_dir);
+        a.replace(pos, key.size(), data_dir);
       out.push_back(a);
     }
     return out;
@@ -1669,14 +1675,6 @@ struct Check {
   std::string measured;
   bool pass = false;
 };
-
-std::string GitRevision(const std::string& source_dir) {
-  auto r = RunTool({"git", "-C", source_dir, "rev-parse", "HEAD"}, 5000);
-  if (!r.ok() || r->exit_code != 0) return "unknown";
-  auto d =
-      RunTool({"git", "-C", source_dir, "status", "--porcelain", "--untracked-files=no"}, 5000);
-  return r->output + (d.ok() && d->exit_code == 0 && !d->output.empty() ? "+dirty" : "");
-}
 
 json Machine() {
   json m;
@@ -2050,7 +2048,7 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
   double local_s = 0;
   if (need_local) {
     if (o.progress) std::fprintf(stderr, "[local] running the program without tessera...\n");
-    std::vector<std::string> cmd = ScenarioRun::ExpandCommand(s.workload.command, o.source_dir);
+    std::vector<std::string> cmd = ScenarioRun::ExpandCommand(s.workload.command, o.data_dir);
     Subprocess::Options so;
     so.capture_stdout = true;
     so.quiet_stderr = true;
@@ -2128,7 +2126,7 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
   j["duration_s"] = s.duration_s;
   j["workload"] = {{"kind", s.workload.kind}};
   if (s.workload.kind == "run") {
-    j["workload"]["command"] = ScenarioRun::ExpandCommand(s.workload.command, o.source_dir);
+    j["workload"]["command"] = ScenarioRun::ExpandCommand(s.workload.command, o.data_dir);
     j["workload"]["local_memory"] = s.workload.local_memory;
   } else {
     j["workload"]["pages"] = s.workload.pages;
@@ -2136,7 +2134,8 @@ Result<Outcome> RunExperiment(const Scenario& scenario_in, const RunOptions& o) 
     j["workload"]["read_ratio"] = s.workload.read_ratio;
     j["workload"]["ops"] = s.workload.ops;
   }
-  j["git_revision"] = GitRevision(o.source_dir);
+  j["git_revision"] = version::Commit();
+  j["version"] = version::Version();
   j["machine"] = Machine();
   j["started_utc"] = started;
   j["wall_s"] = Now() - start;

@@ -12,7 +12,7 @@
 // verdict over all of them at the top level).
 //
 // partition/heal: real nftables rules on the server's port when `nft` works here (the runner
-// holds an flock on options.system_lock while rules exist and removes them on every exit path,
+// holds an flock on options.system_lock, if set, while rules exist and removes them on every exit path,
 // including a cancel through options.cancel), else the memserver's drop-all fault; the results
 // say which.
 //
@@ -31,8 +31,8 @@ namespace tessera::experiment {
 struct RunOptions {
   std::string out_dir;        // Created if missing.
   std::string bin_dir;        // Holds tessera-memserver, tessera-run, tessera-fault, tessera-sim-*.
-  std::string source_dir;     // Replaces ${source_dir} in commands; git revision is read here.
-  std::string system_lock;    // flock'ed while firewall rules exist.
+  std::string data_dir;       // Replaces ${data_dir} in commands: share/tessera (workloads/).
+  std::string system_lock;    // flock'ed while firewall rules exist; empty: no lock.
   int lock_wait_ms = 120000;  // Bound on waiting for it; then the drop-all fallback.
   bool quick = false;         // Apply the scenario's [quick] table.
   bool progress = false;      // A live status line on stderr.

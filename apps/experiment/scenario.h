@@ -46,7 +46,7 @@ struct ClusterSpec {
 struct WorkloadSpec {
   std::string kind;  // run | pagestore | kv | paramsvc
   // kind = run.
-  std::vector<std::string> command;  // ${source_dir} is replaced by the source tree's root.
+  std::vector<std::string> command;  // ${data_dir}: the installed data (share/tessera).
   std::string local_memory = "50%";
   // kind = pagestore.
   uint64_t pages = 0;

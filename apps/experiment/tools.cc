@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -97,6 +99,18 @@ Status WriteWholeFile(const std::string& path, const std::string& text) {
   out.close();
   if (!out) return IoError("writing ", path);
   return Status::Ok();
+}
+
+std::string DataDir(const std::string& bin_dir) {
+  for (const char* rel : {"/../share/tessera", "/../../share/tessera"}) {
+    const std::string dir = bin_dir + rel;
+    struct stat st;
+    if (::stat((dir + "/workloads").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      char real[PATH_MAX];
+      return ::realpath(dir.c_str(), real) ? std::string(real) : dir;
+    }
+  }
+  return "";
 }
 
 }  // namespace tessera::experiment

@@ -28,4 +28,10 @@ bool ProcUsage(pid_t pid, uint64_t* cpu_ticks, uint64_t* rss_bytes);
 std::string ReadWholeFile(const std::string& path);
 Status WriteWholeFile(const std::string& path, const std::string& text);
 
+// The data directory of the built-in scenarios' workloads (`${data_dir}` in a scenario's
+// command): share/tessera beside the executables' directory (build/share/tessera in a build
+// tree, PREFIX/share/tessera from PREFIX/libexec/tessera once installed); "" when neither
+// holds workloads/.
+std::string DataDir(const std::string& bin_dir);
+
 }  // namespace tessera::experiment

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "apps/cli/cli.h"
+#include "apps/cli/version.h"
 #include "common/logging.h"
 #include "common/units.h"
 #include "membership/etcd_client.h"
@@ -232,7 +233,7 @@ int main(int argc, char** argv) {
     rec.host = hn;
     rec.pid = ::getpid();
     rec.start_time_ms = static_cast<int64_t>(::time(nullptr)) * 1000;
-    rec.version = "0.1.0";
+    rec.version = tessera::version::Version();
     auto r = tessera::membership::Registration::Start(etcd_options, FLAGS_cluster_name, rec,
                                                       etcd_ttl_s);
     if (!r.ok()) {

@@ -21,6 +21,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_metrics.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
@@ -29,6 +30,7 @@
 #include "fabric/auth.h"
 #include "fabric/credential.h"
 #include "kernel_shim/nbd/nbd_server.h"
+#include "memserver/http_metrics.h"
 
 DEFINE_string(size, "", "Size of the export, e.g. 1G (required unless --exports is given)");
 DEFINE_string(name, "tessera", "Name of the export");
@@ -54,6 +56,9 @@ DEFINE_int32(direct_spin_us, 100,
              "twice the recent reply time, at most this long (0..1000 us; 0: never), before it "
              "sleeps");
 DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token paths");
+DEFINE_int32(metrics_port, -1,
+             "Prometheus endpoint of the page store's metrics on 127.0.0.1 (GET /metrics); "
+             "0 = ephemeral; -1 = off");
 
 namespace tessera {
 namespace {
@@ -89,6 +94,9 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
   }
   if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16) cli::UsageError(kSpec, "--io_threads must be in 1..16");
+  if (FLAGS_metrics_port < -1 || FLAGS_metrics_port > 65535) {
+    cli::UsageError(kSpec, "--metrics_port must be -1 (off) or in [0, 65535]");
+  }
   if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
     cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000");
   }
@@ -256,6 +264,19 @@ int Main(int argc, char** argv) {
   }
   std::printf("page store: %s, %llu pages\n", store->name().c_str(),
               static_cast<unsigned long long>(total_pages));
+  std::unique_ptr<memserver::MetricsHttpServer> metrics;
+  if (FLAGS_metrics_port >= 0) {
+    client::PageStore* s = store.get();
+    auto m = memserver::MetricsHttpServer::Start(
+        "127.0.0.1", static_cast<uint16_t>(FLAGS_metrics_port),
+        [s] { return cli::BuildInfoMetrics("nbd") + cli::StoreMetrics(s->name(), s->Stats()); });
+    if (!m.ok()) {
+      std::fprintf(stderr, "tessera nbd: metrics: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
+    std::printf("metrics on 127.0.0.1:%u\n", static_cast<unsigned>(metrics->port()));
+  }
   for (const auto& e : so.exports) {
     const std::string uri = FLAGS_unix.empty() ? uri_base + e.name
                                                : "nbd+unix:///" + e.name + "?socket=" + FLAGS_unix;
@@ -306,6 +327,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "tessera nbd: flush on shutdown: %s\n", st.ToString().c_str());
     return 1;
   }
+  metrics.reset();  // Before the store it reads.
   server_or->reset();
   follower.reset();
   store.reset();

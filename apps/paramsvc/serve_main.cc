@@ -27,10 +27,12 @@
 #include "apps/paramsvc/checkpoint.h"
 #include "apps/paramsvc/server.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_metrics.h"
 #include "client/remote_store.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
 #include "fabric/auth.h"
+#include "memserver/http_metrics.h"
 
 DEFINE_string(listen, "127.0.0.1", "IPv4 address to listen on");
 DEFINE_int32(port, 7800, "TCP port; 0 picks an ephemeral port (printed on stdout)");
@@ -52,6 +54,9 @@ DEFINE_int32(ec_k, 2, "Checkpoint store: RS data splits");
 DEFINE_int32(ec_r, 1, "Checkpoint store: RS parity splits");
 DEFINE_int32(store_mb, 1024, "Checkpoint store capacity in MiB");
 DEFINE_bool(restart, true, "Restart the aggregation server when it dies");
+DEFINE_int32(metrics_port, -1,
+             "Prometheus endpoint (GET /metrics) of the checkpoint store's metrics, on the "
+             "--listen address; 0 = ephemeral; -1 = off");
 DEFINE_string(role, "supervisor", "Internal: supervisor or aggregator");
 DEFINE_int32(listen_fd, -1, "Internal (aggregator): inherited listening socket");
 DEFINE_int32(link_fd, -1, "Internal (aggregator): checkpoint link to the supervisor");
@@ -219,6 +224,22 @@ int main(int argc, char** argv) {
   ::getsockname(lfd->get(), reinterpret_cast<sockaddr*>(&a), &alen);
   std::printf("listening on %s:%u\n", FLAGS_listen.c_str(), ntohs(a.sin_port));
   std::printf("checkpoints %s\n", have_store ? "on" : "off");
+  // The supervisor's metrics: its build and its checkpoint store (destroyed before it).
+  std::unique_ptr<memserver::MetricsHttpServer> metrics;
+  if (FLAGS_metrics_port >= 0) {
+    if (FLAGS_metrics_port > 65535) cli::UsageError(kSpec, "--metrics_port must be -1..65535");
+    auto m = memserver::MetricsHttpServer::Start(
+        FLAGS_listen, static_cast<uint16_t>(FLAGS_metrics_port), [store_ptr] {
+          return cli::BuildInfoMetrics("paramsvc") +
+                 (store_ptr ? cli::StoreMetrics(store_ptr->name(), store_ptr->Stats()) : "");
+        });
+    if (!m.ok()) {
+      std::fprintf(stderr, "tessera paramsvc serve: metrics: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
+    std::printf("metrics on %s:%u\n", FLAGS_listen.c_str(), static_cast<unsigned>(metrics->port()));
+  }
   std::fflush(stdout);
 
   struct sigaction sa{};

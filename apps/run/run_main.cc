@@ -334,11 +334,20 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "tessera run: cannot page programs: %s\n", st.message().c_str());
     return 1;
   }
-  const std::string lib = SelfExeDir() + "/../lib/" + kernel_shim::kPreloadName;
+  // Beside the build's bin/ (build/lib), or where `cmake --install` puts it relative to the
+  // subcommand directory (TESSERA_PRELOAD_RELDIR, e.g. ../../lib from libexec/tessera).
+  std::string lib = SelfExeDir() + "/../lib/" + kernel_shim::kPreloadName;
   if (access(lib.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "tessera run: %s is missing (build the tessera_preload target)\n",
-                 lib.c_str());
-    return 1;
+    const std::string installed =
+        SelfExeDir() + "/" + TESSERA_PRELOAD_RELDIR + "/" + kernel_shim::kPreloadName;
+    if (access(installed.c_str(), R_OK) != 0) {
+      std::fprintf(stderr,
+                   "tessera run: %s is missing (neither %s nor %s exists; build the "
+                   "tessera_preload target)\n",
+                   kernel_shim::kPreloadName, lib.c_str(), installed.c_str());
+      return 1;
+    }
+    lib = installed;
   }
   char real_lib[PATH_MAX];
   if (realpath(lib.c_str(), real_lib) == nullptr) {

@@ -477,11 +477,26 @@ void VsAllreduce() {
   const int iters = FLAGS_quick ? 10 : 40;
   Note("== vs_allreduce: MLP of ~" + std::to_string(model_mb).substr(0, 3) + " MB, " +
        std::to_string(iters) + " steps per worker, PyTorch example, service with 2 cores");
-  const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py";
+  // The example as installed (PREFIX/share/tessera from PREFIX/libexec/tessera) or laid out
+  // in the build tree (build/share/tessera); the package from pip, or the build tree's copy.
+  std::string script;
+  for (const char* rel : {"/../share/tessera", "/../../share/tessera"}) {
+    const std::string candidate = SelfExeDir() + rel + "/examples/paramsvc_train.py";
+    if (::access(candidate.c_str(), R_OK) == 0) {
+      script = candidate;
+      break;
+    }
+  }
+  if (script.empty()) {
+    std::fprintf(stderr, "tessera bench paramsvc: examples/paramsvc_train.py is missing from "
+                         "share/tessera beside %s\n", SelfExeDir().c_str());
+    std::exit(1);
+  }
   std::string dat = "workers\tparamsvc\tgloo\n";
   std::vector<int> counts = FLAGS_quick ? std::vector<int>{2} : std::vector<int>{2, 4, 8};
   for (int w : counts) {
-    std::vector<std::string> argv = {FLAGS_python, script, "--backend=both",
+    std::vector<std::string> argv = {"/usr/bin/env", "PYTHONPATH=" + SelfExeDir() + "/../python",
+                                     FLAGS_python, script, "--backend=both",
                                      "--workers=" + std::to_string(w),
                                      "--model_mb=" + std::to_string(model_mb), "--epochs=100",
                                      "--max_iters=" + std::to_string(iters), "--batch=32",

@@ -9,7 +9,11 @@ worker starts from the same seeded model, trains on its 1/W shard with the same 
 for both backends, so the two runs apply the same averaged-gradient SGD-with-momentum steps
 (up to fp32 summation order).
 
+    pip install ./python            # or a build tree's package: PYTHONPATH=build/python
     /usr/bin/python3 python/examples/paramsvc_train.py --backend both --workers 4
+
+It starts `tessera paramsvc serve` (the tessera command on PATH, or --bin-dir DIR) unless
+--port names a running service.
 
 prints one JSON line per backend and, with --backend both, exits 1 when the accuracies differ
 by more than --tolerance.
@@ -27,16 +31,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def find_package():
-    # build/python (the CMake copy, beside build/lib) first, then the source tree.
-    for d in (os.environ.get("TESSERA_PYTHONPATH", ""), os.path.join(HERE, "..", "..", "build", "python"),
-              os.path.join(HERE, "..")):
-        if d and os.path.isdir(os.path.join(d, "tessera_paramsvc")):
-            sys.path.insert(0, os.path.abspath(d))
-            return
 
 
 def make_data(seed=7, n_train=8192, n_test=2048, dim=64, classes=10, noise=2.2):
@@ -81,7 +75,6 @@ def worker(rank, a, conn, out):
         params = list(model.parameters())
         flat = torch.zeros(sum(p.numel() for p in params))
     else:
-        find_package()
         import tessera_paramsvc.torch as tps
         opt = tps.ServiceOptimizer(model, conn["host"], conn["port"], conn["secret"],
                                    job=conn["job"], workers=a.workers, rank=rank, lr=a.lr,
@@ -134,7 +127,6 @@ def run(a, backend):
     server = None
     tmp = None
     if backend == "paramsvc":
-        find_package()
         import tessera_paramsvc
         tmp = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
         tmp.write(secrets.token_hex(24))
@@ -193,7 +185,8 @@ def main():
     p.add_argument("--mode", default="sync", help="sync, async or bounded(s)")
     p.add_argument("--max_iters", type=int, default=0, help="Stop each worker after this many steps")
     p.add_argument("--tolerance", type=float, default=0.02, help="Allowed accuracy difference")
-    p.add_argument("--bin_dir", default=os.path.join(HERE, "..", "..", "build", "bin"))
+    p.add_argument("--bin-dir", "--bin_dir", dest="bin_dir", default=None,
+                   help="Directory of the tessera command (default: tessera on PATH)")
     p.add_argument("--cores", type=int, default=2, help="Cores of the service it starts")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="Use a running service instead of starting one")

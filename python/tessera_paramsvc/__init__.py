@@ -7,8 +7,9 @@
     c.push_pull([grad_ptr, ...], [param_ptr, ...])   # raw pointers, one per tensor
 
 The PyTorch integration is tessera_paramsvc.torch (an optimizer wrapper).
-The library is looked up beside this package (build/python -> build/lib) or in
-$TESSERA_PARAMSVC_LIB.
+The C library is found by the dynamic loader's search or in the standard library directories
+(/usr/local/lib, /usr/lib and their multiarch directories, where `cmake --install` and the
+Debian package put it), or, in a build tree, beside this package (build/python -> build/lib).
 """
 import ctypes
 import json
@@ -27,21 +28,36 @@ class ServiceError(RuntimeError):
         self.code = code
 
 
+_LIB_NAME = "libtessera_paramsvc_c.so"
+
+
 def load_library():
     global _LIB
     if _LIB is not None:
         return _LIB
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.environ.get("TESSERA_PARAMSVC_LIB", ""),
-                  os.path.join(here, "..", "..", "lib", "libtessera_paramsvc_c.so"),
-                  os.path.join(here, "libtessera_paramsvc_c.so")]
-    for path in candidates:
-        if path and os.path.exists(path):
-            lib = ctypes.CDLL(os.path.abspath(path))
+    build_tree = os.path.join(here, "..", "..", "lib", _LIB_NAME)  # build/python -> build/lib
+    errors = []
+    lib = None
+    # The build tree's copy; the loader's own search (its cache, LD_LIBRARY_PATH); then the
+    # standard library directories an install puts it in, which the loader cache may not list
+    # until ldconfig runs.
+    import sysconfig
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    standard = [os.path.join(d, _LIB_NAME) for d in
+                ("/usr/local/lib", "/usr/local/lib/" + multiarch, "/usr/lib/" + multiarch, "/usr/lib")
+                if d and os.path.exists(os.path.join(d, _LIB_NAME))]
+    for path in ([os.path.abspath(build_tree)] if os.path.exists(build_tree) else []) + \
+            [_LIB_NAME] + standard:
+        try:
+            lib = ctypes.CDLL(path)
             break
-    else:
-        raise OSError("libtessera_paramsvc_c.so not found (build Tessera, or set "
-                      "TESSERA_PARAMSVC_LIB); looked in: " + ", ".join(c for c in candidates if c))
+        except OSError as e:
+            errors.append(str(e))
+    if lib is None:
+        raise OSError(_LIB_NAME + " not found: install Tessera "
+                      "(cmake --install build, or the tessera Debian package), or add its lib directory to the "
+                      "loader's path (" + "; ".join(errors) + ")")
     vp, ip, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
     lib.tps_last_error.restype = cp
     lib.tps_connect.restype = vp
@@ -136,16 +152,24 @@ class Client:
         return json.loads(buf.value.decode())
 
 
-def serve(bin_dir, cores=2, extra=(), token_file=None):
-    """Starts `tessera-paramsvc-serve --port 0` from bin_dir; returns (process, host, port)."""
+def serve(bin_dir=None, cores=2, extra=(), token_file=None):
+    """Starts `tessera paramsvc serve --port 0` and returns (process, host, port).
+
+    bin_dir: a directory holding the `tessera` command (a build's bin/); None: `tessera` on
+    PATH.
+    """
+    import shutil
     import subprocess
-    cmd = [os.path.join(bin_dir, "tessera-paramsvc-serve"), "--port=0", "--cores=%d" % cores,
-           "--log_level=warning"] + list(extra)
+    tessera = os.path.join(bin_dir, "tessera") if bin_dir else shutil.which("tessera")
+    if not tessera or not os.access(tessera, os.X_OK):
+        raise RuntimeError("the tessera command is not on PATH (install Tessera, or pass bin_dir)")
+    cmd = [tessera, "paramsvc", "serve", "--port=0", "--cores=%d" % cores,
+           "--log-level=warning"] + list(extra)
     if token_file:
-        cmd.append("--auth_token_file=" + token_file)
+        cmd.append("--auth-token-file=" + token_file)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.startswith("listening on "):
             host, port = line.split()[2].rsplit(":", 1)
             return proc, host, int(port)
-    raise RuntimeError("tessera-paramsvc-serve exited before listening")
+    raise RuntimeError("tessera paramsvc serve exited before listening")

@@ -33,7 +33,14 @@ TEST(UnitsTest, ParsesDurations) {
   EXPECT_EQ(*ParseDurationNs("5ms"), 5000000u);
   EXPECT_EQ(*ParseDurationNs("2s"), 2000000000u);
   EXPECT_FALSE(ParseDurationNs("200").ok());  // A unit is required.
-  EXPECT_FALSE(ParseDurationNs("2m").ok());
+  EXPECT_EQ(*ParseDurationNs("2m"), 120000000000u);
+  EXPECT_EQ(*ParseDurationNs("1h"), 3600000000000u);
+  EXPECT_EQ(*ParseDurationNs("1.5s"), 1500000000u);
+  EXPECT_EQ(*ParseDurationNs("0.25ms"), 250000u);
+  EXPECT_EQ(*ParseDurationNs("1.5h"), 5400000000000u);
+  EXPECT_FALSE(ParseDurationNs("1.5ns").ok());  // Finer than a nanosecond.
+  EXPECT_FALSE(ParseDurationNs("1.s").ok());
+  EXPECT_FALSE(ParseDurationNs("2d").ok());
   EXPECT_FALSE(ParseDurationNs("us").ok());
   EXPECT_EQ(ParseDurationNs("99999999999999999999s").status().code(), StatusCode::kOutOfRange);
 }

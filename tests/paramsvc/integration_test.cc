@@ -240,7 +240,9 @@ TEST(ParamsvcIntegration, PyTorchExampleMatchesGlooAccuracy) {
   auto probe = RunCommand({"/usr/bin/python3", "-c", "import torch"}, 60000);
   ASSERT_EQ(probe.exit_code, 0)
       << "/usr/bin/python3 cannot import torch: install Debian's python3-torch (scripts/setup.sh)";
-  auto r = RunCommand({"/usr/bin/python3", std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py",
+  // The package from the build tree (as pip would install it), the script from the source.
+  auto r = RunCommand({"/usr/bin/env", "PYTHONPATH=" + BinDir() + "/../python", "/usr/bin/python3",
+                       std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py",
                        "--backend=both", "--workers=4", "--epochs=1", "--bin_dir=" + BinDir(),
                        "--tolerance=0.02"},
                       180000, true);
