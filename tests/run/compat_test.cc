@@ -75,8 +75,77 @@ TEST(Compat, ProgramExportingAnIsalFunctionNameRunsPaged) {
   EXPECT_GE(JsonInt(j, "rebound_symbols"), 1) << j;
 }
 
+// The program's anonymous memory in its unpaged run (its "rss-anon-kb N" line), bytes.
+long long LocalAnonBytes(const std::vector<std::string>& argv) {
+  auto out = RunCommand(argv, 240000);
+  const std::string line = LineWith(out.stdout_text, "rss-anon-kb ");
+  EXPECT_FALSE(line.empty()) << out.stdout_text;
+  return line.empty() ? -1 : std::stoll(line.substr(12)) * 1024;
+}
+
+// Managed runtimes reserve their heaps PROT_NONE (or MAP_NORESERVE) and commit them with
+// mprotect or MAP_FIXED: all of that is paged. Half or more of the program's anonymous
+// memory must be in the paged footprint (docs/guides/what-is-paged.md gives the measured
+// shares and what makes up the rest: thread stacks, the JVM's class-data archive, the pager's
+// own memory).
+void ExpectManagedHeapPaged(const std::vector<std::string>& argv, const std::string& prefix) {
+  const std::string j = ExpectSameOutputPaged(argv, prefix);
+  const long long anon = LocalAnonBytes(argv);
+  const long long footprint = JsonInt(j, "peak_footprint_pages") * 4096;
+  EXPECT_GE(footprint * 2, anon) << "paged footprint " << footprint << " B of " << anon
+                                 << " B of anonymous memory: " << j;
+  EXPECT_EQ(JsonInt(j, "registration_errors"), 0) << j;
+}
+
 TEST(Compat, NodeAtHalfLocalMemoryMatchesUnpaged) {
-  ExpectSameOutputPaged({"/usr/bin/node", kDir + "/map_workload.js", "150000"}, "map-workload:");
+  ExpectManagedHeapPaged({"/usr/bin/node", kDir + "/map_workload.js", "150000"}, "map-workload:");
+}
+
+// A JVM with a 128 MB heap holding about 55 MB (G1: the heap is reserved PROT_NONE and
+// committed region by region with MAP_FIXED).
+TEST(Compat, JvmAtHalfLocalMemoryMatchesUnpaged) {
+  ExpectManagedHeapPaged({"/usr/bin/java", "-Xmx128m", "-XX:TieredStopAtLevel=1",
+                          kDir + "/HeapWorkload.java", "100000"},
+                         "heap-workload:");
+}
+
+// A pipeline under a shell: every process the shell starts is paged (one budget each).
+TEST(Compat, ShellPipelineIsPagedEndToEnd) {
+  const std::string script =
+      "/usr/bin/python3 -c 'import random; r = random.Random(7); "
+      "print(\"\\n\".join(\"%016x %d\" % (r.getrandbits(64), i) for i in range(150000)))' "
+      "| sort | sha256sum | sed 's/^/pipeline: /'";
+  const std::string j = ExpectSameOutputPaged({"/bin/sh", "-c", script}, "pipeline:");
+  // python3, sort, sha256sum and sed (and sh) each ran with a pager of their own.
+  EXPECT_GE(JsonInt(j, "processes"), 4) << j;
+}
+
+// A statically linked program: LD_PRELOAD cannot reach it. tessera run says so and runs it
+// unpaged, with its output intact.
+TEST(Compat, StaticallyLinkedProgramRunsUnpagedWithAWarning) {
+  const std::vector<std::string> argv = {BinDir() + "/tessera-static-probe", "24"};
+  auto local = RunCommand(argv, 60000);
+  ASSERT_EQ(local.exit_code, 0);
+  const std::string want = LineWith(local.stdout_text, "static-probe:");
+  ASSERT_FALSE(want.empty()) << local.stdout_text;
+  TempDir tmp;
+  for (const std::string pct : {"100%", "50%"}) {
+    const std::string json = tmp.path() + "/stats.json";
+    std::vector<std::string> a = {BinDir() + "/tessera", "run", "--local-memory", pct, "--k", "2",
+                                  "--r", "1", "--spares", "0", "--stats-json", json, "--"};
+    a.insert(a.end(), argv.begin(), argv.end());
+    // Through a shell that merges tessera run's stderr (the warning, the summary) into stdout.
+    a.insert(a.begin(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"});
+    auto out = RunCommand(a, 120000);
+    EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+    EXPECT_EQ(LineWith(out.stdout_text, "static-probe:"), want);
+    EXPECT_NE(out.stdout_text.find("is statically linked"), std::string::npos) << out.stdout_text;
+    EXPECT_NE(out.stdout_text.find("not paged: the whole program"), std::string::npos)
+        << out.stdout_text;
+    const std::string j = ReadFile(json);
+    EXPECT_EQ(JsonInt(j, "remote_writes"), -1) << "a static program has no pager: " << j;
+    EXPECT_NE(j.find("\"statically_linked\":true"), std::string::npos) << j;
+  }
 }
 
 }  // namespace
