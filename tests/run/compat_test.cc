@@ -109,6 +109,12 @@ TEST(Compat, JvmAtHalfLocalMemoryMatchesUnpaged) {
                          "heap-workload:");
 }
 
+// Ruby (Debian's ruby package): a mark-and-sweep GC walking its whole object heap, half of
+// it remote.
+TEST(Compat, RubyAtHalfLocalMemoryMatchesUnpaged) {
+  ExpectManagedHeapPaged({"/usr/bin/ruby", kDir + "/hash_workload.rb", "60000"}, "hash-workload:");
+}
+
 // A pipeline under a shell: every process the shell starts is paged (one budget each).
 TEST(Compat, ShellPipelineIsPagedEndToEnd) {
   const std::string script =
