@@ -1,12 +1,20 @@
 // `tessera run` on the kinds of programs of the compatibility list (docs/guides/what-is-paged.md):
 // each runs paged at 50% local memory on an embedded cluster and must print exactly what its
 // unpaged run prints, with pages really written to the memservers and read back.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/subprocess.h"
 #include "tests/support/test_util.h"
 
 namespace tessera {
@@ -152,6 +160,90 @@ TEST(Compat, StaticallyLinkedProgramRunsUnpagedWithAWarning) {
     EXPECT_EQ(JsonInt(j, "remote_writes"), -1) << "a static program has no pager: " << j;
     EXPECT_NE(j.find("\"statically_linked\":true"), std::string::npos) << j;
   }
+}
+
+// ---- redis BGSAVE (fork without exec in a paged program) -------------------------------------
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string RedisCli(int port, const std::vector<std::string>& cmd) {
+  std::vector<std::string> a = {"/usr/bin/redis-cli", "-p", std::to_string(port)};
+  a.insert(a.end(), cmd.begin(), cmd.end());
+  return RunCommand(a, 60000).stdout_text;
+}
+
+// Starts redis-server (under `prefix`) on `dir`, waits until it accepts connections.
+std::optional<Subprocess> StartRedis(const std::vector<std::string>& prefix, int port,
+                                     const std::string& dir) {
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
+                           "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+                           "--enable-debug-command", "local"});
+  auto server = Subprocess::Start(argv, {.capture_stdout = true});
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  if (!server.ok()) return std::nullopt;
+  Deadline d = Deadline::AfterMs(60000);
+  for (;;) {
+    auto line = server->ReadLine(d);
+    if (!line.ok()) {
+      ADD_FAILURE() << "redis never became ready: " << line.status().ToString();
+      return std::nullopt;
+    }
+    if (line->find("Ready to accept connections") != std::string::npos) break;
+  }
+  return std::move(*server);
+}
+
+// BGSAVE forks the paged redis: the child must write a dump of exactly the parent's data, which
+// an unpaged redis loads back with the same DEBUG DIGEST. (While it forks, the paged heap is
+// paged back in for the child: see "fork" in docs/guides/what-is-paged.md.)
+TEST(Compat, RedisBgsaveAtHalfLocalMemoryWritesAnIntactDump) {
+  TempDir tmp;
+  const int port = FreePort();
+  const std::string json = tmp.path() + "/stats.json";
+  auto paged = StartRedis({BinDir() + "/tessera", "run", "--local-memory", "50%", "--k", "2",
+                           "--r", "1", "--spares", "0", "--region", "2G", "--stats-json", json,
+                           "--"},
+                          port, tmp.path());
+  ASSERT_TRUE(paged.has_value());
+  auto loader = RunCommand({"/usr/bin/python3", kDir + "/kv_loader.py", "redis",
+                            std::to_string(port), "60000"},
+                           240000);
+  ASSERT_EQ(loader.exit_code, 0) << loader.stdout_text;
+  const std::string digest = RedisCli(port, {"DEBUG", "DIGEST"});
+  ASSERT_EQ(digest.size(), 41u) << digest;
+  ASSERT_NE(RedisCli(port, {"BGSAVE"}).find("Background saving started"), std::string::npos);
+  Deadline d = Deadline::AfterMs(120000);
+  std::string info;
+  for (;;) {
+    info = RedisCli(port, {"INFO", "persistence"});
+    if (info.find("rdb_bgsave_in_progress:0") != std::string::npos) break;
+    ASSERT_FALSE(d.Expired()) << "BGSAVE still running after 120 s: " << info;
+    usleep(50000);  // Polling redis for the end of the save.
+  }
+  EXPECT_NE(info.find("rdb_last_bgsave_status:ok"), std::string::npos) << info;
+  RedisCli(port, {"SHUTDOWN", "NOSAVE"});
+  auto st = paged->Wait(Deadline::AfterMs(60000));
+  ASSERT_TRUE(st.ok());
+  const std::string j = ReadFile(json);
+  EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "redis was not paged out before the fork: " << j;
+  EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
+  // The dump, loaded by an unpaged redis.
+  const int port2 = FreePort();
+  auto plain = StartRedis({}, port2, tmp.path());
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(RedisCli(port2, {"DEBUG", "DIGEST"}), digest);
+  RedisCli(port2, {"SHUTDOWN", "NOSAVE"});
+  EXPECT_TRUE(plain->Wait(Deadline::AfterMs(60000)).ok());
 }
 
 }  // namespace
