@@ -323,13 +323,14 @@ std::string NotPagedText(const kernel_shim::RunStats& s) {
   static const struct {
     const char* key;
     const char* what;
-  } kKinds[] = {{"not_paged_shared_peak_bytes", "shared mappings"},
-                {"not_paged_file_peak_bytes", "writable file mappings"},
-                {"not_paged_locked_peak_bytes", "mlocked memory"},
-                {"not_paged_stack_peak_bytes", "stack mappings"},
-                {"not_paged_hugetlb_peak_bytes", "huge-page mappings"},
-                {"not_paged_outside_peak_bytes", "anonymous mappings placed outside the paged region"},
-                {"not_paged_region_full_peak_bytes", "mappings made when the paged region was full"}};
+  } kKinds[] = {
+      {"not_paged_shared_peak_bytes", "shared mappings"},
+      {"not_paged_file_peak_bytes", "writable file mappings"},
+      {"not_paged_locked_peak_bytes", "mlocked memory"},
+      {"not_paged_stack_peak_bytes", "stack mappings"},
+      {"not_paged_hugetlb_peak_bytes", "huge-page mappings"},
+      {"not_paged_outside_peak_bytes", "anonymous mappings placed outside the paged region"},
+      {"not_paged_region_full_peak_bytes", "mappings made when the paged region was full"}};
   std::string out;
   for (const auto& k : kKinds) {
     const uint64_t b = Get(s, k.key);
@@ -650,7 +651,8 @@ int Main(int argc, char** argv) {
   if (!final) {
     // The first program did not exit normally: its last live snapshot, with the final stats
     // of the processes it started.
-    std::vector<kernel_shim::RunStats> each = {kernel_shim::ParseRunStats(ReadFile(live_path), &shim_error)};
+    std::vector<kernel_shim::RunStats> each = {
+        kernel_shim::ParseRunStats(ReadFile(live_path), &shim_error)};
     if (each[0].empty()) each.clear();
     if (!stats.empty()) each.push_back(stats);
     stats = each.empty() ? kernel_shim::RunStats{} : kernel_shim::MergeRunStats(each);
@@ -697,8 +699,9 @@ int Main(int argc, char** argv) {
                    static_cast<unsigned long long>(Get(stats, "store_data_loss")),
                    static_cast<unsigned long long>(Get(stats, "fill_errors")));
       if (Get(stats, "processes") > 1) {
-        std::fprintf(stderr, "  processes paged: %llu (the program and those it started; one "
-                             "local-memory budget each, figures summed)\n",
+        std::fprintf(stderr,
+                     "  processes paged: %llu (the program and those it started; one "
+                     "local-memory budget each, figures summed)\n",
                      static_cast<unsigned long long>(Get(stats, "processes")));
       }
       const std::string left = NotPagedText(stats);

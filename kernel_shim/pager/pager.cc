@@ -88,7 +88,8 @@ Status PagerImpl::Discard(void* addr, size_t len) {
       s = w.load();
       uint64_t st = St(s);
       bool settled = (st == kNever || st == kRemote || st == kClean || st == kDirty ||
-                      st == kPrefetched || st == kPoisoned || st == kUnpaged) && !(s & kBusy);
+                      st == kPrefetched || st == kPoisoned || st == kUnpaged) &&
+                     !(s & kBusy);
       if (st == kUnpaged) {  // Not paged: only the madvise below applies; it stays unpaged.
         old[i] = s;
         break;
@@ -163,7 +164,8 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
         continue;
       }
       const bool settled = (st == kNever || st == kRemote || st == kClean || st == kDirty ||
-                            st == kPrefetched || st == kPoisoned) && !(s & kBusy);
+                            st == kPrefetched || st == kPoisoned) &&
+                           !(s & kBusy);
       if (!settled) {
         sched_yield();
         continue;

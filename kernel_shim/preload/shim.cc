@@ -60,9 +60,9 @@
 //    later exit code, and the process is about to go away.
 #include <dlfcn.h>
 #include <elf.h>
-#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -359,7 +359,7 @@ enum LeftOutKind : int {
   kLeftRegionFull = 6,
   kLeftKinds = 7,
 };
-const char* const kLeftOutKey[kLeftKinds] = {"shared", "file", "locked", "stack",
+const char* const kLeftOutKey[kLeftKinds] = {"shared",  "file",    "locked",     "stack",
                                              "hugetlb", "outside", "region_full"};
 SpanMap* g_unpaged = nullptr;  // Region parts not paged (UnpagedWhy).
 SpanMap* g_left = nullptr;     // Mappings not paged (LeftOutKind), inside the region or not.
@@ -565,7 +565,7 @@ constexpr int kMaxPrivate = 16;
 struct PrivateObject {
   char name[128];  // DT_NEEDED name of the shim (e.g. "libisal.so.2"); "" for the shim itself.
   uintptr_t base = 0;
-  const ElfW(Dyn)* dynamic = nullptr;
+  const ElfW(Dyn) * dynamic = nullptr;
   uintptr_t relro_start = 0, relro_end = 0;
   void* handle = nullptr;
 };
@@ -574,7 +574,7 @@ int g_private_count = 0;
 uint64_t g_rebound = 0;  // GOT slots rebound (for the stats).
 
 bool SystemLibrary(const char* name) {
-  static const char* const kSystem[] = {"libc.so", "libm.so", "libstdc++.so", "libgcc_s.so",
+  static const char* const kSystem[] = {"libc.so",  "libm.so",  "libstdc++.so",  "libgcc_s.so",
                                         "ld-linux", "libdl.so", "libpthread.so", "librt.so"};
   for (const char* s : kSystem) {
     if (strstr(name, s) != nullptr) return true;
@@ -591,7 +591,8 @@ int FindPrivateObjects(struct dl_phdr_info* info, size_t, void* self_addr) {
   const auto self_a = reinterpret_cast<uintptr_t>(self_addr);
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
-    if (ph.p_type == PT_DYNAMIC) dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);
+    if (ph.p_type == PT_DYNAMIC)
+      dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);
     if (ph.p_type == PT_GNU_RELRO) {
       relro_start = info->dlpi_addr + ph.p_vaddr;
       relro_end = relro_start + ph.p_memsz;
@@ -638,18 +639,31 @@ void RebindSlots(const PrivateObject& o) {
   size_t pltrelsz = 0, relasz = 0;
   for (const ElfW(Dyn)* d = o.dynamic; d->d_tag != DT_NULL; ++d) {
     switch (d->d_tag) {
-      case DT_SYMTAB: symtab = DynPtr(o.base, d->d_un.d_ptr); break;
-      case DT_STRTAB: strtab = DynPtr(o.base, d->d_un.d_ptr); break;
-      case DT_JMPREL: jmprel = DynPtr(o.base, d->d_un.d_ptr); break;
-      case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
-      case DT_RELA: rela = DynPtr(o.base, d->d_un.d_ptr); break;
-      case DT_RELASZ: relasz = d->d_un.d_val; break;
-      default: break;
+      case DT_SYMTAB:
+        symtab = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_STRTAB:
+        strtab = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_JMPREL:
+        jmprel = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_PLTRELSZ:
+        pltrelsz = d->d_un.d_val;
+        break;
+      case DT_RELA:
+        rela = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_RELASZ:
+        relasz = d->d_un.d_val;
+        break;
+      default:
+        break;
     }
   }
   if (symtab == 0 || strtab == 0) return;
   const auto* syms = reinterpret_cast<const ElfW(Sym)*>(symtab);
-  auto one = [&](const ElfW(Rela)& r) {
+  auto one = [&](const ElfW(Rela) & r) {
     const auto type = ELF64_R_TYPE(r.r_info);
 #if defined(__x86_64__)
     if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) return;
@@ -845,7 +859,8 @@ void WriteStats(bool final) {
   const uint64_t anon = RssAnonBytes(), paged = stats->resident_pages * kPage;
   const uint64_t unpaged = anon > paged ? anon - paged : 0;
   uint64_t pk = g_unpaged_anon_peak.load();
-  while (unpaged > pk && !g_unpaged_anon_peak.compare_exchange_weak(pk, unpaged)) {}
+  while (unpaged > pk && !g_unpaged_anon_peak.compare_exchange_weak(pk, unpaged)) {
+  }
   r["unpaged_anon_peak_bytes"] = g_unpaged_anon_peak.load();
   for (int k = 0; k < kLeftKinds; ++k) {
     r[std::string("not_paged_") + kLeftOutKey[k] + "_peak_bytes"] = g_left->PeakBytes(k);
@@ -1018,8 +1033,8 @@ __attribute__((constructor)) void ShimInit() {
   if (config.descendant) {
     // Its stats go to a file of its own next to the first program's: live snapshots (many
     // programs end with _exit, which runs no destructor), then the final ones.
-    g_stats_path = new std::string(config.stats.empty() ? ""
-                                                        : config.stats + "." + std::to_string(getpid()));
+    g_stats_path =
+        new std::string(config.stats.empty() ? "" : config.stats + "." + std::to_string(getpid()));
     g_live_path = new std::string(*g_stats_path);
     config.stats = *g_stats_path;
   } else {
@@ -1115,7 +1130,6 @@ int LeftOutKindOf(int prot, int flags) {
 }
 
 inline bool Managing() { return !t_state.bypass && g_active.load(std::memory_order_acquire); }
-
 
 }  // namespace
 }  // namespace tessera::kernel_shim
@@ -1275,7 +1289,8 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexc
     {
       BypassScope bypass;
       // The program's address hint is honoured when it falls on a free part of the region.
-      if (a != 0 && a % kPage == 0 && RangeInRegion(addr, rounded) && g_ranges->AllocateAt(a, rounded)) {
+      if (a != 0 && a % kPage == 0 && RangeInRegion(addr, rounded) &&
+          g_ranges->AllocateAt(a, rounded)) {
         got = a;
       } else {
         got = g_ranges->Allocate(rounded, kPage);
@@ -1304,8 +1319,10 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexc
     const int kind = LeftOutKindOf(prot, flags);
     BypassScope bypass;
     const auto b = reinterpret_cast<uintptr_t>(r);
-    if (kind < kLeftKinds) g_left->Set(b, b + rounded, kind);
-    else g_left->Erase(b, b + rounded);
+    if (kind < kLeftKinds)
+      g_left->Set(b, b + rounded, kind);
+    else
+      g_left->Erase(b, b + rounded);
   }
   return r;
 }

@@ -32,9 +32,21 @@ const std::string kDir = TESSERA_RUN_TEST_DIR;
 // `tessera run --local-memory LOCAL --stats-json JSON -- argv...` on a small embedded cluster.
 CommandOutcome RunPaged(const std::vector<std::string>& argv, const std::string& json,
                         const std::string& local = "50%", const std::string& region = "4G") {
-  std::vector<std::string> a = {BinDir() + "/tessera", "run", "--local-memory", local,
-                                "--region", region, "--k", "2", "--r", "1", "--spares", "0",
-                                "--stats-json", json, "--"};
+  std::vector<std::string> a = {BinDir() + "/tessera",
+                                "run",
+                                "--local-memory",
+                                local,
+                                "--region",
+                                region,
+                                "--k",
+                                "2",
+                                "--r",
+                                "1",
+                                "--spares",
+                                "0",
+                                "--stats-json",
+                                json,
+                                "--"};
   a.insert(a.end(), argv.begin(), argv.end());
   return RunCommand(a, 240000, /*keep_stderr=*/false);
 }
@@ -78,8 +90,8 @@ std::string ExpectSameOutputPaged(const std::vector<std::string>& argv, const st
 // used to get the pager's erasure coder calling into it at the first eviction (SIGSEGV). The
 // shim binds its own dependencies' functions at load, so the program's gf_mul is never called.
 TEST(Compat, ProgramExportingAnIsalFunctionNameRunsPaged) {
-  const std::string j =
-      ExpectSameOutputPaged({BinDir() + "/tessera-symbol-clash-probe", "40"}, "symbol-clash-probe:");
+  const std::string j = ExpectSameOutputPaged({BinDir() + "/tessera-symbol-clash-probe", "40"},
+                                              "symbol-clash-probe:");
   EXPECT_GE(JsonInt(j, "rebound_symbols"), 1) << j;
 }
 
@@ -145,8 +157,19 @@ TEST(Compat, StaticallyLinkedProgramRunsUnpagedWithAWarning) {
   TempDir tmp;
   for (const std::string pct : {"100%", "50%"}) {
     const std::string json = tmp.path() + "/stats.json";
-    std::vector<std::string> a = {BinDir() + "/tessera", "run", "--local-memory", pct, "--k", "2",
-                                  "--r", "1", "--spares", "0", "--stats-json", json, "--"};
+    std::vector<std::string> a = {BinDir() + "/tessera",
+                                  "run",
+                                  "--local-memory",
+                                  pct,
+                                  "--k",
+                                  "2",
+                                  "--r",
+                                  "1",
+                                  "--spares",
+                                  "0",
+                                  "--stats-json",
+                                  json,
+                                  "--"};
     a.insert(a.end(), argv.begin(), argv.end());
     // Through a shell that merges tessera run's stderr (the warning, the summary) into stdout.
     a.insert(a.begin(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"});
@@ -210,14 +233,12 @@ TEST(Compat, RedisBgsaveAtHalfLocalMemoryWritesAnIntactDump) {
   TempDir tmp;
   const int port = FreePort();
   const std::string json = tmp.path() + "/stats.json";
-  auto paged = StartRedis({BinDir() + "/tessera", "run", "--local-memory", "50%", "--k", "2",
-                           "--r", "1", "--spares", "0", "--region", "2G", "--stats-json", json,
-                           "--"},
+  auto paged = StartRedis({BinDir() + "/tessera", "run", "--local-memory", "50%", "--k", "2", "--r",
+                           "1", "--spares", "0", "--region", "2G", "--stats-json", json, "--"},
                           port, tmp.path());
   ASSERT_TRUE(paged.has_value());
-  auto loader = RunCommand({"/usr/bin/python3", kDir + "/kv_loader.py", "redis",
-                            std::to_string(port), "60000"},
-                           240000);
+  auto loader = RunCommand(
+      {"/usr/bin/python3", kDir + "/kv_loader.py", "redis", std::to_string(port), "60000"}, 240000);
   ASSERT_EQ(loader.exit_code, 0) << loader.stdout_text;
   const std::string digest = RedisCli(port, {"DEBUG", "DIGEST"});
   ASSERT_EQ(digest.size(), 41u) << digest;

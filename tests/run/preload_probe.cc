@@ -23,10 +23,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cerrno>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -311,8 +311,8 @@ int ModeRuntime(int mb) {
   CHECK_OR_FAIL(Paged(r), "the reservation is not in the paged region");
   // Commit the first half with mprotect, the second with MAP_FIXED.
   CHECK_OR_FAIL(mprotect(r, half, PROT_READ | PROT_WRITE) == 0, "mprotect commit");
-  void* fixed = mmap(r + half, half, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  void* fixed =
+      mmap(r + half, half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   CHECK_OR_FAIL(fixed == r + half, "MAP_FIXED commit");
   CHECK_OR_FAIL(IsZero(r, 2 * half), "committed memory is not zero");
   Fill(r, 2 * half, 11);
@@ -330,9 +330,10 @@ int ModeRuntime(int mb) {
   CHECK_OR_FAIL(Check(r, 64 * kPg, 11), "data after PROT_NONE and back");
   CHECK_OR_FAIL(mprotect(r, 64 * kPg, PROT_READ | PROT_WRITE) == 0, "mprotect RW");
   // Decommit a part the JVM way, then commit it again: zeros.
-  CHECK_OR_FAIL(mmap(r + 128 * kPg, 32 * kPg, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == r + 128 * kPg,
-                "decommit");
+  CHECK_OR_FAIL(
+      mmap(r + 128 * kPg, 32 * kPg, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == r + 128 * kPg,
+      "decommit");
   CHECK_OR_FAIL(mprotect(r + 128 * kPg, 32 * kPg, PROT_READ | PROT_WRITE) == 0, "recommit");
   CHECK_OR_FAIL(IsZero(r + 128 * kPg, 32 * kPg), "recommitted memory is not zero");
   CHECK_OR_FAIL(Check(r + 160 * kPg, 64 * kPg, 11 + 160 * kPg), "data after the decommitted part");
@@ -345,7 +346,7 @@ int ModeRuntime(int mb) {
   CHECK_OR_FAIL(Check(r + 320 * kPg, 8 * kPg, 11 + 320 * kPg), "mlocked data");
   // A shared mapping placed over a part of the reservation, written and read back.
   auto* sh = static_cast<uint8_t*>(mmap(r + 400 * kPg, 16 * kPg, PROT_READ | PROT_WRITE,
-                                         MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+                                        MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
   CHECK_OR_FAIL(sh == r + 400 * kPg, "MAP_FIXED shared");
   CHECK_OR_FAIL(IsZero(sh, 16 * kPg), "new shared mapping not zero");
   Fill(sh, 16 * kPg, 77);

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < mb; ++i) {
     blocks[i] = malloc(chunk);
     if (blocks[i] == NULL) return 1;
-    for (size_t j = 0; j < chunk / 8; ++j) blocks[i][j] = (i * 1000003u + j) * 0x9e3779b97f4a7c15ull;
+    for (size_t j = 0; j < chunk / 8; ++j)
+      blocks[i][j] = (i * 1000003u + j) * 0x9e3779b97f4a7c15ull;
   }
   uint64_t sum = 0;
   size_t bad = 0;
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     free(blocks[i]);
   }
   free(blocks);
-  printf("symbol-clash-probe: %zu MB checksum %016llx bad words %zu\n", mb,
-         (unsigned long long)sum, bad);
+  printf("symbol-clash-probe: %zu MB checksum %016llx bad words %zu\n", mb, (unsigned long long)sum,
+         bad);
   return bad == 0 ? 0 : 1;
 }
