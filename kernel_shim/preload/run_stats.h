@@ -17,8 +17,8 @@
 
 namespace tessera::kernel_shim {
 
-// Environment variables read by the shim (and removed from the environment it passes on, so
-// programs the paged program starts run unpaged).
+// Environment variables read by the shim. They stay in the environment it passes on, with
+// LD_PRELOAD, so the programs the paged program execs are paged too (kEnvDescendant).
 inline constexpr const char* kEnvCluster = "TESSERA_RUN_CLUSTER";  // cluster file (required)
 inline constexpr const char* kEnvToken = "TESSERA_RUN_TOKEN";      // auth token file
 inline constexpr const char* kEnvK = "TESSERA_RUN_K";
