@@ -11,7 +11,7 @@ PACKAGES=(
   memcached gnuplot-nox libhwy-dev nlohmann-json3-dev python3-torch libtomlplusplus-dev nftables
   libjemalloc-dev nettle-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
   libcurl4-openssl-dev etcd-server etcd-client
-  nodejs ruby
+  nodejs ruby default-jdk-headless
 )
 
 missing=()
