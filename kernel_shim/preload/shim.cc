@@ -1307,7 +1307,9 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexc
       return reinterpret_cast<void*>(got);
     }
     void* r = RawMmap(addr, len, prot, flags, fd, off);  // The region is full.
-    if (r != MAP_FAILED) {
+    // A reservation without access holds no memory (a wasm guard region can be many GB):
+    // counted only when mapped accessible.
+    if (r != MAP_FAILED && prot != PROT_NONE) {
       BypassScope bypass;
       g_left->Set(reinterpret_cast<uintptr_t>(r), reinterpret_cast<uintptr_t>(r) + rounded,
                   kLeftRegionFull);
