@@ -7,6 +7,8 @@
 // (and --stats_json), and exits with the program's exit code (128 + signal for a signal death,
 // like a shell; 127 when PROGRAM is not found, 126 when it cannot be executed; 2 for usage
 // errors; 1 when paging cannot be set up).
+#include <dirent.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <gflags/gflags.h>
 #include <linux/userfaultfd.h>
@@ -99,12 +101,15 @@ const cli::CliSpec kSpec = {
     "[--local-memory 50%|BYTES] [--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] "
     "[--auth-token-file F] [--k 4 --r 2] "
     "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
-    "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
-    "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
-    "across memservers (an embedded local cluster of k+2r servers unless --cluster or --etcd\n"
-    "is given; with --etcd, servers that join or leave while it runs are followed),\n"
-    "so the program survives the loss of r servers. Programs it starts with exec run unpaged;\n"
-    "a fork without exec gets a full private copy of the heap. Prints a summary at exit and\n"
+    "Runs PROGRAM with its anonymous memory (malloc, private anonymous mmap, runtime heap\n"
+    "reservations) in memory paged by userfaultfd: only --local-memory of it stays local, the\n"
+    "rest is erasure-coded RS(k,r) across memservers (an embedded local cluster of k+2r\n"
+    "servers unless --cluster or --etcd is given; with --etcd, servers that join or leave\n"
+    "while it runs are followed), so the program survives the loss of r servers. Programs it\n"
+    "and its descendants exec are paged too (one --local-memory budget per process); a fork\n"
+    "without exec gets a full private copy of the heap. Shared, file and mlocked mappings are\n"
+    "left out and counted; a statically linked PROGRAM runs unpaged with a warning. Prints a\n"
+    "summary at exit and\n"
     "exits with the program's exit code (128+N for a death by signal N, 127 if PROGRAM is not\n"
     "found).",
     __FILE__,
@@ -274,6 +279,73 @@ void PrintProgress(const kernel_shim::RunStats& s, double secs) {
   std::fflush(stderr);
 }
 
+// Whether `path` is an ELF executable without a program interpreter (statically linked):
+// LD_PRELOAD cannot reach it.
+bool StaticallyLinked(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  Elf64_Ehdr eh;
+  if (!in.read(reinterpret_cast<char*>(&eh), sizeof(eh))) return false;
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+    return false;  // A script (its interpreter is what runs) or not ELF.
+  }
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph;
+    in.seekg(static_cast<std::streamoff>(eh.e_phoff + static_cast<uint64_t>(i) * eh.e_phentsize));
+    if (!in.read(reinterpret_cast<char*>(&ph), sizeof(ph))) return false;
+    if (ph.p_type == PT_INTERP) return false;
+  }
+  return true;
+}
+
+// The final stats of every process of the tree (`stats` of the first program, `stats.<pid>`
+// of those it started), merged; `error` gets the first program's shim error, if any.
+kernel_shim::RunStats TreeStats(const std::string& dir, const std::string& stats_path,
+                                std::string* error, bool* have_root) {
+  std::vector<kernel_shim::RunStats> each;
+  kernel_shim::RunStats root = kernel_shim::ParseRunStats(ReadFile(stats_path), error);
+  *have_root = !root.empty();
+  if (*have_root) each.push_back(root);
+  if (DIR* d = opendir(dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("stats.", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+      kernel_shim::RunStats s = kernel_shim::ParseRunStats(ReadFile(dir + "/" + name));
+      if (!s.empty()) each.push_back(s);
+    }
+    closedir(d);
+  }
+  if (each.empty()) return {};
+  return kernel_shim::MergeRunStats(each);
+}
+
+// "12.0 MB of shared mappings, 3.1 MB of mlocked memory" (peaks), or "" when nothing.
+std::string NotPagedText(const kernel_shim::RunStats& s) {
+  static const struct {
+    const char* key;
+    const char* what;
+  } kKinds[] = {
+      {"not_paged_shared_peak_bytes", "shared mappings"},
+      {"not_paged_file_peak_bytes", "writable file mappings"},
+      {"not_paged_locked_peak_bytes", "mlocked memory"},
+      {"not_paged_stack_peak_bytes", "stack mappings"},
+      {"not_paged_hugetlb_peak_bytes", "huge-page mappings"},
+      {"not_paged_outside_peak_bytes", "anonymous mappings placed outside the paged region"},
+      {"not_paged_region_full_peak_bytes", "mappings made when the paged region was full"}};
+  std::string out;
+  for (const auto& k : kKinds) {
+    const uint64_t b = Get(s, k.key);
+    if (b == 0) continue;
+    char buf[160];
+    if (b < 100000) {
+      std::snprintf(buf, sizeof(buf), "%s%.0f KB of %s", out.empty() ? "" : ", ", b / 1e3, k.what);
+    } else {
+      std::snprintf(buf, sizeof(buf), "%s%.1f MB of %s", out.empty() ? "" : ", ", b / 1e6, k.what);
+    }
+    out += buf;
+  }
+  return out;
+}
+
 int Main(int argc, char** argv) {
   // Accept --local-memory as well as --local_memory (flags only, up to "--").
   for (int i = 1; i < argc; ++i) {
@@ -330,6 +402,14 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "tessera run: %s\n", program.status().message().c_str());
     return not_found_code;
   }
+  const bool is_static = StaticallyLinked(*program);
+  if (is_static) {
+    std::fprintf(stderr,
+                 "tessera run: warning: %s is statically linked: the userfaultfd pager reaches "
+                 "programs through LD_PRELOAD and cannot page it; running it unpaged (`tessera "
+                 "swap` pages every process, static ones included)\n",
+                 program->c_str());
+  }
   if (Status st = ProbeUserfaultfd(); !st.ok()) {
     std::fprintf(stderr, "tessera run: cannot page programs: %s\n", st.message().c_str());
     return 1;
@@ -366,6 +446,13 @@ int Main(int argc, char** argv) {
   struct Cleanup {
     std::string dir, stats, live;
     ~Cleanup() {
+      // The stats files of the processes the program started (stats.<pid>).
+      if (DIR* d = opendir(dir.c_str())) {
+        while (struct dirent* e = readdir(d)) {
+          if (std::strncmp(e->d_name, "stats.", 6) == 0) unlink((dir + "/" + e->d_name).c_str());
+        }
+        closedir(d);
+      }
       unlink(stats.c_str());
       unlink((stats + ".tmp").c_str());
       if (live.rfind(dir, 0) == 0) {
@@ -567,9 +654,18 @@ int Main(int argc, char** argv) {
   }
 
   std::string shim_error;
-  kernel_shim::RunStats stats = kernel_shim::ParseRunStats(ReadFile(stats_path), &shim_error);
-  bool final = !stats.empty() || !shim_error.empty();
-  if (!final) stats = kernel_shim::ParseRunStats(ReadFile(live_path), &shim_error);
+  bool have_root = false;
+  kernel_shim::RunStats stats = TreeStats(tmpdir, stats_path, &shim_error, &have_root);
+  bool final = have_root || !shim_error.empty();
+  if (!final) {
+    // The first program did not exit normally: its last live snapshot, with the final stats
+    // of the processes it started.
+    std::vector<kernel_shim::RunStats> each = {
+        kernel_shim::ParseRunStats(ReadFile(live_path), &shim_error)};
+    if (each[0].empty()) each.clear();
+    if (!stats.empty()) each.push_back(stats);
+    stats = each.empty() ? kernel_shim::RunStats{} : kernel_shim::MergeRunStats(each);
+  }
   if (!shim_error.empty()) {
     std::fprintf(stderr, "tessera run: paging could not start: %s\n", shim_error.c_str());
     return code == 0 ? 1 : code;
@@ -611,6 +707,16 @@ int Main(int argc, char** argv) {
                    static_cast<unsigned long long>(failures),
                    static_cast<unsigned long long>(Get(stats, "store_data_loss")),
                    static_cast<unsigned long long>(Get(stats, "fill_errors")));
+      if (Get(stats, "processes") > 1) {
+        std::fprintf(stderr,
+                     "  processes paged: %llu (the program and those it started; one "
+                     "local-memory budget each, figures summed)\n",
+                     static_cast<unsigned long long>(Get(stats, "processes")));
+      }
+      const std::string left = NotPagedText(stats);
+      std::fprintf(stderr, "  not paged: %s\n", left.empty() ? "nothing left out" : left.c_str());
+    } else if (is_static) {
+      std::fprintf(stderr, "  not paged: the whole program (statically linked)\n");
     }
   }
   if (!FLAGS_stats_json.empty()) {
@@ -624,6 +730,7 @@ int Main(int argc, char** argv) {
     out["local_memory"] = FLAGS_local_memory;
     out["servers"] = where;
     out["stats_final"] = final;
+    out["statically_linked"] = is_static;
     out["failures_survived"] = failures;
     for (const auto& [key, v] : stats) out[key] = v;  // uint64 stays uint64.
     const std::string j =

@@ -19,6 +19,8 @@
 //   kPrefetching a prefetch read is in flight into a pager-owned buffer.
 //   kPrefetched  the prefetched bytes wait in that buffer for the page's first fault.
 //   kPoisoned    the store could not return it: UFFDIO_POISON, accesses get SIGBUS.
+//   kUnpaged     taken out of paging (Pager::Unregister): not registered with userfaultfd,
+//                plain memory the pager never maps, evicts or counts.
 //
 // The word is plain data: any thread may read and CAS it. Who may make which transition is
 // the pager's protocol (fault_handler.cc, evictor.cc), not enforced here.
@@ -40,6 +42,7 @@ enum State : uint64_t {
   kPrefetching = 8,
   kPrefetched = 9,
   kPoisoned = 10,
+  kUnpaged = 11,
 };
 constexpr uint64_t kStateMask = 0xf;
 // Flags.

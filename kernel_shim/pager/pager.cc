@@ -2,6 +2,8 @@
 // the work): creation, teardown, Discard, fork and stats.
 #include "kernel_shim/pager/pager.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -86,7 +88,12 @@ Status PagerImpl::Discard(void* addr, size_t len) {
       s = w.load();
       uint64_t st = St(s);
       bool settled = (st == kNever || st == kRemote || st == kClean || st == kDirty ||
-                      st == kPrefetched || st == kPoisoned) && !(s & kBusy);
+                      st == kPrefetched || st == kPoisoned || st == kUnpaged) &&
+                     !(s & kBusy);
+      if (st == kUnpaged) {  // Not paged: only the madvise below applies; it stays unpaged.
+        old[i] = s;
+        break;
+      }
       if (!settled) {
         sched_yield();
         continue;
@@ -113,12 +120,207 @@ Status PagerImpl::Discard(void* addr, size_t len) {
     } else if (st == kRemote || st == kPrefetched || st == kPoisoned) {
       AddFootprint(footprint_, peak_footprint_, -1);
     }
+    if (st == kUnpaged) continue;
     if (st == kPrefetched) PutCtx(&(*ctxs_)[CtxOf(s)]);
     if (st != kNever) discarded_.fetch_add(1);
     uint64_t waiters = W(p).exchange(kNever);
     ResolveWaiters(p, waiters);
   }
   return result;
+}
+
+Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  if (len == 0) return Status::Ok();
+  if (a % kPageSize != 0 || len % kPageSize != 0 || !Contains(addr, len)) {
+    return InvalidArgument("Unregister(", addr, ", ", len,
+                           "): not page-aligned or not inside the paged region");
+  }
+  if (child_) return Status::Ok();  // Nothing is registered in a forked child.
+  const PageId first = (a - reinterpret_cast<uintptr_t>(base())) / kPageSize;
+  const size_t n = len / kPageSize;
+  // Own every page as Discard() does; with keep_content, remote pages are filled first (the
+  // fill maps them, then they are owned like any resident page).
+  std::vector<uint64_t> old(n);
+  bool any_paged = false;
+  if (keep_content) {  // Start the reads of all remote pages first, so they overlap.
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t st = St(W(first + i).load());
+      if (st == kRemote || st == kPrefetched) HandleMissing(first + i, false, 0, nullptr);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const PageId p = first + i;
+    auto& w = W(p);
+    for (;;) {
+      uint64_t s = w.load();
+      const uint64_t st = St(s);
+      if (st == kUnpaged) {
+        old[i] = s;
+        break;
+      }
+      if (keep_content && (st == kRemote || st == kPrefetched) && !(s & kBusy)) {
+        HandleMissing(p, false, 0, nullptr);
+        continue;
+      }
+      const bool settled = (st == kNever || st == kRemote || st == kClean || st == kDirty ||
+                            st == kPrefetched || st == kPoisoned) &&
+                           !(s & kBusy);
+      if (!settled) {
+        sched_yield();
+        continue;
+      }
+      if (w.compare_exchange_weak(s, kDiscarding)) {
+        old[i] = s;
+        any_paged = true;
+        break;
+      }
+    }
+  }
+  if (!any_paged) return Status::Ok();
+  // The runs of pages that were paged (others may be mlocked or foreign mappings, which
+  // neither madvise nor UFFDIO_UNREGISTER may touch).
+  Status failed;
+  for (size_t k = 0; k < n && failed.ok();) {
+    if (St(old[k]) == kUnpaged) {
+      ++k;
+      continue;
+    }
+    size_t e = k;
+    while (e < n && St(old[e]) != kUnpaged) ++e;
+    void* run = Addr(first + k);
+    const size_t run_len = (e - k) * kPageSize;
+    if (!keep_content && ::madvise(run, run_len, MADV_DONTNEED) != 0) {
+      failed = ErrnoError("madvise(DONTNEED)");
+    } else {
+      // Unregistering wakes the threads faulting there: they retry as ordinary faults.
+      failed = uffd_.Unregister(run, run_len);
+    }
+    if (failed.ok()) k = e;
+  }
+  if (!failed.ok()) {
+    // Nothing was unregistered for good: re-register what may have been (harmless where it
+    // still is) and give every page its state back; without keep_content the dropped pages
+    // read as zeros now.
+    (void)uffd_.Register(addr, len);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t st = St(old[i]);
+      if (st == kUnpaged) continue;
+      uint64_t back = old[i];
+      if (!keep_content) {
+        if (st == kClean || st == kDirty) resident_.fetch_sub(1);
+        if (st == kClean || st == kDirty || st == kRemote || st == kPrefetched || st == kPoisoned) {
+          AddFootprint(footprint_, peak_footprint_, -1);
+        }
+        if (st == kPrefetched) PutCtx(&(*ctxs_)[CtxOf(old[i])]);
+        back = kNever;
+      }
+      ResolveWaiters(first + i, W(first + i).exchange(back));
+    }
+    uffd_.Wake(addr, len);
+    return failed;
+  }
+  Status trim = o_.store->Trim(first, n);
+  if (!trim.ok()) {
+    TLOG(WARNING) << "pager: Trim of pages " << first << "+" << n << ": " << trim.ToString();
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t st = St(old[i]);
+    if (st == kUnpaged) continue;
+    if (st == kClean || st == kDirty) resident_.fetch_sub(1);
+    if (st == kClean || st == kDirty || st == kRemote || st == kPrefetched || st == kPoisoned) {
+      AddFootprint(footprint_, peak_footprint_, -1);
+    }
+    if (st == kPrefetched) PutCtx(&(*ctxs_)[CtxOf(old[i])]);
+    // Waiters were woken by the unregistration; faults there no longer reach the pager.
+    W(first + i).store(kUnpaged);
+  }
+  return Status::Ok();
+}
+
+Status PagerImpl::Register(void* addr, size_t len) {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  if (len == 0) return Status::Ok();
+  if (a % kPageSize != 0 || len % kPageSize != 0 || !Contains(addr, len)) {
+    return InvalidArgument("Register(", addr, ", ", len,
+                           "): not page-aligned or not inside the paged region");
+  }
+  if (child_) return Status::Ok();
+  const PageId first = (a - reinterpret_cast<uintptr_t>(base())) / kPageSize;
+  const size_t n = len / kPageSize;
+  // Own the unregistered pages (kUnpaged -> kFilling): a fault that reaches the pager before
+  // their state is known waits as a duplicate of a fill and is woken below.
+  std::vector<uint8_t> mine(n, 0);
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t s = kUnpaged;
+    if (W(first + i).compare_exchange_strong(s, kFilling)) {
+      mine[i] = 1;
+      any = true;
+    }
+  }
+  if (!any) return Status::Ok();
+  auto give_back = [&] {
+    for (size_t i = 0; i < n; ++i) {
+      if (mine[i]) W(first + i).store(kUnpaged);
+    }
+  };
+  Status reg = uffd_.Register(addr, len);
+  if (!reg.ok()) {
+    give_back();
+    return reg;
+  }
+  // Which pages hold data: /proc/self/pagemap (bit 63 present, bit 62 swapped).
+  int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    Status st = ErrnoError("open /proc/self/pagemap");
+    (void)uffd_.Unregister(addr, len);
+    give_back();
+    return st;
+  }
+  constexpr size_t kChunk = 512;
+  uint64_t entries[kChunk];
+  int64_t became_resident = 0;
+  Status result;
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    const off_t off = static_cast<off_t>((a / kPageSize + i) * sizeof(uint64_t));
+    const ssize_t got = ::pread(fd, entries, m * sizeof(uint64_t), off);
+    if (got != static_cast<ssize_t>(m * sizeof(uint64_t))) {
+      // Unknown: treat as holding data (a resident dirty page is written back if evicted; a
+      // never-written one would be zero-filled over data).
+      for (size_t j = 0; j < m; ++j) entries[j] = 1ull << 63;
+      if (result.ok()) result = ErrnoError("read /proc/self/pagemap");
+    }
+    for (size_t j = 0; j < m; ++j) {
+      if (!mine[i + j]) continue;
+      const PageId p = first + i + j;
+      const bool data = (entries[j] >> 62) != 0;
+      if (data) {
+        BecameResident(p);
+        AddFootprint(footprint_, peak_footprint_, 1);
+        NoteTouched(p);
+        ++became_resident;
+        W(p).store(kDirty);
+      } else {
+        W(p).store(kNever);
+      }
+    }
+  }
+  ::close(fd);
+  if (became_resident > 0) {
+    std::lock_guard<std::mutex> l(events_mu_);
+    for (size_t i = 0; i < n; ++i) {
+      if (mine[i] && St(W(first + i).load()) == kDirty) resident_events_.push_back(first + i);
+    }
+  }
+  uffd_.Wake(addr, len);  // Faults that came while the pages were owned retry now.
+  MaybeKickEviction();
+  if (!result.ok()) {
+    TLOG(WARNING) << "pager: Register: " << result.ToString()
+                  << "; every page of the range was taken as holding data";
+  }
+  return Status::Ok();
 }
 
 Status PagerImpl::PrepareFork() {

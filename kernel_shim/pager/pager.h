@@ -156,6 +156,20 @@ class Pager {
   // the region; InvalidArgument otherwise.
   virtual Status Discard(void* addr, size_t len) = 0;
 
+  // Registration. The whole region starts paged. Unregister() takes a page-aligned part of it
+  // out of paging, so that the program may change it in ways the pager cannot follow (take
+  // away read access, place a file or shared mapping over it, mlock it): with keep_content its
+  // remote pages are read back in first, without it the range is discarded (reads as zeros);
+  // then it is unregistered from userfaultfd, its store copies are trimmed, and its pages leave
+  // the resident set and the footprint. Faults there are the kernel's from then on; Discard()
+  // on such pages only drops them (MADV_DONTNEED). Register() puts unregistered pages back under
+  // paging; [addr, addr + len) must then be a readable private anonymous mapping again: pages
+  // present in memory (or in the kernel's swap) become resident dirty pages, the others
+  // never-written. Pages already in the asked state are left as they are. InvalidArgument for a
+  // range not page-aligned or not inside the region.
+  virtual Status Unregister(void* addr, size_t len, bool keep_content) = 0;
+  virtual Status Register(void* addr, size_t len) = 0;
+
   // See "fork" in the file comment.
   virtual Status PrepareFork() = 0;
   virtual void ParentAfterFork() = 0;

@@ -105,6 +105,8 @@ class PagerImpl final : public Pager {
   ~PagerImpl() override;
 
   Status Discard(void* addr, size_t len) override;
+  Status Unregister(void* addr, size_t len, bool keep_content) override;
+  Status Register(void* addr, size_t len) override;
   Status PrepareFork() override;
   void ParentAfterFork() override;
   void ChildAfterFork() override;

@@ -78,13 +78,24 @@ Result<Uffd> Uffd::Open(void* base, size_t len) {
   api.api = UFFD_API;
   api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0);
   if (::ioctl(u.fd_.get(), UFFDIO_API, &api) != 0) return ErrnoError("UFFDIO_API");
+  TESSERA_RETURN_IF_ERROR(u.Register(base, len));
+  return u;
+}
+
+Status Uffd::Register(void* addr, size_t len) {
   uffdio_register reg{};
-  reg.range = {reinterpret_cast<uintptr_t>(base), len};
+  reg.range = {reinterpret_cast<uintptr_t>(addr), len};
   reg.mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP;
-  if (::ioctl(u.fd_.get(), UFFDIO_REGISTER, &reg) != 0) {
+  if (::ioctl(fd_.get(), UFFDIO_REGISTER, &reg) != 0) {
     return ErrnoError("UFFDIO_REGISTER missing|wp");
   }
-  return u;
+  return Status::Ok();
+}
+
+Status Uffd::Unregister(void* addr, size_t len) {
+  uffdio_range r{reinterpret_cast<uintptr_t>(addr), len};
+  if (::ioctl(fd_.get(), UFFDIO_UNREGISTER, &r) != 0) return ErrnoError("UFFDIO_UNREGISTER");
+  return Status::Ok();
 }
 
 Status Uffd::Copy(void* dst, const void* src, size_t len, bool writable, size_t* mapped) {

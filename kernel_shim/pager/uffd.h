@@ -40,6 +40,11 @@ class Uffd {
   Status WriteProtect(void* addr, size_t len, bool protect, int max_attempts = 100000);
   // Makes accesses to [addr, addr + len) raise SIGBUS (needs has_poison()).
   Status Poison(void* addr, size_t len);
+  // Registers [addr, addr + len) (page-aligned, a private anonymous mapping) in missing +
+  // write-protect mode, or unregisters it (waking the threads faulting there: they retry as
+  // ordinary faults). Registering a range registered already is harmless.
+  Status Register(void* addr, size_t len);
+  Status Unregister(void* addr, size_t len);
 
  private:
   UniqueFd fd_;

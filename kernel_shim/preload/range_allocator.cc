@@ -74,6 +74,25 @@ bool RangeAllocator::AllocateAt(uintptr_t addr, size_t size) {
   return true;
 }
 
+bool RangeAllocator::Claim(uintptr_t addr, size_t size) {
+  if (size == 0) return true;
+  const uintptr_t start = addr & ~(kPage - 1);
+  const uintptr_t end = RoundUp(addr + size, kPage);
+  if (start < base_ || end > base_ + size_ || end < start) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_addr_.upper_bound(start);
+  if (it != by_addr_.begin() && std::prev(it)->first + std::prev(it)->second > start) --it;
+  while (it != by_addr_.end() && it->first < end) {
+    const uintptr_t fs = it->first, fe = it->first + it->second;
+    auto next = std::next(it);
+    EraseFreeLocked(it);
+    if (fs < start) InsertFreeLocked(fs, start - fs);
+    if (fe > end) InsertFreeLocked(end, fe - end);
+    it = next;
+  }
+  return true;
+}
+
 bool RangeAllocator::Release(uintptr_t addr, size_t size) {
   if (size == 0) return true;
   const uintptr_t start = addr & ~(kPage - 1);

@@ -36,6 +36,9 @@ class RangeAllocator {
   uintptr_t Allocate(size_t size, size_t alignment = kPage);
   // Exactly [addr, addr + size) if all of it is free (and inside the range); false otherwise.
   bool AllocateAt(uintptr_t addr, size_t size);
+  // Marks [addr, addr + size) (rounded out to pages) allocated, whatever parts of it were free
+  // (a MAP_FIXED mapping over the range). False if it is not inside the managed range.
+  bool Claim(uintptr_t addr, size_t size);
   // Returns [addr, addr + size) (rounded out to pages) to the free set. Parts already free are
   // ignored, so releasing a range twice or releasing a superset is harmless. Returns false if
   // the range is not inside the managed range (nothing changes then).

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -116,6 +117,30 @@ RunStats ParseRunStats(std::string_view text, std::string* error) {
     if (ok) r[key] = v;
   }
   return r;
+}
+
+RunStats MergeRunStats(const std::vector<RunStats>& each) {
+  RunStats out;
+  uint64_t processes = 0;
+  for (const RunStats& s : each) {
+    auto n = s.find("processes");
+    processes += n == s.end() ? 1 : n->second;
+    for (const auto& [key, v] : s) {
+      if (key == "processes") continue;
+      const bool largest = key.find("_p50_") != std::string::npos ||
+                           key.find("_p99_") != std::string::npos || key == "elapsed_ns";
+      auto it = out.find(key);
+      if (key == "final") {
+        out[key] = it == out.end() ? v : std::min(it->second, v);
+      } else if (largest) {
+        out[key] = it == out.end() ? v : std::max(it->second, v);
+      } else {
+        out[key] += v;
+      }
+    }
+  }
+  out["processes"] = processes;
+  return out;
 }
 
 Status WriteFileAtomically(const std::string& path, std::string_view text) {

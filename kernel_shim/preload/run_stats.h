@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "client/page_store.h"
 #include "common/status.h"
@@ -16,8 +17,8 @@
 
 namespace tessera::kernel_shim {
 
-// Environment variables read by the shim (and removed from the environment it passes on, so
-// programs the paged program starts run unpaged).
+// Environment variables read by the shim. They stay in the environment it passes on, with
+// LD_PRELOAD, so the programs the paged program execs are paged too (kEnvDescendant).
 inline constexpr const char* kEnvCluster = "TESSERA_RUN_CLUSTER";  // cluster file (required)
 inline constexpr const char* kEnvToken = "TESSERA_RUN_TOKEN";      // auth token file
 inline constexpr const char* kEnvK = "TESSERA_RUN_K";
@@ -42,6 +43,11 @@ inline constexpr const char* kEnvDirectSpin = "TESSERA_RUN_DIRECT_SPIN_US";
 // new servers to its store / treats the vanished ones as failed. libcurl (etcd) is never loaded
 // into the paged program: the launcher watches etcd.
 inline constexpr const char* kEnvFollow = "TESSERA_RUN_FOLLOW";
+// Set by the shim of the program `tessera run` started (to its pid), for the programs it and
+// its descendants exec: they are paged too, each by its own pager and store (one local-memory
+// budget per process), and write their final stats to `<kEnvStats>.<pid>` (no live stats). A
+// program exec'd in place of the first one (same pid) counts as the first.
+inline constexpr const char* kEnvDescendant = "TESSERA_RUN_DESCENDANT";
 inline constexpr const char* kPreloadName = "libtessera_preload.so";
 
 // The local-memory setting: a fixed byte cap, or a fraction of the peak footprint.
@@ -61,6 +67,11 @@ RunStats CollectRunStats(const PagerStats& pager, const client::PageStoreStats& 
 std::string FormatRunStats(const RunStats& stats, const std::string& error = "");
 // Parses FormatRunStats' output; `error` receives the shim's error line, if any.
 RunStats ParseRunStats(std::string_view text, std::string* error = nullptr);
+// The stats of a process tree: per-process stats summed, except latency percentiles and
+// elapsed time (the largest) and `final` (1 only if every process wrote its final stats).
+// "processes" counts the processes merged (an input that is a merge itself counts as its
+// "processes").
+RunStats MergeRunStats(const std::vector<RunStats>& each);
 // Writes `text` to path.tmp and renames it over `path`. Errno-based status on failure.
 Status WriteFileAtomically(const std::string& path, std::string_view text);
 

@@ -3,10 +3,12 @@
 // Loaded with LD_PRELOAD by `tessera run` (apps/run), configured by the TESSERA_RUN_* variables
 // of kernel_shim/preload/run_stats.h. What it does:
 //
-//  * At load (constructor) it removes itself and its variables from the environment, so
-//    programs the paged program execs run unpaged; then, on a private thread with every signal
-//    blocked, it creates the erasure-coded PageStore (unique random client id) and a Pager
-//    whose region becomes the heap. That thread stays as the stats publisher.
+//  * At load (constructor) it binds its own dependencies' functions (see "private
+//    dependencies" below), leaves its variables and LD_PRELOAD in the environment (so the
+//    programs this one execs are paged too, each with its own pager: kEnvDescendant), then,
+//    on a private thread with every signal blocked, it creates the erasure-coded PageStore
+//    (unique random client id) and a Pager whose region becomes the heap. That thread stays as
+//    the stats publisher.
 //
 //  * Heap: a statically linked jemalloc 5.3 whose public symbols were renamed to tjem_* at
 //    build time (CMakeLists.txt), so this file defines the malloc family and jemalloc's
@@ -25,12 +27,20 @@
 //    bypass allocation can never return paged memory (a pager thread faulting on its own
 //    region would deadlock).
 //
-//  * Private anonymous mmap() (read/write, no address hint, not MAP_FIXED/STACK/HUGETLB) from
-//    program threads gets a range of the region; munmap, mremap and madvise(DONTNEED/FREE/
-//    REMOVE) on region ranges are served from it (released ranges are discarded, so a range
-//    handed out always reads as zeros). Everything else goes to the kernel. jemalloc's own
-//    mmap/munmap/madvise calls were renamed to tessera_jemalloc_* and go straight to the
-//    kernel.
+//  * Anonymous memory: every private anonymous mmap() from program threads (any protection,
+//    MAP_NORESERVE, with or without an address hint, which is honoured when it falls on a free
+//    part of the region) gets a range of the region. Runtimes that reserve PROT_NONE and commit
+//    with mprotect or MAP_FIXED are followed: MAP_FIXED anonymous mappings over the region are
+//    fresh zero paged memory, and pages without read access are taken out of paging
+//    (Pager::Unregister, content kept) until they are readable again (Pager::Register): the
+//    pager must read a page to write it back. munmap, mremap and madvise(DONTNEED/FREE/REMOVE)
+//    on region ranges are served from it (released ranges are discarded, so a range handed out
+//    always reads as zeros). Left out, counted by kind for the summary: shared and writable
+//    file mappings, stacks (MAP_STACK/GROWSDOWN), huge pages, mlocked ranges (taken out of
+//    paging when mlock()ed); a file or shared mapping placed over the region with MAP_FIXED
+//    takes its range out of paging until it is unmapped. mlockall() is refused (EPERM): it
+//    would fault in the whole region. jemalloc's own mmap/munmap/madvise calls were renamed to
+//    tessera_jemalloc_* and go straight to the kernel.
 //
 //  * Threads: pthread_create is wrapped only for bypass threads, whose children inherit the
 //    flag. Pager threads block all signals (they inherit the init thread's mask), so the
@@ -41,16 +51,18 @@
 //    memory; the child calls ChildAfterFork() (pager inert there) and from then on releases
 //    memory with a plain madvise. If PrepareFork fails, fork() fails with ENOMEM rather than
 //    give the child zero pages. vfork/posix_spawn/system share the parent's memory until exec
-//    (the parent's pager serves any fault meanwhile); after exec the new program is unpaged.
+//    (the parent's pager serves any fault meanwhile); after exec the new program is paged by
+//    its own pager (a child that exits with _exit() publishes its live stats only).
 //
 //  * At exit (library destructor, after the program's own destructors) the final stats are
 //    written for the launcher; a live snapshot is rewritten every 500 ms meanwhile. The pager
 //    and store are deliberately never torn down: the program may still touch its heap from
 //    later exit code, and the process is about to go away.
 #include <dlfcn.h>
-#include <link.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -68,6 +80,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "client/remote_store.h"
 #include "common/clock.h"
@@ -78,6 +91,7 @@
 #include "kernel_shim/pager/pager.h"
 #include "kernel_shim/preload/range_allocator.h"
 #include "kernel_shim/preload/run_stats.h"
+#include "kernel_shim/preload/span_map.h"
 
 // ---- jemalloc, renamed -------------------------------------------------------------------
 extern "C" {
@@ -325,10 +339,148 @@ void DiscardRange(void* addr, size_t len) {
   }
 }
 
-void ReleaseRange(void* addr, size_t len) {
-  DiscardRange(addr, len);
+// ---- what is not paged -------------------------------------------------------------------
+// Parts of the region taken out of paging (Pager::Unregister), by reason.
+enum UnpagedWhy : int {
+  kNoAccess = 0,  // Protection without read access (a reservation, a guard): the pager could
+                  // not read such a page to write it back.
+  kLocked = 1,    // mlock()ed: must stay resident.
+  kForeign = 2,   // A file or shared mapping (or another kind the pager cannot page) placed
+                  // over the range with MAP_FIXED.
+};
+// Mappings left out of paging, by kind: what the summary's "not paged" line reports.
+enum LeftOutKind : int {
+  kLeftShared = 0,
+  kLeftFile = 1,
+  kLeftLocked = 2,
+  kLeftStack = 3,
+  kLeftHuge = 4,
+  kLeftOutside = 5,
+  kLeftRegionFull = 6,
+  kLeftKinds = 7,
+};
+const char* const kLeftOutKey[kLeftKinds] = {"shared",  "file",    "locked",     "stack",
+                                             "hugetlb", "outside", "region_full"};
+SpanMap* g_unpaged = nullptr;  // Region parts not paged (UnpagedWhy).
+SpanMap* g_left = nullptr;     // Mappings not paged (LeftOutKind), inside the region or not.
+std::atomic<uint64_t> g_unpaged_anon_peak{0};  // Peak of RssAnon minus the paged resident set.
+std::atomic<uint64_t> g_registration_errors{0};
+
+void RawWarn(const char* what, const tessera::Status& st) {
+  if (g_registration_errors.fetch_add(1) != 0) return;
+  RawWrite(2, "tessera preload: ");
+  RawWrite(2, what);
+  RawWrite(2, ": ");
+  RawWrite(2, st.ToString().c_str());
+  RawWrite(2, "\n");
+}
+
+// RssAnon of this process, bytes (0 if unknown).
+uint64_t RssAnonBytes() {
+  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = strstr(buf, "RssAnon:");
+  return p == nullptr ? 0 : strtoull(p + 8, nullptr, 10) * 1024;
+}
+
+int RawMprotect(uintptr_t a, size_t len, int prot) {
+  return static_cast<int>(syscall(SYS_mprotect, a, len, prot));
+}
+
+// [a, a + len) of the region becomes fresh, zero, paged read/write memory, whatever it was
+// (paged, unregistered, or a foreign mapping).
+void ResetToPaged(uintptr_t a, size_t len) {
+  if (len == 0) return;
   BypassScope bypass;
-  g_ranges->Release(reinterpret_cast<uintptr_t>(addr), len);
+  if (!g_unpaged->Intersects(a, a + len)) {
+    DiscardRange(reinterpret_cast<void*>(a), len);
+    return;
+  }
+  Status st = g_pager->Unregister(reinterpret_cast<void*>(a), len, /*keep_content=*/false);
+  if (!st.ok()) {
+    // The pager still pages parts of it: replacing the mapping under it would lose them. The
+    // range stays as it is, out of the allocator (never handed out again).
+    RawWarn("Pager::Unregister", st);
+    g_unpaged->Set(a, a + len, kForeign);
+    return;
+  }
+  if (RawMmap(reinterpret_cast<void*>(a), len, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+    // The range stays out of paging (still counted as such); never reused while unpaged.
+    RawWarn("re-creating a part of the paged region", ErrnoError("mmap"));
+    g_unpaged->Set(a, a + len, kForeign);
+    return;
+  }
+  RawMadvise(reinterpret_cast<void*>(a), len, MADV_NOHUGEPAGE);
+  st = g_pager->Register(reinterpret_cast<void*>(a), len);
+  if (!st.ok()) {
+    RawWarn("Pager::Register", st);
+    g_unpaged->Set(a, a + len, kForeign);
+    return;
+  }
+  g_unpaged->Erase(a, a + len);
+  g_left->Erase(a, a + len);
+}
+
+void ReleaseRange(void* addr, size_t len) {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  ResetToPaged(a, len);
+  BypassScope bypass;
+  if (!g_unpaged->Intersects(a, a + len)) g_ranges->Release(a, len);
+}
+
+// Protection `prot` on [a, a + len) of the region: readable pages stay (or become again)
+// paged; pages without read access are taken out of paging first (their content kept).
+int SetRegionProt(uintptr_t a, size_t len, int prot) {
+  BypassScope bypass;
+  if (prot & PROT_READ) {
+    if (RawMprotect(a, len, prot) != 0) return -1;
+    for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
+      if (part.tag != kNoAccess) continue;
+      Status st = g_pager->Register(reinterpret_cast<void*>(part.start), part.end - part.start);
+      if (!st.ok()) {
+        RawWarn("Pager::Register", st);
+        continue;
+      }
+      g_unpaged->Erase(part.start, part.end);
+    }
+    return 0;
+  }
+  for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
+    if (part.tag != SpanMap::kNone) continue;
+    Status st = g_pager->Unregister(reinterpret_cast<void*>(part.start), part.end - part.start,
+                                    /*keep_content=*/true);
+    if (!st.ok()) {
+      RawWarn("Pager::Unregister", st);
+      errno = ENOMEM;
+      return -1;
+    }
+    g_unpaged->Set(part.start, part.end, kNoAccess);
+  }
+  return RawMprotect(a, len, prot);
+}
+
+// mlock on [a, a + len) of the region: its pages leave paging for good (until unmapped).
+void LockRegion(uintptr_t a, size_t len) {
+  BypassScope bypass;
+  for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
+    if (part.tag == kLocked || part.tag == kForeign) continue;
+    if (part.tag == SpanMap::kNone) {
+      Status st = g_pager->Unregister(reinterpret_cast<void*>(part.start), part.end - part.start,
+                                      /*keep_content=*/true);
+      if (!st.ok()) {
+        RawWarn("Pager::Unregister", st);
+        continue;
+      }
+    }
+    g_unpaged->Set(part.start, part.end, kLocked);
+    g_left->Set(part.start, part.end, kLeftLocked);
+  }
 }
 
 // ---- jemalloc extent hooks of the paged arena --------------------------------------------
@@ -400,6 +552,181 @@ void* BypassTrampoline(void* p) {
   return s.fn(s.arg);
 }
 
+// ---- private dependencies ----------------------------------------------------------------
+// The store and the pager run inside the paged program, on shared libraries the shim needs
+// (ISA-L, liburing, nettle, verbs). The dynamic linker resolves their calls through the
+// global scope, where the program's executable comes first: a program that exports a function
+// of the same name captures those calls. node exports OpenSSL's gf_mul(gf c, gf a, gf b), so
+// ISA-L's internal calls to its own gf_mul(a, b) (and the codec's) went into OpenSSL and
+// crashed the first time the store encoded a page, i.e. at the first eviction. So at load,
+// before the store exists, every GOT slot of the shim and of its private dependencies that
+// names a function one of those dependencies defines is bound to that definition.
+constexpr int kMaxPrivate = 16;
+struct PrivateObject {
+  char name[128];  // DT_NEEDED name of the shim (e.g. "libisal.so.2"); "" for the shim itself.
+  uintptr_t base = 0;
+  const ElfW(Dyn) * dynamic = nullptr;
+  uintptr_t relro_start = 0, relro_end = 0;
+  void* handle = nullptr;
+};
+PrivateObject g_private[kMaxPrivate];
+int g_private_count = 0;
+uint64_t g_rebound = 0;  // GOT slots rebound (for the stats).
+
+bool SystemLibrary(const char* name) {
+  static const char* const kSystem[] = {"libc.so",  "libm.so",  "libstdc++.so",  "libgcc_s.so",
+                                        "ld-linux", "libdl.so", "libpthread.so", "librt.so"};
+  for (const char* s : kSystem) {
+    if (strstr(name, s) != nullptr) return true;
+  }
+  return false;
+}
+
+uintptr_t DynPtr(uintptr_t base, ElfW(Addr) v) { return v < base ? base + v : v; }
+
+int FindPrivateObjects(struct dl_phdr_info* info, size_t, void* self_addr) {
+  const ElfW(Dyn)* dyn = nullptr;
+  uintptr_t relro_start = 0, relro_end = 0;
+  bool self = false;
+  const auto self_a = reinterpret_cast<uintptr_t>(self_addr);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_DYNAMIC)
+      dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);
+    if (ph.p_type == PT_GNU_RELRO) {
+      relro_start = info->dlpi_addr + ph.p_vaddr;
+      relro_end = relro_start + ph.p_memsz;
+    }
+    if (ph.p_type == PT_LOAD && self_a >= info->dlpi_addr + ph.p_vaddr &&
+        self_a < info->dlpi_addr + ph.p_vaddr + ph.p_memsz) {
+      self = true;
+    }
+  }
+  if (dyn == nullptr || g_private_count >= kMaxPrivate) return 0;
+  const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  if (!self) {
+    // A dependency named in the shim's DT_NEEDED list (collected from the shim first: the
+    // shim is loaded before its dependencies, so dl_iterate_phdr reaches it first).
+    if (g_private_count == 0) return 0;
+    const PrivateObject& shim = g_private[0];
+    uintptr_t strtab = 0;
+    for (const ElfW(Dyn)* d = shim.dynamic; d->d_tag != DT_NULL; ++d) {
+      if (d->d_tag == DT_STRTAB) strtab = DynPtr(shim.base, d->d_un.d_ptr);
+    }
+    bool needed = false;
+    for (const ElfW(Dyn)* d = shim.dynamic; d->d_tag != DT_NULL && strtab != 0; ++d) {
+      if (d->d_tag != DT_NEEDED) continue;
+      const char* n = reinterpret_cast<const char*>(strtab + d->d_un.d_val);
+      const char* slash = strrchr(name, '/');
+      if (!SystemLibrary(n) && strcmp(slash != nullptr ? slash + 1 : name, n) == 0) needed = true;
+    }
+    if (!needed) return 0;
+  } else if (g_private_count != 0) {
+    return 0;
+  }
+  PrivateObject& o = g_private[g_private_count++];
+  const char* slash = strrchr(name, '/');
+  snprintf(o.name, sizeof(o.name), "%s", self ? "" : (slash != nullptr ? slash + 1 : name));
+  o.base = info->dlpi_addr;
+  o.dynamic = dyn;
+  o.relro_start = relro_start;
+  o.relro_end = relro_end;
+  return 0;
+}
+
+void RebindSlots(const PrivateObject& o) {
+  uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
+  size_t pltrelsz = 0, relasz = 0;
+  for (const ElfW(Dyn)* d = o.dynamic; d->d_tag != DT_NULL; ++d) {
+    switch (d->d_tag) {
+      case DT_SYMTAB:
+        symtab = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_STRTAB:
+        strtab = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_JMPREL:
+        jmprel = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_PLTRELSZ:
+        pltrelsz = d->d_un.d_val;
+        break;
+      case DT_RELA:
+        rela = DynPtr(o.base, d->d_un.d_ptr);
+        break;
+      case DT_RELASZ:
+        relasz = d->d_un.d_val;
+        break;
+      default:
+        break;
+    }
+  }
+  if (symtab == 0 || strtab == 0) return;
+  const auto* syms = reinterpret_cast<const ElfW(Sym)*>(symtab);
+  auto one = [&](const ElfW(Rela) & r) {
+    const auto type = ELF64_R_TYPE(r.r_info);
+#if defined(__x86_64__)
+    if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) return;
+#elif defined(__aarch64__)
+    if (type != R_AARCH64_JUMP_SLOT && type != R_AARCH64_GLOB_DAT) return;
+#else
+    (void)type;
+    return;
+#endif
+    const ElfW(Sym)& sym = syms[ELF64_R_SYM(r.r_info)];
+    if (sym.st_name == 0) return;
+    const char* name = reinterpret_cast<const char*>(strtab + sym.st_name);
+    // The definition among the private dependencies (not the shim's own exports: those are
+    // meant to be found through the global scope).
+    void* def = nullptr;
+    for (int i = 1; i < g_private_count && def == nullptr; ++i) {
+      if (g_private[i].handle == nullptr) continue;
+      void* d = dlsym(g_private[i].handle, name);
+      Dl_info di;
+      void* entry = nullptr;
+      if (d == nullptr || dladdr1(d, &di, &entry, RTLD_DL_SYMENT) == 0 || di.dli_fname == nullptr ||
+          entry == nullptr) {
+        continue;
+      }
+      const auto* def_sym = static_cast<const ElfW(Sym)*>(entry);
+      // Functions only: a data object may have been copied into the executable (a copy
+      // relocation), and then the executable's copy is the one every object must use.
+      const int t = ELF64_ST_TYPE(def_sym->st_info);
+      if (t != STT_FUNC && t != STT_GNU_IFUNC) continue;
+      const char* slash = strrchr(di.dli_fname, '/');
+      const char* base = slash != nullptr ? slash + 1 : di.dli_fname;
+      for (int j = 1; j < g_private_count; ++j) {
+        if (strcmp(base, g_private[j].name) == 0) def = d;
+      }
+    }
+    if (def == nullptr || dlsym(RTLD_DEFAULT, name) == def) return;
+    auto* slot = reinterpret_cast<void**>(o.base + r.r_offset);
+    if (*slot == def) return;
+    const bool relro = reinterpret_cast<uintptr_t>(slot) >= o.relro_start &&
+                       reinterpret_cast<uintptr_t>(slot) < o.relro_end;
+    const uintptr_t page = reinterpret_cast<uintptr_t>(slot) & ~(kPage - 1);
+    if (relro && syscall(SYS_mprotect, page, kPage, PROT_READ | PROT_WRITE) != 0) return;
+    *slot = def;
+    if (relro) syscall(SYS_mprotect, page, kPage, PROT_READ);
+    ++g_rebound;
+  };
+  for (size_t i = 0; jmprel != 0 && i < pltrelsz / sizeof(ElfW(Rela)); ++i) {
+    one(reinterpret_cast<const ElfW(Rela)*>(jmprel)[i]);
+  }
+  for (size_t i = 0; rela != 0 && i < relasz / sizeof(ElfW(Rela)); ++i) {
+    one(reinterpret_cast<const ElfW(Rela)*>(rela)[i]);
+  }
+}
+
+void BindPrivateDependencies() {
+  static int anchor;
+  dl_iterate_phdr(FindPrivateObjects, &anchor);
+  for (int i = 1; i < g_private_count; ++i) {
+    g_private[i].handle = dlopen(g_private[i].name, RTLD_LAZY | RTLD_NOLOAD);
+  }
+  for (int i = 0; i < g_private_count; ++i) RebindSlots(g_private[i]);
+}
+
 // ---- configuration and initialisation ----------------------------------------------------
 struct Config {
   std::string cluster, token, stats, live, log_level;
@@ -412,19 +739,27 @@ struct Config {
   bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
   uint64_t region = 8ull << 30;
+  bool descendant = false;  // Exec'd by the program `tessera run` started, or its descendants.
 };
 
-// Copies the shim's variables and removes them (and this library from LD_PRELOAD) from the
-// environment the program and its children see.
+// Copies the shim's variables. They (and LD_PRELOAD) stay in the environment, so the programs
+// this one execs are paged too; kEnvDescendant tells them they are descendants. Without
+// kEnvCluster (the library preloaded by hand) this library is removed from LD_PRELOAD.
 bool TakeConfig(Config* c, std::string* error) {
   auto take = [](const char* name, std::string* out) {
     const char* v = getenv(name);
     if (v == nullptr) return false;
     *out = v;
-    unsetenv(name);
     return true;
   };
   const bool configured = take(kEnvCluster, &c->cluster);
+  if (configured) {
+    // The variable holds the first program's pid: a shell that execs its last command in
+    // place is still the first program.
+    const char* root = getenv(kEnvDescendant);
+    c->descendant = root != nullptr && strtol(root, nullptr, 10) != getpid();
+    if (root == nullptr) setenv(kEnvDescendant, std::to_string(getpid()).c_str(), 1);
+  }
   std::string k, r, local, region;
   take(kEnvToken, &c->token);
   take(kEnvStats, &c->stats);
@@ -441,7 +776,7 @@ bool TakeConfig(Config* c, std::string* error) {
   std::string follow;
   if (take(kEnvFollow, &follow)) c->follow = follow == "1";
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
-  if (const char* pre = getenv("LD_PRELOAD")) {
+  if (const char* pre = configured ? nullptr : getenv("LD_PRELOAD")) {
     std::string kept, entry;
     std::string all = pre;
     size_t i = 0;
@@ -518,6 +853,20 @@ void WriteStats(bool final) {
   auto sstats = std::make_unique<client::PageStoreStats>(g_store->Stats());
   RunStats r = CollectRunStats(*stats, *sstats, MonotonicNs() - g_start_ns, final);
   r["mmaps"] = g_mmaps.load();
+  r["rebound_symbols"] = g_rebound;
+  // Anonymous memory of the process the pager does not hold (its own threads' memory, stacks,
+  // what was left out), at its peak over the snapshots.
+  const uint64_t anon = RssAnonBytes(), paged = stats->resident_pages * kPage;
+  const uint64_t unpaged = anon > paged ? anon - paged : 0;
+  uint64_t pk = g_unpaged_anon_peak.load();
+  while (unpaged > pk && !g_unpaged_anon_peak.compare_exchange_weak(pk, unpaged)) {
+  }
+  r["unpaged_anon_peak_bytes"] = g_unpaged_anon_peak.load();
+  for (int k = 0; k < kLeftKinds; ++k) {
+    r[std::string("not_paged_") + kLeftOutKey[k] + "_peak_bytes"] = g_left->PeakBytes(k);
+  }
+  r["unpaged_no_access_bytes"] = g_unpaged->Bytes(kNoAccess);
+  r["registration_errors"] = g_registration_errors.load();
   r["discard_errors"] = g_discard_errors.load();
   (void)WriteFileAtomically(*path, FormatRunStats(r));
 }
@@ -532,6 +881,7 @@ void FailInit(const Config& c, const std::string& message) {
 
 struct InitShared {
   Config* config;
+  std::string skip;  // Why this process runs unpaged (no error: it just is not paged).
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
   bool done = false;
@@ -599,6 +949,12 @@ void* InitThread(void* arg) {
       error = cred.status().ToString();
       break;
     }
+    if (c.descendant && cred->client_id != 0) {
+      // A per-client credential names one client: a second process paging under the same
+      // id would share its namespace on the memservers.
+      sh->skip = "a per-client credential pages only the program tessera run started";
+      break;
+    }
     client::ErasureCodedStoreOptions eo;
     eo.remote.servers = *servers;
     eo.remote.secret = cred->key;
@@ -636,12 +992,13 @@ void* InitThread(void* arg) {
     g_store = store->release();
     g_pager = pager->release();
   } while (false);
+  const bool stop = !error.empty() || !sh->skip.empty();
   pthread_mutex_lock(&sh->mu);
   sh->error = error;
   sh->done = true;
   pthread_cond_signal(&sh->cv);
   pthread_mutex_unlock(&sh->mu);
-  if (!error.empty()) return nullptr;
+  if (stop) return nullptr;
   // Live stats publisher (and, with kEnvFollow, the membership follower).
   struct timespec seen = {0, 0};
   if (c.follow) {
@@ -661,6 +1018,7 @@ void* InitThread(void* arg) {
 __attribute__((constructor)) void ShimInit() {
   RealPthreadCreate();
   RealFork();
+  BindPrivateDependencies();
   g_tcache_key_ok = pthread_key_create(&g_tcache_key, DestroyTcache) == 0;
   dl_iterate_phdr(CollectPlainCode, nullptr);
   static Config config;  // Lives for the process (read by the init thread).
@@ -672,8 +1030,17 @@ __attribute__((constructor)) void ShimInit() {
   SetMinLogLevel(level);
   g_start_ns = MonotonicNs();
   g_owner_pid = getpid();
-  g_stats_path = new std::string(config.stats);
-  g_live_path = new std::string(config.live);
+  if (config.descendant) {
+    // Its stats go to a file of its own next to the first program's: live snapshots (many
+    // programs end with _exit, which runs no destructor), then the final ones.
+    g_stats_path =
+        new std::string(config.stats.empty() ? "" : config.stats + "." + std::to_string(getpid()));
+    g_live_path = new std::string(*g_stats_path);
+    config.stats = *g_stats_path;
+  } else {
+    g_stats_path = new std::string(config.stats);
+    g_live_path = new std::string(config.live);
+  }
 
   InitShared sh;
   sh.config = &config;
@@ -688,11 +1055,26 @@ __attribute__((constructor)) void ShimInit() {
   pthread_mutex_lock(&sh.mu);
   while (!sh.done) pthread_cond_wait(&sh.cv, &sh.mu);
   pthread_mutex_unlock(&sh.mu);
+  if (!sh.error.empty() && config.descendant) {
+    // A program started by the paged one: better unpaged than not run at all.
+    RawWrite(2, "tessera preload: running this program unpaged: ");
+    RawWrite(2, sh.error.c_str());
+    RawWrite(2, "\n");
+    return;
+  }
   if (!sh.error.empty()) FailInit(config, sh.error);
+  if (!sh.skip.empty()) {
+    RawWrite(2, "tessera preload: running this program unpaged: ");
+    RawWrite(2, sh.skip.c_str());
+    RawWrite(2, "\n");
+    return;
+  }
 
   {
     BypassScope bypass;
     g_ranges = new RangeAllocator(reinterpret_cast<uintptr_t>(g_pager->base()), g_pager->size());
+    g_unpaged = new SpanMap();
+    g_left = new SpanMap();
   }
   // The paged arena: extents from the region, but its metadata (jemalloc's "base": extent
   // descriptors, slab bitmaps) in plain memory. jemalloc writes metadata while holding locks
@@ -727,16 +1109,27 @@ __attribute__((destructor)) void ShimFini() {
   WriteStats(true);
 }
 
-// Private anonymous read/write mappings without an address the program asked for.
-bool ShouldPage(void* addr, size_t len, int prot, int flags) {
-  if (!PagedThread() || addr != nullptr || len == 0) return false;
+// Whether a mapping of these flags can be paged: private anonymous memory, except stacks
+// (the kernel writes signal frames there; a fault in that path cannot wait for the pager),
+// huge pages, MAP_32BIT and MAP_LOCKED.
+bool PageableFlags(int flags) {
   if ((flags & MAP_ANONYMOUS) == 0 || (flags & MAP_TYPE) != MAP_PRIVATE) return false;
-  if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB |
-               MAP_32BIT)) {
-    return false;
-  }
-  return prot == (PROT_READ | PROT_WRITE);
+  return (flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB | MAP_32BIT | MAP_LOCKED)) == 0;
 }
+
+// What a mapping the shim leaves to the kernel counts as (kLeftKinds: not counted, e.g. a
+// read-only file mapping, which the kernel's page cache handles already).
+int LeftOutKindOf(int prot, int flags) {
+  if ((flags & MAP_ANONYMOUS) == 0 && (prot & PROT_WRITE) == 0) return kLeftKinds;
+  if ((flags & MAP_TYPE) != MAP_PRIVATE) return kLeftShared;
+  if ((flags & MAP_ANONYMOUS) == 0) return kLeftFile;
+  if (flags & MAP_LOCKED) return kLeftLocked;
+  if (flags & (MAP_STACK | MAP_GROWSDOWN)) return kLeftStack;
+  if (flags & MAP_HUGETLB) return kLeftHuge;
+  return kLeftOutside;
+}
+
+inline bool Managing() { return !t_state.bypass && g_active.load(std::memory_order_acquire); }
 
 }  // namespace
 }  // namespace tessera::kernel_shim
@@ -846,47 +1239,201 @@ void malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque, co
 }
 
 void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
-  if (ShouldPage(addr, len, prot, flags)) {
-    BypassScope bypass;
-    uintptr_t a = g_ranges->Allocate(len, kPage);
-    if (a != 0) {
-      g_mmaps.fetch_add(1, std::memory_order_relaxed);
-      return reinterpret_cast<void*>(a);
+  if (!Managing() || len == 0) return RawMmap(addr, len, prot, flags, fd, off);
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
+  const bool fixed = (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) != 0;
+  if (fixed && RangeTouchesRegion(addr, rounded)) {
+    if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
+      errno = EINVAL;  // Straddles the paged region's edge: no program asks for that.
+      return MAP_FAILED;
     }
-    // The region is full: an ordinary mapping.
+    BypassScope bypass;
+    if ((flags & MAP_FIXED_NOREPLACE) && !(flags & MAP_FIXED) && !g_ranges->IsFree(a, rounded)) {
+      errno = EEXIST;
+      return MAP_FAILED;
+    }
+    g_ranges->Claim(a, rounded);
+    if (PageableFlags(flags)) {
+      // A fresh private anonymous mapping over a part of the region (a runtime committing or
+      // decommitting its reservation): zeros, paged, then the asked protection.
+      ResetToPaged(a, rounded);
+      if (prot != (PROT_READ | PROT_WRITE) && SetRegionProt(a, rounded, prot) != 0) {
+        return MAP_FAILED;
+      }
+      g_mmaps.fetch_add(1, std::memory_order_relaxed);
+      return addr;
+    }
+    // A file, shared or other mapping the pager cannot page, over a part of the region.
+    tessera::Status st = g_pager->Unregister(addr, rounded, /*keep_content=*/false);
+    if (!st.ok()) {
+      RawWarn("Pager::Unregister", st);
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+    g_unpaged->Set(a, a + rounded, kForeign);
+    void* r = RawMmap(addr, len, prot, flags, fd, off);
+    if (r == MAP_FAILED) {
+      const int err = errno;
+      ResetToPaged(a, rounded);
+      if (!g_unpaged->Intersects(a, a + rounded)) g_ranges->Release(a, rounded);
+      errno = err;
+      return MAP_FAILED;
+    }
+    const int kind = LeftOutKindOf(prot, flags);
+    if (kind < kLeftKinds) g_left->Set(a, a + rounded, kind);
+    return r;
   }
-  return RawMmap(addr, len, prot, flags, fd, off);
+  if (!fixed && PageableFlags(flags)) {
+    uintptr_t got = 0;
+    {
+      BypassScope bypass;
+      // The program's address hint is honoured when it falls on a free part of the region.
+      if (a != 0 && a % kPage == 0 && RangeInRegion(addr, rounded) &&
+          g_ranges->AllocateAt(a, rounded)) {
+        got = a;
+      } else {
+        got = g_ranges->Allocate(rounded, kPage);
+      }
+    }
+    if (got != 0) {
+      if (prot != (PROT_READ | PROT_WRITE) && SetRegionProt(got, rounded, prot) != 0) {
+        const int err = errno;
+        ReleaseRange(reinterpret_cast<void*>(got), rounded);
+        errno = err;
+        return MAP_FAILED;
+      }
+      g_mmaps.fetch_add(1, std::memory_order_relaxed);
+      return reinterpret_cast<void*>(got);
+    }
+    void* r = RawMmap(addr, len, prot, flags, fd, off);  // The region is full.
+    // A reservation without access holds no memory (a wasm guard region can be many GB):
+    // counted only when mapped accessible.
+    if (r != MAP_FAILED && prot != PROT_NONE) {
+      BypassScope bypass;
+      g_left->Set(reinterpret_cast<uintptr_t>(r), reinterpret_cast<uintptr_t>(r) + rounded,
+                  kLeftRegionFull);
+    }
+    return r;
+  }
+  void* r = RawMmap(addr, len, prot, flags, fd, off);
+  if (r != MAP_FAILED) {
+    const int kind = LeftOutKindOf(prot, flags);
+    BypassScope bypass;
+    const auto b = reinterpret_cast<uintptr_t>(r);
+    if (kind < kLeftKinds)
+      g_left->Set(b, b + rounded, kind);
+    else
+      g_left->Erase(b, b + rounded);
+  }
+  return r;
 }
 void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept
     __attribute__((alias("mmap")));
 
 int munmap(void* addr, size_t len) noexcept {
-  if (!t_state.bypass && g_active.load(std::memory_order_acquire) && len != 0 &&
-      RangeTouchesRegion(addr, len)) {
-    if (reinterpret_cast<uintptr_t>(addr) % kPage != 0 || !RangeInRegion(addr, len)) {
+  if (!Managing() || len == 0) return RawMunmap(addr, len);
+  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  if (RangeTouchesRegion(addr, rounded)) {
+    if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
       errno = EINVAL;
       return -1;
     }
-    ReleaseRange(addr, (len + kPage - 1) & ~(kPage - 1));
+    ReleaseRange(addr, rounded);
     return 0;
   }
-  return RawMunmap(addr, len);
+  int r = RawMunmap(addr, len);
+  if (r == 0) {
+    BypassScope bypass;
+    g_left->Erase(a, a + rounded);
+  }
+  return r;
+}
+
+int mprotect(void* addr, size_t len, int prot) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
+  if (!Managing() || len == 0 || !RangeTouchesRegion(addr, rounded)) {
+    return RawMprotect(a, len, prot);
+  }
+  if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
+    errno = EINVAL;
+    return -1;
+  }
+  return SetRegionProt(a, rounded, prot);
+}
+
+int mlock(const void* addr, size_t len) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + kPage - 1) & ~(kPage - 1);
+  if (Managing() && len != 0) {
+    if (RangeTouchesRegion(reinterpret_cast<void*>(a), end - a)) {
+      const uintptr_t s = a < g_region_base ? g_region_base : a;
+      const uintptr_t e = end > g_region_end ? g_region_end : end;
+      LockRegion(s, e - s);
+    } else {
+      BypassScope bypass;
+      g_left->Set(a, end, kLeftLocked);
+    }
+  }
+  return static_cast<int>(syscall(SYS_mlock, addr, len));
+}
+
+int mlock2(const void* addr, size_t len, unsigned int flags) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + kPage - 1) & ~(kPage - 1);
+  if (Managing() && len != 0 && RangeTouchesRegion(reinterpret_cast<void*>(a), end - a)) {
+    const uintptr_t s = a < g_region_base ? g_region_base : a;
+    const uintptr_t e = end > g_region_end ? g_region_end : end;
+    LockRegion(s, e - s);
+  }
+  return static_cast<int>(syscall(SYS_mlock2, addr, len, flags));
+}
+
+// mlockall would lock (and so fault in) the whole paged region: refused, once with a warning.
+int mlockall(int flags) noexcept {
+  if (!g_active.load(std::memory_order_acquire) || g_child) {
+    return static_cast<int>(syscall(SYS_mlockall, flags));
+  }
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    RawWrite(2, "tessera preload: mlockall refused (EPERM): the heap is paged to remote memory\n");
+  }
+  errno = EPERM;
+  return -1;
 }
 
 int madvise(void* addr, size_t len, int advice) noexcept {
-  if (!t_state.bypass && g_active.load(std::memory_order_acquire) && len != 0 &&
-      RangeTouchesRegion(addr, len)) {
+  if (Managing() && len != 0 && RangeTouchesRegion(addr, len)) {
     if (reinterpret_cast<uintptr_t>(addr) % kPage != 0 || !RangeInRegion(addr, len)) {
       errno = EINVAL;
       return -1;
     }
+    const auto a = reinterpret_cast<uintptr_t>(addr);
     const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
     switch (advice) {
       case MADV_DONTNEED:
       case MADV_FREE:
-      case MADV_REMOVE:
-        DiscardRange(addr, rounded);
+      case MADV_REMOVE: {
+        std::vector<SpanMap::Part> parts;
+        {
+          BypassScope bypass;
+          parts = g_unpaged->Parts(a, a + rounded);
+        }
+        for (const SpanMap::Part& part : parts) {
+          if (part.tag == SpanMap::kNone) {
+            DiscardRange(reinterpret_cast<void*>(part.start), part.end - part.start);
+          } else if (part.tag != kForeign || advice != MADV_REMOVE) {
+            RawMadvise(reinterpret_cast<void*>(part.start), part.end - part.start,
+                       advice == MADV_REMOVE ? MADV_DONTNEED : advice);
+          }
+        }
+        BypassScope bypass;
+        parts.clear();
+        parts.shrink_to_fit();
         return 0;
+      }
       case MADV_NORMAL:
       case MADV_RANDOM:
       case MADV_SEQUENTIAL:
@@ -917,8 +1464,7 @@ void* mremap(void* old_addr, size_t old_size, size_t new_size, int flags, ...) n
     new_addr = va_arg(ap, void*);
     va_end(ap);
   }
-  if (!t_state.bypass && g_active.load(std::memory_order_acquire) &&
-      RangeTouchesRegion(old_addr, old_size == 0 ? 1 : old_size)) {
+  if (Managing() && RangeTouchesRegion(old_addr, old_size == 0 ? 1 : old_size)) {
     const uintptr_t old = reinterpret_cast<uintptr_t>(old_addr);
     old_size = (old_size + kPage - 1) & ~(kPage - 1);
     new_size = (new_size + kPage - 1) & ~(kPage - 1);
@@ -931,13 +1477,35 @@ void* mremap(void* old_addr, size_t old_size, size_t new_size, int flags, ...) n
       if (new_size < old_size) ReleaseRange(reinterpret_cast<void*>(old + new_size), old_size - new_size);
       return old_addr;
     }
+    bool unpaged;
     {
       BypassScope bypass;
-      if (g_ranges->AllocateAt(old + old_size, new_size - old_size)) return old_addr;
+      unpaged = g_unpaged->Intersects(old, old + old_size);
+      if (!unpaged && g_ranges->AllocateAt(old + old_size, new_size - old_size)) return old_addr;
     }
     if ((flags & MREMAP_MAYMOVE) == 0) {
       errno = ENOMEM;
       return MAP_FAILED;
+    }
+    if (unpaged) {
+      // Parts of it are not paged (protections, a foreign mapping): the kernel moves it out of
+      // the region, where it stays unpaged, and the hole it leaves is paged memory again.
+      {
+        BypassScope bypass;
+        tessera::Status st = g_pager->Unregister(old_addr, old_size, /*keep_content=*/true);
+        if (!st.ok()) {
+          RawWarn("Pager::Unregister", st);
+          errno = ENOMEM;
+          return MAP_FAILED;
+        }
+        g_unpaged->Set(old, old + old_size, kForeign);
+      }
+      long r = syscall(SYS_mremap, old_addr, old_size, new_size, MREMAP_MAYMOVE);
+      if (r == -1) return MAP_FAILED;
+      ReleaseRange(old_addr, old_size);
+      BypassScope bypass;
+      g_left->Set(static_cast<uintptr_t>(r), static_cast<uintptr_t>(r) + new_size, kLeftOutside);
+      return reinterpret_cast<void*>(r);
     }
     uintptr_t a;
     {

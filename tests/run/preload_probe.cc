@@ -6,8 +6,12 @@
 //   threads N MB     N threads malloc/realloc/free with per-block patterns, MB each in flight
 //   mmap             private anonymous mmap/munmap/mremap/madvise semantics on paged memory
 //   fork MB          fill MB of heap, fork without exec, the child verifies every byte
-//   exec             fork+exec, system() and posix_spawn of `region`: children run unpaged
+//   exec             fork+exec, system() and posix_spawn of `region`: children are paged too
 //   signal           handlers run on program threads and may touch paged memory
+//   runtime MB       what managed runtimes do: a PROT_NONE reservation committed with mprotect
+//                    and MAP_FIXED, decommitted with MAP_FIXED PROT_NONE, protections taken
+//                    away and given back, partial madvise, mremap growth, mlock, a shared
+//                    mapping placed over the reservation; MB of data paged out and back
 //   exit CODE        exit with CODE after touching some heap
 //   raise SIG        kill itself with signal SIG
 #include <dlfcn.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -266,7 +271,7 @@ int ModeExec(const char* self) {
   close(pipefd[0]);
   int st = 0;
   waitpid(pid, &st, 0);
-  CHECK_OR_FAIL(got > 0 && std::strncmp(buf, "unpaged", 7) == 0, "exec'ed child said '%s'", buf);
+  CHECK_OR_FAIL(got > 0 && std::strncmp(buf, "paged", 5) == 0, "exec'ed child said '%s'", buf);
   // system() and posix_spawn (vfork-style clone sharing our paged memory until exec)
   std::string cmd = std::string(self) + " region >/dev/null";
   CHECK_OR_FAIL(system(cmd.c_str()) == 0, "system()");
@@ -282,9 +287,88 @@ int ModeExec(const char* self) {
     CHECK_OR_FAIL(ok, "heap block %d changed", i);
     free(big[i]);
   }
+  // The shim stays in LD_PRELOAD, so what this program execs is paged too.
   const char* pre = getenv("LD_PRELOAD");
-  CHECK_OR_FAIL(pre == nullptr || std::strstr(pre, "tessera") == nullptr,
-                "LD_PRELOAD still names the shim: %s", pre);
+  CHECK_OR_FAIL(pre != nullptr && std::strstr(pre, "tessera") != nullptr,
+                "LD_PRELOAD lost the shim: %s", pre == nullptr ? "(unset)" : pre);
+  return g_failures == 0 ? 0 : 1;
+}
+
+bool IsZero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+int ModeRuntime(int mb) {
+  const size_t half = static_cast<size_t>(mb) << 20, kPg = 4096;
+  // A reservation of 2 x MB, nothing accessible yet (a JVM's heap, V8's cage).
+  auto* r = static_cast<uint8_t*>(
+      mmap(nullptr, 2 * half, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  CHECK_OR_FAIL(r != MAP_FAILED, "reserve");
+  if (r == MAP_FAILED) return 1;
+  CHECK_OR_FAIL(Paged(r), "the reservation is not in the paged region");
+  // Commit the first half with mprotect, the second with MAP_FIXED.
+  CHECK_OR_FAIL(mprotect(r, half, PROT_READ | PROT_WRITE) == 0, "mprotect commit");
+  void* fixed =
+      mmap(r + half, half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  CHECK_OR_FAIL(fixed == r + half, "MAP_FIXED commit");
+  CHECK_OR_FAIL(IsZero(r, 2 * half), "committed memory is not zero");
+  Fill(r, 2 * half, 11);
+  // More data than the local memory, so most of the reservation goes remote.
+  std::vector<uint8_t*> extra;
+  for (int i = 0; i < mb; ++i) {
+    extra.push_back(static_cast<uint8_t*>(malloc(1 << 20)));
+    Fill(extra.back(), 1 << 20, 100 + i);
+  }
+  CHECK_OR_FAIL(Check(r, 2 * half, 11), "reservation data after paging");
+  // Take access away (the data must survive) and give it back.
+  CHECK_OR_FAIL(mprotect(r, 64 * kPg, PROT_NONE) == 0, "mprotect NONE");
+  for (int i = 0; i < mb; ++i) CHECK_OR_FAIL(Check(extra[i], 1 << 20, 100 + i), "extra %d", i);
+  CHECK_OR_FAIL(mprotect(r, 64 * kPg, PROT_READ) == 0, "mprotect READ");
+  CHECK_OR_FAIL(Check(r, 64 * kPg, 11), "data after PROT_NONE and back");
+  CHECK_OR_FAIL(mprotect(r, 64 * kPg, PROT_READ | PROT_WRITE) == 0, "mprotect RW");
+  // Decommit a part the JVM way, then commit it again: zeros.
+  CHECK_OR_FAIL(
+      mmap(r + 128 * kPg, 32 * kPg, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == r + 128 * kPg,
+      "decommit");
+  CHECK_OR_FAIL(mprotect(r + 128 * kPg, 32 * kPg, PROT_READ | PROT_WRITE) == 0, "recommit");
+  CHECK_OR_FAIL(IsZero(r + 128 * kPg, 32 * kPg), "recommitted memory is not zero");
+  CHECK_OR_FAIL(Check(r + 160 * kPg, 64 * kPg, 11 + 160 * kPg), "data after the decommitted part");
+  // madvise(DONTNEED) on a part: zeros there, the rest intact.
+  CHECK_OR_FAIL(madvise(r + 256 * kPg, 16 * kPg, MADV_DONTNEED) == 0, "madvise");
+  CHECK_OR_FAIL(IsZero(r + 256 * kPg, 16 * kPg), "DONTNEED part is not zero");
+  CHECK_OR_FAIL(Check(r + 272 * kPg, 16 * kPg, 11 + 272 * kPg), "data after the DONTNEED part");
+  // mlock a part: it stays readable and leaves paging.
+  CHECK_OR_FAIL(mlock(r + 320 * kPg, 8 * kPg) == 0, "mlock: %s", strerror(errno));
+  CHECK_OR_FAIL(Check(r + 320 * kPg, 8 * kPg, 11 + 320 * kPg), "mlocked data");
+  // A shared mapping placed over a part of the reservation, written and read back.
+  auto* sh = static_cast<uint8_t*>(mmap(r + 400 * kPg, 16 * kPg, PROT_READ | PROT_WRITE,
+                                        MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+  CHECK_OR_FAIL(sh == r + 400 * kPg, "MAP_FIXED shared");
+  CHECK_OR_FAIL(IsZero(sh, 16 * kPg), "new shared mapping not zero");
+  Fill(sh, 16 * kPg, 77);
+  CHECK_OR_FAIL(Check(sh, 16 * kPg, 77), "shared mapping data");
+  CHECK_OR_FAIL(Check(r + 416 * kPg, 64 * kPg, 11 + 416 * kPg), "data after the shared part");
+  // mremap growth of a mapping with data.
+  auto* m = static_cast<uint8_t*>(
+      mmap(nullptr, 64 * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  Fill(m, 64 * kPg, 5);
+  auto* g = static_cast<uint8_t*>(mremap(m, 64 * kPg, 4096 * kPg, MREMAP_MAYMOVE));
+  CHECK_OR_FAIL(g != MAP_FAILED && Check(g, 64 * kPg, 5) && IsZero(g + 64 * kPg, 64 * kPg),
+                "mremap growth");
+  CHECK_OR_FAIL(munmap(g, 4096 * kPg) == 0, "munmap grown");
+  // Unmap everything; fresh mappings read as zeros and are paged again.
+  CHECK_OR_FAIL(munmap(r, 2 * half) == 0, "munmap reservation");
+  auto* again = static_cast<uint8_t*>(
+      mmap(nullptr, 2 * half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  CHECK_OR_FAIL(again != MAP_FAILED && Paged(again), "mapping after the reservation");
+  CHECK_OR_FAIL(IsZero(again, 2 * half), "fresh mapping not zero");
+  Fill(again, 2 * half, 99);
+  CHECK_OR_FAIL(Check(again, 2 * half, 99), "fresh mapping data");
+  for (uint8_t* e : extra) free(e);
   return g_failures == 0 ? 0 : 1;
 }
 
@@ -342,6 +426,7 @@ int main(int argc, char** argv) {
   if (mode == "fork" && argc == 3) return ModeFork(atoi(argv[2]));
   if (mode == "exec") return ModeExec(argv[0]);
   if (mode == "signal") return ModeSignal();
+  if (mode == "runtime" && argc == 3) return ModeRuntime(atoi(argv[2]));
   if (mode == "exit" && argc == 3) {
     auto* p = static_cast<char*>(malloc(1 << 20));
     std::memset(p, 1, 1 << 20);

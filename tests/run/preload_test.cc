@@ -70,11 +70,35 @@ TEST(Preload, ForkWithoutExecGivesTheChildAFullCopy) {
   EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
 }
 
-TEST(Preload, ExecedChildrenRunUnpaged) {
-  auto out = RunPaged({"exec"});
+TEST(Preload, ExecedChildrenArePagedToo) {
+  TempDir tmp;
+  const std::string json = tmp.path() + "/stats.json";
+  auto out = RunPaged({"exec"}, json);
   EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  // The probe, its fork+exec'd child, the probe system() runs (the shell may exec it in its
+  // own place) and the posix_spawn'ed probe: at least four processes, each with its own pager.
+  EXPECT_GE(JsonInt(ReadFile(json), "processes"), 4) << ReadFile(json);
   auto region = RunPaged({"region"});
   EXPECT_EQ(region.stdout_text, "paged\n");
+}
+
+// What managed runtimes do with their heaps (PROT_NONE reservations, mprotect and MAP_FIXED
+// commits, decommits, mlock, a shared mapping over a reservation), with the data going remote
+// at 6 MB of local memory and coming back intact; what cannot be paged is counted.
+TEST(Preload, RuntimeReservationsArePaged) {
+  TempDir tmp;
+  const std::string json = tmp.path() + "/stats.json";
+  auto out = RunPaged({"runtime", "12"}, json);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  const std::string j = ReadFile(json);
+  EXPECT_GT(JsonInt(j, "remote_writes"), 0) << j;
+  EXPECT_GT(JsonInt(j, "remote_reads"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "registration_errors"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "not_paged_locked_peak_bytes"), 8 * 4096) << j;
+  EXPECT_EQ(JsonInt(j, "not_paged_shared_peak_bytes"), 16 * 4096) << j;
+  // The 24 MB reservation was paged: the peak footprint holds it and the 12 MB of malloc.
+  EXPECT_GE(JsonInt(j, "peak_footprint_pages"), (36 << 20) / 4096) << j;
 }
 
 TEST(Preload, SignalHandlersRunOnProgramThreads) {
