@@ -1033,6 +1033,8 @@ TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared
       ASSERT_TRUE(Matches(sl * 32, 1, buf)) << "logical slab " << sl;
     }
   }
+  // The dead one: suspect at its first refused connection, failed fail_after_ms later.
+  WaitFor([&] { return store->Stats().server_failures >= 1; }, "the SIGKILLed server's verdict");
   EXPECT_EQ(store->Stats().server_failures, 1u);
   EXPECT_GE(store->Stats().server_suspicions, 2u);
   EXPECT_EQ(store->Stats().write_errors, 0u);
