@@ -172,9 +172,10 @@ TEST_F(EtcdMembershipTest, ServersRegisterAndLeaveGracefullyOrByLeaseExpiry) {
 TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplits) {
   Rig rig;
   StartRig(3, &rig, [](client::ErasureCodedStoreOptions* o) {
-    // Neither heartbeats nor op timeouts may find a stopped server within the test: the
-    // failure signal has to come from etcd (its lease expiring).
-    o->remote.heartbeat_timeout_ms = 15000;
+    // A lease expiry is trouble, not a verdict: it makes the server suspect, and a confirming
+    // probe that times out fails it only once its silence is long enough by the detector's
+    // measure too (4 s here). Op timeouts stay out of it.
+    o->remote.heartbeat_timeout_ms = 4000;
     o->remote.op_timeout_ms = 15000;
     o->layout = client::EcLayout::kSplit;
   });
@@ -190,9 +191,9 @@ TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplit
   auto failed = client::RemoteServersFailed(*store);
   for (bool f : *failed) EXPECT_FALSE(f);
 
-  // Stop (not kill) server 0: its TCP connections stay open and it answers nothing. Only its
-  // lease can expire; the client must treat that as a failure and regenerate onto the new
-  // servers (the only live ones outside the old set).
+  // Stop (not kill) server 0: its TCP connections stay open and it answers nothing. Its lease
+  // expires and it stays silent: the client fails it and regenerates onto the new servers (the
+  // only live ones outside the old set).
   auto where = client::ServersOfPage(*store, 0);
   ASSERT_TRUE(where.ok());
   const size_t victim = (*where)[0];  // Store index (the store's order is etcd's).
@@ -204,7 +205,9 @@ TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplit
   }
   ASSERT_LT(stopped, first->size());
   ASSERT_TRUE(first->Stop(stopped).ok());
-  WaitFor([&] { return store->Stats().server_failures == 1; }, "the lease expiry to fail it");
+  WaitFor([&] { return store->Stats().server_failures == 1; },
+          "the lease expiry and its silence to fail it");
+  EXPECT_GE(store->Stats().server_suspicions, 1u);
   EXPECT_TRUE((*client::RemoteServersFailed(*store))[victim]);
   WaitFor([&] {
     auto x = store->Stats();

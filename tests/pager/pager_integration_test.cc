@@ -120,6 +120,11 @@ TEST(PagerIntegrationTest, SurvivesRServersKilledMidRun) {
   EXPECT_EQ(s.fill_errors, 0u);
   EXPECT_EQ(s.writeback_errors, 0u);
   EXPECT_GT(s.remote_reads, kPages / 2);
+  // The killed servers are suspect at once and failed fail_after_ms later (bounded wait).
+  const Deadline verdict = Deadline::AfterMs(20000);
+  while (rig.store->Stats().server_failures == 0 && !verdict.Expired()) {
+    std::this_thread::yield();
+  }
   EXPECT_GE(rig.store->Stats().server_failures, 1u);
 }
 
