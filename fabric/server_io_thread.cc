@@ -219,7 +219,9 @@ void ServerIoThread::OnAccept(UniqueFd fd) {
 }
 
 void ServerIoThread::ArmRecv(Conn* c) {
-  if (c->closing) return;
+  // A connection closing after its last reply reads nothing more: its unprocessed bytes stay
+  // in the window, which may be full (a full window cannot take a recv).
+  if (c->closing || c->close_after_send) return;
   c->io.ArmRecv(ring_, MakeData(c->peer.connection_id, kTagRecv));
 }
 
