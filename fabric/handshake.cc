@@ -157,8 +157,7 @@ ServerHandshake::Step ServerHandshake::OnFrame(const ParsedFrame& f,
         if (!admitted.ok()) {
           AppendError(out, Op::kAuth, h.request_id, admitted);
           return {Outcome::kReplyThenClose,
-                  "client_id " + std::to_string(transcript_.client_id) + ": " +
-                      admitted.message()};
+                  "client_id " + std::to_string(transcript_.client_id) + ": " + admitted.message()};
         }
       }
       role_ = who->role;

@@ -275,8 +275,9 @@ void ServerIoThread::ProcessInput(Conn* c) {
         return;
       }
       if (kHeaderSize + h.payload_len > kPreAuthRecvBuffer) {
-        Close(c, OpName(h.op) + " header claims " + std::to_string(h.payload_len) +
-                     " payload bytes, more than a handshake frame",
+        Close(c,
+              OpName(h.op) + " header claims " + std::to_string(h.payload_len) +
+                  " payload bytes, more than a handshake frame",
               LogLevel::kWarning);
         return;
       }
@@ -570,8 +571,8 @@ void ServerIoThread::OnEvent() {
       case Command::Kind::kDisconnect: {
         std::vector<Conn*> victims;
         for (auto& [id, c] : conns_) {
-          if (c->ready && (c->peer.client_id == *cmd.client_id ||
-                           c->peer.owner_id == *cmd.client_id)) {
+          if (c->ready &&
+              (c->peer.client_id == *cmd.client_id || c->peer.owner_id == *cmd.client_id)) {
             victims.push_back(c.get());
           }
         }

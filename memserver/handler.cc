@@ -151,9 +151,9 @@ uint64_t MemServerHandler::ReclaimOrphans(uint64_t now_ns) {
     if (freed > 0) {
       owners_reclaimed_.fetch_add(1, std::memory_order_relaxed);
       slabs_reclaimed_.fetch_add(freed, std::memory_order_relaxed);
-      TLOG(INFO) << "owner " << owner << " has had no connection for "
-                 << idle_ns / 1000000 << " ms (--orphan_grace "
-                 << grace / 1000000 << " ms): freed its " << freed << " slabs";
+      TLOG(INFO) << "owner " << owner << " has had no connection for " << idle_ns / 1000000
+                 << " ms (--orphan_grace " << grace / 1000000 << " ms): freed its " << freed
+                 << " slabs";
     }
     freed_total += freed;
   }
@@ -181,9 +181,9 @@ MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
 Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
                                                          const fabric::ReadRequest& req) {
   OpScope scope(&metrics_, OpSlot::kRead);
-  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                                 : pool_->Resolve(peer.owner_id, req.slab_id, req.offset,
-                                                  req.length));
+  auto r =
+      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
   if (r.ok()) metrics_.AddBytesRead(req.length);
   return r;
 }
@@ -191,9 +191,9 @@ Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
 Result<std::span<uint8_t>> MemServerHandler::ResolveWrite(const PeerInfo& peer,
                                                           const fabric::WriteRequest& req) {
   OpScope scope(&metrics_, OpSlot::kWrite);
-  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                                 : pool_->Resolve(peer.owner_id, req.slab_id, req.offset,
-                                                  req.length));
+  auto r =
+      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
   if (r.ok()) metrics_.AddBytesWritten(req.length);
   return r;
 }
@@ -227,7 +227,8 @@ Result<fabric::AllocSlabResponse> MemServerHandler::AllocSlab(const PeerInfo& pe
         quota_refusals_.fetch_add(1, std::memory_order_relaxed);
         return ResourceExhausted("client ", peer.client_id, " holds ", held,
                                  " slabs on this server, its quota "
-                                 "(--max_slabs_per_client ", options_.max_slabs_per_client,
+                                 "(--max_slabs_per_client ",
+                                 options_.max_slabs_per_client,
                                  "); free slabs or ask the operator to raise it");
       }
       TESSERA_ASSIGN_OR_RETURN(id, pool_->Alloc(peer.owner_id));

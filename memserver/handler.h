@@ -6,15 +6,16 @@
 // slab memory (the engine copies the bytes). Client ids are authenticated per client
 // (fabric/credential.h), so a client token reaches only its own slabs; an admin peer
 // (PeerInfo::admin: the cluster secret or an admin token) may read, write and free any slab,
-// and only admins may inject faults or evict (FAULT, the fault INVOKE function). STATS text, HEARTBEAT, an INVOKE registry where
-// offload applications register functions by id, and fault injection (FAULT, plus a built-in
-// INVOKE function for the fault kinds the wire op cannot carry yet). It is also the monitor's
-// EvictionSink: eviction decisions become NOTICEs to the owning client through the Server.
+// and only admins may inject faults or evict (FAULT, the fault INVOKE function). STATS text,
+// HEARTBEAT, an INVOKE registry where offload applications register functions by id, and fault
+// injection (FAULT, plus a built-in INVOKE function for the fault kinds the wire op cannot carry
+// yet). It is also the monitor's EvictionSink: eviction decisions become NOTICEs to the owning
+// client through the Server.
 //
 // Slabs outlive connections: a client process that reconnects (same client id and instance id,
 // so the same owner id) keeps its slabs (the resilience layer above relies on that after a
-// network blip); another process, even with the same credential, is another owner. Leases: an owner with no
-// open connection for `orphan_grace_ns` (--orphan_grace) loses all its slabs
+// network blip); another process, even with the same credential, is another owner. Leases: an owner
+// with no open connection for `orphan_grace_ns` (--orphan_grace) loses all its slabs
 // (ReclaimOrphans(), driven by the daemon's monitor tick): a client that died (SIGKILL, a
 // paged program that exited without tearing its store down) does not hold memory forever. A
 // reconnect within the grace cancels the countdown. Memory is also reclaimed by the resource
@@ -32,10 +33,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <unordered_map>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fabric/server.h"

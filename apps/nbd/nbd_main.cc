@@ -70,7 +70,8 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera nbd",
-    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS --cluster_name NAME] "
+    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS "
+    "--cluster_name NAME] "
     "[--auth_token_file F] "
     "(--state_file PATH | --ephemeral) [--k 8 --r 2] [--layout split|group] [--nodirect_reads] "
     "[--listen HOST:PORT | --unix PATH]",

@@ -45,8 +45,10 @@ Result<bool> ParseState(std::string_view text, const std::string& path) {
       magic = true;
       continue;
     }
-    if (line == "written 0") written = 0;
-    else if (line == "written 1") written = 1;
+    if (line == "written 0")
+      written = 0;
+    else if (line == "written 1")
+      written = 1;
   }
   if (!magic || written < 0) {
     return Corruption(path, " is not a tessera nbd state file (no '", kMagic,
@@ -96,12 +98,13 @@ Result<std::unique_ptr<ExportStateFile>> ExportStateFile::Open(const std::string
   if (!text.empty()) {
     TESSERA_ASSIGN_OR_RETURN(bool written, ParseState(text, path));
     if (written) {
-      return DataLoss(
-          path, " records that a previous run of this export accepted writes. Its page map "
-                "(where each block's splits are and their checksums) lived only in that "
-                "process, so those blocks cannot be read back, and serving the device now "
-                "would return zeros for them. Refusing to start. To start over with an empty "
-                "device (all previous contents lost), delete ", path, " and start again");
+      return DataLoss(path,
+                      " records that a previous run of this export accepted writes. Its page map "
+                      "(where each block's splits are and their checksums) lived only in that "
+                      "process, so those blocks cannot be read back, and serving the device now "
+                      "would return zeros for them. Refusing to start. To start over with an empty "
+                      "device (all previous contents lost), delete ",
+                      path, " and start again");
     }
   }
   std::unique_ptr<ExportStateFile> s(new ExportStateFile(path, std::move(f)));
@@ -119,8 +122,8 @@ Status ExportStateFile::Store(bool written) {
   const std::string text = o.str();
   size_t done = 0;
   while (done < text.size()) {
-    ssize_t n = ::pwrite(lock_fd_.get(), text.data() + done, text.size() - done,
-                         static_cast<off_t>(done));
+    ssize_t n =
+        ::pwrite(lock_fd_.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoError("write ", path_);
     done += static_cast<size_t>(n);

@@ -25,7 +25,8 @@
 // data-changing request reaches the store, so no acknowledged write can be forgotten.
 //
 // Threads: RecordWritten is thread-safe (the first successful call does the I/O, under a mutex;
-// later ones return at once; a failed one is tried again by the next call). Ownership: holds the file's fd (and the lock) until destroyed.
+// later ones return at once; a failed one is tried again by the next call). Ownership: holds the
+// file's fd (and the lock) until destroyed.
 #pragma once
 
 #include <atomic>

@@ -72,9 +72,9 @@ void PagerImpl::QueueRetry(Retry r, const Status& why) {
   uint64_t now = MonotonicNs();
   uint64_t failing_ms = (now - r.first_ns) / 1000000;
   if (o_.fill_retry_limit_ms > 0 && failing_ms >= o_.fill_retry_limit_ms) {
-    Poison(r.page, Status(why.code(), "still failing after " + std::to_string(failing_ms) +
-                                          " ms and " + std::to_string(r.attempt) +
-                                          " retries: " + why.message()));
+    Poison(r.page,
+           Status(why.code(), "still failing after " + std::to_string(failing_ms) + " ms and " +
+                                  std::to_string(r.attempt) + " retries: " + why.message()));
     return;
   }
   // A log line for the first failure and then at retries 1, 2, 4, 8, ...: a page failing for
@@ -95,8 +95,8 @@ void PagerImpl::QueueRetry(Retry r, const Status& why) {
 
 void PagerImpl::RetryLoop() {
   std::vector<uint8_t> buf(kPageSize + 4096);
-  uint8_t* page_buf = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(buf.data()) + 4095) & ~uintptr_t{4095});
+  uint8_t* page_buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 4095) &
+                                                 ~uintptr_t{4095});
   std::unique_lock<std::mutex> l(retry_mu_);
   while (!stopping_.load()) {
     if (retries_.empty()) {

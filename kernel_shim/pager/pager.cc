@@ -51,9 +51,7 @@ PagerImpl::~PagerImpl() {
     evict_kick_ = true;
   }
   evict_cv_.notify_all();
-  {
-    std::lock_guard<std::mutex> l(retry_mu_);
-  }
+  { std::lock_guard<std::mutex> l(retry_mu_); }
   retry_cv_.notify_all();
   for (auto& t : *threads_) t.join();
   delete threads_;
@@ -237,9 +235,10 @@ Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
   if (o.fill_retry_initial_ms < 1 || o.fill_retry_initial_ms > 10000 ||
       o.fill_retry_max_backoff_ms < o.fill_retry_initial_ms ||
       o.fill_retry_max_backoff_ms > 60000) {
-    return InvalidArgument("PagerOptions: fill_retry_initial_ms must be 1..10000 and "
-                           "fill_retry_max_backoff_ms initial..60000, got ",
-                           o.fill_retry_initial_ms, " and ", o.fill_retry_max_backoff_ms);
+    return InvalidArgument(
+        "PagerOptions: fill_retry_initial_ms must be 1..10000 and "
+        "fill_retry_max_backoff_ms initial..60000, got ",
+        o.fill_retry_initial_ms, " and ", o.fill_retry_max_backoff_ms);
   }
   if (o.fault_threads < 1 || o.fault_threads > 8) {
     return InvalidArgument("PagerOptions.fault_threads must be in [1, 8]");

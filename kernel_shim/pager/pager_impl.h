@@ -257,9 +257,9 @@ class PagerImpl final : public Pager {
   // Adaptive writable fills (MapFillWritable): stored pages mapped clean, and how many of them
   // took a write-protect fault; fills mapped writable because of it.
   std::atomic<uint64_t> fill_seq_{0}, filled_clean_{0}, written_after_fill_{0}, fills_writable_{0};
-  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
-      remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
-      discarded_{0}, fill_errors_{0}, writeback_errors_{0}, spin_hits_{0},
+  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0},
+      remote_reads_{0}, remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0},
+      prefetch_hits_{0}, discarded_{0}, fill_errors_{0}, writeback_errors_{0}, spin_hits_{0},
       fill_retries_{0};
   std::atomic<int64_t> resident_{0}, footprint_{0};
   std::atomic<uint64_t> peak_resident_{0}, peak_footprint_{0};

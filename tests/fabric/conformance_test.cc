@@ -981,8 +981,8 @@ TEST(ServerLimitsTest, FramesBeforeAuthenticationAreRefusedByTheirHeader) {
   {
     RawPeer p(fx.server_->port());
     std::vector<uint8_t> data(kMaxDataLength, 7);
-    auto w = BuildFrame(FrameHeader{Op::kWrite, false, 5},
-                        WriteRequest{1, 0, kMaxDataLength}, data);
+    auto w =
+        BuildFrame(FrameHeader{Op::kWrite, false, 5}, WriteRequest{1, 0, kMaxDataLength}, data);
     p.Send(std::span(w).first(64 << 10));
     EXPECT_TRUE(p.ClosedByServer());
   }

@@ -73,7 +73,8 @@ class TestHandler : public RequestHandler {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = owners_.find(req.slab_id);
     if (it == owners_.end()) return NotFound("no slab ", req.slab_id);
-    if (it->second.owner != peer.owner_id) return PermissionDenied("slab ", req.slab_id, " is not yours");
+    if (it->second.owner != peer.owner_id)
+      return PermissionDenied("slab ", req.slab_id, " is not yours");
     free_.push_back(it->second.index);
     owners_.erase(it);
     return Status::Ok();

@@ -103,10 +103,12 @@ TEST(MemserverLimits, AFloodOfUnauthenticatedConnectionsStaysBoundedAndServesOth
   std::vector<UniqueFd> oversized, half_open, partial;
   // 1. A WRITE header claiming 4 MiB, then 64 KiB of it, no HELLO (what took a server from
   //    12 MB to 1.3 GB resident with 300 connections before the limits).
-  std::vector<uint8_t> head(fabric::kHeaderSize + fabric::WriteRequest::kWireSize + (64u << 10), 0x41);
-  fabric::EncodeHeader(fabric::FrameHeader{fabric::Op::kWrite, false, 9, StatusCode::kOk,
-                                           fabric::WriteRequest::kWireSize + fabric::kMaxDataLength},
-                       head.data());
+  std::vector<uint8_t> head(fabric::kHeaderSize + fabric::WriteRequest::kWireSize + (64u << 10),
+                            0x41);
+  fabric::EncodeHeader(
+      fabric::FrameHeader{fabric::Op::kWrite, false, 9, StatusCode::kOk,
+                          fabric::WriteRequest::kWireSize + fabric::kMaxDataLength},
+      head.data());
   for (int i = 0; i < kEach; ++i) {
     UniqueFd fd = ConnectTo(port);
     ASSERT_TRUE(fd) << "connect " << i;
@@ -135,9 +137,10 @@ TEST(MemserverLimits, AFloodOfUnauthenticatedConnectionsStaysBoundedAndServesOth
   ASSERT_TRUE((*ctl)->FreeSlab(slab->slab_id, Deadline::AfterMs(10000)).ok());
 
   const uint64_t rss1 = RssOf(pid);
-  std::printf("memserver RSS: %.1f MiB before, %.1f MiB with %d oversized-header, %d half-open "
-              "and %d partial-HELLO connections open\n",
-              rss0 / 1048576.0, rss1 / 1048576.0, kEach, kEach, kEach);
+  std::printf(
+      "memserver RSS: %.1f MiB before, %.1f MiB with %d oversized-header, %d half-open "
+      "and %d partial-HELLO connections open\n",
+      rss0 / 1048576.0, rss1 / 1048576.0, kEach, kEach, kEach);
   // The stated bound (docs/operators/limits.md): ~1 KiB per unauthenticated connection; 32 MiB
   // leaves room for the allocator's and the kernel's own noise.
   EXPECT_LT(rss1, rss0 + (32u << 20)) << "RSS grew from " << rss0 << " to " << rss1;

@@ -273,14 +273,24 @@ TEST(NbdIntegrationTest, ARestartAfterWritesRefusesInsteadOfServingZeros) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   TempDir dir;
   const std::string state = dir.path() + "/export.state";
-  const std::vector<std::string> flags = {
-      "--size", "16M", "--k", "2", "--r", "1", "--cluster", (*cluster)->cluster_file_path(),
-      "--auth_token_file", (*cluster)->token_path(), "--state_file", state};
+  const std::vector<std::string> flags = {"--size",
+                                          "16M",
+                                          "--k",
+                                          "2",
+                                          "--r",
+                                          "1",
+                                          "--cluster",
+                                          (*cluster)->cluster_file_path(),
+                                          "--auth_token_file",
+                                          (*cluster)->token_path(),
+                                          "--state_file",
+                                          state};
   // Runs `tessera nbd` with `flags` (stderr into the captured output); a refusing export exits
   // at once, one that serves is killed at the bound.
   auto restart = [&] {
-    std::vector<std::string> a{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
-                               BinDir() + "/tessera", "nbd", "--listen", "127.0.0.1:0"};
+    std::vector<std::string> a{
+        "/bin/sh",  "-c",         "exec \"$0\" \"$@\" 2>&1", BinDir() + "/tessera", "nbd",
+        "--listen", "127.0.0.1:0"};
     a.insert(a.end(), flags.begin(), flags.end());
     return RunCommand(a, 30000);
   };
@@ -318,10 +328,10 @@ TEST(NbdIntegrationTest, ARestartAfterWritesRefusesInsteadOfServingZeros) {
   // A file that is not a state file is not taken over either.
   const std::string other = dir.path() + "/notes.txt";
   std::ofstream(other) << "important notes\n";
-  auto foreign = RunCommand({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", BinDir() + "/tessera",
-                             "nbd", "--listen", "127.0.0.1:0", "--size", "16M", "--state_file",
-                             other},
-                            30000);
+  auto foreign =
+      RunCommand({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", BinDir() + "/tessera", "nbd",
+                  "--listen", "127.0.0.1:0", "--size", "16M", "--state_file", other},
+                 30000);
   EXPECT_EQ(foreign.exit_code, 1) << foreign.stdout_text;
   EXPECT_EQ(testing::ReadFile(other), "important notes\n");
   // Neither --state_file nor --ephemeral: a usage error.
@@ -332,8 +342,8 @@ TEST(NbdIntegrationTest, ARestartAfterWritesRefusesInsteadOfServingZeros) {
   ASSERT_TRUE(fresh.Start(flags).ok());
   const std::string after = dir.path() + "/after.img";
   ASSERT_EQ(RunCommand({"nbdcopy", fresh.uri(), after}, 60000, true).exit_code, 0);
-  EXPECT_EQ(RunCommand({"cmp", "-n", std::to_string(16u << 20), after, "/dev/zero"}, 30000).exit_code,
-            0)
+  EXPECT_EQ(
+      RunCommand({"cmp", "-n", std::to_string(16u << 20), after, "/dev/zero"}, 30000).exit_code, 0)
       << "a fresh export must read as zeros";
   EXPECT_EQ(fresh.Stop(), 0);
 }

@@ -415,7 +415,8 @@ TEST(PagerTest, TransientFillErrorsAreRetriedNotPoisoned) {
       healed.store(true);
     }
   });
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_sigaction = &OnSigbus;
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
@@ -452,7 +453,8 @@ TEST(PagerTest, TransientFillErrorsPastTheRetryLimitRaiseSigbus) {
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   ASSERT_TRUE(store.Holds(3));
   store.FailReadsWith(Timeout("no reply (test)"));
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_sigaction = &OnSigbus;
   sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);

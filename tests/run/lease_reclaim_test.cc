@@ -74,11 +74,11 @@ TEST(LeaseReclaim, SigkilledRunAndNbdLeaveNoSlabBehindOnceTheirLeaseExpired) {
   Subprocess::Options so;
   so.capture_stdout = true;
   so.quiet_stderr = true;
-  auto nbd = Subprocess::Start({BinDir() + "/tessera", "nbd", "--listen", "127.0.0.1:0",
-                                "--ephemeral", "--size", "16M", "--k", "2", "--r", "1",
-                                "--layout", "split", "--cluster", c.cluster_file_path(),
-                                "--auth_token_file", *token},
-                               so);
+  auto nbd =
+      Subprocess::Start({BinDir() + "/tessera", "nbd", "--listen", "127.0.0.1:0", "--ephemeral",
+                         "--size", "16M", "--k", "2", "--r", "1", "--layout", "split", "--cluster",
+                         c.cluster_file_path(), "--auth_token_file", *token},
+                        so);
   ASSERT_TRUE(nbd.ok()) << nbd.status();
   auto line = nbd->WaitForLine("nbd export", Deadline::AfterMs(60000));
   ASSERT_TRUE(line.ok()) << line.status();
@@ -94,27 +94,45 @@ TEST(LeaseReclaim, SigkilledRunAndNbdLeaveNoSlabBehindOnceTheirLeaseExpired) {
   }
   auto copy = RunCommand({"nbdcopy", src, uri}, 120000, true);
   ASSERT_EQ(copy.exit_code, 0) << copy.stdout_text;
-  const int64_t nbd_slabs = WaitForSlabs(c, [](int64_t n) { return n > 0; }, 30000);
+  const int64_t nbd_slabs = WaitForSlabs(
+      c, [](int64_t n) { return n > 0; }, 30000);
   ASSERT_GT(nbd_slabs, 0) << "the export's writes allocated no slab";
 
   // 2. A paged program with the same token, holding 48 MiB with 4 MiB local.
-  auto run = Subprocess::Start(
-      {BinDir() + "/tessera", "run", "--local-memory", "4M", "--region", "1G", "--k", "2",
-       "--r", "1", "--spares", "0", "--layout", "split", "--cluster", c.cluster_file_path(),
-       "--auth-token-file", *token, "--summary=false", "--",
-       BinDir() + "/tessera-preload-probe", "hold", "48"},
-      so);
+  std::vector<std::string> run_argv = {BinDir() + "/tessera",
+                                       "run",
+                                       "--local-memory",
+                                       "4M",
+                                       "--region",
+                                       "1G",
+                                       "--k",
+                                       "2",
+                                       "--r",
+                                       "1",
+                                       "--spares",
+                                       "0",
+                                       "--layout",
+                                       "split",
+                                       "--cluster",
+                                       c.cluster_file_path(),
+                                       "--auth-token-file",
+                                       *token,
+                                       "--summary=false"};
+  run_argv.insert(run_argv.end(), {"--", BinDir() + "/tessera-preload-probe", "hold", "48"});
+  auto run = Subprocess::Start(run_argv, so);
   ASSERT_TRUE(run.ok()) << run.status();
   auto held = run->WaitForLine("holding", Deadline::AfterMs(120000));
   ASSERT_TRUE(held.ok()) << held.status();
-  const int64_t both = WaitForSlabs(c, [&](int64_t n) { return n > nbd_slabs; }, 30000);
+  const int64_t both = WaitForSlabs(
+      c, [&](int64_t n) { return n > nbd_slabs; }, 30000);
   ASSERT_GT(both, nbd_slabs) << "the program's pages allocated no slab";
 
   // 3. SIGKILL `tessera run` (its program dies with it): its slabs go once the lease expires,
   // while the export, same credential, stays connected and keeps every one of its own.
   ASSERT_TRUE(run->Signal(SIGKILL).ok());
   ASSERT_TRUE(run->Wait(Deadline::AfterMs(30000)).ok());
-  int64_t left = WaitForSlabs(c, [&](int64_t n) { return n == nbd_slabs; }, 30000);
+  int64_t left = WaitForSlabs(
+      c, [&](int64_t n) { return n == nbd_slabs; }, 30000);
   EXPECT_EQ(left, nbd_slabs) << "slabs of the killed program: " << both - nbd_slabs
                              << " allocated, " << left - nbd_slabs << " still held";
   auto back = RunCommand({"nbdcopy", uri, tmp.path() + "/back"}, 120000, true);
@@ -127,7 +145,8 @@ TEST(LeaseReclaim, SigkilledRunAndNbdLeaveNoSlabBehindOnceTheirLeaseExpired) {
   // 4. SIGKILL the export: nothing is left.
   ASSERT_TRUE(nbd->Signal(SIGKILL).ok());
   ASSERT_TRUE(nbd->Wait(Deadline::AfterMs(30000)).ok());
-  left = WaitForSlabs(c, [](int64_t n) { return n == 0; }, 30000);
+  left = WaitForSlabs(
+      c, [](int64_t n) { return n == 0; }, 30000);
   EXPECT_EQ(left, 0) << "slabs left behind by the killed export";
 }
 

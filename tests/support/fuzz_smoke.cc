@@ -61,8 +61,8 @@ std::vector<uint8_t> Mutate(const std::vector<std::vector<uint8_t>>& pool, std::
 }  // namespace
 
 FuzzSmokeResult RunFuzzSmoke(FuzzTarget target, const std::vector<std::vector<uint8_t>>& seeds,
-                             const std::string& corpus_dir, size_t iterations,
-                             double max_seconds, uint64_t prng_seed) {
+                             const std::string& corpus_dir, size_t iterations, double max_seconds,
+                             uint64_t prng_seed) {
   FuzzSmokeResult r;
   std::vector<std::vector<uint8_t>> pool = seeds;
   for (const auto& s : seeds) {

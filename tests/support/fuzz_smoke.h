@@ -3,8 +3,9 @@
 // `iterations` mutants of them (byte flips, inserted and deleted runs, splices, truncations)
 // drawn from a fixed PRNG seed, so every CI run tries the same inputs. A crash or abort fails
 // the test binary; with TESSERA_FUZZ_LAST_INPUT=PATH each mutant is written to PATH before it
-// runs, so the one that crashed can be added to the corpus. The real coverage-guided runs use the same targets built with clang
-// -fsanitize=fuzzer (TESSERA_FUZZ=ON; see docs/operators/limits.md, "Fuzzing").
+// runs, so the one that crashed can be added to the corpus. The real coverage-guided runs use the
+// same targets built with clang -fsanitize=fuzzer (TESSERA_FUZZ=ON; see docs/operators/limits.md,
+// "Fuzzing").
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,7 @@ struct FuzzSmokeResult {
 // Runs seeds, then every regular file of `corpus_dir` (may be empty or absent), then mutants
 // until `iterations` have run or `max_seconds` have passed.
 FuzzSmokeResult RunFuzzSmoke(FuzzTarget target, const std::vector<std::vector<uint8_t>>& seeds,
-                             const std::string& corpus_dir, size_t iterations,
-                             double max_seconds, uint64_t prng_seed = 1);
+                             const std::string& corpus_dir, size_t iterations, double max_seconds,
+                             uint64_t prng_seed = 1);
 
 }  // namespace tessera::testing

@@ -23,7 +23,8 @@ TEST(ParserFuzzSmokeTest, SeedsCorpusAndMutantsNeverCrash) {
   const std::vector<std::vector<uint8_t>> seeds = {
       Bytes(FormatCredential(*client)),
       Bytes(FormatCredential(*admin)),
-      Bytes("# cluster\n10.0.0.1:7700 rack=r1\n10.0.0.2:7700   # no rack\n[fe80::1]:7700 rack=r2\n"),
+      Bytes(
+          "# cluster\n10.0.0.1:7700 rack=r1\n10.0.0.2:7700   # no rack\n[fe80::1]:7700 rack=r2\n"),
       Bytes("127.0.0.1:1\n\n  127.0.0.1:65535 rack=a.b-c_d\n"),
       Bytes("host.example:7700 rack=\n127.0.0.1:0\n[::1]:99999\n"),
       Bytes("# issued\ntessera-credential v1 role=client name=alice id=1 key=" +

@@ -26,7 +26,8 @@ std::vector<uint8_t> Prefix(std::vector<uint8_t> v, size_t n) {
 }
 
 // mode, cut seed, then the frames.
-std::vector<uint8_t> Seed(uint8_t mode, uint8_t cut, const std::vector<std::vector<uint8_t>>& frames) {
+std::vector<uint8_t> Seed(uint8_t mode, uint8_t cut,
+                          const std::vector<std::vector<uint8_t>>& frames) {
   std::vector<uint8_t> s{mode, cut};
   for (const auto& f : frames) Append(s, f);
   return s;
@@ -55,8 +56,9 @@ std::vector<std::vector<uint8_t>> Seeds() {
   return {
       // Unauthenticated: a HELLO, a HELLO with an instance id, an op before AUTH, garbage.
       Seed(0, 3, {BuildFrame(FrameHeader{Op::kHello, false, 1}, hello)}),
-      Seed(0, 9, {BuildFrame(FrameHeader{Op::kHello, false, 1}, hello, instance),
-                  BuildFrame(FrameHeader{Op::kAuth, false, 2}, AuthRequest{})}),
+      Seed(0, 9,
+           {BuildFrame(FrameHeader{Op::kHello, false, 1}, hello, instance),
+            BuildFrame(FrameHeader{Op::kAuth, false, 2}, AuthRequest{})}),
       Seed(0, 1, {BuildFrame(FrameHeader{Op::kRead, false, 5}, ReadRequest{slab, 0, 512})}),
       Seed(0, 200, {std::vector<uint8_t>(100, 0x41)}),
       // Authenticated: slabs, data, vectors, control, KV, offload, goodbye.
@@ -71,8 +73,8 @@ std::vector<std::vector<uint8_t>> Seeds() {
             BuildRawFrame(FrameHeader{Op::kHeartbeat, false, 17}),
             BuildRawFrame(FrameHeader{Op::kGoodbye, false, 18})}),
       Seed(3, 77,
-           {BuildFrame(FrameHeader{Op::kKvPut, false, 20},
-                       KvPutRequest{1, 3, kAnyVersion, 3}, put_data),
+           {BuildFrame(FrameHeader{Op::kKvPut, false, 20}, KvPutRequest{1, 3, kAnyVersion, 3},
+                       put_data),
             BuildFrame(FrameHeader{Op::kKvGet, false, 21}, KvKeyRequest{1, 3}, kv_key),
             BuildFrame(FrameHeader{Op::kKvDelete, false, 22}, KvDeleteRequest{1, 3, kAnyVersion},
                        kv_key),
@@ -80,16 +82,17 @@ std::vector<std::vector<uint8_t>> Seeds() {
             BuildFrame(FrameHeader{Op::kInvoke, false, 24}, InvokeRequest{1}, args),
             BuildFrame(FrameHeader{Op::kFault, false, 25}, FaultRequest{})}),
       // A WRITE cut short: its header and 200 bytes of its payload.
-      Seed(1, 2, {Prefix(BuildFrame(FrameHeader{Op::kWrite, false, 30},
-                                    WriteRequest{slab, 0, 4096}, page),
-                         200)}),
+      Seed(
+          1, 2,
+          {Prefix(BuildFrame(FrameHeader{Op::kWrite, false, 30}, WriteRequest{slab, 0, 4096}, page),
+                  200)}),
   };
 }
 
 TEST(ServerFuzzSmokeTest, SeedsCorpusAndMutantsKeepTheServerServing) {
   const auto seeds = Seeds();
-  auto r = tessera::testing::RunFuzzSmoke(&LLVMFuzzerTestOneInput, seeds,
-                                          TESSERA_FUZZ_CORPUS_DIR, 20000, 10.0);
+  auto r = tessera::testing::RunFuzzSmoke(&LLVMFuzzerTestOneInput, seeds, TESSERA_FUZZ_CORPUS_DIR,
+                                          20000, 10.0);
   EXPECT_GE(r.runs, seeds.size());
   std::printf("fuzz smoke: %zu inputs (%zu corpus files)\n", r.runs, r.corpus_files);
 }
