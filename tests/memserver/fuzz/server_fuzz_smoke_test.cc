@@ -12,6 +12,7 @@
 #include "tests/support/fuzz_smoke.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+void ShutdownServerFuzzHarness();
 
 namespace tessera::fabric {
 namespace {
@@ -95,6 +96,7 @@ TEST(ServerFuzzSmokeTest, SeedsCorpusAndMutantsKeepTheServerServing) {
                                           20000, 10.0);
   EXPECT_GE(r.runs, seeds.size());
   std::printf("fuzz smoke: %zu inputs (%zu corpus files)\n", r.runs, r.corpus_files);
+  ShutdownServerFuzzHarness();
 }
 
 }  // namespace

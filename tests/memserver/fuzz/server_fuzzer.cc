@@ -91,6 +91,15 @@ void Drain(int fd) {
 
 }  // namespace
 
+// Stops the server and its threads (the bounded CI run calls it before the process exits, so no
+// server thread outlives static destruction; libFuzzer never does).
+void ShutdownServerFuzzHarness() {
+  Harness* h = Get();
+  h->keepalive.reset();
+  h->daemon->Shutdown();
+  h->daemon.reset();
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Harness* h = Get();
   if (size < 2) return 0;
