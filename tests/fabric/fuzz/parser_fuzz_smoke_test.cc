@@ -1,5 +1,5 @@
 // Bounded CI runs of one parser fuzz target (credential or cluster file; the build picks which
-// source provides LLVMFuzzerTestOneInput): seeds, the checked-in corpus directory, then
+// source provides LLVMFuzzerTestOneInput, and names the suite): seeds, the checked-in corpus directory, then
 // deterministic mutants (tests/support/fuzz_smoke.h).
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ namespace {
 
 std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
-TEST(ParserFuzzSmokeTest, SeedsCorpusAndMutantsNeverCrash) {
+TEST(TESSERA_FUZZ_SUITE, SeedsCorpusAndMutantsNeverCrash) {
   using namespace tessera::fabric;
   auto client = IssueCredential("a-cluster-secret-of-enough-length", "alice", Role::kClient);
   auto admin = IssueCredential("a-cluster-secret-of-enough-length", "ops@site", Role::kAdmin);
