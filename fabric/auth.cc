@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <nettle/sha2.h>
 
 #include "common/logging.h"
+#include "fabric/transport.h"
 
 namespace tessera::fabric {
 
@@ -54,7 +56,7 @@ Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> m
 
 namespace {
 Mac TranscriptMac(std::string_view label, std::string_view secret, const HandshakeTranscript& t) {
-  uint8_t msg[64 + 2 * kNonceSize + 16];
+  uint8_t msg[64 + 2 * kNonceSize + 24];
   size_t n = 0;
   std::memcpy(msg, label.data(), label.size());
   n += label.size();
@@ -66,11 +68,42 @@ Mac TranscriptMac(std::string_view label, std::string_view secret, const Handsha
   n += 8;
   PutU64(msg + n, t.server_id);
   n += 8;
+  if (t.instance_id != 0) {
+    PutU64(msg + n, t.instance_id);
+    n += 8;
+  }
   return HmacSha256(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
       std::span<const uint8_t>(msg, n));
 }
 }  // namespace
+
+uint64_t OwnerIdFor(uint64_t client_id, uint64_t instance_id) {
+  if (instance_id == 0) return client_id;
+  uint8_t msg[16 + 16];
+  std::memcpy(msg, "tessera-v1-owner", 16);
+  PutU64(msg + 16, client_id);
+  PutU64(msg + 24, instance_id);
+  Sha256Digest d = Sha256::Hash(std::span<const uint8_t>(msg, sizeof msg));
+  uint64_t id = 0;
+  for (int i = 0; i < 8; ++i) id = (id << 8) | d[i];
+  id &= ~(uint64_t{1} << 63);
+  return id == 0 ? 1 : id;
+}
+
+uint64_t ProcessInstanceId() {
+  static const uint64_t id = [] {
+    uint64_t v = 0;
+    while (v == 0) {
+      std::array<uint8_t, 8> b{};
+      Status st = RandomBytes(b);
+      TCHECK(st.ok()) << "no random bytes for the process instance id: " << st.ToString();
+      for (uint8_t x : b) v = (v << 8) | x;
+    }
+    return v;
+  }();
+  return id;
+}
 
 Mac ClientMac(std::string_view secret, const HandshakeTranscript& t) {
   return TranscriptMac("tessera-v1-client-auth", secret, t);

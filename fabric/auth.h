@@ -66,12 +66,26 @@ struct HandshakeTranscript {
   Nonce server_nonce{};
   uint64_t client_id = 0;
   uint64_t server_id = 0;
+  // The client process's instance (HELLO's optional trailing 8 bytes; 0: none sent). Covered
+  // by both MACs when non-zero, so it cannot be changed on the way.
+  uint64_t instance_id = 0;
 };
 Mac ClientMac(std::string_view secret, const HandshakeTranscript& t);
 Mac ServerMac(std::string_view secret, const HandshakeTranscript& t);
 // Constant-time comparison (nettle's memeql_sec): the time taken does not depend on where, or
 // whether, the two MACs differ.
 bool MacEqual(const Mac& a, const Mac& b);
+
+// Slab ownership. A memserver's slabs belong to an owner id, not to a credential: every process
+// draws its own instance id (ProcessInstanceId) and sends it in HELLO, and the server makes the
+// owner id OwnerIdFor(client_id, instance_id). So two processes holding one credential own
+// separate slabs, and the slabs of a process that died lose their lease (memserver
+// --orphan_grace) even while another process with the same credential is connected. A client
+// that sends no instance (instance 0) owns slabs as its client id, as before.
+// The first 8 bytes of SHA-256("tessera-v1-owner" || client_id BE || instance_id BE), top bit
+// cleared (ids with it set are the memserver's own), never 0; client_id when instance_id is 0.
+// ProcessInstanceId() is declared in fabric/transport.h (ConnectOptions' default).
+uint64_t OwnerIdFor(uint64_t client_id, uint64_t instance_id);
 
 // Fills `out` from the kernel's CSPRNG (getrandom). IoError if that fails.
 Status RandomBytes(std::span<uint8_t> out);

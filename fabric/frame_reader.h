@@ -61,6 +61,21 @@ class FrameReader {
     if (start_ == end_) start_ = end_ = 0;
   }
 
+  // The header of the next frame once its kHeaderSize bytes are here (validated for
+  // `direction`), before its payload arrives: lets a caller refuse a frame by its header
+  // (op, claimed length) before the window grows for it. nullopt: not all header bytes yet.
+  Result<std::optional<FrameHeader>> PeekHeader(Direction direction) const {
+    if (end_ - start_ < kHeaderSize) return std::optional<FrameHeader>();
+    TESSERA_ASSIGN_OR_RETURN(
+        FrameHeader h,
+        DecodeHeader(std::span<const uint8_t>(buf_.data() + start_, kHeaderSize), direction));
+    return std::optional<FrameHeader>(h);
+  }
+  // Grows the window to at least `bytes` (never shrinks it).
+  void Reserve(size_t bytes) {
+    if (buf_.size() < bytes) buf_.resize(bytes);
+  }
+
   // Bytes received and not yet consumed (a peer closing now closes mid-frame).
   size_t buffered() const { return end_ - start_; }
   // The bytes of the frame Next() returned, header included (for parsers that take whole frames).

@@ -28,7 +28,8 @@ class FramedConnection {
   static constexpr size_t kInitialRecvBuffer = 256 * 1024;
 
   FramedConnection() = default;
-  explicit FramedConnection(UniqueFd fd) : in(kInitialRecvBuffer), fd_(std::move(fd)) {}
+  explicit FramedConnection(UniqueFd fd, size_t initial_recv_buffer = kInitialRecvBuffer)
+      : in(initial_recv_buffer), fd_(std::move(fd)) {}
   FramedConnection(const FramedConnection&) = delete;
   FramedConnection& operator=(const FramedConnection&) = delete;
   // Moves only while nothing is in the kernel (the kernel holds pointers into the buffers).
@@ -66,6 +67,9 @@ class FramedConnection {
     if (res > 0) send_off_ += static_cast<size_t>(res);
   }
 
+  // Bytes appended and not yet taken by the kernel (pending plus the unsent part of the send in
+  // flight).
+  size_t queued_bytes() const { return pending.size() + (sending_.size() - send_off_); }
   bool recv_armed() const { return recv_armed_; }
   bool send_armed() const { return send_armed_; }
   int ops_in_kernel() const { return ops_in_kernel_; }

@@ -7,9 +7,11 @@
 
 namespace tessera::fabric {
 
-ClientHandshake::ClientHandshake(std::string secret, uint64_t client_id, std::string peer)
+ClientHandshake::ClientHandshake(std::string secret, uint64_t client_id, std::string peer,
+                                 uint64_t instance_id)
     : secret_(std::move(secret)), peer_(std::move(peer)) {
   transcript_.client_id = client_id;
+  transcript_.instance_id = instance_id;
 }
 
 Result<std::vector<uint8_t>> ClientHandshake::Hello() {
@@ -21,7 +23,17 @@ Result<std::vector<uint8_t>> ClientHandshake::Hello() {
   hello.client_nonce = transcript_.client_nonce;
   hello.client_id = transcript_.client_id;
   state_ = State::kSentHello;
-  return BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello);
+  if (transcript_.instance_id == 0) {
+    return BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello);
+  }
+  // HELLO with its optional trailing instance id.
+  constexpr uint32_t kLen = HelloRequest::kWireSize + 8;
+  std::vector<uint8_t> frame(kHeaderSize + kLen);
+  EncodeHeader(FrameHeader{Op::kHello, false, kHelloRequestId, StatusCode::kOk, kLen},
+               frame.data());
+  hello.EncodeTo(frame.data() + kHeaderSize);
+  PutU64(frame.data() + kHeaderSize + HelloRequest::kWireSize, transcript_.instance_id);
+  return frame;
 }
 
 Result<std::vector<uint8_t>> ClientHandshake::OnChallenge(std::span<const uint8_t> bytes) {
@@ -60,7 +72,7 @@ Result<AuthOkResponse> ClientHandshake::OnAuthReply(std::span<const uint8_t> byt
 
 Result<ClientLogin> RunClientHandshake(int fd, const Endpoint& endpoint,
                                        const ConnectOptions& options) {
-  ClientHandshake hs(options.secret, options.client_id, endpoint.ToString());
+  ClientHandshake hs(options.secret, options.client_id, endpoint.ToString(), options.instance_id);
   const Deadline deadline = options.deadline;
   auto with_context = [&](Status st) {
     return st.WithContext("handshake with " + endpoint.ToString());
@@ -102,6 +114,14 @@ ServerHandshake::Step ServerHandshake::OnFrame(const ParsedFrame& f,
                                 hello.max_version, "; this server speaks ", kProtocolVersion));
         return {Outcome::kReplyThenClose, ""};
       }
+      if (!f.data.empty()) {
+        // The optional instance id (fabric/auth.h, "Slab ownership"); the size rule allows
+        // 0..8 trailing bytes.
+        if (f.data.size() != 8 || GetU64(f.data.data()) == 0) {
+          return {Outcome::kClose, "HELLO: trailing bytes are not a non-zero 8-byte instance id"};
+        }
+        transcript_.instance_id = GetU64(f.data.data());
+      }
       transcript_.client_nonce = hello.client_nonce;
       transcript_.client_id = hello.client_id;
       transcript_.server_id = config.server_id;
@@ -131,6 +151,14 @@ ServerHandshake::Step ServerHandshake::OnFrame(const ParsedFrame& f,
         return {Outcome::kReplyThenClose,
                 "client_id " + std::to_string(transcript_.client_id) +
                     ": authentication failed (wrong secret or credential)"};
+      }
+      if (config.admit) {
+        Status admitted = config.admit(transcript_.client_id);
+        if (!admitted.ok()) {
+          AppendError(out, Op::kAuth, h.request_id, admitted);
+          return {Outcome::kReplyThenClose,
+                  "client_id " + std::to_string(transcript_.client_id) + ": " + admitted.message()};
+        }
       }
       role_ = who->role;
       AuthOkResponse ok;

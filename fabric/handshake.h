@@ -33,7 +33,9 @@ inline constexpr uint64_t kAuthRequestId = 2;
 class ClientHandshake {
  public:
   // `peer` names the server in error messages.
-  ClientHandshake(std::string secret, uint64_t client_id, std::string peer);
+  // `instance_id` non-zero: sent in HELLO (fabric/auth.h, "Slab ownership").
+  ClientHandshake(std::string secret, uint64_t client_id, std::string peer,
+                  uint64_t instance_id = 0);
 
   // The HELLO frame, with a fresh client nonce. InvalidArgument for client_id 0 or an empty
   // secret; IoError when no random bytes are available.
@@ -87,6 +89,9 @@ struct ServerHandshakeConfig {
   std::function<uint64_t()> issue_rdma_token;
   std::string rdma_host;
   uint16_t rdma_port = 0;
+  // Called once the client's MAC is verified, before AUTH_OK: an error refuses the login (the
+  // client gets it as AUTH's error reply, then the connection closes). Empty: always admitted.
+  std::function<Status(uint64_t client_id)> admit;
 };
 
 // The server half of one connection: fed every request frame until it says kAuthenticated.
@@ -110,6 +115,9 @@ class ServerHandshake {
 
   bool authenticated() const { return state_ == State::kDone; }
   uint64_t client_id() const { return transcript_.client_id; }  // From HELLO.
+  uint64_t instance_id() const { return transcript_.instance_id; }  // From HELLO (0: none).
+  // The owner id of the connection's slabs: OwnerIdFor(client_id, instance_id).
+  uint64_t owner_id() const { return OwnerIdFor(transcript_.client_id, transcript_.instance_id); }
   // The role AUTH proved (fabric/credential.h): kAdmin for the cluster secret or an admin token.
   Role role() const { return role_; }
   uint64_t rdma_token() const { return rdma_token_; }  // Issued at AUTH_OK (0: none).

@@ -25,6 +25,11 @@ Status Server::Impl::Init() {
     return InvalidArgument("ring_entries must be in 8..32768, got ", options_.ring_entries);
   }
   if (options_.max_connections == 0) return InvalidArgument("max_connections must be > 0");
+  if (options_.max_queued_reply_bytes < (64u << 10) ||
+      options_.max_queued_reply_bytes > (1ull << 30)) {
+    return InvalidArgument("max_queued_reply_bytes must be 64 KiB..1 GiB, got ",
+                           options_.max_queued_reply_bytes);
+  }
   if (options_.handshake_timeout_ms == 0) {
     return InvalidArgument("handshake_timeout_ms must be > 0");
   }
@@ -69,6 +74,7 @@ Status Server::Impl::Start() {
   handshake_.server_id = server_id_;
   handshake_.slab_size = options_.slab_size;
   handshake_.capacity_bytes = options_.capacity_bytes;
+  handshake_.admit = [this](uint64_t client_id) { return TakeClientSlot(client_id); };
   if (verbs_started_) {
     VerbsListener* verbs = verbs_.get();
     handshake_.issue_rdma_token = [verbs] { return verbs->IssueToken(); };
@@ -92,6 +98,26 @@ void Server::Impl::Stop(Deadline grace) {
   }
   if (verbs_) verbs_->Stop();
   threads_.clear();
+}
+
+Status Server::Impl::TakeClientSlot(uint64_t client_id) {
+  const uint32_t limit = options_.max_connections_per_client;
+  std::lock_guard<std::mutex> lock(clients_mu_);
+  uint32_t& n = client_connections_[client_id];
+  if (limit != 0 && n >= limit) {
+    return ResourceExhausted("client ", client_id, " already has ", n,
+                             " connections open to this server, its limit "
+                             "(--max_connections_per_client)");
+  }
+  ++n;
+  return Status::Ok();
+}
+
+void Server::Impl::ReleaseClientSlot(uint64_t client_id) {
+  std::lock_guard<std::mutex> lock(clients_mu_);
+  auto it = client_connections_.find(client_id);
+  if (it == client_connections_.end()) return;
+  if (--it->second == 0) client_connections_.erase(it);
 }
 
 Status Server::Impl::Notify(std::optional<uint64_t> client_id, const Notice& notice) {
@@ -149,5 +175,8 @@ bool Server::rdma_enabled() const { return impl_->verbs_started_; }
 uint16_t Server::rdma_port() const { return impl_->verbs_ ? impl_->verbs_->port() : 0; }
 uint64_t Server::server_id() const { return impl_->server_id_; }
 uint32_t Server::connection_count() const { return impl_->open_connections_.load(); }
+uint64_t Server::reply_backpressure_pauses() const {
+  return impl_->reply_pauses_.load(std::memory_order_relaxed);
+}
 
 }  // namespace tessera::fabric

@@ -8,6 +8,15 @@
 // the others). A malformed frame, or anything other than HELLO/AUTH before a successful AUTH,
 // closes that one connection with a logged reason; the server and the other clients go on.
 //
+// Memory bounds. Before AUTH a connection has a receive window of kPreAuthRecvBuffer bytes and
+// a frame header claiming more than a handshake frame needs (or any op but HELLO/AUTH) closes
+// it at once, before its payload is read; a connection not authenticated within
+// handshake_timeout_ms is closed. So an unauthenticated connection costs about 1 KiB of server
+// memory whatever it sends. After AUTH the window grows to the largest frame received (at most
+// kMaxDataLength plus header) and replies are bounded by max_queued_reply_bytes (reading
+// stops while they are not drained). Connections are bounded in total (max_connections) and
+// per client id (max_connections_per_client).
+//
 // Threads: Start() spawns `io_threads` I/O threads, each with its own io_uring and its own
 // SO_REUSEPORT listening socket on the same port (the kernel spreads connections over them).
 // Each connection lives on one I/O thread for its whole life. RequestHandler methods are called
@@ -37,6 +46,9 @@ namespace tessera::fabric {
 struct PeerInfo {
   uint64_t connection_id = 0;  // Unique within this Server, never reused.
   uint64_t client_id = 0;      // From HELLO, authenticated by AUTH (0 before AUTH).
+  // Who owns the slabs this connection allocates: OwnerIdFor(client_id, HELLO's instance id)
+  // (fabric/auth.h, "Slab ownership"); client_id when the client sent no instance.
+  uint64_t owner_id = 0;
   // AUTH proved an admin credential (the cluster secret or an admin token, fabric/credential.h):
   // the handler lets it act on every client's slabs and inject faults. False for a client
   // token, which may act only on client_id's own slabs.
@@ -63,6 +75,9 @@ struct OpPolicy {
   static OpPolicy Hang() { return {Action::kHang, 0}; }
   static OpPolicy Drop() { return {Action::kDrop, 0}; }
 };
+
+// The receive window of a connection before AUTH: HELLO (with its instance id) and AUTH fit.
+inline constexpr size_t kPreAuthRecvBuffer = 256;
 
 class ServerIoThread;
 struct AsyncReplyChannel;  // Internal: how a reply finds its I/O thread.
@@ -158,10 +173,20 @@ struct ServerOptions {
   uint64_t server_id = 0;          // 0: random.
   uint64_t slab_size = 0;          // Advertised in AUTH_OK.
   uint64_t capacity_bytes = 0;     // Advertised in AUTH_OK.
-  uint32_t max_connections = 4096; // Per server; further connections are closed at once.
+  // Connections open at once (authenticated or not), per server; further connections are
+  // closed at once.
+  uint32_t max_connections = 4096;
+  // Authenticated connections one client id (one credential, all its processes) may hold at
+  // once; AUTH beyond it is refused with ResourceExhausted naming the limit. 0: no limit.
+  uint32_t max_connections_per_client = 256;
   uint32_t ring_entries = 1024;    // io_uring SQ size per I/O thread.
   // Milliseconds a client may take from connect to a successful AUTH before it is closed.
   uint32_t handshake_timeout_ms = 10000;
+  // Reply back-pressure: once a connection's replies not yet taken by the peer reach this many
+  // bytes, the server stops reading (and executing) that connection's requests until they
+  // drain below it. A connection then holds at most its receive window (one frame, <= 4 MiB +
+  // header) plus this plus one reply. 64 KiB..1 GiB.
+  uint64_t max_queued_reply_bytes = 16ull << 20;
   // Verbs: when true and an RDMA device exists, an rdma_cm listener on rdma_port (0: ephemeral)
   // accepts RC QPs from authenticated clients and AUTH_OK offers RDMA. Without a device this
   // logs why and the server runs TCP only (it is not an error).
@@ -194,12 +219,14 @@ class Server {
   // authenticated one) and join the threads. Idempotent; thread-safe.
   void Stop(Deadline grace = Deadline::AfterMs(1000));
 
-  // Queues a NOTICE for every authenticated connection of `client_id`, or for all of them when
-  // it is nullopt. Thread-safe, non-blocking (an eventfd wakes the I/O threads). Returns
+  // Queues a NOTICE for every authenticated connection whose client id or owner id
+  // (PeerInfo::owner_id: one process's slabs) is `client_id`, or for all of them when it is
+  // nullopt. Thread-safe, non-blocking (an eventfd wakes the I/O threads). Returns
   // Unavailable after Stop(). Notices to clients that are not connected are dropped.
   Status Notify(std::optional<uint64_t> client_id, const Notice& notice);
 
-  // Closes every connection of `client_id` (fault injection, eviction of a misbehaving client).
+  // Closes every connection whose client id or owner id is `client_id` (fault injection,
+  // eviction of a misbehaving client).
   // Thread-safe, asynchronous.
   Status Disconnect(uint64_t client_id);
 
@@ -215,6 +242,9 @@ class Server {
   uint64_t server_id() const;
   // Connections currently open (authenticated or not). Thread-safe.
   uint32_t connection_count() const;
+  // Times a connection stopped being read because its unsent replies reached
+  // max_queued_reply_bytes (since start). Thread-safe.
+  uint64_t reply_backpressure_pauses() const;
 
   class Impl;
 

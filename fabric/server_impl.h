@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "fabric/handshake.h"
@@ -46,6 +47,15 @@ class Server::Impl {
   std::mutex stop_mu_;
   std::atomic<uint64_t> next_conn_id_{1};
   std::atomic<uint32_t> open_connections_{0};
+  std::atomic<uint64_t> reply_pauses_{0};  // See Server::reply_backpressure_pauses().
+
+  // Authenticated connections per client id (max_connections_per_client). TakeClientSlot runs
+  // in the handshake after the MAC is verified (so no one can use up another client's slots);
+  // ReleaseClientSlot when such a connection closes. Any I/O thread.
+  Status TakeClientSlot(uint64_t client_id);
+  void ReleaseClientSlot(uint64_t client_id);
+  std::mutex clients_mu_;
+  std::unordered_map<uint64_t, uint32_t> client_connections_;  // Under clients_mu_.
 };
 
 }  // namespace tessera::fabric

@@ -205,7 +205,7 @@ void ServerIoThread::OnAccept(UniqueFd fd) {
   c->peer.connection_id = id;
   c->peer.address = PeerAddress(fd.get());
   c->peer.io_thread = index_;
-  c->io = FramedConnection(std::move(fd));
+  c->io = FramedConnection(std::move(fd), kPreAuthRecvBuffer);
   Conn* raw = c.get();
   conns_.emplace(id, std::move(c));
   server_->open_connections_.fetch_add(1);
@@ -219,7 +219,9 @@ void ServerIoThread::OnAccept(UniqueFd fd) {
 }
 
 void ServerIoThread::ArmRecv(Conn* c) {
-  if (c->closing) return;
+  // A connection closing after its last reply reads nothing more: its unprocessed bytes stay
+  // in the window, which may be full (a full window cannot take a recv).
+  if (c->closing || c->close_after_send) return;
   c->io.ArmRecv(ring_, MakeData(c->peer.connection_id, kTagRecv));
 }
 
@@ -244,12 +246,42 @@ void ServerIoThread::OnRecv(Conn* c, int res) {
   c->io.in.Commit(static_cast<size_t>(res));
   ProcessInput(c);
   if (c->closing) return;
-  ArmRecv(c);
+  // Back-pressure: a peer that does not take its replies gets no more requests read.
+  if (RepliesUnderBound(c)) {
+    ArmRecv(c);
+  } else {
+    server_->reply_pauses_.fetch_add(1, std::memory_order_relaxed);
+  }
   Flush(c);
 }
 
+bool ServerIoThread::RepliesUnderBound(const Conn* c) const {
+  return c->io.queued_bytes() < server_->options_.max_queued_reply_bytes;
+}
+
 void ServerIoThread::ProcessInput(Conn* c) {
-  while (!c->closing && !c->close_after_send) {
+  while (!c->closing && !c->close_after_send && RepliesUnderBound(c)) {
+    if (!c->ready) {
+      // Before AUTH, refuse a frame by its header: no window grows for an unauthenticated peer.
+      auto header = c->io.in.PeekHeader(Direction::kRequest);
+      if (!header.ok()) {
+        Close(c, "malformed frame: " + header.status().message(), LogLevel::kWarning);
+        return;
+      }
+      if (!header->has_value()) break;
+      const FrameHeader& h = **header;
+      if (h.op != Op::kHello && h.op != Op::kAuth) {
+        Close(c, OpName(h.op) + " before authentication", LogLevel::kWarning);
+        return;
+      }
+      if (kHeaderSize + h.payload_len > kPreAuthRecvBuffer) {
+        Close(c,
+              OpName(h.op) + " header claims " + std::to_string(h.payload_len) +
+                  " payload bytes, more than a handshake frame",
+              LogLevel::kWarning);
+        return;
+      }
+    }
     auto next = c->io.in.Next(Direction::kRequest);
     if (!next.ok()) {
       Close(c, "malformed frame: " + next.status().message(), LogLevel::kWarning);
@@ -276,7 +308,10 @@ void ServerIoThread::Dispatch(Conn* c, const ParsedFrame& f) {
         return;
       case ServerHandshake::Outcome::kAuthenticated:
         c->ready = true;
+        // Authenticated: the full receive window (frames up to kMaxDataLength grow it further).
+        c->io.in.Reserve(FramedConnection::kInitialRecvBuffer);
         c->peer.client_id = c->handshake.client_id();
+        c->peer.owner_id = c->handshake.owner_id();
         c->peer.admin = c->handshake.role() == Role::kAdmin;
         server_->handler_->OnConnect(c->peer);
         return;
@@ -475,6 +510,14 @@ void ServerIoThread::OnSend(Conn* c, int res) {
     return;
   }
   Flush(c);
+  // Reading stopped at the reply bound: resume once the replies drained below it (requests
+  // already buffered run first).
+  if (!c->closing && !c->io.recv_armed() && RepliesUnderBound(c)) {
+    ProcessInput(c);
+    if (c->closing) return;
+    if (RepliesUnderBound(c)) ArmRecv(c);
+    Flush(c);
+  }
 }
 
 void ServerIoThread::Close(Conn* c, const std::string& reason, LogLevel level) {
@@ -490,7 +533,10 @@ void ServerIoThread::Close(Conn* c, const std::string& reason, LogLevel level) {
     TLOG(DEBUG) << "closing connection " << c->peer.connection_id << ": " << reason;
   }
   c->io.Shutdown();
-  if (c->ready) server_->handler_->OnDisconnect(c->peer);
+  if (c->ready) {
+    server_->ReleaseClientSlot(c->peer.client_id);
+    server_->handler_->OnDisconnect(c->peer);
+  }
   if (c->handshake.rdma_token() != 0 && server_->verbs_) {
     server_->verbs_->RevokeToken(c->handshake.rdma_token());
   }
@@ -514,7 +560,10 @@ void ServerIoThread::OnEvent() {
       case Command::Kind::kNotice:
         for (auto& [id, c] : conns_) {
           if (c->closing || !c->ready) continue;
-          if (cmd.client_id && c->peer.client_id != *cmd.client_id) continue;
+          if (cmd.client_id && c->peer.owner_id != *cmd.client_id &&
+              c->peer.client_id != *cmd.client_id) {
+            continue;
+          }
           AppendBody(c->io.pending, Op::kNotice, 0, cmd.notice);
           Flush(c.get());
         }
@@ -522,7 +571,10 @@ void ServerIoThread::OnEvent() {
       case Command::Kind::kDisconnect: {
         std::vector<Conn*> victims;
         for (auto& [id, c] : conns_) {
-          if (c->ready && c->peer.client_id == *cmd.client_id) victims.push_back(c.get());
+          if (c->ready &&
+              (c->peer.client_id == *cmd.client_id || c->peer.owner_id == *cmd.client_id)) {
+            victims.push_back(c.get());
+          }
         }
         for (Conn* c : victims) {
           Close(c, "disconnected by the server", LogLevel::kInfo);

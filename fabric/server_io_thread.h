@@ -88,6 +88,8 @@ class ServerIoThread {
   void Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out);
   void ExecuteVector(Conn* c, const ParsedFrame& f, ByteBuffer& out);
   void Flush(Conn* c);
+  // The connection's unsent replies are below ServerOptions::max_queued_reply_bytes.
+  bool RepliesUnderBound(const Conn* c) const;
   void OnSend(Conn* c, int res);
   void Close(Conn* c, const std::string& reason, LogLevel level);
   void MaybeFree(Conn* c);

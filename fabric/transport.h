@@ -83,9 +83,19 @@ struct Endpoint {
 // Parses "host:port" or "[v6addr]:port"; port 1..65535.
 Result<Endpoint> ParseEndpoint(std::string_view text);
 
+// This process's instance id (fabric/auth.h, "Slab ownership"): drawn from getrandom on the
+// first call, non-zero, then the same for the life of the process (every connection, every
+// thread). Thread-safe.
+uint64_t ProcessInstanceId();
+
 struct ConnectOptions {
   std::string secret;      // Shared secret; must match the server's.
-  uint64_t client_id = 0;  // Non-zero; identifies the owner of slabs across connections.
+  uint64_t client_id = 0;  // Non-zero; the credential's id (fabric/credential.h).
+  // Sent in HELLO; with client_id it makes the owner id of the slabs this connection allocates
+  // (fabric/auth.h OwnerIdFor): by default one per process, so the connections of one process
+  // share their slabs and another process with the same credential does not. 0: none (the
+  // owner id is client_id).
+  uint64_t instance_id = ProcessInstanceId();
   Deadline deadline = Deadline::AfterMs(5000);  // Bounds TCP connect + handshake (+ QP setup).
 };
 

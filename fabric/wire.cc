@@ -36,7 +36,8 @@ struct SizeRule {
 
 SizeRule RequestRule(Op op) {
   switch (op) {
-    case Op::kHello: return {HelloRequest::kWireSize, HelloRequest::kWireSize};
+    case Op::kHello:
+      return {HelloRequest::kWireSize, HelloRequest::kWireSize + 8};
     case Op::kAuth: return {AuthRequest::kWireSize, AuthRequest::kWireSize};
     case Op::kAllocSlab: return {AllocSlabRequest::kWireSize, AllocSlabRequest::kWireSize};
     case Op::kFreeSlab: return {FreeSlabRequest::kWireSize, FreeSlabRequest::kWireSize};

@@ -120,6 +120,9 @@ Result<FrameHeader> DecodeHeader(std::span<const uint8_t> bytes, Direction expec
 using Nonce = std::array<uint8_t, kNonceSize>;
 using Mac = std::array<uint8_t, kMacSize>;
 
+// HELLO may carry 8 more bytes after this body: the client process's instance id (non-zero),
+// covered by both handshake MACs; the server then owns the connection's slabs as
+// OwnerIdFor(client_id, instance_id) (fabric/auth.h, "Slab ownership").
 struct HelloRequest {
   static constexpr size_t kWireSize = kNonceSize + 8 + 2 + 2;
   Nonce client_nonce{};

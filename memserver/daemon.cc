@@ -41,6 +41,7 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   ho.fault_injection = options.fault_injection;
   ho.headroom_bytes = options.headroom_bytes;
   ho.orphan_grace_ns = options.orphan_grace_ns;
+  ho.max_slabs_per_client = options.max_slabs_per_client;
   d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
   TESSERA_ASSIGN_OR_RETURN(d->kv_, KvService::Create(d->pool_.get(), options.offload));
   d->handler_->AttachKv(d->kv_.get());
@@ -65,6 +66,10 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   so.slab_size = d->pool_->slab_bytes();
   so.capacity_bytes = d->pool_->capacity_bytes();
   so.enable_rdma = enable_rdma;
+  so.max_connections = options.max_connections;
+  so.max_connections_per_client = options.max_connections_per_client;
+  so.handshake_timeout_ms = options.handshake_timeout_ms;
+  so.max_queued_reply_bytes = options.max_queued_reply_bytes;
   TESSERA_ASSIGN_OR_RETURN(d->server_, fabric::Server::Create(so, d->handler_.get()));
   TESSERA_ASSIGN_OR_RETURN(fabric::MemoryRegistration reg,
                            d->server_->RegisterMemory(d->pool_->base(), d->pool_->region_bytes()));

@@ -46,6 +46,13 @@ struct DaemonOptions {
   // Slabs of a client with no open connection for this long are freed (0: never).
   uint64_t orphan_grace_ns = 30000ull * 1000000;
   double smoothing = 0.5;
+  // Limits (docs/operators/limits.md): slabs per client id (0: none), connections in total and
+  // per client id (0: none), the handshake deadline, and the per-connection reply bound.
+  uint64_t max_slabs_per_client = 0;
+  uint32_t max_connections = 4096;
+  uint32_t max_connections_per_client = 256;
+  uint32_t handshake_timeout_ms = 10000;
+  uint64_t max_queued_reply_bytes = 16ull << 20;
   // KV tables and offload functions (Kayak): workers, pushback bound, budget, libraries.
   OffloadOptions offload;
 };

@@ -87,21 +87,25 @@ void MemServerHandler::OnConnect(const PeerInfo& peer) {
   metrics_.Connected();
   {
     std::lock_guard<std::mutex> lock(leases_mu_);
-    Lease& l = leases_[peer.client_id];
+    Lease& l = leases_[peer.owner_id];
     ++l.connections;
     l.idle_since_ns = 0;
+    std::lock_guard<std::mutex> ql(quota_mu_);
+    owner_client_[peer.owner_id] = peer.client_id;
   }
-  TLOG(DEBUG) << "client " << peer.client_id << " connected from " << peer.address;
+  TLOG(DEBUG) << "client " << peer.client_id << " (owner " << peer.owner_id << ") connected from "
+              << peer.address;
 }
 
 void MemServerHandler::OnDisconnect(const PeerInfo& peer) {
   metrics_.Disconnected();
   {
     std::lock_guard<std::mutex> lock(leases_mu_);
-    auto it = leases_.find(peer.client_id);
+    auto it = leases_.find(peer.owner_id);
     if (it != leases_.end() && --it->second.connections <= 0) {
       if (options_.orphan_grace_ns == 0) {
         leases_.erase(it);  // No lease to run: forget the owner.
+        if (pool_->SlabsOwnedBy(peer.owner_id) == 0) ForgetOwnerLocked(peer.owner_id);
       } else {
         it->second.connections = 0;
         it->second.idle_since_ns = MonotonicNs();
@@ -109,6 +113,11 @@ void MemServerHandler::OnDisconnect(const PeerInfo& peer) {
     }
   }
   TLOG(DEBUG) << "client " << peer.client_id << " (" << peer.address << ") disconnected";
+}
+
+void MemServerHandler::ForgetOwnerLocked(OwnerId owner) {
+  std::lock_guard<std::mutex> ql(quota_mu_);
+  owner_client_.erase(owner);
 }
 
 uint64_t MemServerHandler::ReclaimOrphans(uint64_t now_ns) {
@@ -129,6 +138,7 @@ uint64_t MemServerHandler::ReclaimOrphans(uint64_t now_ns) {
     const OwnerId owner = it->first;
     const uint64_t idle_ns = now_ns - l.idle_since_ns;
     it = leases_.erase(it);
+    ForgetOwnerLocked(owner);
     if (!listed) {
       slabs = pool_->AllocatedSlabs();
       listed = true;
@@ -141,9 +151,9 @@ uint64_t MemServerHandler::ReclaimOrphans(uint64_t now_ns) {
     if (freed > 0) {
       owners_reclaimed_.fetch_add(1, std::memory_order_relaxed);
       slabs_reclaimed_.fetch_add(freed, std::memory_order_relaxed);
-      TLOG(INFO) << "client " << owner << " has had no connection for "
-                 << idle_ns / 1000000 << " ms (--orphan_grace "
-                 << grace / 1000000 << " ms): freed its " << freed << " slabs";
+      TLOG(INFO) << "owner " << owner << " has had no connection for " << idle_ns / 1000000
+                 << " ms (--orphan_grace " << grace / 1000000 << " ms): freed its " << freed
+                 << " slabs";
     }
     freed_total += freed;
   }
@@ -171,9 +181,9 @@ MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
 Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
                                                          const fabric::ReadRequest& req) {
   OpScope scope(&metrics_, OpSlot::kRead);
-  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                                 : pool_->Resolve(peer.client_id, req.slab_id, req.offset,
-                                                  req.length));
+  auto r =
+      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
   if (r.ok()) metrics_.AddBytesRead(req.length);
   return r;
 }
@@ -181,9 +191,9 @@ Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
 Result<std::span<uint8_t>> MemServerHandler::ResolveWrite(const PeerInfo& peer,
                                                           const fabric::WriteRequest& req) {
   OpScope scope(&metrics_, OpSlot::kWrite);
-  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                                 : pool_->Resolve(peer.client_id, req.slab_id, req.offset,
-                                                  req.length));
+  auto r =
+      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
+                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
   if (r.ok()) metrics_.AddBytesWritten(req.length);
   return r;
 }
@@ -199,7 +209,30 @@ Result<fabric::AllocSlabResponse> MemServerHandler::AllocSlab(const PeerInfo& pe
     if (faults_.RefuseAlloc(MonotonicNs())) {
       return ResourceExhausted("slab allocation refused (injected fault)");
     }
-    TESSERA_ASSIGN_OR_RETURN(uint64_t id, pool_->Alloc(peer.client_id));
+    uint64_t id = 0;
+    if (options_.max_slabs_per_client == 0) {
+      TESSERA_ASSIGN_OR_RETURN(id, pool_->Alloc(peer.owner_id));
+    } else {
+      // Count and allocate under one lock, so concurrent ALLOCs cannot overshoot the quota.
+      std::lock_guard<std::mutex> ql(quota_mu_);
+      uint64_t held = 0;
+      for (const auto& s : pool_->AllocatedSlabs()) {
+        auto oc = owner_client_.find(s.owner);
+        if (s.owner == peer.owner_id ||
+            (oc != owner_client_.end() && oc->second == peer.client_id)) {
+          ++held;
+        }
+      }
+      if (held >= options_.max_slabs_per_client) {
+        quota_refusals_.fetch_add(1, std::memory_order_relaxed);
+        return ResourceExhausted("client ", peer.client_id, " holds ", held,
+                                 " slabs on this server, its quota "
+                                 "(--max_slabs_per_client ",
+                                 options_.max_slabs_per_client,
+                                 "); free slabs or ask the operator to raise it");
+      }
+      TESSERA_ASSIGN_OR_RETURN(id, pool_->Alloc(peer.owner_id));
+    }
     TESSERA_ASSIGN_OR_RETURN(uint64_t offset, pool_->OffsetOf(id));
     fabric::AllocSlabResponse resp;
     resp.slab_id = id;
@@ -216,13 +249,13 @@ Status MemServerHandler::FreeSlab(const PeerInfo& peer, const fabric::FreeSlabRe
   if (peer.admin) {
     // An admin may free any client's slab; say so in the log when it is not its own.
     auto owner = pool_->OwnerOf(req.slab_id);
-    if (owner.ok() && *owner != peer.client_id) {
+    if (owner.ok() && *owner != peer.owner_id) {
       TLOG(WARNING) << "admin client " << peer.client_id << " (" << peer.address
                     << ") frees slab " << req.slab_id << " of client " << *owner;
       return scope.DoneStatus(pool_->ForceFree(req.slab_id));
     }
   }
-  return scope.DoneStatus(pool_->Free(peer.client_id, req.slab_id));
+  return scope.DoneStatus(pool_->Free(peer.owner_id, req.slab_id));
 }
 
 Result<std::string> MemServerHandler::Stats(const PeerInfo& peer) {
@@ -386,7 +419,7 @@ Result<std::string> MemServerHandler::FlipBits(const FaultSpec& spec) {
 }
 
 fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
-  if (peer.client_id == kKvOwner) {
+  if (peer.client_id == kKvOwner || peer.owner_id == kKvOwner) {
     // The KV tables' slabs belong to this id: no client may act as it.
     TLOG(WARNING) << "client " << peer.address << " claims the reserved KV owner id; dropped";
     return fabric::OpPolicy::Drop();
@@ -459,11 +492,14 @@ std::string MemServerHandler::StatsText() {
   o << "eviction_notices " << ms.notices_sent << "\n";
   o << "evictions_released_early " << ms.released_early << "\n";
   o << "connections " << (server ? server->connection_count() : 0) << "\n";
+  o << "reply_backpressure_pauses " << (server ? server->reply_backpressure_pauses() : 0) << "\n";
   const LeaseStats ls = lease_stats();
   o << "orphan_grace_ms " << options_.orphan_grace_ns / 1000000 << "\n";
   o << "orphaned_owners " << ls.orphaned_owners << "\n";
   o << "orphan_owners_reclaimed " << ls.owners_reclaimed << "\n";
   o << "orphan_slabs_reclaimed " << ls.slabs_reclaimed << "\n";
+  o << "max_slabs_per_client " << options_.max_slabs_per_client << "\n";
+  o << "quota_refusals " << quota_refusals_.load(std::memory_order_relaxed) << "\n";
   o << "ops_total " << metrics_.total_ops() << "\n";
   for (int i = 0; i < ServerMetrics::kOps; ++i) {
     o << "ops_" << OpSlotName(static_cast<OpSlot>(i)) << " " << metrics_.ops(static_cast<OpSlot>(i))

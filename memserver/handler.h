@@ -1,18 +1,21 @@
 // MemServerHandler: the memory server's answer to every request the fabric engine dispatches.
 //
 // It implements fabric::RequestHandler over a SlabPool: ALLOC/FREE slabs for the authenticated
-// client (PeerInfo::client_id is the owner), resolve READ/WRITE to bounds- and owner-checked
+// client (PeerInfo::owner_id is the owner: one per client process, fabric/auth.h "Slab
+// ownership"), resolve READ/WRITE to bounds- and owner-checked
 // slab memory (the engine copies the bytes). Client ids are authenticated per client
 // (fabric/credential.h), so a client token reaches only its own slabs; an admin peer
 // (PeerInfo::admin: the cluster secret or an admin token) may read, write and free any slab,
-// and only admins may inject faults or evict (FAULT, the fault INVOKE function). STATS text, HEARTBEAT, an INVOKE registry where
-// offload applications register functions by id, and fault injection (FAULT, plus a built-in
-// INVOKE function for the fault kinds the wire op cannot carry yet). It is also the monitor's
-// EvictionSink: eviction decisions become NOTICEs to the owning client through the Server.
+// and only admins may inject faults or evict (FAULT, the fault INVOKE function). STATS text,
+// HEARTBEAT, an INVOKE registry where offload applications register functions by id, and fault
+// injection (FAULT, plus a built-in INVOKE function for the fault kinds the wire op cannot carry
+// yet). It is also the monitor's EvictionSink: eviction decisions become NOTICEs to the owning
+// client through the Server.
 //
-// Slabs outlive connections: a client that reconnects with the same client_id keeps its slabs
-// (the resilience layer above relies on that after a network blip). Leases: an owner with no
-// open connection for `orphan_grace_ns` (--orphan_grace) loses all its slabs
+// Slabs outlive connections: a client process that reconnects (same client id and instance id,
+// so the same owner id) keeps its slabs (the resilience layer above relies on that after a
+// network blip); another process, even with the same credential, is another owner. Leases: an owner
+// with no open connection for `orphan_grace_ns` (--orphan_grace) loses all its slabs
 // (ReclaimOrphans(), driven by the daemon's monitor tick): a client that died (SIGKILL, a
 // paged program that exited without tearing its store down) does not hold memory forever. A
 // reconnect within the grace cancels the countdown. Memory is also reclaimed by the resource
@@ -33,6 +36,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fabric/server.h"
@@ -51,6 +55,9 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
     uint64_t headroom_bytes = 0;  // Reported in STATS.
     // Slabs of an owner with no open connection for this long are freed. 0: never.
     uint64_t orphan_grace_ns = 0;
+    // Most slabs the owners of one client id (all processes of one credential) may hold; an
+    // ALLOC beyond it fails with ResourceExhausted. 0: no quota.
+    uint64_t max_slabs_per_client = 0;
   };
   struct LeaseStats {
     uint64_t orphaned_owners = 0;   // Owners now holding slabs with no connection open.
@@ -138,6 +145,12 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   std::mutex leases_mu_;
   std::map<OwnerId, Lease> leases_;  // Under leases_mu_.
   std::atomic<uint64_t> owners_reclaimed_{0}, slabs_reclaimed_{0};
+  // The client id of each owner id seen (for the per-client quota), under quota_mu_ (taken after
+  // leases_mu_ when both are held). Forgotten with the owner's lease once it holds no slab.
+  std::mutex quota_mu_;
+  std::atomic<uint64_t> quota_refusals_{0};  // ALLOCs refused by max_slabs_per_client.
+  std::unordered_map<OwnerId, uint64_t> owner_client_;
+  void ForgetOwnerLocked(OwnerId owner);  // Under leases_mu_.
 
   struct Registered {
     std::string name;

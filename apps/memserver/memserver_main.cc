@@ -40,6 +40,21 @@ DEFINE_string(orphan_grace, "30s",
               "process died or exited without releasing them); a reconnect within it keeps them. "
               "0 = never free them. Checked every --monitor_interval");
 DEFINE_string(monitor_interval, "200ms", "How often free host memory is sampled");
+DEFINE_int32(max_slabs_per_client, 0,
+             "Most slabs one client (one credential, all its processes) may hold on this "
+             "server; an ALLOC beyond it fails with ResourceExhausted naming this flag. "
+             "0 = no quota");
+DEFINE_int32(max_connections, 4096,
+             "Connections open at once, authenticated or not; further ones are closed at once");
+DEFINE_int32(max_connections_per_client, 256,
+             "Authenticated connections one client (one credential) may hold; AUTH beyond it is "
+             "refused with ResourceExhausted. 0 = no limit");
+DEFINE_string(handshake_timeout, "10s",
+              "A connection that has not authenticated this long after connecting is closed");
+DEFINE_string(max_queued_replies, "16M",
+              "Per connection: once this many reply bytes wait for the client to read them, "
+              "the server stops reading that connection's requests until they drain "
+              "(64K..1G)");
 DEFINE_string(offload_lib, "",
               "Comma-separated shared libraries of operators' offload functions, loaded at "
               "start-up (C ABI: memserver/tessera_offload.h)");
@@ -135,6 +150,25 @@ int main(int argc, char** argv) {
     auto grace = tessera::ParseDurationNs(FLAGS_orphan_grace);
     if (!grace.ok()) UsageError(kSpec, "--orphan_grace: " + grace.status().message());
     o.orphan_grace_ns = *grace;
+  }
+  if (FLAGS_max_slabs_per_client < 0) UsageError(kSpec, "--max_slabs_per_client must be >= 0");
+  o.max_slabs_per_client = static_cast<uint64_t>(FLAGS_max_slabs_per_client);
+  if (FLAGS_max_connections < 1) UsageError(kSpec, "--max_connections must be >= 1");
+  o.max_connections = static_cast<uint32_t>(FLAGS_max_connections);
+  if (FLAGS_max_connections_per_client < 0) {
+    UsageError(kSpec, "--max_connections_per_client must be >= 0");
+  }
+  o.max_connections_per_client = static_cast<uint32_t>(FLAGS_max_connections_per_client);
+  {
+    uint64_t ns = DurationFlag("handshake_timeout", FLAGS_handshake_timeout);
+    if (ns < 1000000 || ns > 3600ull * 1000000000) {
+      UsageError(kSpec, "--handshake_timeout must be 1ms..1h");
+    }
+    o.handshake_timeout_ms = static_cast<uint32_t>(ns / 1000000);
+  }
+  o.max_queued_reply_bytes = SizeFlag("max_queued_replies", FLAGS_max_queued_replies);
+  if (o.max_queued_reply_bytes < (64u << 10) || o.max_queued_reply_bytes > (1ull << 30)) {
+    UsageError(kSpec, "--max_queued_replies must be 64K..1G");
   }
   o.meminfo_path = FLAGS_meminfo_path;
   if (FLAGS_offload_workers < 1 || FLAGS_offload_workers > 64) {

@@ -29,6 +29,7 @@
 #include "common/units.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
+#include "kernel_shim/nbd/export_state.h"
 #include "kernel_shim/nbd/nbd_server.h"
 #include "memserver/http_metrics.h"
 
@@ -59,15 +60,26 @@ DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token pa
 DEFINE_int32(metrics_port, -1,
              "Prometheus endpoint of the page store's metrics on 127.0.0.1 (GET /metrics); "
              "0 = ephemeral; -1 = off");
+DEFINE_string(state_file, "",
+              "Export state file (one per export set). The export's page map lives only in this "
+              "process, so a later run cannot read back what this one stored: the file records "
+              "durably, before the first write reaches the store, that this run changes data, "
+              "and a later run over it refuses to start (rather than serve zeros) until it is "
+              "deleted. Required unless --ephemeral");
+DEFINE_bool(ephemeral, false,
+            "Serve a device that starts empty on every start and whose contents end with this "
+            "process, without a --state_file (for scratch space, tests and benchmarks)");
 
 namespace tessera {
 namespace {
 
 const cli::CliSpec kSpec = {
     "tessera nbd",
-    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS --cluster_name NAME] "
+    "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS "
+    "--cluster_name NAME] "
     "[--auth_token_file F] "
-    "[--k 8 --r 2] [--layout split|group] [--nodirect_reads] [--listen HOST:PORT | --unix PATH]",
+    "(--state_file PATH | --ephemeral) [--k 8 --r 2] [--layout split|group] [--nodirect_reads] "
+    "[--listen HOST:PORT | --unix PATH]",
     "Serves the erasure-coded page store as Network Block Device exports (fixed newstyle,\n"
     "structured replies, READ/WRITE/FUA/FLUSH/TRIM/WRITE_ZEROES, multi-connection). Without\n"
     "--cluster or --etcd it starts k+2r memservers on loopback and stops them on SIGINT/SIGTERM;\n"
@@ -76,7 +88,10 @@ const cli::CliSpec kSpec = {
     "qemu-io; as swap on a machine with the nbd kernel module:\n"
     "  modprobe nbd; nbd-client 127.0.0.1 10809 /dev/nbd0 -N tessera; mkswap /dev/nbd0;\n"
     "  swapon /dev/nbd0\n"
-    "(a machine without /sys/module/nbd and no loadable nbd module cannot do the last step).",
+    "(a machine without /sys/module/nbd and no loadable nbd module cannot do the last step).\n"
+    "The device's contents live as long as this process: with --state_file a restart after\n"
+    "writes refuses to serve (the blocks cannot be found again) instead of reading zeros;\n"
+    "--ephemeral serves a fresh empty device on every start (docs/guides/data-safety.md).",
     __FILE__};
 
 int g_signal_pipe = -1;
@@ -103,6 +118,24 @@ int Main(int argc, char** argv) {
   if (!FLAGS_layout.empty()) {
     auto l = client::ParseEcLayout(FLAGS_layout);
     if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
+  }
+
+  if (FLAGS_state_file.empty() == !FLAGS_ephemeral) {
+    cli::UsageError(kSpec, FLAGS_ephemeral
+                               ? "give --state_file or --ephemeral, not both"
+                               : "--state_file PATH is required (or --ephemeral for a device "
+                                 "that starts empty on every start): without it a restarted "
+                                 "export could not tell that its blocks were lost");
+  }
+  // The state file first: a restart after writes refuses before touching the memservers.
+  std::unique_ptr<nbd::ExportStateFile> state;
+  if (!FLAGS_state_file.empty()) {
+    auto s = nbd::ExportStateFile::Open(FLAGS_state_file);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tessera nbd: refusing to serve: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    state = std::move(*s);
   }
 
   // Exports.
@@ -135,6 +168,10 @@ int Main(int argc, char** argv) {
   so.exports = nbd::LayOutExports(sizes, &total_pages);
   so.direct_reads = FLAGS_direct_reads;
   so.direct_spin_us = static_cast<uint32_t>(FLAGS_direct_spin_us);
+  if (state) {
+    nbd::ExportStateFile* sf = state.get();
+    so.before_change = [sf] { return sf->RecordWritten(); };
+  }
   if (total_pages > (1ull << 30)) cli::UsageError(kSpec, "exports larger than 4 TiB in total");
   for (auto& e : so.exports) {
     e.description = "Tessera page store, RS(" + std::to_string(FLAGS_k) + "," +

@@ -207,7 +207,7 @@ int Main(int argc, char** argv) {
         SelfExeDir() + "/tessera", "nbd", "--cluster", (*cluster)->cluster_file_path(),
         "--auth_token_file", (*cluster)->token_path(), "--k", std::to_string(FLAGS_k), "--r",
         std::to_string(FLAGS_r), "--size", std::to_string(bytes), "--name", "bench", "--listen",
-        "127.0.0.1:0", direct ? "--direct_reads" : "--nodirect_reads"};
+        "127.0.0.1:0", "--ephemeral", direct ? "--direct_reads" : "--nodirect_reads"};
     if (!FLAGS_layout.empty()) argv.push_back("--layout=" + FLAGS_layout);
     if (direct) argv.push_back("--direct_spin_us=" + std::to_string(FLAGS_direct_spin_us));
     auto nbd = Subprocess::Start(argv, {.capture_stdout = true, .quiet_stderr = true});

@@ -401,6 +401,17 @@ void NbdServer::Connection::ContinueLocking(Request* r, std::vector<Request*>* f
 
 void NbdServer::Connection::Execute(Request* r, std::vector<Request*>* finished) {
   const uint16_t type = r->h.type;
+  if (shared->options->before_change) {
+    Status st = shared->options->before_change();
+    if (!st.ok()) {
+      LogStoreError(r, st);
+      r->error = kEIo;
+      r->error_message = st.ToString();
+      ReleaseLocks(r);
+      finished->push_back(r);
+      return;
+    }
+  }
   // Whole pages of a TRIM, or of a WRITE_ZEROES that may leave holes, are trimmed: they then
   // read as zeros and their remote splits can be released.
   if (type == kCmdTrim || (type == kCmdWriteZeroes && !(r->h.flags & kCmdFlagNoHole))) {

@@ -43,6 +43,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +87,11 @@ struct NbdServerOptions {
   // polls), before it sleeps (the next reply or request wakes it); if replies took longer, it
   // sleeps at once. Like RemoteStoreOptions::direct_spin_us.
   uint32_t direct_spin_us = 100;
+  // Called (from any connection's threads, concurrently) before each request that changes data
+  // (WRITE, TRIM, WRITE_ZEROES) reaches the store; an error fails that request with NBD_EIO
+  // and nothing of it is stored. `tessera nbd --state_file` records there, durably, that this
+  // run changes data (kernel_shim/nbd/export_state.h). Empty: nothing is called.
+  std::function<Status()> before_change;
 };
 
 struct NbdServerStats {

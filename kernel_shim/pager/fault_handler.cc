@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <string>
 
 #include "common/clock.h"
 #include "common/logging.h"
@@ -52,6 +54,81 @@ void PagerImpl::Poison(PageId p, const Status& why) {
   // No poison support: never map zeros; leave the page remote and let the access retry.
   W(p).store(kRemote | kInStore);
   Wake(p);
+}
+
+void PagerImpl::FillFailed(PageId p, const Status& why) {
+  if (why.code() == StatusCode::kDataLoss) {
+    Poison(p, why);
+    return;
+  }
+  Retry r;
+  r.page = p;
+  r.first_ns = MonotonicNs();
+  r.backoff_ms = o_.fill_retry_initial_ms;
+  QueueRetry(r, why);
+}
+
+void PagerImpl::QueueRetry(Retry r, const Status& why) {
+  uint64_t now = MonotonicNs();
+  uint64_t failing_ms = (now - r.first_ns) / 1000000;
+  if (o_.fill_retry_limit_ms > 0 && failing_ms >= o_.fill_retry_limit_ms) {
+    Poison(r.page,
+           Status(why.code(), "still failing after " + std::to_string(failing_ms) + " ms and " +
+                                  std::to_string(r.attempt) + " retries: " + why.message()));
+    return;
+  }
+  // A log line for the first failure and then at retries 1, 2, 4, 8, ...: a page failing for
+  // an hour logs a few dozen lines, not one per retry.
+  const uint32_t next = r.attempt + 1;
+  if ((next & (next - 1)) == 0) {
+    TLOG(WARNING) << "pager: reading page " << r.page << " failed (" << why.ToString()
+                  << "); retry " << next << " in " << r.backoff_ms
+                  << " ms (the faulting thread waits; SIGBUS only for DataLoss)";
+  }
+  r.due_ns = now + r.backoff_ms * 1000000;
+  {
+    std::lock_guard<std::mutex> l(retry_mu_);
+    retries_.push_back(r);
+  }
+  retry_cv_.notify_all();
+}
+
+void PagerImpl::RetryLoop() {
+  std::vector<uint8_t> buf(kPageSize + 4096);
+  uint8_t* page_buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 4095) &
+                                                 ~uintptr_t{4095});
+  std::unique_lock<std::mutex> l(retry_mu_);
+  while (!stopping_.load()) {
+    if (retries_.empty()) {
+      retry_cv_.wait(l, [&] { return stopping_.load() || !retries_.empty(); });
+      continue;
+    }
+    auto it = std::min_element(retries_.begin(), retries_.end(),
+                               [](const Retry& a, const Retry& b) { return a.due_ns < b.due_ns; });
+    uint64_t now = MonotonicNs();
+    if (it->due_ns > now) {
+      // The backoff of the earliest entry (or a newer, earlier one, or stop).
+      retry_cv_.wait_for(l, std::chrono::nanoseconds(it->due_ns - now));
+      continue;
+    }
+    Retry r = *it;
+    retries_.erase(it);
+    l.unlock();
+    ++r.attempt;
+    fill_retries_.fetch_add(1);
+    Status st = o_.store->ReadPage(r.page, page_buf);
+    if (st.ok()) {
+      TLOG(INFO) << "pager: page " << r.page << " read back after " << r.attempt
+                 << (r.attempt == 1 ? " retry" : " retries");
+      MapPage(r.page, page_buf, (W(r.page).load() & kFillWrite) != 0, kInStore, 0);
+    } else if (st.code() == StatusCode::kDataLoss) {
+      Poison(r.page, st);
+    } else {
+      r.backoff_ms = std::min<uint64_t>(r.backoff_ms * 2, o_.fill_retry_max_backoff_ms);
+      QueueRetry(r, st);
+    }
+    l.lock();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,7 +319,7 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector*
           remote_reads_.fetch_add(1);
           Status st = o_.store->ReadPage(p, sync_buf);
           if (!st.ok()) {
-            Poison(p, st);
+            FillFailed(p, st);
           } else if (MapPage(p, sync_buf, write, kInStore, t0) && t0) {
             uint64_t dt = MonotonicNs() - t0;
             std::lock_guard<std::mutex> l(hist_mu_);
@@ -470,7 +547,7 @@ void PagerImpl::CompleteFill(FillCtx* c) {
   if (!c->op.status.ok()) {
     Status why = c->op.status;
     PutCtx(c);
-    Poison(p, why);
+    FillFailed(p, why);
     return;
   }
   if (MapPage(p, c->buf, (s & kFillWrite) != 0, kInStore, c->start_ns) && c->start_ns) {

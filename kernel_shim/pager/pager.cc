@@ -35,6 +35,7 @@ Status PagerImpl::Start() {
   chooser_ = std::make_unique<VictimChooser>(o_.victim, o_.write_traps, states_,
                                              [this](PageId p) { ArmWriteTrap(p); });
   threads_->emplace_back([this] { EvictLoop(); });
+  threads_->emplace_back([this] { RetryLoop(); });
   return Status::Ok();
 }
 
@@ -52,6 +53,8 @@ PagerImpl::~PagerImpl() {
     evict_kick_ = true;
   }
   evict_cv_.notify_all();
+  { std::lock_guard<std::mutex> l(retry_mu_); }
+  retry_cv_.notify_all();
   for (auto& t : *threads_) t.join();
   delete threads_;
   // Store callbacks may still be running for fills/prefetches: wait for them (bounded by the
@@ -389,6 +392,7 @@ PagerStats PagerImpl::Stats() const {
   s.discarded = discarded_.load();
   s.spin_hits = spin_hits_.load();
   s.fill_errors = fill_errors_.load();
+  s.fill_retries = fill_retries_.load();
   s.writeback_errors = writeback_errors_.load();
   s.resident_pages = static_cast<uint64_t>(std::max<int64_t>(0, resident_.load()));
   s.peak_resident_pages = peak_resident_.load();
@@ -430,6 +434,14 @@ Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
     return InvalidArgument("PagerOptions.evict_batch must be in [1, 4096]");
   }
   if (o.fault_spin_us > 1000) return InvalidArgument("fault_spin_us must be 0..1000");
+  if (o.fill_retry_initial_ms < 1 || o.fill_retry_initial_ms > 10000 ||
+      o.fill_retry_max_backoff_ms < o.fill_retry_initial_ms ||
+      o.fill_retry_max_backoff_ms > 60000) {
+    return InvalidArgument(
+        "PagerOptions: fill_retry_initial_ms must be 1..10000 and "
+        "fill_retry_max_backoff_ms initial..60000, got ",
+        o.fill_retry_initial_ms, " and ", o.fill_retry_max_backoff_ms);
+  }
   if (o.fault_threads < 1 || o.fault_threads > 8) {
     return InvalidArgument("PagerOptions.fault_threads must be in [1, 8]");
   }

@@ -27,9 +27,16 @@
 // data: resident or remote), with a floor of `min_local_bytes`, so at the end the local share is
 // f of the program's peak footprint. Neither set: no limit (everything stays resident).
 //
-// Errors. A page the store cannot return (DataLoss, or the store failing) is never served as
-// zeros or stale bytes: the faulting access gets SIGBUS (UFFDIO_POISON) and the page is named in
-// the log and counted in PagerStats::fill_errors. A failed write-back keeps the page resident.
+// Errors. A page read that fails for a reason that may pass (Unavailable, Timeout, anything but
+// DataLoss: a server restarting, a network blip, the store re-placing a split) is retried with
+// bounded exponential backoff (fill_retry_initial_ms doubling up to fill_retry_max_backoff_ms)
+// by the pager's retry thread, with a log line on the first failure and at each doubling; the
+// faulting thread stays blocked meanwhile and the retries are counted in
+// PagerStats::fill_retries. Only a page the store reports as DataLoss (more splits lost than
+// the code repairs), or one still failing after fill_retry_limit_ms when that is set, is
+// poisoned: it is never served as zeros or stale bytes, the faulting access gets SIGBUS
+// (UFFDIO_POISON) and the page is named in the log and counted in PagerStats::fill_errors.
+// A failed write-back keeps the page resident.
 //
 // fork. userfaultfd registrations are not inherited, so a child forked without exec would see
 // zeros where the parent has remote pages. PrepareFork() (call it from a pthread_atfork prepare
@@ -99,6 +106,13 @@ struct PagerOptions {
   // write-protect fault each), map such fills writable (dirty) instead; every 8th stays clean
   // to keep measuring. False: read faults always map clean.
   bool adaptive_writable_fills = true;
+  // Retrying reads that fail with anything but DataLoss (see "Errors" above): the first retry
+  // after fill_retry_initial_ms (1..10000), each next one after twice the wait before, at most
+  // fill_retry_max_backoff_ms (>= initial, <= 60000). fill_retry_limit_ms > 0 gives up after
+  // that long and poisons the page (SIGBUS); 0 retries until the store answers.
+  uint32_t fill_retry_initial_ms = 2;
+  uint32_t fill_retry_max_backoff_ms = 1000;
+  uint64_t fill_retry_limit_ms = 0;
 };
 
 struct PagerStats {
@@ -126,6 +140,7 @@ struct PagerStats {
   uint64_t spin_hits = 0;        // Fault batches a fault thread found while polling the uffd
                                  // (fault_spin_us) instead of being woken for them.
   uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).
+  uint64_t fill_retries = 0;     // Page reads retried after a failure that was not DataLoss.
   uint64_t writeback_errors = 0; // Write-backs the store rejected (page kept resident).
   uint64_t resident_pages = 0;   // Now.
   uint64_t peak_resident_pages = 0;

@@ -143,6 +143,20 @@ class PagerImpl final : public Pager {
   void Wake(PageId p);
   void Unprotect(PageId p);
   void Poison(PageId p, const Status& why);
+  // A read of page p (owned, kFilling) failed with `why`: DataLoss poisons it at once; anything
+  // else is queued for the retry thread (see pager.h, "Errors").
+  void FillFailed(PageId p, const Status& why);
+  // The retry thread: re-reads queued pages when their backoff is over, maps them, or requeues
+  // them with twice the backoff, or poisons them (DataLoss, fill_retry_limit_ms).
+  void RetryLoop();
+  struct Retry {
+    uint64_t due_ns = 0;
+    PageId page = 0;
+    uint32_t attempt = 0;     // Retries done so far.
+    uint64_t backoff_ms = 0;  // The wait before the next one.
+    uint64_t first_ns = 0;    // When the first read failed.
+  };
+  void QueueRetry(Retry r, const Status& why);
   void BecameResident(PageId p);  // Counters only.
   void RecordLatency(uint64_t t0);
   // Accounts, COPYs `src` to page p (owned by the caller in kFilling) and publishes its state
@@ -219,6 +233,12 @@ class PagerImpl final : public Pager {
   std::mutex handoff_mu_;
   std::vector<std::pair<PageId, bool>> handoff_;
 
+  // Pages waiting for a retried read (kFilling), under retry_mu_; retry_cv_ wakes the retry
+  // thread for a new entry or to stop.
+  std::mutex retry_mu_;
+  std::condition_variable retry_cv_;
+  std::vector<Retry> retries_;
+
   // Policy events (page became resident / was written) for the eviction thread.
   std::mutex events_mu_;
   std::vector<PageId> resident_events_;
@@ -239,9 +259,10 @@ class PagerImpl final : public Pager {
   // Adaptive writable fills (MapFillWritable): stored pages mapped clean, and how many of them
   // took a write-protect fault; fills mapped writable because of it.
   std::atomic<uint64_t> fill_seq_{0}, filled_clean_{0}, written_after_fill_{0}, fills_writable_{0};
-  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0}, remote_reads_{0},
-      remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0}, prefetch_hits_{0},
-      discarded_{0}, fill_errors_{0}, writeback_errors_{0}, spin_hits_{0};
+  std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0},
+      remote_reads_{0}, remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0},
+      prefetch_hits_{0}, discarded_{0}, fill_errors_{0}, writeback_errors_{0}, spin_hits_{0},
+      fill_retries_{0};
   std::atomic<int64_t> resident_{0}, footprint_{0};
   std::atomic<uint64_t> peak_resident_{0}, peak_footprint_{0};
   mutable std::mutex hist_mu_;

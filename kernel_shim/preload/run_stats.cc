@@ -54,6 +54,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["discarded"] = p.discarded;
   r["spin_hits"] = p.spin_hits;
   r["fill_errors"] = p.fill_errors;
+  r["fill_retries"] = p.fill_retries;
   r["writeback_errors"] = p.writeback_errors;
   r["resident_pages"] = p.resident_pages;
   r["peak_resident_pages"] = p.peak_resident_pages;

@@ -75,7 +75,7 @@ TEST(GrafanaDashboard, EveryQueriedMetricIsExported) {
   ASSERT_NE(memserver_port, 0) << "no 'metrics on' line from tessera memserver";
 
   auto nbd = Subprocess::Start({BinDir() + "/tessera", "nbd", "--size=16M", "--k=2", "--r=1",
-                                "--listen=127.0.0.1:0", "--metrics-port=0"},
+                                "--ephemeral", "--listen=127.0.0.1:0", "--metrics-port=0"},
                                o);
   ASSERT_TRUE(nbd.ok()) << nbd.status();
   const uint16_t nbd_port = MetricsPort(*nbd);

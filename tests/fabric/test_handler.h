@@ -1,6 +1,7 @@
 // An in-memory RequestHandler for the fabric tests: a pool of fixed-size slabs, each owned by
-// the client that allocated it, plus switchable per-op fault policies. Thread-safe (the server's
-// I/O threads call it; the test thread flips policies).
+// the owner id (PeerInfo::owner_id: client id and process instance) that allocated it, plus
+// switchable per-op fault policies. Thread-safe (the server's I/O threads call it; the test
+// thread flips policies).
 #pragma once
 
 #include <array>
@@ -60,7 +61,7 @@ class TestHandler : public RequestHandler {
     int index = free_.back();
     free_.pop_back();
     uint64_t id = next_id_++;
-    owners_[id] = {peer.client_id, index};
+    owners_[id] = {peer.owner_id, index};
     AllocSlabResponse r;
     r.slab_id = id;
     r.size = slab_size_;
@@ -72,7 +73,8 @@ class TestHandler : public RequestHandler {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = owners_.find(req.slab_id);
     if (it == owners_.end()) return NotFound("no slab ", req.slab_id);
-    if (it->second.owner != peer.client_id) return PermissionDenied("slab ", req.slab_id, " is not yours");
+    if (it->second.owner != peer.owner_id)
+      return PermissionDenied("slab ", req.slab_id, " is not yours");
     free_.push_back(it->second.index);
     owners_.erase(it);
     return Status::Ok();
@@ -120,7 +122,7 @@ class TestHandler : public RequestHandler {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = owners_.find(slab);
     if (it == owners_.end()) return NotFound("no slab ", slab);
-    if (it->second.owner != peer.client_id) {
+    if (it->second.owner != peer.owner_id) {
       return PermissionDenied("slab ", slab, " belongs to another client");
     }
     if (off > slab_size_ || len > slab_size_ - off) {

@@ -198,8 +198,8 @@ TEST_F(Walkthrough, BadMembershipFlagsGetClearErrors) {
                               "--cluster_name", "a/b"});
   EXPECT_EQ(bad_name.exit_code, 2);
   // etcd unreachable: a clear error and exit 1, not a hang.
-  auto down = RunCommand({testing::BinDir() + "/tessera", "nbd", "--size", "64M", "--etcd",
-                          "127.0.0.1:1", "--cluster_name", "demo", "--auth_token_file",
+  auto down = RunCommand({testing::BinDir() + "/tessera", "nbd", "--size", "64M", "--ephemeral",
+                          "--etcd", "127.0.0.1:1", "--cluster_name", "demo", "--auth_token_file",
                           client_cred_},
                          30000, true);
   EXPECT_EQ(down.exit_code, 1);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "fabric/auth.h"
 
 namespace tessera::memserver {
 namespace {
@@ -28,8 +29,11 @@ class HandlerTest : public ::testing::Test {
     reg.base_addr = reinterpret_cast<uint64_t>(pool_->base());
     handler_->AttachServer(nullptr, reg);
     alice_.client_id = 1;
+    alice_.owner_id = 1;
     bob_.client_id = 2;
+    bob_.owner_id = 2;
     root_.client_id = 3;
+    root_.owner_id = 3;
     root_.admin = true;  // The cluster secret or an admin token (fabric/credential.h).
   }
   uint64_t Alloc(const fabric::PeerInfo& who) {
@@ -229,8 +233,11 @@ TEST(HandlerLeaseTest, OrphansAreFreedAfterTheGraceOnly) {
   MemServerHandler h(pool->get(), ho);
   fabric::PeerInfo alice, bob, carol;
   alice.client_id = 1;
+  alice.owner_id = 1;
   bob.client_id = 2;
+  bob.owner_id = 2;
   carol.client_id = 3;
+  carol.owner_id = 3;
   for (auto* p : {&alice, &bob, &carol}) h.OnConnect(*p);
   for (auto* p : {&alice, &alice, &bob, &carol}) ASSERT_TRUE(h.AllocSlab(*p, {}).ok());
   h.OnConnect(alice);  // A second connection of alice.
@@ -270,11 +277,75 @@ TEST(HandlerLeaseTest, GraceZeroNeverFrees) {
   MemServerHandler h(pool->get(), MemServerHandler::Options{});
   fabric::PeerInfo alice;
   alice.client_id = 1;
+  alice.owner_id = 1;
   h.OnConnect(alice);
   ASSERT_TRUE(h.AllocSlab(alice, {}).ok());
   h.OnDisconnect(alice);
   EXPECT_EQ(h.ReclaimOrphans(MonotonicNs() + 3600000000000ull), 0u);
   EXPECT_EQ((*pool)->SlabsOwnedBy(1), 1u);
+}
+
+// Two processes of one credential are two owners: the one that died loses its slabs after the
+// grace although the other stays connected.
+TEST(HandlerLeaseTest, AProcessThatDiedLosesItsSlabsWhileAnotherOfItsClientStaysConnected) {
+  SlabPool::Options o;
+  o.slab_bytes = kSlab;
+  o.capacity_bytes = 8 * kSlab;
+  auto pool = SlabPool::Create(o);
+  ASSERT_TRUE(pool.ok());
+  MemServerHandler::Options ho;
+  ho.orphan_grace_ns = 1000000000;
+  MemServerHandler h(pool->get(), ho);
+  fabric::PeerInfo crashed, alive;
+  crashed.client_id = alive.client_id = 7;
+  crashed.owner_id = fabric::OwnerIdFor(7, 1);
+  alive.owner_id = fabric::OwnerIdFor(7, 2);
+  h.OnConnect(crashed);
+  h.OnConnect(alive);
+  auto s1 = h.AllocSlab(crashed, {});
+  auto s2 = h.AllocSlab(alive, {});
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(h.ResolveRead(alive, {s1->slab_id, 0, 8}).status().code(),
+            StatusCode::kPermissionDenied)
+      << "another process of the same client reached the slab";
+  h.OnDisconnect(crashed);  // SIGKILL: its connections close.
+  EXPECT_EQ(h.ReclaimOrphans(MonotonicNs() + 5000000000ull), 1u);
+  EXPECT_EQ((*pool)->SlabsOwnedBy(crashed.owner_id), 0u);
+  EXPECT_EQ((*pool)->SlabsOwnedBy(alive.owner_id), 1u);
+}
+
+TEST(HandlerQuotaTest, AClientOverItsSlabQuotaGetsAClearErrorAndOthersAreUnaffected) {
+  SlabPool::Options o;
+  o.slab_bytes = kSlab;
+  o.capacity_bytes = 8 * kSlab;
+  auto pool = SlabPool::Create(o);
+  ASSERT_TRUE(pool.ok());
+  MemServerHandler::Options ho;
+  ho.max_slabs_per_client = 2;
+  MemServerHandler h(pool->get(), ho);
+  fabric::PeerInfo a1, a2, b;
+  a1.client_id = a2.client_id = 7;
+  a1.owner_id = fabric::OwnerIdFor(7, 1);
+  a2.owner_id = fabric::OwnerIdFor(7, 2);
+  b.client_id = b.owner_id = 8;
+  for (auto* p : {&a1, &a2, &b}) h.OnConnect(*p);
+  ASSERT_TRUE(h.AllocSlab(a1, {}).ok());
+  auto second = h.AllocSlab(a2, {});
+  ASSERT_TRUE(second.ok());
+  // The quota is per client: its second process counts against the same two slabs.
+  for (auto* p : {&a1, &a2}) {
+    auto r = h.AllocSlab(*p, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status();
+    EXPECT_NE(r.status().message().find("--max_slabs_per_client 2"), std::string::npos)
+        << r.status();
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(h.AllocSlab(b, {}).ok()) << "another client refused";
+  // Freeing one makes room again.
+  ASSERT_TRUE(h.FreeSlab(a2, {second->slab_id}).ok());
+  EXPECT_TRUE(h.AllocSlab(a1, {}).ok());
+  const std::string stats = h.StatsText();
+  EXPECT_NE(stats.find("quota_refusals 2\n"), std::string::npos) << stats;
 }
 
 }  // namespace

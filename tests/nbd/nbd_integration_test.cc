@@ -3,9 +3,11 @@
 // while a copy is running. Each test skips with a clear message when a client is not installed
 // (scripts/setup.sh installs them: libnbd-bin, python3-libnbd, qemu-utils).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -40,6 +42,9 @@ class NbdProcess {
   Status Start(const std::vector<std::string>& args) {
     std::vector<std::string> argv{BinDir() + "/tessera", "nbd", "--listen", "127.0.0.1:0"};
     argv.insert(argv.end(), args.begin(), args.end());
+    if (std::find(args.begin(), args.end(), "--state_file") == args.end()) {
+      argv.push_back("--ephemeral");  // These tests do not restart the export.
+    }
     auto p = Subprocess::Start(argv, {.capture_stdout = true, .quiet_stderr = getenv("NBD_TEST_VERBOSE") == nullptr});
     if (!p.ok()) return p.status();
     proc_ = std::move(*p);
@@ -53,6 +58,11 @@ class NbdProcess {
   }
   const std::string& uri() const { return uri_; }
   std::string uri_of(const std::string& name) const { return port_base_ + name; }
+  // SIGKILL: the export dies at once (nothing flushed, nothing freed).
+  void Kill() {
+    (void)proc_.Signal(SIGKILL);
+    (void)proc_.Wait(Deadline::AfterMs(30000));
+  }
   // SIGTERM: the export flushes and exits 0.
   int Stop() {
     auto st = proc_.Stop(20000);
@@ -248,6 +258,94 @@ TEST(NbdIntegrationTest, QemuImgAndNbdcopyCopyInAndOut) {
   ASSERT_EQ(conv2.exit_code, 0) << conv2.stdout_text;
   EXPECT_EQ(Sha(out2), Sha(src));
   EXPECT_EQ(nbd.Stop(), 0);
+}
+
+// A restarted export over the same memservers never serves zeros for the blocks a previous run
+// stored: with --state_file it refuses with a clear error (the page map died with the process)
+// until the operator deletes the file; a run that never wrote restarts freely.
+TEST(NbdIntegrationTest, ARestartAfterWritesRefusesInsteadOfServingZeros) {
+  REQUIRE_TOOL("nbdcopy");
+  client::LocalClusterOptions lo;
+  lo.bin_dir = BinDir();
+  lo.servers = 3;
+  lo.capacity = "64M";
+  auto cluster = client::LocalCluster::Start(lo);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  TempDir dir;
+  const std::string state = dir.path() + "/export.state";
+  const std::vector<std::string> flags = {"--size",
+                                          "16M",
+                                          "--k",
+                                          "2",
+                                          "--r",
+                                          "1",
+                                          "--cluster",
+                                          (*cluster)->cluster_file_path(),
+                                          "--auth_token_file",
+                                          (*cluster)->token_path(),
+                                          "--state_file",
+                                          state};
+  // Runs `tessera nbd` with `flags` (stderr into the captured output); a refusing export exits
+  // at once, one that serves is killed at the bound.
+  auto restart = [&] {
+    std::vector<std::string> a{
+        "/bin/sh",  "-c",         "exec \"$0\" \"$@\" 2>&1", BinDir() + "/tessera", "nbd",
+        "--listen", "127.0.0.1:0"};
+    a.insert(a.end(), flags.begin(), flags.end());
+    return RunCommand(a, 30000);
+  };
+
+  // A run that never changes data: killed, it restarts and serves.
+  {
+    NbdProcess nbd;
+    ASSERT_TRUE(nbd.Start(flags).ok());
+    const std::string zeros = dir.path() + "/zeros.img";
+    ASSERT_EQ(RunCommand({"nbdcopy", nbd.uri(), zeros}, 60000, true).exit_code, 0);
+    nbd.Kill();
+  }
+  // 8 MiB written and read back intact, then SIGKILL.
+  const std::string src = WriteRandomFile(dir.path() + "/src.img", 8u << 20, 5);
+  {
+    NbdProcess nbd;
+    ASSERT_TRUE(nbd.Start(flags).ok()) << "a run that wrote nothing could not restart";
+    auto in = RunCommand({"nbdcopy", src, nbd.uri()}, 120000, true);
+    ASSERT_EQ(in.exit_code, 0) << in.stdout_text;
+    const std::string out = dir.path() + "/out.img";
+    ASSERT_EQ(RunCommand({"nbdcopy", nbd.uri(), out}, 120000, true).exit_code, 0);
+    EXPECT_EQ(RunCommand({"cmp", "-n", std::to_string(8u << 20), src, out}, 30000).exit_code, 0);
+    nbd.Kill();
+  }
+  // The same flags over the same memservers: refused, with the reason and the way out.
+  auto refused = restart();
+  EXPECT_EQ(refused.exit_code, 1) << refused.stdout_text;
+  EXPECT_NE(refused.stdout_text.find("refusing to serve"), std::string::npos)
+      << refused.stdout_text;
+  EXPECT_NE(refused.stdout_text.find("accepted writes"), std::string::npos) << refused.stdout_text;
+  EXPECT_EQ(refused.stdout_text.find("nbd export"), std::string::npos)
+      << "the refused export served anyway: " << refused.stdout_text;
+  // Still refused on the next try (nothing was reset by the refusal).
+  EXPECT_EQ(restart().exit_code, 1);
+  // A file that is not a state file is not taken over either.
+  const std::string other = dir.path() + "/notes.txt";
+  std::ofstream(other) << "important notes\n";
+  auto foreign =
+      RunCommand({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", BinDir() + "/tessera", "nbd",
+                  "--listen", "127.0.0.1:0", "--size", "16M", "--state_file", other},
+                 30000);
+  EXPECT_EQ(foreign.exit_code, 1) << foreign.stdout_text;
+  EXPECT_EQ(testing::ReadFile(other), "important notes\n");
+  // Neither --state_file nor --ephemeral: a usage error.
+  EXPECT_EQ(RunCommand({BinDir() + "/tessera", "nbd", "--size", "16M"}, 30000).exit_code, 2);
+  // The operator deletes the file to start over: a fresh, empty device.
+  ASSERT_EQ(::unlink(state.c_str()), 0);
+  NbdProcess fresh;
+  ASSERT_TRUE(fresh.Start(flags).ok());
+  const std::string after = dir.path() + "/after.img";
+  ASSERT_EQ(RunCommand({"nbdcopy", fresh.uri(), after}, 60000, true).exit_code, 0);
+  EXPECT_EQ(
+      RunCommand({"cmp", "-n", std::to_string(16u << 20), after, "/dev/zero"}, 30000).exit_code, 0)
+      << "a fresh export must read as zeros";
+  EXPECT_EQ(fresh.Stop(), 0);
 }
 
 // The export on a cluster this test owns: r memservers SIGKILLed while nbdcopy copies in, then

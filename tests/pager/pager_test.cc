@@ -397,6 +397,93 @@ TEST(PagerTest, FillErrorRaisesSigbusNotZeros) {
   EXPECT_EQ(b[3 * kPage + 10], 0);
 }
 
+TEST(PagerTest, TransientFillErrorsAreRetriedNotPoisoned) {
+  constexpr size_t kPages = 64, kCap = 8;
+  MemoryPageStore store(kPages);
+  auto pager = MakePager(&store, kPages, kCap, VictimPolicy::kFifo, false);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  ASSERT_TRUE(store.Holds(3));
+  // Every read fails as if the servers were unreachable, until three retries have been made.
+  store.FailReadsWith(Unavailable("no server answers (test)"));
+  std::atomic<bool> healed{false};
+  std::thread healer([&] {
+    if (WaitFor([&] { return pager->Stats().fill_retries >= 3; })) {
+      store.FailReadsWith(Status::Ok());
+      healed.store(true);
+    }
+  });
+  struct sigaction sa {
+  }, old{};
+  sa.sa_sigaction = &OnSigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGBUS, &sa, &old), 0);
+  volatile bool faulted = false;
+  volatile bool intact = false;
+  if (sigsetjmp(g_jmp, 1) == 0) {
+    intact = CheckPage(b + 3 * kPage, 3, 1);  // Blocks until the store answers again.
+  } else {
+    faulted = true;
+  }
+  sigaction(SIGBUS, &old, nullptr);
+  healer.join();
+  ASSERT_TRUE(healed.load()) << "the pager made fewer than 3 retries in 10 s";
+  EXPECT_FALSE(faulted) << "a transient store error became SIGBUS";
+  EXPECT_TRUE(intact) << "page 3 read back with the wrong bytes";
+  PagerStats s = pager->Stats();
+  EXPECT_EQ(s.fill_errors, 0u);
+  EXPECT_GE(s.fill_retries, 3u);
+}
+
+TEST(PagerTest, TransientFillErrorsPastTheRetryLimitRaiseSigbus) {
+  constexpr size_t kPages = 64, kCap = 8;
+  MemoryPageStore store(kPages);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.victim = VictimPolicy::kFifo;
+  o.prefetch = false;
+  o.fill_retry_limit_ms = 50;
+  auto r = Pager::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto& pager = *r;
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  ASSERT_TRUE(store.Holds(3));
+  store.FailReadsWith(Timeout("no reply (test)"));
+  struct sigaction sa {
+  }, old{};
+  sa.sa_sigaction = &OnSigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGBUS, &sa, &old), 0);
+  volatile bool faulted = false;
+  if (sigsetjmp(g_jmp, 1) == 0) {
+    (void)*static_cast<volatile uint8_t*>(b + 3 * kPage + 10);
+  } else {
+    faulted = true;
+  }
+  sigaction(SIGBUS, &old, nullptr);
+  store.FailReadsWith(Status::Ok());
+  EXPECT_TRUE(faulted) << "a page failing past fill_retry_limit_ms was not poisoned";
+  EXPECT_EQ(pager->Stats().fill_errors, 1u);
+  EXPECT_GE(pager->Stats().fill_retries, 1u);
+}
+
+TEST(PagerTest, RetryOptionsAreValidated) {
+  MemoryPageStore store(64);
+  PagerOptions o;
+  o.store = &store;
+  o.region_bytes = 64 * kPage;
+  o.fill_retry_initial_ms = 0;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.fill_retry_initial_ms = 100;
+  o.fill_retry_max_backoff_ms = 50;
+  EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(PagerTest, ForkedChildSeesEveryPage) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages);

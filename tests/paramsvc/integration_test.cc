@@ -191,6 +191,71 @@ TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCh
   EXPECT_TRUE(WIFEXITED(*stopped) && WEXITSTATUS(*stopped) == 0);
 }
 
+// Slabs in use over every server of the cluster, from `tessera status --json`; -1 when a
+// server cannot be reached.
+int64_t SlabsUsed(const client::LocalCluster& c) {
+  auto out = RunCommand({BinDir() + "/tessera", "status", "--json", c.cluster_file_path(),
+                         "--auth_token_file", c.token_path()},
+                        30000);
+  int64_t total = 0;
+  size_t rows = 0;
+  for (const auto& row : tessera::testing::JsonLines(out.stdout_text)) {
+    if (!row.contains("slabs_used") || !row["slabs_used"].is_number_integer()) return -1;
+    total += row["slabs_used"].get<int64_t>();
+    ++rows;
+  }
+  return rows == c.size() ? total : -1;
+}
+
+// The checkpoint store's slabs of a SIGKILLed `tessera paramsvc serve` are reclaimed by the
+// memservers once its lease (--orphan_grace) has run out.
+TEST(ParamsvcIntegration, SigkilledServeLeavesNoSlabBehindOnceItsLeaseExpired) {
+  client::LocalClusterOptions co;
+  co.bin_dir = BinDir();
+  co.servers = 3;
+  co.capacity = "64M";
+  co.slab_size = "1M";
+  co.extra_flags = {"--orphan_grace=1s", "--monitor_interval=100ms"};
+  auto cluster = client::LocalCluster::Start(co);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto svc = StartService(cluster->get(), (*cluster)->token_path());
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  {
+    JobSpec spec = IntJob();
+    spec.name = "leased";
+    spec.workers = 1;
+    ClientOptions o;
+    o.port = svc->port;
+    o.secret = (*cluster)->secret();
+    o.op_timeout_ms = 20000;
+    auto c = Client::Connect(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE((*c)->Join(spec, 0).ok());
+    std::vector<float> w0(3000, 1.0f), b0(10, 1.0f), gw(3000, 0.5f), gb(10, 0.5f);
+    void* params[2] = {w0.data(), b0.data()};
+    const void* grads[2] = {gw.data(), gb.data()};
+    ASSERT_TRUE((*c)->SetParams({params, 2}).ok());
+    ASSERT_TRUE((*c)->Barrier(0).ok());
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE((*c)->PushPull({grads, 2}, {params, 2}).ok());
+  }
+  // The checkpoints land in the store (bounded wait).
+  Deadline d = Deadline::AfterMs(30000);
+  int64_t used = SlabsUsed(**cluster);
+  while (used <= 0 && !d.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // Polling a count, bounded.
+    used = SlabsUsed(**cluster);
+  }
+  ASSERT_GT(used, 0) << "no checkpoint reached the store";
+  ASSERT_TRUE(svc->proc.Signal(SIGKILL).ok());
+  ASSERT_TRUE(svc->proc.Wait(Deadline::AfterMs(30000)).ok());
+  d = Deadline::AfterMs(30000);
+  while (used != 0 && !d.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // Polling a count, bounded.
+    used = SlabsUsed(**cluster);
+  }
+  EXPECT_EQ(used, 0) << "slabs left behind by the killed service";
+}
+
 TEST(ParamsvcIntegration, CliRejectsBadFlagsAndReportsADeadService) {
   auto bad = RunTessera({"paramsvc", "serve", "--cores=0"});
   EXPECT_EQ(bad.exit_code, 2);

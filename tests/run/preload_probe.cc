@@ -427,6 +427,17 @@ int main(int argc, char** argv) {
   if (mode == "exec") return ModeExec(argv[0]);
   if (mode == "signal") return ModeSignal();
   if (mode == "runtime" && argc == 3) return ModeRuntime(atoi(argv[2]));
+  if (mode == "hold" && argc == 3) {
+    // Touches MB MiB of heap, says so, then waits for a signal (the lease tests SIGKILL the
+    // `tessera run` above it while its pages are held remotely).
+    const size_t bytes = static_cast<size_t>(atoi(argv[2])) << 20;
+    auto* p = static_cast<char*>(malloc(bytes));
+    if (p == nullptr) return 1;
+    std::memset(p, 0x5a, bytes);
+    std::printf("holding %zu bytes\n", bytes);
+    std::fflush(stdout);
+    for (;;) pause();
+  }
   if (mode == "exit" && argc == 3) {
     auto* p = static_cast<char*>(malloc(1 << 20));
     std::memset(p, 1, 1 << 20);
