@@ -400,24 +400,26 @@ int On(const std::string& self) {
     return Fail("/dev/loop-control is missing: this kernel has no loop devices");
   }
   const KeyValues old = ReadKeyValues(StatePath());
-  if (!old.empty() || ::access(Dir().c_str(), F_OK) == 0) {
-    const pid_t pid = old.count("pid") ? static_cast<pid_t>(std::atol(old.at("pid").c_str())) : 0;
-    if (Alive(pid)) {
-      return Fail("swap device '" + FLAGS_name + "' is already on (" +
-                  (old.count("device") ? old.at("device") : std::string("starting")) +
-                  "); `tessera swap off --name " + FLAGS_name + "` first, or pick another --name");
-    }
+  const pid_t old_pid = old.count("pid") ? static_cast<pid_t>(std::atol(old.at("pid").c_str())) : 0;
+  if (Alive(old_pid)) {
+    return Fail("swap device '" + FLAGS_name + "' is already on (" +
+                (old.count("device") ? old.at("device") : std::string("starting")) +
+                "); `tessera swap off --name " + FLAGS_name + "` first, or pick another --name");
+  }
+  if (IsMountPoint(MountDir())) {
+    return Fail("the FUSE mount point " + MountDir() + " is already in use (something is mounted "
+                "there); unmount it, or pick another --name");
+  }
+  if (!old.empty()) {
     return Fail("swap device '" + FLAGS_name + "' did not shut down cleanly (its daemon is gone, " +
                 Dir() + " remains); run `tessera swap off --name " + FLAGS_name + "` to clean up");
   }
   ::mkdir(FLAGS_state_dir.c_str(), 0700);
-  if (::mkdir(Dir().c_str(), 0700) != 0) return Fail("mkdir " + Dir() + ": " + std::strerror(errno));
+  if (::mkdir(Dir().c_str(), 0700) != 0 && errno != EEXIST) {
+    return Fail("mkdir " + Dir() + ": " + std::strerror(errno));
+  }
   if (::mkdir(MountDir().c_str(), 0700) != 0 && errno != EEXIST) {
     return Fail("mkdir " + MountDir() + ": " + std::strerror(errno));
-  }
-  if (IsMountPoint(MountDir())) {
-    return Fail("the FUSE mount point " + MountDir() + " is already in use (something is mounted "
-                "there); unmount it or pick another --name");
   }
 
   // The daemon: this program in `serve` mode, its own session, stderr to the log.
