@@ -81,6 +81,22 @@ struct SwapFileServer::Impl {
   // Returns 0 or the errno to answer; lost pages are recorded.
   int Transfer(client::PageOp::Kind kind, client::PageId first, size_t count, uint8_t* buf,
                Scratch* s) {
+    if (kind == client::PageOp::Kind::kRead) {
+      // Blocking reads: a remote store serves them on this thread (run to completion, no hand-off
+      // to a store thread and back). Only when one fails, each page is read again alone to tell
+      // which are lost.
+      client::PageId ids[(1 << 20) / kPage + 2];
+      for (size_t i = 0; i < count; ++i) ids[i] = first + i;
+      if (store->ReadPages(ids, count, buf).ok()) return 0;
+      int err = 0;
+      for (size_t i = 0; i < count; ++i) {
+        Status os = store->ReadPage(first + i, buf + i * kPage);
+        if (os.ok()) continue;
+        err = EIO;
+        NoteReadError(first + i, os);
+      }
+      return err;
+    }
     client::OpWaiter waiter;
     client::PageOp* ops = s->ops;
     for (size_t i = 0; i < count; ++i) {
@@ -106,19 +122,21 @@ struct SwapFileServer::Impl {
       const Status& os = ops[i].status;
       if (os.ok()) continue;
       err = EIO;
-      if (kind == client::PageOp::Kind::kRead && os.code() == StatusCode::kDataLoss) {
-        lost_pages.fetch_add(1, std::memory_order_relaxed);
-        const uint64_t slot = lost_next.fetch_add(1, std::memory_order_relaxed);
-        lost_ring[slot % kLostPagesKept].store(ops[i].page, std::memory_order_relaxed);
-        TLOG(ERROR) << "swap file: page " << ops[i].page << " (file offset "
-                    << ops[i].page * kPage << ") is lost: " << os
-                    << "; the process that swaps it in gets SIGBUS";
-      } else {
-        TLOG(WARNING) << "swap file: " << (kind == client::PageOp::Kind::kRead ? "read" : "write")
-                      << " of page " << ops[i].page << " failed: " << os;
-      }
+      TLOG(WARNING) << "swap file: write of page " << ops[i].page << " failed: " << os;
     }
     return err;
+  }
+
+  void NoteReadError(client::PageId page, const Status& os) {
+    if (os.code() != StatusCode::kDataLoss) {
+      TLOG(WARNING) << "swap file: read of page " << page << " failed: " << os;
+      return;
+    }
+    lost_pages.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t slot = lost_next.fetch_add(1, std::memory_order_relaxed);
+    lost_ring[slot % kLostPagesKept].store(page, std::memory_order_relaxed);
+    TLOG(ERROR) << "swap file: page " << page << " (file offset " << page * kPage
+                << ") is lost: " << os << "; the process that swaps it in gets SIGBUS";
   }
 
   void Read(fuse_req_t req, size_t size, off_t off) {

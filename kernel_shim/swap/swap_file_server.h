@@ -7,8 +7,10 @@
 // straight to this daemon, bypassing the page cache, so the loop device above it never fills
 // the page cache of the very machine that is short of memory. Byte offset B is byte B % 4096 of
 // page B / 4096 of the store. Reads and writes of whole pages (all the swap and loop paths
-// issue) are served with no lock and no allocation; a read or write that covers part of a page
-// (mkswap's header, blkid probes) reads, patches and writes the page under one mutex.
+// issue) take no lock: a write is submitted from the worker's own op array (no allocation in
+// the server), a read is a blocking ReadPages that a remote store runs to completion on the
+// worker's thread. A read or write that covers part of a page (mkswap's header, blkid probes)
+// reads, patches and writes the page under one mutex.
 //
 // A read of a page the store cannot rebuild (DataLoss: more than r of its servers lost) is
 // answered with EIO; the kernel turns that into an I/O error of the swap-in, and the process
