@@ -285,15 +285,28 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   fuse_reply_attr(req, &st, 3600);
 }
 
+// The kernel's reply to OPEN (struct fuse_open_out of <linux/fuse.h>) and its flags. libfuse
+// 3.14 (Debian's) cannot express FOPEN_PARALLEL_DIRECT_WRITES (kernel 6.2+; libfuse 3.15+), so
+// the reply is built here and sent as is: without it the kernel serialises every write to the
+// one file on its inode lock, and swap-outs queue behind each other.
+struct OpenOut {
+  uint64_t fh;
+  uint32_t open_flags;
+  uint32_t padding;
+};
+constexpr uint32_t kFopenDirectIo = 1u << 0;           // No page cache.
+constexpr uint32_t kFopenNoflush = 1u << 5;            // No FLUSH on close.
+constexpr uint32_t kFopenParallelDirectWrites = 1u << 6;
+
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (ino != kFileIno) {
     fuse_reply_err(req, EISDIR);
     return;
   }
-  fi->direct_io = 1;  // No page cache: every read and write reaches the daemon.
-  fi->keep_cache = 0;
-  fi->noflush = 1;
-  fuse_reply_open(req, fi);
+  OpenOut out{};
+  out.fh = fi->fh;
+  out.open_flags = kFopenDirectIo | kFopenNoflush | kFopenParallelDirectWrites;
+  fuse_reply_buf(req, reinterpret_cast<const char*>(&out), sizeof out);
 }
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
