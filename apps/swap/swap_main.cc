@@ -123,7 +123,16 @@ std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
-bool Alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+// Whether `pid` runs: exists and is not a zombie (a crashed daemon is reparented and may stay a
+// zombie until its new parent reaps it).
+bool Alive(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno != EPERM)) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
 
 bool IsMountPoint(const std::string& path) {
   std::ifstream in("/proc/self/mountinfo");
@@ -541,7 +550,13 @@ int Off() {
     if (SwapUsed(dev, nullptr, nullptr)) {
       // Reads every swapped-out page back into memory (can take a while for a full device).
       if (::swapoff(dev.c_str()) != 0) {
-        notes.push_back("swapoff " + dev + ": " + std::strerror(errno));
+        const int err = errno;
+        notes.push_back("swapoff " + dev + ": " + std::strerror(err) +
+                        (err == ENOMEM
+                             ? " (swapoff brings every swapped-out page back into memory, and "
+                               "the memory cgroups or the machine cannot hold them: raise those "
+                               "cgroups' limits or stop their processes, then run off again)"
+                             : ""));
         rc = 1;
       }
     }

@@ -141,7 +141,7 @@ TEST_F(SwapTest, OnSwapStatusOffWithARealProgram) {
   EXPECT_FALSE(InProcSwaps(dev));
   struct stat st;
   EXPECT_NE(::stat(("/run/tessera-swap/" + name).c_str(), &st), 0) << "state left behind";
-  names_.clear();
+  if (off.exit_code == 0) names_.clear();  // Else TearDown tries again.
 }
 
 // Memservers of an external cluster die while the program's pages are in swap.
@@ -257,7 +257,49 @@ TEST_F(SwapLossTest, RPlusOneKilledSigbusForTheToucherOthersRun) {
   // Off still works: the lost slots belonged to the dead process and were freed with it.
   auto off = RunCommand({BinDir() + "/tessera-swap", "off", "--name", name}, 120000, true);
   EXPECT_EQ(off.exit_code, 0) << off.stdout_text;
-  names_.clear();
+  if (off.exit_code == 0) names_.clear();  // Else TearDown tries again.
+}
+
+TEST_F(SwapFailureTest, OffCleansUpAfterTheDaemonCrashedAndSwappedPagesAreLost) {
+  const std::string name = Name("t-crash");
+  const std::string dev = On(name, ClusterFlags());
+  ASSERT_FALSE(dev.empty());
+  Program prog = Fill("t-crash-cg");
+  ASSERT_TRUE(prog.cg);
+  // The daemon dies with the page map of everything in swap.
+  std::ifstream state("/run/tessera-swap/" + name + "/state");
+  pid_t daemon = 0;
+  for (std::string key; state >> key;) {
+    if (key == "pid") state >> daemon;
+  }
+  ASSERT_GT(daemon, 0);
+  ASSERT_EQ(::kill(daemon, SIGKILL), 0);
+  // Until it is gone, swapoff would read the pages back (into a cgroup at its limit: ENOMEM).
+  const Deadline gone = Deadline::AfterMs(30000);
+  for (;;) {
+    std::ifstream st("/proc/" + std::to_string(daemon) + "/stat");
+    std::string line;
+    std::getline(st, line);
+    const size_t paren = line.rfind(')');
+    if (line.empty() || (paren != std::string::npos && paren + 2 < line.size() &&
+                         line[paren + 2] == 'Z')) {
+      break;
+    }
+    ASSERT_FALSE(gone.Expired()) << "the SIGKILLed daemon did not exit";
+    ::usleep(10000);  // Bounded wait for the kill to take effect.
+  }
+  auto off = RunAll({BinDir() + "/tessera-swap", "off", "--name", name}, 120000);
+  EXPECT_EQ(off.exit_code, 0) << off.stdout_text;
+  EXPECT_NE(off.stdout_text.find("daemon had exited"), std::string::npos) << off.stdout_text;
+  EXPECT_FALSE(InProcSwaps(dev));
+  struct stat st;
+  EXPECT_NE(::stat(("/run/tessera-swap/" + name).c_str(), &st), 0) << "state left behind";
+  if (off.exit_code == 0) names_.clear();  // Else TearDown tries again.
+  // Its swapped-out pages are gone: the program gets SIGBUS when it touches them.
+  (void)Continue(prog.p);
+  auto ws = prog.p.Wait(Deadline::AfterMs(120000));
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  EXPECT_TRUE(WIFSIGNALED(*ws) && WTERMSIG(*ws) == SIGBUS);
 }
 
 TEST_F(SwapTest, BadInputGetsClearErrors) {
