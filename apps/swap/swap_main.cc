@@ -569,7 +569,9 @@ int Off() {
   }
   if (rc != 0) {
     for (const auto& n : notes) std::fprintf(stderr, "tessera swap: %s\n", n.c_str());
-    return Fail("off stopped before detaching: the daemon keeps serving the pages still in swap");
+    return Fail(daemon_alive
+                    ? "off stopped before detaching: the daemon keeps serving the pages still in swap"
+                    : "off stopped before detaching: the device stays on until swapoff can finish");
   }
   const KeyValues last = ReadKeyValues(StatsPath());
   StopDaemonAndClean(pid, &notes);

@@ -288,6 +288,9 @@ TEST_F(SwapFailureTest, OffCleansUpAfterTheDaemonCrashedAndSwappedPagesAreLost) 
     ASSERT_FALSE(gone.Expired()) << "the SIGKILLed daemon did not exit";
     ::usleep(10000);  // Bounded wait for the kill to take effect.
   }
+  // swapoff charges each page it brings back to the page's cgroup before it reads it (and
+  // finds it lost): give the program's cgroup room, as off's ENOMEM message asks.
+  ASSERT_TRUE(prog.cg->SetLimit(1ull << 30).ok());
   auto off = RunAll({BinDir() + "/tessera-swap", "off", "--name", name}, 120000);
   EXPECT_EQ(off.exit_code, 0) << off.stdout_text;
   EXPECT_NE(off.stdout_text.find("daemon had exited"), std::string::npos) << off.stdout_text;
