@@ -91,8 +91,7 @@ DEFINE_string(pager, "uffd",
               "uffd: page the program's heap in-process with userfaultfd (no root needed); swap: "
               "run it and its children in a cgroup-v1 memory limit with a private `tessera swap` "
               "kernel swap device (root; every page of every process, any runtime)");
-DEFINE_string(swap_size, "",
-              "--pager swap: size of the private swap device (default: --region)");
+DEFINE_string(swap_size, "", "--pager swap: size of the private swap device (default: --region)");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -354,9 +353,11 @@ int Main(int argc, char** argv) {
     so.stats_json = FLAGS_stats_json;
     so.summary = FLAGS_summary;
     so.term_grace_s = FLAGS_term_grace;
-    for (const char* flag : {"cluster", "auth_token_file", "etcd", "cluster_name", "k", "r", "layout"}) {
+    for (const char* flag :
+         {"cluster", "auth_token_file", "etcd", "cluster_name", "k", "r", "layout"}) {
       const auto info = gflags::GetCommandLineFlagInfoOrDie(flag);
-      if (!info.is_default) so.swap_flags.push_back("--" + std::string(flag) + "=" + info.current_value);
+      if (!info.is_default)
+        so.swap_flags.push_back("--" + std::string(flag) + "=" + info.current_value);
     }
     return run::RunWithSwapPager(so);
   }

@@ -81,8 +81,8 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
     return 1;
   }
   std::unique_ptr<kernel_shim::MemoryCgroup> cg = std::move(*cg_or);
-  std::vector<std::string> on = {"on", "--name", name, "--size", std::to_string(o.swap_bytes),
-                                 "--priority", "32767"};
+  std::vector<std::string> on = {
+      "on", "--name", name, "--size", std::to_string(o.swap_bytes), "--priority", "32767"};
   on.insert(on.end(), o.swap_flags.begin(), o.swap_flags.end());
   auto up = Swap(o.bin_dir, on);
   if (!up.ok()) {
@@ -134,7 +134,7 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
     _exit(err == ENOENT ? 127 : 126);
   }
   g_child = pid;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = Forward;
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
@@ -149,11 +149,11 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
     if (o.fraction > 0) {
       const kernel_shim::MemoryCgroupStats s = cg->Stats();
       const uint64_t peak = std::max(s.memsw_max_usage, s.max_usage);
-      const uint64_t want = std::max<uint64_t>(static_cast<uint64_t>(o.fraction * peak), 16ull << 20) & ~4095ull;
-      // Only lower it (a limit that rose again could let the program grow past P% of its peak)
-      // in steps of 1 MiB or more, so the kernel reclaims in batches.
-      if (limit == 0 || want + (1ull << 20) <= limit) {
-        if (want < peak && cg->SetLimit(want).ok()) limit = want;
+      const uint64_t want =
+          std::max<uint64_t>(static_cast<uint64_t>(o.fraction * peak), 16ull << 20) & ~4095ull;
+      // The peak only grows, and the limit with it, in steps of 1 MiB or more.
+      if (limit == 0 || want >= limit + (1ull << 20)) {
+        if (cg->SetLimit(want).ok()) limit = want;
       }
     }
     const uint64_t now = MonotonicNs();
@@ -176,7 +176,8 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
     code = 128 + WTERMSIG(wstatus);
     how = std::string("killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" +
           strsignal(WTERMSIG(wstatus)) + ")";
-    if (WTERMSIG(wstatus) == SIGKILL && cs.oom_kills > 0) how += ", OOM-killed in its memory cgroup";
+    if (WTERMSIG(wstatus) == SIGKILL && cs.oom_kills > 0)
+      how += ", OOM-killed in its memory cgroup";
     if (WTERMSIG(wstatus) == SIGBUS && Num(ds, "lost_pages") > 0) how += ", a lost swap page";
   }
   const uint64_t failures = Num(ds, "server_failures");
@@ -190,9 +191,9 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
                  "  remote reads %llu, remote writes %llu (swap device pages, whole device)\n"
                  "  memserver failures survived %llu, data loss %llu pages%s%s\n",
                  how.c_str(), secs, ds.count("store") ? ds.at("store").c_str() : "?",
-                 ds.count("servers") ? ds.at("servers").c_str() : "?",
-                 o.local_memory_text.c_str(), limit ? FormatSize(limit).c_str() : "none",
-                 FormatSize(cs.max_usage).c_str(), FormatSize(cs.memsw_max_usage).c_str(),
+                 ds.count("servers") ? ds.at("servers").c_str() : "?", o.local_memory_text.c_str(),
+                 limit ? FormatSize(limit).c_str() : "none", FormatSize(cs.max_usage).c_str(),
+                 FormatSize(cs.memsw_max_usage).c_str(),
                  static_cast<unsigned long long>(cs.pgmajfault),
                  static_cast<unsigned long long>(cs.oom_kills),
                  static_cast<unsigned long long>(Num(ds, "pages_read")),

@@ -14,14 +14,14 @@
 namespace tessera::run {
 
 struct SwapPagerOptions {
-  std::string bin_dir;                 // Holds tessera-swap.
-  std::vector<std::string> argv;       // PROGRAM (resolved path) and its arguments.
-  double fraction = 0;                 // Limit: this share of the peak footprint, or
-  uint64_t fixed_bytes = 0;            // ... this many bytes (one of the two).
-  uint64_t swap_bytes = 8ull << 30;    // Size of the private swap device.
+  std::string bin_dir;                  // Holds tessera-swap.
+  std::vector<std::string> argv;        // PROGRAM (resolved path) and its arguments.
+  double fraction = 0;                  // Limit: this share of the peak footprint, or
+  uint64_t fixed_bytes = 0;             // ... this many bytes (one of the two).
+  uint64_t swap_bytes = 8ull << 30;     // Size of the private swap device.
   std::vector<std::string> swap_flags;  // Passed to `tessera swap on` (--cluster, --k, ...).
-  std::string local_memory_text;       // As given, for the summary.
-  std::string stats_json;              // "" or where to write the summary as JSON.
+  std::string local_memory_text;        // As given, for the summary.
+  std::string stats_json;               // "" or where to write the summary as JSON.
   bool summary = true;
   double term_grace_s = 10;
 };

@@ -57,8 +57,9 @@
 DEFINE_string(size, "", "on: size of the swap device, e.g. 8G (required)");
 DEFINE_string(name, "tessera", "Name of the swap device (several may be on at once)");
 DEFINE_string(cluster, "", "Cluster file of running memservers (default: an embedded cluster)");
-DEFINE_string(auth_token_file, "",
-              "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
+DEFINE_string(
+    auth_token_file, "",
+    "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
 DEFINE_string(etcd, "", "etcd endpoints (HOST:PORT,...): the servers registered in --cluster_name");
 DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
@@ -79,14 +80,17 @@ namespace {
 const cli::CliSpec kSpec = {
     "tessera swap",
     "on --size SIZE [--cluster FILE | --etcd E --cluster_name N] [--k 4 --r 2] "
-    "[--layout split|group] [--priority N] [--name NAME] | off [--name NAME] | status [--name NAME]",
+    "[--layout split|group] [--priority N] [--name NAME] | off [--name NAME] | status [--name "
+    "NAME]",
     "A kernel swap device on the erasure-coded page store: a locked-in-memory daemon serves\n"
     "the store as one FUSE file with direct I/O, a loop device over it is mkswap'd and\n"
     "swapon'd. Every page of every process can then be swapped to remote memory and survives\n"
     "the loss of r memservers. `off` undoes everything (also after a crash of the daemon);\n"
     "`status` shows the device, used pages, the store's health and failures survived. Needs\n"
     "root, /dev/fuse and loop devices.",
-    __FILE__, 1, 1};
+    __FILE__,
+    1,
+    1};
 
 std::string Dir() { return FLAGS_state_dir + "/" + FLAGS_name; }
 std::string MountDir() { return Dir() + "/mnt"; }
@@ -205,9 +209,9 @@ Status CheckCapacity(const std::vector<client::RemoteServer>& servers, const std
   for (const auto& s : servers) {
     fabric::ConnectOptions co;
     co.secret = key;
-    co.client_id = client_id != 0 ? client_id
-                                   : (std::random_device{}() |
-                                      (uint64_t{std::random_device{}()} << 32) | 1);
+    co.client_id = client_id != 0
+                       ? client_id
+                       : (std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
     co.deadline = Deadline::AfterMs(5000);
     auto conn = fabric::ControlClient::Connect(s.endpoint, co);
     if (!conn.ok()) continue;
@@ -310,7 +314,7 @@ int Serve(uint64_t size) {
   kernel_shim::SwapFileServer& server = **server_or;
   if (Status st = server.Mount(); !st.ok()) return Fail(st.ToString());
   g_server = &server;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
@@ -321,17 +325,17 @@ int Serve(uint64_t size) {
     const client::PageStoreStats ps = store->Stats();
     const kernel_shim::SwapFileStats fs = server.Stats();
     std::string lost;
-    for (client::PageId p : server.LostPages()) lost += (lost.empty() ? "" : ",") + std::to_string(p);
+    for (client::PageId p : server.LostPages())
+      lost += (lost.empty() ? "" : ",") + std::to_string(p);
     std::ostringstream o;
-    o << "pid " << ::getpid() << "\nstore " << store->name() << "\nservers " << where
-      << "\nfinal " << (final ? 1 : 0) << "\nread_requests " << fs.read_requests
-      << "\nwrite_requests " << fs.write_requests << "\npages_read " << fs.pages_read
-      << "\npages_written " << fs.pages_written << "\npartial_page_ops " << fs.partial_page_ops
-      << "\nread_errors " << fs.read_errors << "\nwrite_errors " << fs.write_errors
-      << "\nlost_pages " << fs.lost_pages << "\nlost_page_ids " << (lost.empty() ? "-" : lost)
-      << "\nstore_reads " << ps.reads << "\nstore_writes " << ps.writes
-      << "\ndegraded_reads " << ps.degraded_reads << "\ndecodes " << ps.decodes
-      << "\nserver_failures " << ps.server_failures << "\nregenerations_done "
+    o << "pid " << ::getpid() << "\nstore " << store->name() << "\nservers " << where << "\nfinal "
+      << (final ? 1 : 0) << "\nread_requests " << fs.read_requests << "\nwrite_requests "
+      << fs.write_requests << "\npages_read " << fs.pages_read << "\npages_written "
+      << fs.pages_written << "\npartial_page_ops " << fs.partial_page_ops << "\nread_errors "
+      << fs.read_errors << "\nwrite_errors " << fs.write_errors << "\nlost_pages " << fs.lost_pages
+      << "\nlost_page_ids " << (lost.empty() ? "-" : lost) << "\nstore_reads " << ps.reads
+      << "\nstore_writes " << ps.writes << "\ndegraded_reads " << ps.degraded_reads << "\ndecodes "
+      << ps.decodes << "\nserver_failures " << ps.server_failures << "\nregenerations_done "
       << ps.regenerations_done << "\nregenerations_pending " << ps.regenerations_pending
       << "\ndata_loss " << ps.data_loss << "\nread_p50_us " << ps.read_latency.p50() / 1e3
       << "\nread_p99_us " << ps.read_latency.p99() / 1e3 << "\nwrite_p50_us "
@@ -397,14 +401,18 @@ void StopDaemonAndClean(pid_t pid, std::vector<std::string>* notes) {
 int On(const std::string& self) {
   if (FLAGS_size.empty()) cli::UsageError(kSpec, "on: --size is required");
   auto size = ParseSize(FLAGS_size);
-  if (!size.ok() || *size < (16ull << 20) || *size % client::kPageSize != 0 || *size > (1ull << 42)) {
-    cli::UsageError(kSpec, "on: --size must be a multiple of 4K in [16M, 4T], got '" + FLAGS_size + "'");
+  if (!size.ok() || *size < (16ull << 20) || *size % client::kPageSize != 0 ||
+      *size > (1ull << 42)) {
+    cli::UsageError(kSpec,
+                    "on: --size must be a multiple of 4K in [16M, 4T], got '" + FLAGS_size + "'");
   }
-  if (FLAGS_priority < -1 || FLAGS_priority > 32767) cli::UsageError(kSpec, "--priority must be in -1..32767");
+  if (FLAGS_priority < -1 || FLAGS_priority > 32767)
+    cli::UsageError(kSpec, "--priority must be in -1..32767");
   if (::geteuid() != 0) {
     return Fail("on needs root: it mounts FUSE, attaches a loop device and runs swapon");
   }
-  if (::access("/dev/fuse", R_OK | W_OK) != 0) return Fail("/dev/fuse is missing: this kernel has no FUSE");
+  if (::access("/dev/fuse", R_OK | W_OK) != 0)
+    return Fail("/dev/fuse is missing: this kernel has no FUSE");
   if (::access("/dev/loop-control", R_OK | W_OK) != 0) {
     return Fail("/dev/loop-control is missing: this kernel has no loop devices");
   }
@@ -416,7 +424,8 @@ int On(const std::string& self) {
                 "); `tessera swap off --name " + FLAGS_name + "` first, or pick another --name");
   }
   if (IsMountPoint(MountDir())) {
-    return Fail("the FUSE mount point " + MountDir() + " is already in use (something is mounted "
+    return Fail("the FUSE mount point " + MountDir() +
+                " is already in use (something is mounted "
                 "there); unmount it, or pick another --name");
   }
   if (!old.empty()) {
@@ -494,14 +503,15 @@ int On(const std::string& self) {
   }
   const std::string file = line.substr(6);
   auto loop = kernel_shim::AttachLoop(file, FLAGS_direct_io_loop);
-  if (!loop.ok()) return rollback("attaching a loop device to " + file + ": " + loop.status().ToString());
+  if (!loop.ok())
+    return rollback("attaching a loop device to " + file + ": " + loop.status().ToString());
   const std::string* dev = &loop->path;
   const bool direct = loop->direct_io;
   {
     std::ostringstream st;
-    st << "pid " << pid << "\ndevice " << *dev << "\nfile " << file << "\nsize " << *size
-       << "\nk " << FLAGS_k << "\nr " << FLAGS_r << "\npriority " << FLAGS_priority
-       << "\nloop_direct_io " << (direct ? 1 : 0) << "\n";
+    st << "pid " << pid << "\ndevice " << *dev << "\nfile " << file << "\nsize " << *size << "\nk "
+       << FLAGS_k << "\nr " << FLAGS_r << "\npriority " << FLAGS_priority << "\nloop_direct_io "
+       << (direct ? 1 : 0) << "\n";
     if (Status w = WriteAtomically(StatePath(), st.str()); !w.ok()) {
       kernel_shim::DetachLoop(*dev).IgnoreError();
       return rollback(w.ToString());
@@ -569,9 +579,10 @@ int Off() {
   }
   if (rc != 0) {
     for (const auto& n : notes) std::fprintf(stderr, "tessera swap: %s\n", n.c_str());
-    return Fail(daemon_alive
-                    ? "off stopped before detaching: the daemon keeps serving the pages still in swap"
-                    : "off stopped before detaching: the device stays on until swapoff can finish");
+    return Fail(
+        daemon_alive
+            ? "off stopped before detaching: the daemon keeps serving the pages still in swap"
+            : "off stopped before detaching: the device stays on until swapoff can finish");
   }
   const KeyValues last = ReadKeyValues(StatsPath());
   StopDaemonAndClean(pid, &notes);
@@ -607,18 +618,21 @@ int ShowStatus() {
               st.count("file") ? st.at("file").c_str() : "-");
   std::printf("  store %s on %s\n", get("store").c_str(), get("servers").c_str());
   std::printf("  pages written %s, read %s (requests %s/%s, errors %s/%s)\n",
-              get("pages_written").c_str(), get("pages_read").c_str(), get("write_requests").c_str(),
-              get("read_requests").c_str(), get("write_errors").c_str(), get("read_errors").c_str());
-  std::printf("  health: memserver failures survived %s, degraded reads %s, regenerations %s done "
-              "/ %s pending, remote memory %s\n",
-              get("server_failures").c_str(), get("degraded_reads").c_str(),
-              get("regenerations_done").c_str(), get("regenerations_pending").c_str(),
-              s.count("remote_bytes")
-                  ? FormatSize(std::strtoull(s.at("remote_bytes").c_str(), nullptr, 10)).c_str()
-                  : "-");
-  std::printf("  data loss: %s pages lost%s%s\n", get("lost_pages").c_str(),
-              get("lost_pages") != "0" && get("lost_pages") != "-" ? ", last pages: " : "",
-              get("lost_pages") != "0" && get("lost_pages") != "-" ? get("lost_page_ids").c_str() : "");
+              get("pages_written").c_str(), get("pages_read").c_str(),
+              get("write_requests").c_str(), get("read_requests").c_str(),
+              get("write_errors").c_str(), get("read_errors").c_str());
+  std::printf(
+      "  health: memserver failures survived %s, degraded reads %s, regenerations %s done "
+      "/ %s pending, remote memory %s\n",
+      get("server_failures").c_str(), get("degraded_reads").c_str(),
+      get("regenerations_done").c_str(), get("regenerations_pending").c_str(),
+      s.count("remote_bytes")
+          ? FormatSize(std::strtoull(s.at("remote_bytes").c_str(), nullptr, 10)).c_str()
+          : "-");
+  std::printf(
+      "  data loss: %s pages lost%s%s\n", get("lost_pages").c_str(),
+      get("lost_pages") != "0" && get("lost_pages") != "-" ? ", last pages: " : "",
+      get("lost_pages") != "0" && get("lost_pages") != "-" ? get("lost_page_ids").c_str() : "");
   std::printf("  store latency: read p50 %s us, p99 %s us; write p50 %s us\n",
               get("read_p50_us").c_str(), get("read_p99_us").c_str(), get("write_p50_us").c_str());
   return Alive(pid) && on ? 0 : 1;
@@ -628,7 +642,8 @@ int Main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
   const std::string cmd = argv[1];
   if (FLAGS_name.empty() || FLAGS_name.size() > 48 ||
-      FLAGS_name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+      FLAGS_name.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
           std::string::npos) {
     cli::UsageError(kSpec, "--name must be 1..48 letters, digits, '-' or '_'");
   }
@@ -640,7 +655,8 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--layout must be split or group");
   }
   if (FLAGS_threads < 1 || FLAGS_threads > 64) cli::UsageError(kSpec, "--threads must be in 1..64");
-  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16) cli::UsageError(kSpec, "--io_threads must be in 1..16");
+  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16)
+    cli::UsageError(kSpec, "--io_threads must be in 1..16");
   if (!FLAGS_cluster.empty() && !FLAGS_etcd.empty()) {
     cli::UsageError(kSpec, "give --cluster FILE or --etcd, not both");
   }

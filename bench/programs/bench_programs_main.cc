@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "bench/support/kernel_swap.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
-#include "bench/support/kernel_swap.h"
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
@@ -85,7 +85,9 @@ const cli::CliSpec kSpec{
     "layout, and under kernel swap (swapfile, zram, nbdkit memory via nbdfuse, tessera swap) "
     "with a cgroup-v1 memory limit of the same share of the local peak RSS; every run's output "
     "must equal the local run's.",
-    __FILE__, 0, 0};
+    __FILE__,
+    0,
+    0};
 
 const char kPython[] = "/usr/bin/python3";
 
@@ -104,7 +106,6 @@ std::string ReadAll(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // SIGINT/SIGTERM/SIGHUP: the running program is killed and the bench unwinds, so every swap
@@ -296,7 +297,8 @@ Outcome RunRedis(Env* env, const Mode& m) {
     if (!p.ok()) return false;
     std::string all;
     for (;;) {
-      auto line = p->ReadLine(Deadline::AfterMs(static_cast<uint64_t>(m.timeout_s > 0 ? m.timeout_s : FLAGS_timeout_s) * 1000));
+      auto line = p->ReadLine(Deadline::AfterMs(
+          static_cast<uint64_t>(m.timeout_s > 0 ? m.timeout_s : FLAGS_timeout_s) * 1000));
       if (!line.ok()) break;
       all += *line + "\n";
       o.peak_rss = std::max(o.peak_rss, PeakRss(server->pid()));
@@ -511,11 +513,16 @@ int Main(int argc, char** argv) {
   std::string swap_why;
   if (FLAGS_swap) {
     for (const auto& name : Split(FLAGS_kernel_peers)) {
-      if (name == "swapfile") peers.push_back(bench::KernelSwapKind::kSwapfile);
-      else if (name == "zram") peers.push_back(bench::KernelSwapKind::kZram);
-      else if (name == "nbd") peers.push_back(bench::KernelSwapKind::kNbd);
-      else if (name == "tessera_swap") peers.push_back(bench::KernelSwapKind::kTesseraSwap);
-      else cli::UsageError(kSpec, "--kernel_peers: unknown peer '" + name + "'");
+      if (name == "swapfile")
+        peers.push_back(bench::KernelSwapKind::kSwapfile);
+      else if (name == "zram")
+        peers.push_back(bench::KernelSwapKind::kZram);
+      else if (name == "nbd")
+        peers.push_back(bench::KernelSwapKind::kNbd);
+      else if (name == "tessera_swap")
+        peers.push_back(bench::KernelSwapKind::kTesseraSwap);
+      else
+        cli::UsageError(kSpec, "--kernel_peers: unknown peer '" + name + "'");
     }
     if (Status st = kernel_shim::MemoryCgroup::CheckSupported(); !st.ok()) {
       swap_why = st.message();
@@ -526,7 +533,7 @@ int Main(int argc, char** argv) {
   } else {
     swap_why = "--noswap";
   }
-  struct sigaction stop_sa{};
+  struct sigaction stop_sa {};
   stop_sa.sa_handler = OnStopSignal;
   sigemptyset(&stop_sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &stop_sa, nullptr);
@@ -541,7 +548,7 @@ int Main(int argc, char** argv) {
     std::string oom_disabled_status;  // After "oom-killed": ok, timeout, failed
     double oom_disabled_secs = 0;
   };
-  std::map<std::string, Series> paged;                     // key: prog/pct/layout
+  std::map<std::string, Series> paged;                              // key: prog/pct/layout
   std::map<std::string, std::map<std::string, PeerResult>> kernel;  // prog/pct -> peer
   for (const auto& prog : programs) {
     for (double f : fractions) {
@@ -569,7 +576,8 @@ int Main(int argc, char** argv) {
         }
         std::fprintf(stderr, "\n");
       }
-      const uint64_t limit = static_cast<uint64_t>(f * static_cast<double>(local[prog].peak_rss)) & ~4095ull;
+      const uint64_t limit =
+          static_cast<uint64_t>(f * static_cast<double>(local[prog].peak_rss)) & ~4095ull;
       for (bench::KernelSwapKind kind : peers) {
         if (g_stop) break;
         const std::string peer = bench::KernelSwapKindName(kind);
@@ -583,8 +591,13 @@ int Main(int argc, char** argv) {
         ko.work_dir = env.tmp;
         ko.bin_dir = env.bin;
         ko.name = "bench-programs-" + std::to_string(::getpid());
-        ko.tessera_flags = {"--cluster", env.cluster->cluster_file_path(), "--auth_token_file",
-                            env.cluster->token_path(), "--k", std::to_string(FLAGS_k), "--r",
+        ko.tessera_flags = {"--cluster",
+                            env.cluster->cluster_file_path(),
+                            "--auth_token_file",
+                            env.cluster->token_path(),
+                            "--k",
+                            std::to_string(FLAGS_k),
+                            "--r",
                             std::to_string(FLAGS_r)};
         if (env.run_has_layout && !layouts.empty()) {
           ko.tessera_flags.insert(ko.tessera_flags.end(), {"--layout", layouts.front()});
@@ -636,8 +649,9 @@ int Main(int argc, char** argv) {
           if (off.ok()) {
             m.timeout_s = FLAGS_oom_rerun_timeout_s;
             Outcome o = run_one(prog, m);
-            pr.oom_disabled_status = o.ok ? (o.identity == want[prog] ? "ok" : "differs")
-                                          : o.timeout ? "timeout" : "failed";
+            pr.oom_disabled_status = o.ok        ? (o.identity == want[prog] ? "ok" : "differs")
+                                     : o.timeout ? "timeout"
+                                                 : "failed";
             pr.oom_disabled_secs = o.secs;
             std::fprintf(stderr, "; OOM killer off: %s after %.2fs", pr.oom_disabled_status.c_str(),
                          o.secs);
@@ -711,18 +725,26 @@ int Main(int argc, char** argv) {
         j["ratio"] = ok ? nlohmann::json(tessera_s / local_s) : nlohmann::json(nullptr);
         row.Set("suite", "programs").Set("program", prog).Set("local_memory", Pct(f))
             .Set("layout", layout).Set("local_s", local_s);
-        if (ok) row.Set("uffd_s", tessera_s); else row.Set("uffd_s", "error");
+        if (ok)
+          row.Set("uffd_s", tessera_s);
+        else
+          row.Set("uffd_s", "error");
         std::string note;
-        if (s.failures) note += "uffd: " + std::to_string(s.failures) + " failed (" + s.error + ") ";
+        if (s.failures)
+          note += "uffd: " + std::to_string(s.failures) + " failed (" + s.error + ") ";
         for (const auto& [peer, key] : kKey) {
           auto it = kp.find(peer);
-          const std::string status = it != kp.end() ? it->second.status
-                                      : peers.empty() ? "unsupported" : "not run";
+          const std::string status = it != kp.end()  ? it->second.status
+                                     : peers.empty() ? "unsupported"
+                                                     : "not run";
           auto t = peer_secs(peer);
           j[key + "_s"] = t ? nlohmann::json(*t) : nlohmann::json(nullptr);
           j[key + "_status"] = status;
           const std::string col = key == "swap" ? "swapfile_s" : key + "_s";
-          if (t) row.Set(col, *t); else row.Set(col, status);
+          if (t)
+            row.Set(col, *t);
+          else
+            row.Set(col, status);
           if (it != kp.end() && !it->second.oom_disabled_status.empty()) {
             j[key + "_oom_disabled_status"] = it->second.oom_disabled_status;
             j[key + "_oom_disabled_s"] = it->second.oom_disabled_status == "ok"
@@ -731,7 +753,8 @@ int Main(int argc, char** argv) {
             note += peer + " with the OOM killer off: " + it->second.oom_disabled_status +
                     (it->second.oom_disabled_status == "ok"
                          ? " in " + std::to_string(it->second.oom_disabled_secs).substr(0, 6) + " s"
-                         : "") + "; ";
+                         : "") +
+                    "; ";
           }
           if (it != kp.end() && (status == "failed" || status == "unsupported")) {
             note += peer + ": " + it->second.why + "; ";
@@ -744,8 +767,10 @@ int Main(int argc, char** argv) {
         if (peers.empty()) note += "kernel swap: not run (" + swap_why + ")";
         auto ts = peer_secs("tessera_swap");
         if (ts) {
-          j["tessera_swap_over_nbd"] = peer_secs("nbd") ? nlohmann::json(*ts / *peer_secs("nbd")) : nlohmann::json(nullptr);
-          j["tessera_swap_over_zram"] = peer_secs("zram") ? nlohmann::json(*ts / *peer_secs("zram")) : nlohmann::json(nullptr);
+          j["tessera_swap_over_nbd"] =
+              peer_secs("nbd") ? nlohmann::json(*ts / *peer_secs("nbd")) : nlohmann::json(nullptr);
+          j["tessera_swap_over_zram"] = peer_secs("zram") ? nlohmann::json(*ts / *peer_secs("zram"))
+                                                          : nlohmann::json(nullptr);
         }
         row.Set("identical", identical ? "yes" : "NO");
         j["identical"] = identical;

@@ -70,10 +70,14 @@ Status RunTool(const std::vector<std::string>& argv, std::string* out, int timeo
 
 const char* KernelSwapKindName(KernelSwapKind kind) {
   switch (kind) {
-    case KernelSwapKind::kSwapfile: return "swapfile";
-    case KernelSwapKind::kZram: return "zram";
-    case KernelSwapKind::kNbd: return "nbd";
-    case KernelSwapKind::kTesseraSwap: return "tessera_swap";
+    case KernelSwapKind::kSwapfile:
+      return "swapfile";
+    case KernelSwapKind::kZram:
+      return "zram";
+    case KernelSwapKind::kNbd:
+      return "nbd";
+    case KernelSwapKind::kTesseraSwap:
+      return "tessera_swap";
   }
   return "?";
 }
@@ -87,10 +91,18 @@ Result<std::unique_ptr<KernelSwapDevice>> KernelSwapDevice::Start(const KernelSw
   d->options_ = o;
   Status st;
   switch (o.kind) {
-    case KernelSwapKind::kSwapfile: st = d->StartSwapfile(); break;
-    case KernelSwapKind::kZram: st = d->StartZram(); break;
-    case KernelSwapKind::kNbd: st = d->StartNbd(); break;
-    case KernelSwapKind::kTesseraSwap: st = d->StartTessera(); break;
+    case KernelSwapKind::kSwapfile:
+      st = d->StartSwapfile();
+      break;
+    case KernelSwapKind::kZram:
+      st = d->StartZram();
+      break;
+    case KernelSwapKind::kNbd:
+      st = d->StartNbd();
+      break;
+    case KernelSwapKind::kTesseraSwap:
+      st = d->StartTessera();
+      break;
   }
   if (!st.ok()) {
     (void)d->Stop();
@@ -111,7 +123,8 @@ Status KernelSwapDevice::SwapOn() {
 }
 
 Status KernelSwapDevice::StartSwapfile() {
-  swapfile_ = options_.swap_dir + "/tessera-" + options_.name + "-swap-" + std::to_string(::getpid());
+  swapfile_ =
+      options_.swap_dir + "/tessera-" + options_.name + "-swap-" + std::to_string(::getpid());
   // Written out (not fallocated): swap files must have no holes or unwritten extents.
   FILE* f = std::fopen(swapfile_.c_str(), "w");
   if (!f) return ErrnoError("create ", swapfile_);
@@ -154,9 +167,8 @@ Status KernelSwapDevice::StartNbd() {
   if (::mkdir(mount_.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir ", mount_);
   Subprocess::Options so{false, true, {}};
   so.own_process_group = true;
-  auto kit = Subprocess::Start({nbdkit, "-f", "-U", sock, "memory",
-                                std::to_string(options_.bytes)},
-                               so);
+  auto kit =
+      Subprocess::Start({nbdkit, "-f", "-U", sock, "memory", std::to_string(options_.bytes)}, so);
   if (!kit.ok()) return kit.status().WithContext("nbdkit");
   nbdkit_ = std::move(*kit);
   const Deadline d = Deadline::AfterMs(30000);
@@ -185,8 +197,9 @@ Status KernelSwapDevice::StartNbd() {
 Status KernelSwapDevice::StartTessera() {
   const std::string bin = options_.bin_dir + "/tessera-swap";
   if (!Executable(bin.c_str())) return Unsupported(bin, " is not built");
-  std::vector<std::string> argv = {bin, "on", "--name", options_.name, "--size",
-                                   std::to_string(options_.bytes), "--priority", "32767"};
+  std::vector<std::string> argv = {bin,           "on",     "--name",
+                                   options_.name, "--size", std::to_string(options_.bytes),
+                                   "--priority",  "32767"};
   argv.insert(argv.end(), options_.tessera_flags.begin(), options_.tessera_flags.end());
   std::string out;
   TESSERA_RETURN_IF_ERROR(RunTool(argv, &out));

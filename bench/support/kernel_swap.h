@@ -31,12 +31,12 @@ const char* KernelSwapKindName(KernelSwapKind kind);
 
 struct KernelSwapOptions {
   KernelSwapKind kind = KernelSwapKind::kSwapfile;
-  uint64_t bytes = 0;             // Size of the device (a multiple of 4096).
+  uint64_t bytes = 0;                 // Size of the device (a multiple of 4096).
   std::string swap_dir = "/var/tmp";  // swapfile: where the file goes (local disk).
-  std::string work_dir;           // nbd: sockets and mount points (a private temp dir). Required.
-  std::string bin_dir;            // tessera_swap: holds tessera-swap.
+  std::string work_dir;  // nbd: sockets and mount points (a private temp dir). Required.
+  std::string bin_dir;   // tessera_swap: holds tessera-swap.
   std::vector<std::string> tessera_flags;  // tessera_swap: --cluster, --auth_token_file, --k, ...
-  std::string name = "bench";     // Distinguishes devices of concurrent owners.
+  std::string name = "bench";              // Distinguishes devices of concurrent owners.
 };
 
 class KernelSwapDevice {
@@ -65,14 +65,14 @@ class KernelSwapDevice {
   Status SwapOn();
 
   KernelSwapOptions options_;
-  std::string device_;        // What was swapon'd (empty until then).
+  std::string device_;  // What was swapon'd (empty until then).
   bool swap_on_ = false;
-  std::string swapfile_;      // swapfile
-  int zram_id_ = -1;          // zram
-  std::string loop_;          // nbd
-  std::string mount_;         // nbd
+  std::string swapfile_;         // swapfile
+  int zram_id_ = -1;             // zram
+  std::string loop_;             // nbd
+  std::string mount_;            // nbd
   Subprocess nbdkit_, nbdfuse_;  // nbd
-  bool tessera_on_ = false;   // tessera_swap
+  bool tessera_on_ = false;      // tessera_swap
 };
 
 }  // namespace tessera::bench

@@ -10,8 +10,8 @@
 namespace tessera::kernel_shim {
 
 struct LoopDevice {
-  std::string path;         // /dev/loopN
-  bool direct_io = false;   // The loop device reads and writes the file with O_DIRECT.
+  std::string path;        // /dev/loopN
+  bool direct_io = false;  // The loop device reads and writes the file with O_DIRECT.
 };
 
 // Attaches a free loop device to `file` with a 4096-byte logical block size. With `direct_io`

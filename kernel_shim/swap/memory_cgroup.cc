@@ -26,7 +26,9 @@ Status WriteValue(const std::string& path, const std::string& value) {
   const int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(value.size())) {
-    if (err == EBUSY) return Unavailable("write ", value, " to ", path, ": the kernel could not reclaim down to it");
+    if (err == EBUSY)
+      return Unavailable("write ", value, " to ", path,
+                         ": the kernel could not reclaim down to it");
     errno = err;
     return ErrnoError("write ", value, " to ", path);
   }
@@ -48,8 +50,9 @@ Status MemoryCgroup::CheckSupported() {
     return Unsupported("no cgroup-v1 memory controller at ", kRoot);
   }
   if (::access((std::string(kRoot) + "/memory.memsw.limit_in_bytes").c_str(), F_OK) != 0) {
-    return Unsupported("the cgroup-v1 memory controller has no swap accounting "
-                       "(memory.memsw.*; boot with swapaccount=1)");
+    return Unsupported(
+        "the cgroup-v1 memory controller has no swap accounting "
+        "(memory.memsw.*; boot with swapaccount=1)");
   }
   return Status::Ok();
 }

@@ -7,7 +7,7 @@
 // (memory.memsw.limit_in_bytes) but not which device it uses. While a swap device is on, any
 // process on the machine under memory pressure may swap to it, in priority order.
 //
-// Threads: one owner thread. The child-side helper EnterFromChild() is async-signal-safe (for
+// Threads: one owner thread. EnterFromChild() is async-signal-safe (for
 // use between fork and exec).
 #pragma once
 

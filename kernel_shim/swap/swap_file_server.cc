@@ -294,8 +294,8 @@ struct OpenOut {
   uint32_t open_flags;
   uint32_t padding;
 };
-constexpr uint32_t kFopenDirectIo = 1u << 0;           // No page cache.
-constexpr uint32_t kFopenNoflush = 1u << 5;            // No FLUSH on close.
+constexpr uint32_t kFopenDirectIo = 1u << 0;  // No page cache.
+constexpr uint32_t kFopenNoflush = 1u << 5;   // No FLUSH on close.
 constexpr uint32_t kFopenParallelDirectWrites = 1u << 6;
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -349,7 +349,7 @@ void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file
     fuse_ino_t ino;
   } entries[] = {{".", kRootIno}, {"..", kRootIno}, {impl->options.file_name.c_str(), kFileIno}};
   for (off_t i = off; i < 3; ++i) {
-    struct stat st{};
+    struct stat st {};
     st.st_ino = entries[i].ino;
     st.st_mode = entries[i].ino == kRootIno ? S_IFDIR : S_IFREG;
     const size_t need = fuse_add_direntry(req, buf + used, std::min(size, sizeof buf) - used,
@@ -378,7 +378,7 @@ const fuse_lowlevel_ops kOps = [] {
 }  // namespace
 
 Result<std::unique_ptr<SwapFileServer>> SwapFileServer::Create(client::PageStore* store,
-                                                              const SwapFileOptions& options) {
+                                                               const SwapFileOptions& options) {
   if (store == nullptr) return InvalidArgument("swap file: no page store");
   if (options.mountpoint.empty()) return InvalidArgument("swap file: no mount point");
   if (options.file_name.empty() || options.file_name.find('/') != std::string::npos) {

@@ -38,10 +38,10 @@
 namespace tessera::kernel_shim {
 
 struct SwapFileOptions {
-  std::string mountpoint;         // An existing empty directory. Required.
-  std::string file_name = "swap";  // The one file in the mount.
-  uint64_t size_bytes = 0;         // A multiple of 4096, at most the store's capacity. Required.
-  int threads = 4;                 // libfuse worker threads, 1..64.
+  std::string mountpoint;           // An existing empty directory. Required.
+  std::string file_name = "swap";   // The one file in the mount.
+  uint64_t size_bytes = 0;          // A multiple of 4096, at most the store's capacity. Required.
+  int threads = 4;                  // libfuse worker threads, 1..64.
   uint32_t max_io_bytes = 1 << 20;  // Largest read/write the kernel may send (max_write), 4K..1M.
   std::string fsname = "tessera-swap";  // Shown in /proc/mounts.
 };
@@ -54,7 +54,7 @@ struct SwapFileStats {
   uint64_t partial_page_ops = 0;  // Reads/writes that covered part of a page.
   uint64_t read_errors = 0;       // Requests answered with EIO.
   uint64_t write_errors = 0;
-  uint64_t lost_pages = 0;        // Distinct reads that failed with DataLoss (page count).
+  uint64_t lost_pages = 0;  // Distinct reads that failed with DataLoss (page count).
   uint64_t flushes = 0;
 };
 

@@ -103,7 +103,7 @@ TEST_F(SwapFileServerTest, PartialPagesAreReadPatchedAndWritten) {
   ASSERT_TRUE(store_->ReadPage(4, p4.data()).ok());
   EXPECT_EQ(std::memcmp(p3.data() + kPage - 5, msg, 5), 0);
   EXPECT_EQ(std::memcmp(p4.data(), msg + 5, sizeof msg - 5), 0);
-  EXPECT_EQ(p3[0], 0xAB);                  // The rest of each page is kept.
+  EXPECT_EQ(p3[0], 0xAB);  // The rest of each page is kept.
   EXPECT_EQ(p4[sizeof msg - 5], 0xAB);
   char back[sizeof msg];
   ASSERT_EQ(::pread(fd, back, sizeof msg, 4 * kPage - 5), static_cast<ssize_t>(sizeof msg));

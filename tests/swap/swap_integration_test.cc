@@ -71,8 +71,8 @@ class SwapTest : public ::testing::Test {
   // `tessera swap on`; the device path.
   std::string On(const std::string& name, std::vector<std::string> extra = {}) {
     names_.push_back(name);
-    std::vector<std::string> argv = {BinDir() + "/tessera-swap", "on", "--name", name, "--size",
-                                     "256M", "--priority", "32767"};
+    std::vector<std::string> argv = {
+        BinDir() + "/tessera-swap", "on", "--name", name, "--size", "256M", "--priority", "32767"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto out = RunCommand(argv, 180000, /*keep_stderr=*/true);
     EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
@@ -92,9 +92,8 @@ class SwapTest : public ::testing::Test {
     if (!cg.ok()) return prog;
     prog.cg = std::move(*cg);
     EXPECT_TRUE(prog.cg->SetLimit(kLimit).ok());
-    const std::string cmd = "echo $$ > " + prog.cg->path() +
-                            "/cgroup.procs && exec python3 " + kScript + " " +
-                            std::to_string(kFillMiB) + " " + fifo;
+    const std::string cmd = "echo $$ > " + prog.cg->path() + "/cgroup.procs && exec python3 " +
+                            kScript + " " + std::to_string(kFillMiB) + " " + fifo;
     auto p = Subprocess::Start({"/bin/sh", "-c", cmd}, Subprocess::Options{true, false, {}});
     EXPECT_TRUE(p.ok()) << p.status();
     if (p.ok()) prog.p = std::move(*p);
@@ -105,10 +104,11 @@ class SwapTest : public ::testing::Test {
 
 // The digest the program prints when nothing is swapped.
 std::string ExpectedDigest() {
-  auto out = RunCommand({"/bin/sh", "-c", "echo | python3 " + kScript + " " + std::to_string(kFillMiB)},
-                        120000);
+  auto out = RunCommand(
+      {"/bin/sh", "-c", "echo | python3 " + kScript + " " + std::to_string(kFillMiB)}, 120000);
   const size_t at = out.stdout_text.find("digest ");
-  return at == std::string::npos ? "" : out.stdout_text.substr(at, out.stdout_text.find('\n', at) - at);
+  return at == std::string::npos ? ""
+                                 : out.stdout_text.substr(at, out.stdout_text.find('\n', at) - at);
 }
 
 TEST_F(SwapTest, OnSwapStatusOffWithARealProgram) {
@@ -162,8 +162,16 @@ class SwapFailureTest : public SwapTest {
   // k+2r for RS(4,2): r failures leave k+r servers for new writes.
   virtual size_t Servers() const { return 8; }
   std::vector<std::string> ClusterFlags() {
-    return {"--cluster", cluster_->cluster_file_path(), "--auth_token_file",
-            cluster_->token_path(), "--k", "4", "--r", "2", "--layout", "split"};
+    return {"--cluster",
+            cluster_->cluster_file_path(),
+            "--auth_token_file",
+            cluster_->token_path(),
+            "--k",
+            "4",
+            "--r",
+            "2",
+            "--layout",
+            "split"};
   }
   // Starts the program, waits until its pages are written (most of them out to swap).
   Program Fill(const char* cg_name) {
@@ -281,8 +289,8 @@ TEST_F(SwapFailureTest, OffCleansUpAfterTheDaemonCrashedAndSwappedPagesAreLost) 
     std::string line;
     std::getline(st, line);
     const size_t paren = line.rfind(')');
-    if (line.empty() || (paren != std::string::npos && paren + 2 < line.size() &&
-                         line[paren + 2] == 'Z')) {
+    if (line.empty() ||
+        (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z')) {
       break;
     }
     ASSERT_FALSE(gone.Expired()) << "the SIGKILLed daemon did not exit";
@@ -311,8 +319,8 @@ TEST_F(SwapTest, BadInputGetsClearErrors) {
   EXPECT_EQ(a.exit_code, 2);
   // Not root.
   auto b = RunAll({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                       BinDir() + "/tessera-swap", "on", "--size", "64M", "--name", Name("t-nr")},
-                      30000);
+                   BinDir() + "/tessera-swap", "on", "--size", "64M", "--name", Name("t-nr")},
+                  30000);
   EXPECT_EQ(b.exit_code, 1);
   EXPECT_NE(b.stdout_text.find("needs root"), std::string::npos) << b.stdout_text;
   // Off / status of a device that is not on.
@@ -343,7 +351,8 @@ TEST_F(SwapTest, BadInputGetsClearErrors) {
 TEST_F(SwapFailureTest, ASizeBeyondTheClustersCapacityIsRefused) {
   // 8 servers of 256M lend 2G; 4G at RS(4,2) needs 6G.
   const std::string name = Name("t-big");
-  std::vector<std::string> argv = {BinDir() + "/tessera-swap", "on", "--name", name, "--size", "4G"};
+  std::vector<std::string> argv = {
+      BinDir() + "/tessera-swap", "on", "--name", name, "--size", "4G"};
   for (const auto& f : ClusterFlags()) argv.push_back(f);
   auto out = RunAll(argv, 120000);
   EXPECT_EQ(out.exit_code, 1);
@@ -358,9 +367,10 @@ TEST_F(SwapTest, RunPagerSwapRunsAProgramWithIdenticalOutput) {
   testing::TempDir tmp;
   const std::string stats = tmp.path() + "/stats.json";
   auto out = RunCommand({"/bin/sh", "-c",
-                         "echo | " + BinDir() + "/tessera run --pager swap --local-memory 40% "
-                         "--swap-size 256M --stats-json " + stats + " -- python3 " + kScript +
-                         " " + std::to_string(kFillMiB)},
+                         "echo | " + BinDir() +
+                             "/tessera run --pager swap --local-memory 40% "
+                             "--swap-size 256M --stats-json " +
+                             stats + " -- python3 " + kScript + " " + std::to_string(kFillMiB)},
                         300000);
   ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
   EXPECT_NE(out.stdout_text.find(want), std::string::npos) << out.stdout_text;
@@ -368,7 +378,8 @@ TEST_F(SwapTest, RunPagerSwapRunsAProgramWithIdenticalOutput) {
   EXPECT_GT(testing::JsonInt(j, "remote_writes"), 0) << j;
   EXPECT_EQ(testing::JsonInt(j, "store_data_loss"), 0) << j;
   EXPECT_GT(testing::JsonInt(j, "peak_footprint_bytes"), kFillMiB << 20) << j;
-  EXPECT_LT(testing::JsonInt(j, "limit_bytes"), 0.45 * testing::JsonInt(j, "peak_footprint_bytes")) << j;
+  EXPECT_LT(testing::JsonInt(j, "limit_bytes"), 0.45 * testing::JsonInt(j, "peak_footprint_bytes"))
+      << j;
 }
 
 }  // namespace
