@@ -102,8 +102,8 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera run",
-    "[--local-memory 50%|BYTES] [--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] "
-    "[--auth-token-file F] [--k 4 --r 2] "
+    "[--pager uffd|swap] [--local-memory 50%|BYTES] "
+    "[--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] [--auth-token-file F] [--k 4 --r 2] "
     "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its heap (malloc and private anonymous mmap) in memory paged by\n"
     "userfaultfd: only --local-memory of it stays local, the rest is erasure-coded RS(k,r)\n"
