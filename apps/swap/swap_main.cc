@@ -328,11 +328,17 @@ int Serve(uint64_t size) {
     for (client::PageId p : server.LostPages())
       lost += (lost.empty() ? "" : ",") + std::to_string(p);
     std::ostringstream o;
-    o << "pid " << ::getpid() << "\nstore " << store->name() << "\nservers " << where << "\nfinal "
-      << (final ? 1 : 0) << "\nread_requests " << fs.read_requests << "\nwrite_requests "
-      << fs.write_requests << "\npages_read " << fs.pages_read << "\npages_written "
-      << fs.pages_written << "\npartial_page_ops " << fs.partial_page_ops << "\nread_errors "
-      << fs.read_errors << "\nwrite_errors " << fs.write_errors << "\nlost_pages " << fs.lost_pages
+    // The embedded cluster's private directory (token, cluster file): `off` removes it when
+    // the daemon died without doing so.
+    const std::string cluster_dir =
+        cluster ? cluster->cluster_file_path().substr(0, cluster->cluster_file_path().rfind('/'))
+                : std::string("-");
+    o << "pid " << ::getpid() << "\nembedded_cluster_dir " << cluster_dir << "\nstore "
+      << store->name() << "\nservers " << where << "\nfinal " << (final ? 1 : 0)
+      << "\nread_requests " << fs.read_requests << "\nwrite_requests " << fs.write_requests
+      << "\npages_read " << fs.pages_read << "\npages_written " << fs.pages_written
+      << "\npartial_page_ops " << fs.partial_page_ops << "\nread_errors " << fs.read_errors
+      << "\nwrite_errors " << fs.write_errors << "\nlost_pages " << fs.lost_pages
       << "\nlost_page_ids " << (lost.empty() ? "-" : lost) << "\nstore_reads " << ps.reads
       << "\nstore_writes " << ps.writes << "\ndegraded_reads " << ps.degraded_reads << "\ndecodes "
       << ps.decodes << "\nserver_failures " << ps.server_failures << "\nregenerations_done "
@@ -586,6 +592,16 @@ int Off() {
   }
   const KeyValues last = ReadKeyValues(StatsPath());
   StopDaemonAndClean(pid, &notes);
+  if (!daemon_alive && last.count("embedded_cluster_dir")) {
+    // A crashed daemon left its embedded cluster's directory (its memservers died with it).
+    const std::string dir = last.at("embedded_cluster_dir");
+    if (dir.rfind("/tmp/tessera-cluster-", 0) == 0 && dir.find("..") == std::string::npos) {
+      for (const char* f : {"/cluster", "/token"}) ::unlink((dir + f).c_str());
+      if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+        notes.push_back("rmdir " + dir + ": " + std::strerror(errno));
+      }
+    }
+  }
   for (const auto& n : notes) std::fprintf(stderr, "tessera swap: %s\n", n.c_str());
   std::printf("tessera swap: %s off", FLAGS_name.c_str());
   if (last.count("pages_written")) {
