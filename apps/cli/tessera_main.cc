@@ -31,6 +31,7 @@ const Subcommand kSubcommands[] = {
     {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
     {"token", "make a cluster secret, issue per-client credentials, show a credential"},
     {"nbd", "serve the resilient page store as a Network Block Device export"},
+    {"swap", "a kernel swap device on the resilient page store (FUSE file, loop, swapon)"},
     {"experiment", "run failure-injection experiments from scenario files (TOML)"},
     {"kv", "get/put/delete keys of a KV table on memservers, invoke offload functions"},
     {"sim placement", "simulate placement policies under correlated failures"},

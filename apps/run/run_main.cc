@@ -37,6 +37,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/run/swap_pager.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
@@ -88,6 +89,11 @@ DEFINE_int32(direct_spin_us, -1,
              "The most microseconds (0..1000) a direct read polls for the server's reply "
              "(twice the recent reply time, within this bound) before it sleeps "
              "(RemoteStoreOptions::direct_spin_us); 0 never polls; -1: the store's default");
+DEFINE_string(pager, "uffd",
+              "uffd: page the program's heap in-process with userfaultfd (no root needed); swap: "
+              "run it and its children in a cgroup-v1 memory limit with a private `tessera swap` "
+              "kernel swap device (root; every page of every process, any runtime)");
+DEFINE_string(swap_size, "", "--pager swap: size of the private swap device (default: --region)");
 DEFINE_double(term_grace, 10,
               "Seconds the program has to exit after tessera run forwards it SIGTERM or SIGHUP "
               "(e.g. from `timeout`); then it gets SIGKILL. The memservers stop only after the "
@@ -98,8 +104,8 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera run",
-    "[--local-memory 50%|BYTES] [--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] "
-    "[--auth-token-file F] [--k 4 --r 2] "
+    "[--pager uffd|swap] [--local-memory 50%|BYTES] "
+    "[--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] [--auth-token-file F] [--k 4 --r 2] "
     "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its anonymous memory (malloc, private anonymous mmap, runtime heap\n"
     "reservations) in memory paged by userfaultfd: only --local-memory of it stays local, the\n"
@@ -401,6 +407,31 @@ int Main(int argc, char** argv) {
   if (!program.ok()) {
     std::fprintf(stderr, "tessera run: %s\n", program.status().message().c_str());
     return not_found_code;
+  }
+  if (FLAGS_pager != "uffd" && FLAGS_pager != "swap") {
+    cli::UsageError(kSpec, "--pager must be uffd or swap");
+  }
+  if (FLAGS_pager == "swap") {
+    run::SwapPagerOptions so;
+    so.bin_dir = SelfExeDir();
+    so.argv = args;
+    so.argv[0] = *program;
+    so.fraction = local->fraction < 1 ? local->fraction : 0;
+    so.fixed_bytes = local->bytes;
+    auto swap_size = ParseSize(FLAGS_swap_size.empty() ? FLAGS_region : FLAGS_swap_size);
+    if (!swap_size.ok() || *swap_size % 4096 != 0) cli::UsageError(kSpec, "bad --swap-size");
+    so.swap_bytes = *swap_size;
+    so.local_memory_text = FLAGS_local_memory;
+    so.stats_json = FLAGS_stats_json;
+    so.summary = FLAGS_summary;
+    so.term_grace_s = FLAGS_term_grace;
+    for (const char* flag :
+         {"cluster", "auth_token_file", "etcd", "cluster_name", "k", "r", "layout"}) {
+      const auto info = gflags::GetCommandLineFlagInfoOrDie(flag);
+      if (!info.is_default)
+        so.swap_flags.push_back("--" + std::string(flag) + "=" + info.current_value);
+    }
+    return run::RunWithSwapPager(so);
   }
   const bool is_static = StaticallyLinked(*program);
   if (is_static) {

@@ -4,11 +4,17 @@
 // Programs: the README demo's python3 workload (tests/run/workload.py: an in-memory external
 // sort of dicts, lists and strings), GNU sort with a large in-memory buffer on a generated
 // file, and redis-server loaded by tests/run/kv_loader.py and then driven by redis-benchmark.
-// Each runs locally (its peak RSS is measured), under `tessera run --local-memory P%` on a shared
-// embedded cluster of k+2r memservers, and, when this machine allows it (root, cgroup-v1), in a
-// cgroup-v1 memory limit of P% of the local peak RSS with a temporary swapfile. Every run's
-// output must equal the local run's (workload digest; sorted file; redis DEBUG DIGEST and the
-// loader's read-back digest). A swap run the kernel OOM-kills is reported as failed, not timed.
+// Each runs locally (its peak RSS is measured), under `tessera run --local-memory P%` (the uffd
+// pager) on a shared embedded cluster of k+2r memservers, and, when this machine allows it
+// (root, cgroup-v1), under kernel swap in a cgroup-v1 memory limit of P% of the local peak RSS,
+// one swap device at a time (bench/support/kernel_swap.h): a swapfile on local disk, zram
+// (compressed, in RAM), nbdkit's memory plugin reached through nbdfuse and a loop device (remote
+// RAM without resilience, the way it is done without Tessera on a kernel with no nbd module),
+// and `tessera swap` on the same cluster. Every run's output must equal the local run's
+// (workload digest; sorted file; redis DEBUG DIGEST and the loader's read-back digest). A
+// kernel-swap run the kernel OOM-kills is reported as "oom-killed", never as a time; it is then
+// run once more with the cgroup's OOM killer disabled (memory.oom_control), bounded by
+// --oom_rerun_timeout_s, to say whether it completes at all.
 #include <arpa/inet.h>
 #include <gflags/gflags.h>
 #include <netinet/in.h>
@@ -32,12 +38,13 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "bench/support/kernel_swap.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
-#include "bench/support/swap_cgroup.h"
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
+#include "kernel_shim/swap/memory_cgroup.h"
 
 DEFINE_bool(quick, false,
             "Small inputs, one run, 50% only, workload and sort only (CI smoke test, ~1 min)");
@@ -50,8 +57,14 @@ DEFINE_string(layouts, "split,group",
               "store's default only)");
 DEFINE_int32(k, 4, "`tessera run` --k");
 DEFINE_int32(r, 2, "`tessera run` --r");
-DEFINE_bool(swap, true, "Compare with Linux swap (swapfile + cgroup-v1 memory limit)");
+DEFINE_bool(swap, true, "Compare with kernel swap in a cgroup-v1 memory limit (--kernel_peers)");
+DEFINE_string(kernel_peers, "swapfile,zram,nbd,tessera_swap",
+              "Comma-separated kernel-swap peers: swapfile, zram, nbd (nbdkit memory over "
+              "nbdfuse + loop), tessera_swap");
 DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local disk)");
+DEFINE_bool(oom_rerun, true,
+            "Run an OOM-killed kernel-swap peer once more with the cgroup's OOM killer disabled");
+DEFINE_int32(oom_rerun_timeout_s, 300, "Bound on each OOM-killer-disabled rerun");
 DEFINE_int32(timeout_s, 900, "Bound on each run (a run past it is killed and reported failed)");
 DEFINE_string(scripts_dir, TESSERA_BENCH_PROGRAMS_SCRIPTS,
               "Directory holding workload.py and kv_loader.py");
@@ -66,12 +79,15 @@ namespace {
 const cli::CliSpec kSpec{
     "tessera bench programs",
     "[--quick] [--json] [--runs R] [--programs workload,sort,redis] [--local_memory 75%,50%] "
-    "[--layouts split] [--noswap]",
+    "[--layouts split] [--noswap] [--kernel_peers swapfile,zram,nbd,tessera_swap] [--nooom_rerun]",
     "Completion time of real unmodified programs (the demo's python3 workload, GNU sort, redis "
     "under redis-benchmark) locally, under `tessera run` at each --local_memory share and per "
-    "layout, and under Linux swap with a cgroup-v1 memory limit of the same share of the local "
-    "peak RSS; every run's output must equal the local run's.",
-    __FILE__, 0, 0};
+    "layout, and under kernel swap (swapfile, zram, nbdkit memory via nbdfuse, tessera swap) "
+    "with a cgroup-v1 memory limit of the same share of the local peak RSS; every run's output "
+    "must equal the local run's.",
+    __FILE__,
+    0,
+    0};
 
 const char kPython[] = "/usr/bin/python3";
 
@@ -91,21 +107,23 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-
 // ---------------------------------------------------------------------------------------------
-// Linux swap: a swapfile and a cgroup-v1 memory cgroup, removed on every exit path.
+// SIGINT/SIGTERM/SIGHUP: the running program is killed and the bench unwinds, so every swap
+// device, cgroup and temporary file is removed by its owner on the way out.
 
-bench::SwapCgroup g_swap;  // The Linux-swap peer (bench/support/swap_cgroup.h).
+volatile sig_atomic_t g_stop = 0;
+void OnStopSignal(int) { g_stop = 1; }
 
 // ---------------------------------------------------------------------------------------------
 // Running one program.
 
-// How a program is started: plainly, under `tessera run`, or inside the swap cgroup.
+// How a program is started: plainly, under `tessera run`, or inside a memory cgroup (kernel swap).
 struct Mode {
   enum Kind { kLocal, kTessera, kSwap } kind = kLocal;
   double fraction = 1.0;      // kTessera: --local-memory.
   std::string layout;         // kTessera.
-  uint64_t limit_bytes = 0;   // kSwap: memory.limit_in_bytes.
+  std::string cgroup;         // kSwap: the memory cgroup's directory.
+  int timeout_s = 0;          // 0: --timeout_s.
 };
 
 struct Env {
@@ -129,7 +147,10 @@ std::vector<std::string> Wrap(Env* env, const Mode& m, const std::vector<std::st
     if (env->run_has_layout) out.insert(out.end(), {"--layout", m.layout});
     out.push_back("--");
   } else if (m.kind == Mode::kSwap) {
-    return g_swap.Wrap(argv);
+    // A shell moves itself into the cgroup, then execs the program (and its children stay in).
+    std::string cmd = "echo $$ > " + m.cgroup + "/cgroup.procs && exec";
+    for (const auto& a : argv) cmd += " '" + a + "'";
+    return {"/bin/sh", "-c", cmd};
   }
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
@@ -141,6 +162,7 @@ struct Outcome {
   std::string identity;   // What must equal the local run's.
   uint64_t peak_rss = 0;  // Bytes (VmHWM of the program's process).
   bool oom = false;       // Killed by SIGKILL under the swap cgroup (the OOM killer).
+  bool timeout = false;   // Killed after --timeout_s.
   std::string error;
 };
 
@@ -155,13 +177,16 @@ uint64_t PeakRss(pid_t pid) {
 
 // Waits for `p` (bounded), sampling its peak RSS; fills ok/oom/error from its exit.
 void WaitProgram(Subprocess* p, const Mode& m, Outcome* o) {
-  const Deadline deadline = Deadline::AfterMs(static_cast<uint64_t>(FLAGS_timeout_s) * 1000);
+  const int timeout_s = m.timeout_s > 0 ? m.timeout_s : FLAGS_timeout_s;
+  const Deadline deadline = Deadline::AfterMs(static_cast<uint64_t>(timeout_s) * 1000);
   while (!p->Poll()) {
     o->peak_rss = std::max(o->peak_rss, PeakRss(p->pid()));
-    if (deadline.Expired()) {
+    if (deadline.Expired() || g_stop) {
       (void)p->Signal(SIGKILL);
       (void)p->Wait(Deadline::AfterMs(30000));
-      o->error = "did not finish within --timeout_s " + std::to_string(FLAGS_timeout_s);
+      o->timeout = !g_stop;
+      o->error = g_stop ? std::string("interrupted")
+                        : "did not finish within " + std::to_string(timeout_s) + " s";
       return;
     }
     usleep(20000);  // Sampling VmHWM and polling the exit; not synchronisation.
@@ -272,7 +297,8 @@ Outcome RunRedis(Env* env, const Mode& m) {
     if (!p.ok()) return false;
     std::string all;
     for (;;) {
-      auto line = p->ReadLine(Deadline::AfterMs(static_cast<uint64_t>(FLAGS_timeout_s) * 1000));
+      auto line = p->ReadLine(Deadline::AfterMs(
+          static_cast<uint64_t>(m.timeout_s > 0 ? m.timeout_s : FLAGS_timeout_s) * 1000));
       if (!line.ok()) break;
       all += *line + "\n";
       o.peak_rss = std::max(o.peak_rss, PeakRss(server->pid()));
@@ -482,33 +508,57 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, " (peak RSS %.0f MB)\n", s.peak_rss / 1e6);
   }
 
-  bool have_swap = false;
+  // Kernel-swap peers: checked up front (root, cgroup v1 with swap accounting).
+  std::vector<bench::KernelSwapKind> peers;
   std::string swap_why;
   if (FLAGS_swap) {
-    uint64_t biggest = 0;
-    for (auto& [p, s] : local) biggest = std::max(biggest, s.peak_rss);
-    Status st = g_swap.Setup(FLAGS_swap_dir, "tessera-bench-programs", 2 * biggest + (256ull << 20));
-    if (st.ok()) {
-      have_swap = true;
-    } else {
-      swap_why = st.ToString();
-      std::fprintf(stderr, "tessera bench programs: Linux swap column skipped: %s\n",
+    for (const auto& name : Split(FLAGS_kernel_peers)) {
+      if (name == "swapfile")
+        peers.push_back(bench::KernelSwapKind::kSwapfile);
+      else if (name == "zram")
+        peers.push_back(bench::KernelSwapKind::kZram);
+      else if (name == "nbd")
+        peers.push_back(bench::KernelSwapKind::kNbd);
+      else if (name == "tessera_swap")
+        peers.push_back(bench::KernelSwapKind::kTesseraSwap);
+      else
+        cli::UsageError(kSpec, "--kernel_peers: unknown peer '" + name + "'");
+    }
+    if (Status st = kernel_shim::MemoryCgroup::CheckSupported(); !st.ok()) {
+      swap_why = st.message();
+      std::fprintf(stderr, "tessera bench programs: kernel-swap peers skipped: %s\n",
                    swap_why.c_str());
-      g_swap.Teardown();
+      peers.clear();
     }
   } else {
     swap_why = "--noswap";
   }
+  struct sigaction stop_sa {};
+  stop_sa.sa_handler = OnStopSignal;
+  sigemptyset(&stop_sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &stop_sa, nullptr);
 
-  std::map<std::string, Series> paged, swapped;  // key: prog/pct[/layout]
+  // One kernel-swap peer at one share: its runs and why it has no time.
+  struct PeerResult {
+    std::vector<double> secs;
+    bool identical = true;
+    std::string status = "not run";  // ok, oom-killed, timeout, unsupported, failed
+    std::string why;
+    uint64_t footprint = 0;  // zram: the cgroup's peak + the device's RAM (mm_stat mem_used_max)
+    std::string oom_disabled_status;  // After "oom-killed": ok, timeout, failed
+    double oom_disabled_secs = 0;
+  };
+  std::map<std::string, Series> paged;                              // key: prog/pct/layout
+  std::map<std::string, std::map<std::string, PeerResult>> kernel;  // prog/pct -> peer
   for (const auto& prog : programs) {
     for (double f : fractions) {
       for (const auto& layout : layouts) {
+        if (g_stop) break;
         const std::string key = prog + "/" + Pct(f) + "/" + layout;
         std::fprintf(stderr, "%s: tessera run %s %s", prog.c_str(), Pct(f).c_str(),
                      layout.c_str());
         Series& s = paged[key];
-        for (int i = 0; i < FLAGS_runs; ++i) {
+        for (int i = 0; i < FLAGS_runs && !g_stop; ++i) {
           Mode m;
           m.kind = Mode::kTessera;
           m.fraction = f;
@@ -526,64 +576,139 @@ int Main(int argc, char** argv) {
         }
         std::fprintf(stderr, "\n");
       }
-      if (!have_swap) continue;
-      const std::string key = prog + "/" + Pct(f);
-      Series& s = swapped[key];
-      Mode m;
-      m.kind = Mode::kSwap;
-      m.limit_bytes = static_cast<uint64_t>(f * static_cast<double>(local[prog].peak_rss));
-      std::fprintf(stderr, "%s: swap at %s (limit %.0f MB)", prog.c_str(), Pct(f).c_str(),
-                   m.limit_bytes / 1e6);
-      if (Status lim = g_swap.SetLimit(m.limit_bytes); !lim.ok()) {
-        s.failures = FLAGS_runs;
-        s.error = lim.ToString();
-        std::fprintf(stderr, " %s\n", s.error.c_str());
-        continue;
-      }
-      for (int i = 0; i < FLAGS_runs; ++i) {
-        Outcome o = run_one(prog, m);
-        if (!o.ok) {
-          s.failures++;
-          s.ooms += o.oom ? 1 : 0;
-          s.error = o.error;
-          std::fprintf(stderr, " failed (%s)", o.error.c_str());
-          if (o.oom) break;  // The limit will not change: the next runs die the same way.
+      const uint64_t limit =
+          static_cast<uint64_t>(f * static_cast<double>(local[prog].peak_rss)) & ~4095ull;
+      for (bench::KernelSwapKind kind : peers) {
+        if (g_stop) break;
+        const std::string peer = bench::KernelSwapKindName(kind);
+        PeerResult& pr = kernel[prog + "/" + Pct(f)][peer];
+        std::fprintf(stderr, "%s: %s at %s (limit %.0f MB)", prog.c_str(), peer.c_str(),
+                     Pct(f).c_str(), limit / 1e6);
+        bench::KernelSwapOptions ko;
+        ko.kind = kind;
+        ko.bytes = (2 * local[prog].peak_rss + (256ull << 20)) & ~4095ull;
+        ko.swap_dir = FLAGS_swap_dir;
+        ko.work_dir = env.tmp;
+        ko.bin_dir = env.bin;
+        ko.name = "bench-programs-" + std::to_string(::getpid());
+        ko.tessera_flags = {"--cluster",
+                            env.cluster->cluster_file_path(),
+                            "--auth_token_file",
+                            env.cluster->token_path(),
+                            "--k",
+                            std::to_string(FLAGS_k),
+                            "--r",
+                            std::to_string(FLAGS_r)};
+        if (env.run_has_layout && !layouts.empty()) {
+          ko.tessera_flags.insert(ko.tessera_flags.end(), {"--layout", layouts.front()});
+        }
+        auto dev = bench::KernelSwapDevice::Start(ko);
+        if (!dev.ok()) {
+          pr.status = dev.status().code() == StatusCode::kUnsupported ? "unsupported" : "failed";
+          pr.why = dev.status().ToString();
+          std::fprintf(stderr, " %s: %s\n", pr.status.c_str(), pr.why.c_str());
           continue;
         }
-        if (o.identity != want[prog]) s.identical = false;
-        s.secs.push_back(o.secs);
-        std::fprintf(stderr, " %.2fs", o.secs);
+        auto cg = kernel_shim::MemoryCgroup::Create("tessera-bench-programs-" +
+                                                    std::to_string(::getpid()) + "-" + peer);
+        Status lim = cg.ok() ? (*cg)->SetLimit(limit) : cg.status();
+        if (!lim.ok()) {
+          pr.status = "failed";
+          pr.why = lim.ToString();
+          std::fprintf(stderr, " failed: %s\n", pr.why.c_str());
+          continue;
+        }
+        Mode m;
+        m.kind = Mode::kSwap;
+        m.cgroup = (*cg)->path();
+        bool oom = false;
+        for (int i = 0; i < FLAGS_runs && !g_stop; ++i) {
+          (void)(*cg)->ResetPeak();
+          (*dev)->ResetZramPeak();
+          const uint64_t ooms_before = (*cg)->Stats().oom_kills;
+          Outcome o = run_one(prog, m);
+          const kernel_shim::MemoryCgroupStats cs = (*cg)->Stats();
+          pr.footprint = std::max(pr.footprint, cs.max_usage + (*dev)->ZramPeakBytes());
+          if (!o.ok) {
+            oom = cs.oom_kills > ooms_before;
+            pr.status = oom ? "oom-killed" : o.timeout ? "timeout" : "failed";
+            pr.why = o.error;
+            std::fprintf(stderr, " %s", oom ? "OOM-killed" : ("failed (" + o.error + ")").c_str());
+            if (oom || o.timeout) break;  // The next runs would end the same way.
+            continue;
+          }
+          if (o.identity != want[prog]) pr.identical = false;
+          pr.secs.push_back(o.secs);
+          std::fprintf(stderr, " %.2fs", o.secs);
+        }
+        if (!pr.secs.empty() && pr.status == "not run") pr.status = "ok";
+        if (pr.status == "ok" && !pr.identical) pr.status = "failed";
+        if (oom && FLAGS_oom_rerun && !g_stop) {
+          // Once more with the OOM killer off: the program waits for memory instead of dying.
+          Status off = (*cg)->SetOomKillDisable(true);
+          if (off.ok()) {
+            m.timeout_s = FLAGS_oom_rerun_timeout_s;
+            Outcome o = run_one(prog, m);
+            pr.oom_disabled_status = o.ok        ? (o.identity == want[prog] ? "ok" : "differs")
+                                     : o.timeout ? "timeout"
+                                                 : "failed";
+            pr.oom_disabled_secs = o.secs;
+            std::fprintf(stderr, "; OOM killer off: %s after %.2fs", pr.oom_disabled_status.c_str(),
+                         o.secs);
+          } else {
+            pr.oom_disabled_status = "unsupported";
+          }
+        }
+        std::fprintf(stderr, "\n");
+        Status rm = (*cg)->Remove();
+        Status st = (*dev)->Stop();
+        if (!rm.ok() || !st.ok()) {
+          std::fprintf(stderr, "tessera bench programs: tearing down %s: %s %s\n", peer.c_str(),
+                       rm.ToString().c_str(), st.ToString().c_str());
+        }
       }
-      std::fprintf(stderr, "\n");
     }
   }
-  g_swap.Teardown();
+  if (g_stop) {
+    std::fprintf(stderr, "tessera bench programs: interrupted; everything it set up is removed\n");
+    return 130;
+  }
 
   Report report(FLAGS_json);
   report.Title("tessera bench programs: completion time (s), median of " +
                std::to_string(FLAGS_runs) + " runs; RS(" + std::to_string(FLAGS_k) + "," +
                std::to_string(FLAGS_r) + ") on " + std::to_string(FLAGS_k + 2 * FLAGS_r) +
-               " local memservers; swap = cgroup-v1 limit of the share of the local peak RSS" +
-               (have_swap ? "" : " (not run: " + swap_why + ")"));
+               " local memservers; kernel swap peers in a cgroup-v1 limit of the share of the "
+               "local peak RSS" +
+               (peers.empty() ? " (not run: " + swap_why + ")" : ""));
   struct Verdict {
     std::string target, measured;
     bool pass;
   };
   std::vector<Verdict> verdicts;
   bool all_identical = true;
+  // JSON key of each peer's time (and its _status).
+  const std::map<std::string, std::string> kKey = {{"swapfile", "swap"},
+                                                   {"zram", "zram"},
+                                                   {"nbd", "nbd_swap"},
+                                                   {"tessera_swap", "tessera_swap"}};
   for (const auto& prog : programs) {
     const double local_s = Median(local[prog].secs);
     for (double f : fractions) {
+      auto& kp = kernel[prog + "/" + Pct(f)];
+      auto peer_secs = [&](const std::string& peer) -> std::optional<double> {
+        auto it = kp.find(peer);
+        if (it == kp.end() || it->second.status != "ok") return std::nullopt;
+        return Median(it->second.secs);
+      };
+      for (const auto& [peer, r] : kp) {
+        all_identical = all_identical && r.identical;
+      }
       for (const auto& layout : layouts) {
         const Series& s = paged[prog + "/" + Pct(f) + "/" + layout];
-        auto sw = swapped.find(prog + "/" + Pct(f));
-        // A swap cell with an OOM-killed run reports no time (null), never the survivors'.
-        const bool swap_ok = sw != swapped.end() && !sw->second.secs.empty() &&
-                             sw->second.identical && sw->second.ooms == 0;
         const bool ok = !s.secs.empty();
         const double tessera_s = ok ? Median(s.secs) : 0.0;
-        const bool identical = ok && s.identical && s.failures == 0 &&
-                               (sw == swapped.end() || sw->second.identical);
+        const bool identical = ok && s.identical && s.failures == 0;
         all_identical = all_identical && identical;
         Report::Row row;
         nlohmann::json j;
@@ -592,30 +717,64 @@ int Main(int argc, char** argv) {
         j["local_memory"] = Pct(f);
         j["layout"] = layout;
         j["local_s"] = local_s;
+        j["local_peak_rss"] = local[prog].peak_rss;
         j["tessera_s"] = ok ? nlohmann::json(tessera_s) : nlohmann::json(nullptr);
-        j["swap_s"] = swap_ok ? nlohmann::json(Median(sw->second.secs)) : nlohmann::json(nullptr);
+        // `tessera run --pager uffd` is what tessera_s measures (uffd is the default pager).
+        j["uffd_s"] = j["tessera_s"];
+        j["uffd_status"] = ok ? "ok" : "failed";
         j["ratio"] = ok ? nlohmann::json(tessera_s / local_s) : nlohmann::json(nullptr);
-        j["identical"] = identical;
-        j["runs"] = FLAGS_runs;
         row.Set("suite", "programs").Set("program", prog).Set("local_memory", Pct(f))
             .Set("layout", layout).Set("local_s", local_s);
-        if (ok) row.Set("tessera_s", tessera_s); else row.Set("tessera_s", "error");
-        if (swap_ok) row.Set("swap_s", Median(sw->second.secs)); else row.Set("swap_s", "-");
-        if (ok) row.Set("ratio", tessera_s / local_s); else row.Set("ratio", "-");
-        row.Set("identical", identical ? "yes" : "NO");
-        if (swap_ok && ok) {
-          row.Set("tessera_over_swap", tessera_s / Median(sw->second.secs));
-          j["tessera_over_swap"] = tessera_s / Median(sw->second.secs);
-        }
+        if (ok)
+          row.Set("uffd_s", tessera_s);
+        else
+          row.Set("uffd_s", "error");
         std::string note;
-        if (s.failures) note += "tessera: " + std::to_string(s.failures) + " failed (" + s.error + ") ";
-        if (!have_swap) {
-          note += "swap: not run";
-        } else if (sw != swapped.end() && sw->second.ooms) {
-          note += "swap: OOM-killed";
-        } else if (sw != swapped.end() && sw->second.failures) {
-          note += "swap: failed (" + sw->second.error + ")";
+        if (s.failures)
+          note += "uffd: " + std::to_string(s.failures) + " failed (" + s.error + ") ";
+        for (const auto& [peer, key] : kKey) {
+          auto it = kp.find(peer);
+          const std::string status = it != kp.end()  ? it->second.status
+                                     : peers.empty() ? "unsupported"
+                                                     : "not run";
+          auto t = peer_secs(peer);
+          j[key + "_s"] = t ? nlohmann::json(*t) : nlohmann::json(nullptr);
+          j[key + "_status"] = status;
+          const std::string col = key == "swap" ? "swapfile_s" : key + "_s";
+          if (t)
+            row.Set(col, *t);
+          else
+            row.Set(col, status);
+          if (it != kp.end() && !it->second.oom_disabled_status.empty()) {
+            j[key + "_oom_disabled_status"] = it->second.oom_disabled_status;
+            j[key + "_oom_disabled_s"] = it->second.oom_disabled_status == "ok"
+                                             ? nlohmann::json(it->second.oom_disabled_secs)
+                                             : nlohmann::json(nullptr);
+            note += peer + " with the OOM killer off: " + it->second.oom_disabled_status +
+                    (it->second.oom_disabled_status == "ok"
+                         ? " in " + std::to_string(it->second.oom_disabled_secs).substr(0, 6) + " s"
+                         : "") +
+                    "; ";
+          }
+          if (it != kp.end() && (status == "failed" || status == "unsupported")) {
+            note += peer + ": " + it->second.why + "; ";
+          }
+          if (peer == "zram" && it != kp.end() && it->second.footprint) {
+            j["zram_footprint_bytes"] = it->second.footprint;
+            row.Set("zram_footprint_MB", it->second.footprint / 1e6);
+          }
         }
+        if (peers.empty()) note += "kernel swap: not run (" + swap_why + ")";
+        auto ts = peer_secs("tessera_swap");
+        if (ts) {
+          j["tessera_swap_over_nbd"] =
+              peer_secs("nbd") ? nlohmann::json(*ts / *peer_secs("nbd")) : nlohmann::json(nullptr);
+          j["tessera_swap_over_zram"] = peer_secs("zram") ? nlohmann::json(*ts / *peer_secs("zram"))
+                                                          : nlohmann::json(nullptr);
+        }
+        row.Set("identical", identical ? "yes" : "NO");
+        j["identical"] = identical;
+        j["runs"] = FLAGS_runs;
         row.Set("note", note.empty() ? "-" : note);
         j["note"] = note;
         if (FLAGS_json) {
@@ -632,6 +791,27 @@ int Main(int argc, char** argv) {
                                   (bound == 2.0 ? std::string("2x") : std::string("3x")) +
                                   " its local time",
                               fig, tessera_s / local_s <= bound});
+        }
+      }
+      if (f == 0.5 && kp.count("tessera_swap")) {
+        const PeerResult& t = kp["tessera_swap"];
+        verdicts.push_back({"tessera swap completes " + prog + " at 50% with identical output",
+                            t.status + (t.identical ? "" : " (output differs)"),
+                            t.status == "ok" && t.identical});
+        auto ts = peer_secs("tessera_swap");
+        if (ts && peer_secs("nbd")) {
+          char fig[160];
+          std::snprintf(fig, sizeof fig, "%.2f s vs %.2f s (x%.2f)", *ts, *peer_secs("nbd"),
+                        *ts / *peer_secs("nbd"));
+          verdicts.push_back({"tessera swap <= 0.5x kernel swap over nbdfuse (" + prog + ")", fig,
+                              *ts <= 0.5 * *peer_secs("nbd")});
+        }
+        if (ts && peer_secs("zram")) {
+          char fig[160];
+          std::snprintf(fig, sizeof fig, "%.2f s vs %.2f s (x%.2f)", *ts, *peer_secs("zram"),
+                        *ts / *peer_secs("zram"));
+          verdicts.push_back({"tessera swap within 2x of swap on zram (" + prog + ")", fig,
+                              *ts <= 2.0 * *peer_secs("zram")});
         }
       }
     }
