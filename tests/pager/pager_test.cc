@@ -510,6 +510,37 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   EXPECT_LT(smart * 2, fifo) << "smart " << smart << " fifo " << fifo;
 }
 
+// Pages on the inactive list come back without a store read. After 512 pages are written
+// through a 128-page cap (FIFO victims, so the list holds the oldest local pages), reading the
+// last 128 pages written finds the staged ones there: minor faults that move them back. Every
+// byte stays, through a second round of writes as well.
+TEST(PagerTest, StagedPagesComeBackWithoutAStoreRead) {
+  constexpr size_t kPages = 512, kCap = 128;
+  MemoryPageStore store(kPages);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.prefetch = false;
+  o.victim = VictimPolicy::kFifo;
+  auto pager = std::move(Pager::Create(o)).value();
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  PagerStats s = pager->Stats();
+  ASSERT_GT(s.staged_pages, 0u) << "the inactive list holds some of the local pages";
+  EXPECT_LE(s.resident_pages, kCap) << "staged pages count against the cap";
+  for (size_t p = kPages - kCap; p < kPages; ++p) {
+    ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  }
+  s = pager->Stats();
+  EXPECT_GT(s.minor_refaults, 0u);
+  EXPECT_GT(s.deactivated, 0u);
+  // Written again after coming back: the write-back sees the new bytes.
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 2);
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 2)) << p;
+  s = pager->Stats();
+  EXPECT_GT(s.inactive_drops, 0u);
+  EXPECT_EQ(s.fill_errors, 0u);
+  EXPECT_EQ(s.writeback_errors, 0u);
+}
 
 TEST(PagerTest, FailedWriteBackKeepsPagesResident) {
   constexpr size_t kPages = 256, kCap = 32;
