@@ -84,8 +84,10 @@ struct PagerOptions {
   // into a local staging area; an access to a staged page - a read too - is a minor fault that
   // moves it back and marks it hot; only pages reaching the list's end are written back and
   // dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+): without it,
-  // or with false, victims are written back and dropped at once.
-  bool inactive_list = true;
+  // or with false, victims are written back and dropped at once. Off by default: it sees reads
+  // (GNU sort at 50%: ~108k minor refaults) but its victims cost more store reads than without
+  // it (66k vs 50k) - see docs/concepts/paging-policy.md.
+  bool inactive_list = false;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
   // Threads reading userfaultfd messages (1..8). Two by default: a fault thread blocks while it

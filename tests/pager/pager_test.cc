@@ -127,6 +127,11 @@ TEST(PagerTest, ZeroFillFaultAroundMapsAWindowPerFault) {
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);  // Sequential first touches.
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  // The fault thread counts a window's neighbours after the copy that wakes the program.
+  ASSERT_TRUE(WaitFor([&] {
+    PagerStats s = pager->Stats();
+    return s.zero_fill_around + s.faults >= kPages;
+  }));
   PagerStats s = pager->Stats();
   // One fault per window of 17 pages (the faulting page and 16 neighbours).
   EXPECT_EQ(s.faults, (kPages + 16) / 17);
@@ -397,11 +402,16 @@ TEST(PagerTest, FillErrorRaisesSigbusNotZeros) {
   EXPECT_EQ(b[3 * kPage + 10], 0);
 }
 
-TEST(PagerTest, ForkedChildSeesEveryPage) {
+// With the inactive list, staged pages are moved back before the fork, and pages shared with
+// the child afterwards cannot move (UFFDIO_MOVE refuses them): they are written back instead.
+void ForkedChildSeesEveryPage(bool inactive_list) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages);
-  auto pager = MakePager(&store, kPages, kCap);
-  ASSERT_TRUE(pager);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.inactive_list = inactive_list;
+  auto created = Pager::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto pager = std::move(created).value();
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 4);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
@@ -425,7 +435,12 @@ TEST(PagerTest, ForkedChildSeesEveryPage) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child saw wrong bytes";
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
 }
+
+TEST(PagerTest, ForkedChildSeesEveryPage) { ForkedChildSeesEveryPage(false); }
+
+TEST(PagerTest, ForkedChildSeesEveryPageWithTheInactiveList) { ForkedChildSeesEveryPage(true); }
 
 
 TEST(PagerTest, SequentialStreamIsPrefetched) {
@@ -454,13 +469,15 @@ TEST(PagerTest, SequentialStreamIsPrefetched) {
   EXPECT_GT(pager->Stats().prefetch_hits, hits0 + 100);
 }
 
-TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
+void WritesRacingWithEviction(bool inactive_list) {
   // Threads increment counters in their pages while a tiny cap evicts constantly: a write lost
-  // by a racing eviction shows up as a short count.
+  // by a racing eviction (or a racing move to or from the inactive list) shows up as a short
+  // count.
   constexpr size_t kPages = 64, kCap = 8, kThreads = 4, kIters = 150;
   MemoryPageStore store(kPages, 5);
   PagerOptions o = CappedOptions(&store, kPages, kCap, /*evict_batch=*/4);
   o.prefetch = false;
+  o.inactive_list = inactive_list;
   auto r = Pager::Create(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto pager = std::move(r).value();
@@ -482,7 +499,12 @@ TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
     ASSERT_EQ(total, kIters) << "page " << p;
   }
   EXPECT_GT(pager->Stats().evictions, kPages);
+  if (inactive_list) EXPECT_GT(pager->Stats().deactivated, 0u);
 }
+
+TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) { WritesRacingWithEviction(false); }
+
+TEST(PagerTest, WritesRacingWithTheInactiveListAreNeverLost) { WritesRacingWithEviction(true); }
 
 TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   // Deterministic skew: 16 hot pages written every round, plus a cold scan of 8 new pages per
@@ -520,6 +542,7 @@ TEST(PagerTest, StagedPagesComeBackWithoutAStoreRead) {
   PagerOptions o = CappedOptions(&store, kPages, kCap);
   o.prefetch = false;
   o.victim = VictimPolicy::kFifo;
+  o.inactive_list = true;
   auto pager = std::move(Pager::Create(o)).value();
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
