@@ -86,7 +86,8 @@ struct PagerOptions {
   // dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+): without it,
   // or with false, victims are written back and dropped at once. Off by default: it sees reads
   // (GNU sort at 50%: ~108k minor refaults) but its victims cost more store reads than without
-  // it (66k vs 50k) - see docs/concepts/paging-policy.md.
+  // it, then even once the list refills more slowly; the python workload reads 4-5% fewer pages;
+  // no wall-time win measured - see docs/concepts/paging-policy.md.
   bool inactive_list = false;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
