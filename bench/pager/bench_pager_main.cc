@@ -787,13 +787,19 @@ int Main(int argc, char** argv) {
                    .Set("remote_faults", Median(notrap_f)).Set("ms", Median(notrap_ms))
                    .Set("trap_faults", 0.0).Set("traps_armed", 0.0).Set("trap_ioctls", 0.0)
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(notrap_f) / Median(fifo_f) : 0.0));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout)
+    report.Add(Report::Row()
+                   .Set("suite", "pager-policy")
+                   .Set("layout", layout)
                    .Set("case", "zipf, smart victims, inactive list on")
-                   .Set("remote_reads", Median(inact_f)).Set("ms", Median(inact_ms))
+                   .Set("remote_reads", Median(inact_f))
+                   .Set("ms", Median(inact_ms))
                    .Set("minor_refaults", Median(inact_minor)));
-    report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout)
+    report.Add(Report::Row()
+                   .Set("suite", "pager-policy")
+                   .Set("layout", layout)
                    .Set("case", "zipf, smart victims, inactive list off")
-                   .Set("remote_reads", Median(noinact_f)).Set("ms", Median(noinact_ms))
+                   .Set("remote_reads", Median(noinact_f))
+                   .Set("ms", Median(noinact_ms))
                    .Set("minor_refaults", 0.0));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, prefetch")

@@ -229,8 +229,9 @@ bool RunAsync(size_t pages, double fraction, int rounds, std::vector<Round>* out
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("Dirty tracking: userfaultfd write-protect traps vs WP_ASYNC + "
-                          "PAGEMAP_SCAN on the same writes");
+  gflags::SetUsageMessage(
+      "Dirty tracking: userfaultfd write-protect traps vs WP_ASYNC + "
+      "PAGEMAP_SCAN on the same writes");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_pages < 16 || FLAGS_rounds < 1) {
     std::fprintf(stderr, "--pages >= 16 and --rounds >= 1\n");

@@ -442,7 +442,6 @@ TEST(PagerTest, ForkedChildSeesEveryPage) { ForkedChildSeesEveryPage(false); }
 
 TEST(PagerTest, ForkedChildSeesEveryPageWithTheInactiveList) { ForkedChildSeesEveryPage(true); }
 
-
 TEST(PagerTest, SequentialStreamIsPrefetched) {
   constexpr size_t kPages = 1024, kCap = 64;
   MemoryPageStore store(kPages, 30);
