@@ -347,8 +347,9 @@ bool PagerImpl::Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, 
     ReleaseSlot(slot);
   }
   staged_.fetch_sub(1);
-  uint64_t old = w.exchange(in_store | (dirty ? kDirty : kClean));
-  (void)old;
+  // Accessed while staged: kRef, as a write-protect fault would set it, so the policy's CLOCK
+  // gives the page a second chance instead of taking it again at its next look.
+  w.store(in_store | kRef | (dirty ? kDirty : kClean));
   RecordLatency(t0);
   {
     std::lock_guard<std::mutex> l(events_mu_);

@@ -95,7 +95,7 @@ PolicySimResult SimulatePolicy(const std::vector<TraceAccess>& trace, const Poli
       case kStaged: {
         ++r.minor_refaults;
         const bool dirty = (s & kStagedDirty) != 0 || a.write;
-        w[p].store(kInStore | (dirty ? kDirty : kClean));
+        w[p].store(kInStore | kRef | (dirty ? kDirty : kClean));
         --staged;
         chooser.Activate(p);
         continue;

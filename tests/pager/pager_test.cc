@@ -498,7 +498,9 @@ void WritesRacingWithEviction(bool inactive_list) {
     ASSERT_EQ(total, kIters) << "page " << p;
   }
   EXPECT_GT(pager->Stats().evictions, kPages);
-  if (inactive_list) EXPECT_GT(pager->Stats().deactivated, 0u);
+  if (inactive_list) {
+    EXPECT_GT(pager->Stats().deactivated, 0u);
+  }
 }
 
 TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) { WritesRacingWithEviction(false); }
