@@ -58,6 +58,10 @@ DEFINE_bool(run, true, "Also run the workloads under `tessera run` (when it is b
 DEFINE_string(sections, "latency,workloads,policy,failure",
               "Comma-separated parts to run: latency, workloads, policy, failure");
 DEFINE_int32(evict_batch, 64, "Pager: pages per eviction batch");
+DEFINE_bool(inactive_list, false,
+            "Pager: victims wait on an inactive list (moved to a local staging area) where a "
+            "read brings them back without a store read; the policy section then also runs zipf "
+            "with the list on and off");
 DEFINE_double(low_watermark, 0.95, "Pager: eviction stops at this fraction of the cap");
 DEFINE_string(swap_dir, "/var/tmp", "Directory of the temporary swapfile (local disk)");
 DEFINE_bool(fault_thread_reads, true,
@@ -213,7 +217,8 @@ struct InProcess {
 
 InProcess RunInProcess(client::PageStore* store, Pattern pattern, size_t bytes, double fraction,
                        kernel_shim::VictimPolicy policy, bool prefetch,
-                       client::LocalCluster* kill_cluster = nullptr, bool write_traps = true) {
+                       client::LocalCluster* kill_cluster = nullptr, bool write_traps = true,
+                       int inactive_list = -1) {
   InProcess r;
   kernel_shim::PagerOptions o;
   o.store = store;
@@ -225,6 +230,7 @@ InProcess RunInProcess(client::PageStore* store, Pattern pattern, size_t bytes, 
   o.victim = policy;
   o.prefetch = prefetch;
   o.write_traps = write_traps;
+  o.inactive_list = inactive_list < 0 ? FLAGS_inactive_list : inactive_list != 0;
   o.fault_thread_reads = FLAGS_fault_thread_reads;
   o.zero_fault_around_pages = static_cast<size_t>(FLAGS_zero_fault_around);
   auto pager = kernel_shim::Pager::Create(o);
@@ -728,8 +734,19 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "victim policies on zipf at 50%%, prefetch on seq at 50%%, %s layout...\n",
                layout.c_str());
     std::vector<double> fifo_f, smart_f, fifo_ms, smart_ms, smart_traps, smart_armed, smart_ioctls;
-    std::vector<double> notrap_f, notrap_ms;
-    for (int run = 0; run < FLAGS_runs; ++run) {
+    std::vector<double> notrap_f, notrap_ms, inact_f, inact_ms, inact_minor, noinact_f, noinact_ms;
+    for (int run = 0; FLAGS_inactive_list && run < FLAGS_runs; ++run) {
+      InProcess in = RunInProcess(store, Pattern::kZipf, bytes, 0.5,
+                                  kernel_shim::VictimPolicy::kSmart, false, nullptr, true,
+                                  /*inactive_list=*/1);
+      InProcess ni = RunInProcess(store, Pattern::kZipf, bytes, 0.5,
+                                  kernel_shim::VictimPolicy::kSmart, false, nullptr, true,
+                                  /*inactive_list=*/0);
+      inact_f.push_back(static_cast<double>(in.stats.remote_reads));
+      inact_ms.push_back(in.outcome.ms);
+      inact_minor.push_back(static_cast<double>(in.stats.minor_refaults));
+      noinact_f.push_back(static_cast<double>(ni.stats.remote_reads));
+      noinact_ms.push_back(ni.outcome.ms);
       InProcess fi = RunInProcess(store, Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kFifo, false);
       InProcess sm = RunInProcess(store, Pattern::kZipf, bytes, 0.5, kernel_shim::VictimPolicy::kSmart, false);
       InProcess nt = RunInProcess(store, Pattern::kZipf, bytes, 0.5,
@@ -771,6 +788,20 @@ int Main(int argc, char** argv) {
                    .Set("remote_faults", Median(notrap_f)).Set("ms", Median(notrap_ms))
                    .Set("trap_faults", 0.0).Set("traps_armed", 0.0).Set("trap_ioctls", 0.0)
                    .Set("faults_vs_fifo", Median(fifo_f) > 0 ? Median(notrap_f) / Median(fifo_f) : 0.0));
+    if (FLAGS_inactive_list) report.Add(Report::Row()
+                   .Set("suite", "pager-policy")
+                   .Set("layout", layout)
+                   .Set("case", "zipf, smart victims, inactive list on")
+                   .Set("remote_reads", Median(inact_f))
+                   .Set("ms", Median(inact_ms))
+                   .Set("minor_refaults", Median(inact_minor)));
+    if (FLAGS_inactive_list) report.Add(Report::Row()
+                   .Set("suite", "pager-policy")
+                   .Set("layout", layout)
+                   .Set("case", "zipf, smart victims, inactive list off")
+                   .Set("remote_reads", Median(noinact_f))
+                   .Set("ms", Median(noinact_ms))
+                   .Set("minor_refaults", 0.0));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, no prefetch").Set("ms", Median(off_ms)));
     report.Add(Report::Row().Set("suite", "pager-policy").Set("layout", layout).Set("case", "seq, prefetch")
                    .Set("ms", Median(on_ms)).Set("prefetch_issued", Median(issued))

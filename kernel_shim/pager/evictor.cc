@@ -60,6 +60,95 @@ void PagerImpl::DrainPolicyEvents() {
     ev.swap(resident_events_);
   }
   for (PageId p : ev) chooser_->Admit(p);
+  if (!staging_on()) return;
+  std::vector<PageId> act, ref;
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    act.swap(activated_events_);
+    ref.swap(refault_events_);
+  }
+  for (PageId p : act) chooser_->Activate(p);
+  const int64_t active = resident_.load() - staged_.load();
+  for (PageId p : ref) {
+    if (sizer_.Refaulted(p, static_cast<uint64_t>(std::max<int64_t>(0, active)))) {
+      near_refaults_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void PagerImpl::Deactivate(std::vector<Victim>* victims, std::vector<Victim>* fallback) {
+  // Runs of consecutive pages move into consecutive slots with one UFFDIO_MOVE.
+  std::sort(victims->begin(), victims->end(),
+            [](const Victim& a, const Victim& b) { return a.page < b.page; });
+  const size_t n = victims->size();
+  for (size_t k = 0; k < n;) {
+    size_t j = k + 1;
+    const size_t contiguous = ring_->contiguous_room();
+    while (j < n && j - k < contiguous && (*victims)[j].page == (*victims)[j - 1].page + 1) ++j;
+    if (contiguous == 0) {  // The ring is full (the caller keeps room; never expected).
+      for (; k < n; ++k) fallback->push_back((*victims)[k]);
+      break;
+    }
+    const size_t run = j - k;
+    const size_t first_slot = ring_->Push((*victims)[k].page);
+    for (size_t i = k + 1; i < j; ++i) ring_->Push((*victims)[i].page);
+    size_t moved = 0;
+    Status st = uffd_.Move(Slot(static_cast<uint32_t>(first_slot)), Addr((*victims)[k].page),
+                           run * kPageSize, /*wake=*/false, &moved);
+    moved /= kPageSize;
+    if (!st.ok()) {
+      uint64_t n_err = move_errors_.fetch_add(1) + 1;
+      if ((n_err & (n_err - 1)) == 0) {
+        TLOG(WARNING) << "pager: moving page " << (*victims)[k + moved].page
+                      << " to the inactive list: " << st.ToString() << " (written back instead; "
+                      << n_err << " such moves so far)";
+      }
+    }
+    for (size_t i = k; i < j; ++i) {
+      const Victim& v = (*victims)[i];
+      if (i - k >= moved) {  // Not moved: still mapped and kEvicting; its slot is a hole.
+        fallback->push_back(v);
+        continue;
+      }
+      const uint32_t slot = static_cast<uint32_t>(first_slot + (i - k));
+      auto& w = W(v.page);
+      uint64_t s = w.load();
+      uint64_t staged;
+      do {
+        // A write that raced with the move (a write-protect fault while kEvicting) made it dirty.
+        const bool dirty = v.dirty || (s & kRedirty);
+        staged = WithCtx(kStaged | (s & kInStore) | (dirty ? kStagedDirty : 0), slot);
+      } while (!w.compare_exchange_weak(s, staged));
+      staged_.fetch_add(1);
+      deactivated_.fetch_add(1, std::memory_order_relaxed);
+      // A fault that arrived while it moved: serve it now (it moves straight back).
+      if (s & kWaitMissing) {
+        HandleMissing(v.page, (s & kWaitWrite) != 0, MonotonicNs(), nullptr);
+      } else if (s & kWaitWp) {
+        Wake(v.page);
+      }
+    }
+    k = j;
+  }
+}
+
+void PagerImpl::TakeOldestStaged(size_t n, std::vector<Victim>* out) {
+  PageId p;
+  size_t slot;
+  while (out->size() < n && ring_->PopTail(&p, &slot)) {
+    if (p == InactiveRing::kHole) continue;
+    auto& w = W(p);
+    uint64_t s = w.load();
+    for (;;) {
+      if (St(s) != kStaged || CtxOf(s) != slot) break;  // Moved back (or discarded): a hole.
+      if (w.compare_exchange_weak(s, With(s, kStagedBusy))) {
+        out->push_back(
+            Victim{p, (s & kStagedDirty) != 0, /*staged=*/true, static_cast<uint32_t>(slot)});
+        staged_inflight_.fetch_add(1);
+        break;
+      }
+    }
+  }
 }
 
 void PagerImpl::ArmWriteTrap(PageId p) {
@@ -99,7 +188,9 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
   // 1. Write-protect the dirty victims, runs of consecutive pages in one ioctl (clean pages are
   //    mapped write-protected already).
   std::vector<PageId> dirty_pages;
-  for (const Victim& v : victims) if (v.dirty) dirty_pages.push_back(v.page);
+  for (const Victim& v : victims) {
+    if (v.dirty && !v.staged) dirty_pages.push_back(v.page);
+  }
   std::sort(dirty_pages.begin(), dirty_pages.end());
   for (size_t k = 0; k < dirty_pages.size();) {
     size_t j = k;
@@ -122,7 +213,8 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
   for (size_t i = 0; i < n; ++i) {
     if (!victims[i].dirty) continue;
     uint8_t* b = batch->bufs.data() + i * kPageSize;
-    std::memcpy(b, Addr(victims[i].page), kPageSize);
+    // A staged page's bytes are in its slot, which the evictor owns (kStagedBusy).
+    std::memcpy(b, victims[i].staged ? Slot(victims[i].slot) : Addr(victims[i].page), kPageSize);
     if (!(W(victims[i].page).load() & kInStore) && IsAllZero(b)) {
       zero[i] = 1;
       continue;
@@ -187,6 +279,11 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
     PageId p = victims[i].page;
     auto& w = W(p);
     bool wb_ok = wb_status[i].ok();
+    if (victims[i].staged) {
+      FinishStaged(victims[i], zero[i] != 0, wb_status[i]);
+      if (!wb_ok) failures++;
+      continue;
+    }
     if (victims[i].dirty && !zero[i]) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
@@ -203,8 +300,12 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
       uint64_t s = w.load();
       uint64_t in_store = (victims[i].dirty && !zero[i] && wb_ok) ? kInStore : 0;
       if (!wb_ok || (s & kRedirty)) {
-        // Keep it: dirty (the write-back is stale or missing).
-        if (!w.compare_exchange_weak(s, (With(s, kDirty) & ~kRedirty) | in_store)) continue;
+        // Keep it: dirty (the write-back is stale or missing). It is mapped, so a missing
+        // fault recorded meanwhile was a stale message: wake it.
+        const uint64_t keep =
+            (With(s, kDirty) & ~(kRedirty | kWaitMissing | kWaitWrite)) | in_store;
+        if (!w.compare_exchange_weak(s, keep)) continue;
+        if (s & kWaitMissing) Wake(p);
         kept.push_back(p);
         break;
       }
@@ -248,6 +349,56 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
   return failures;
 }
 
+void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
+  const PageId p = v.page;
+  auto& w = W(p);
+  staged_inflight_.fetch_sub(1);
+  const bool wrote = v.dirty && !zero;
+  if (wrote) {
+    if (wb.ok()) {
+      remote_writes_.fetch_add(1);
+    } else {
+      uint64_t n_err = writeback_errors_.fetch_add(1) + 1;
+      if ((n_err & (n_err - 1)) == 0) {
+        TLOG(WARNING) << "pager: write-back of page " << p << " failed (" << wb.ToString()
+                      << "); the page stays local (" << n_err << " failed write-backs so far)";
+      }
+    }
+  }
+  uint64_t s = w.load();
+  uint64_t fin = kNever;
+  for (;;) {
+    if (!wb.ok() || (s & kWaitMissing)) {
+      // Keep it: the write-back failed, or the program wants the page (a fault waits): move it
+      // back into the region now, as a minor refault would.
+      const uint64_t in_store = (s & kInStore) | (wrote && wb.ok() ? kInStore : 0);
+      const bool dirty = !wb.ok() ? v.dirty : false;
+      if (!w.compare_exchange_weak(s, With(s, kUnstaging))) continue;
+      if (s & kWaitMissing) minor_refaults_.fetch_add(1, std::memory_order_relaxed);
+      // On failure it stays staged (logged, off the list's order): its next fault retries.
+      (void)Unstage(p, v.slot, dirty || (s & kWaitWrite), in_store, 0);
+      return;
+    }
+    const uint64_t in_store = (s & kInStore) | (wrote ? kInStore : 0);
+    fin = in_store ? (kRemote | kInStore) : kNever;
+    if (!w.compare_exchange_weak(s, fin)) continue;
+    break;
+  }
+  ReleaseSlot(v.slot);
+  staged_.fetch_sub(1);
+  resident_.fetch_sub(1);
+  evictions_.fetch_add(1);
+  inactive_drops_.fetch_add(1, std::memory_order_relaxed);
+  if (fin == kNever) AddFootprint(footprint_, peak_footprint_, -1);
+  if (zero) {
+    zero_drops_.fetch_add(1);
+  } else if (!v.dirty) {
+    clean_drops_.fetch_add(1);
+  }
+  sizer_.Dropped(p, LimitPages());
+  if (s & kWaitWp) Wake(p);
+}
+
 void PagerImpl::EvictLoop() {
   // Up to kEvictPipeline batches are in flight at once: the next batch is picked, protected and
   // submitted while earlier write-backs are on the wire, so eviction keeps up with a fault
@@ -287,8 +438,33 @@ void PagerImpl::EvictLoop() {
       size_t want = std::min<size_t>(o_.evict_batch,
                                      static_cast<size_t>(static_cast<double>(r) - low) + 1);
       std::vector<Victim> victims;
-      const size_t picked = chooser_->Pick(want, cap, &victims);
-      FlushWriteTraps();
+      size_t picked = 0;
+      if (staging_on()) {
+        // Keep the inactive list at its target: deactivate the policy's victims into it (those
+        // that cannot move are written back at once), then drop `want` pages from its old end.
+        const size_t target = sizer_.Target(cap);
+        inactive_target_.store(target, std::memory_order_relaxed);
+        const int64_t listed = staged_.load() - staged_inflight_.load();
+        const int64_t deficit = static_cast<int64_t>(target + want) - listed;
+        // Slots of staged pages being written back are the last free ones the ring reuses:
+        // never push that far.
+        const int64_t room = static_cast<int64_t>(ring_->room()) - staged_inflight_.load();
+        // At most twice what this round drops: the list fills over rounds, and the policy's
+        // CLOCK does not turn faster than pages can show a write (4 batches a round cost GNU
+        // sort 66k store reads instead of 50k).
+        const int64_t n = std::min<int64_t>({deficit, room, 2 * static_cast<int64_t>(want)});
+        if (n > 0) {
+          std::vector<Victim> candidates;
+          picked += chooser_->Pick(static_cast<size_t>(n), cap, &candidates);
+          FlushWriteTraps();
+          Deactivate(&candidates, &victims);
+        }
+        if (victims.size() < want) TakeOldestStaged(want - victims.size(), &victims);
+        picked = victims.size();
+      } else {
+        picked = chooser_->Pick(want, cap, &victims);
+        FlushWriteTraps();
+      }
       if (picked == 0) {
         if (inflight.empty()) break;
         finish_oldest();  // Its kept pages may become victims again.

@@ -317,6 +317,7 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector*
           if (!w.compare_exchange_strong(s, want)) continue;
           if (t0) faults_.fetch_add(1);
           remote_reads_.fetch_add(1);
+          NoteRefault(p);
           Status st = o_.store->ReadPage(p, sync_buf);
           if (!st.ok()) {
             FillFailed(p, st);
@@ -335,6 +336,7 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector*
           continue;
         }
         if (t0) faults_.fetch_add(1);
+        NoteRefault(p);
         if (stream) MaybePrefetch(p, stream);
         StartFill(p, c, t0);
         return;
@@ -356,12 +358,30 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector*
         if (stream) MaybePrefetch(p, stream);
         return;
       }
+      case kStaged: {
+        // On the inactive list: move it back, no store round trip (a minor refault).
+        if (!w.compare_exchange_weak(s, With(s, kUnstaging))) continue;
+        if (t0) faults_.fetch_add(1);
+        minor_refaults_.fetch_add(1, std::memory_order_relaxed);
+        Unstage(p, CtxOf(s), (s & kStagedDirty) != 0 || write, s & kInStore, t0);
+        return;
+      }
+      case kEvicting:
+        // Mapped (a stale message: wake it) unless the inactive list is moving it out to a
+        // staging slot: then the evictor resolves it once the page is staged.
+        if (!staging_on()) {
+          Wake(p);
+          return;
+        }
+        [[fallthrough]];
       case kDropping:
       case kDiscarding:
+      case kStagedBusy:
         if (!w.compare_exchange_weak(s, s | kWaitMissing | (write ? kWaitWrite : 0))) continue;
         return;  // The owner resolves it when its transition ends.
       case kFilling:
-        return;  // Duplicate: the fill in flight wakes it.
+      case kUnstaging:
+        return;  // Duplicate: the fill (or move back) in flight wakes it.
       default:
         // Mapped (kClean, kDirty, kEvicting) or poisoned: a stale message. Wake it; if it
         // still cannot proceed it faults again.
@@ -371,11 +391,64 @@ void PagerImpl::HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector*
   }
 }
 
+void PagerImpl::NoteRefault(PageId p) {
+  if (!staging_on()) return;
+  std::lock_guard<std::mutex> l(events_mu_);
+  refault_events_.push_back(p);
+}
+
+bool PagerImpl::Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, uint64_t t0) {
+  auto& w = W(p);
+  bool mapped = false;
+  if (dirty) {
+    // Dirty: the page itself moves back, writable (it will be written back when evicted).
+    size_t moved = 0;
+    Status st = uffd_.Move(Addr(p), Slot(slot), kPageSize, /*wake=*/true, &moved);
+    mapped = st.ok();
+    if (!mapped) TLOG(WARNING) << "pager: moving staged page " << p << " back: " << st.ToString();
+  }
+  if (!mapped) {
+    // Clean (or the move failed): copy it back (write-protected when clean), free the slot.
+    size_t copied = 0;
+    Status st = uffd_.Copy(Addr(p), Slot(slot), kPageSize, /*writable=*/dirty, &copied);
+    if (st.ok() || st.code() == StatusCode::kAlreadyExists) {
+      mapped = st.ok();
+      if (!mapped) Wake(p);
+    }
+    if (!mapped) {
+      TLOG(ERROR) << "pager: mapping staged page " << p << " back: " << st.ToString();
+      w.store(WithCtx(kStaged | in_store | (dirty ? kStagedDirty : 0), slot));
+      Wake(p);
+      return false;
+    }
+    ReleaseSlot(slot);
+  }
+  staged_.fetch_sub(1);
+  // Accessed while staged: kRef, as a write-protect fault would set it, so the policy's CLOCK
+  // gives the page a second chance instead of taking it again at its next look.
+  w.store(in_store | kRef | (dirty ? kDirty : kClean));
+  RecordLatency(t0);
+  {
+    std::lock_guard<std::mutex> l(events_mu_);
+    activated_events_.push_back(p);
+  }
+  MaybeKickEviction();
+  return true;
+}
+
+void PagerImpl::ReleaseSlot(uint32_t slot) {
+  if (::madvise(Slot(slot), kPageSize, MADV_DONTNEED) != 0) {
+    TLOG(ERROR) << "pager: madvise(DONTNEED) of a staging slot: " << strerror(errno);
+  }
+}
+
 size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
   size_t want = std::min(o_.zero_fault_around_pages, kMaxFaultAround);
   if (want == 0) return 0;
   if (uint64_t cap = LimitPages(); cap > 0) {
-    const int64_t room = static_cast<int64_t>(cap) - resident_.load() - 1;
+    // Staged pages are the coldest local pages: fault-around may take their room (the evictor
+    // then drops them from the list's end; the cap is kept as with any fault).
+    const int64_t room = static_cast<int64_t>(cap) - (resident_.load() - staged_.load()) - 1;
     want = std::min<size_t>(want, static_cast<size_t>(std::max<int64_t>(0, room)));
   }
   size_t n = 0;

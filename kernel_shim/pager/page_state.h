@@ -3,9 +3,10 @@
 // Every page of the paged region has one 64-bit atomic word (an untouched anonymous mapping, so
 // only pages whose words are touched cost memory; all-zero is kNever). Bits 0-3 hold the state,
 // bits 8-24 flags, bits 32-63 the index of a fill context (prefetch buffer) while the page is
-// kPrefetching/kPrefetched. Every transition is a CAS on the word, so a flag and a state change
-// are seen together; the fault handler, the prefetcher, the evictor and Discard() all go through
-// it (see the state list below, and pager.cc for who resolves a waiting fault).
+// kPrefetching/kPrefetched, or of its staging slot while kStaged/kUnstaging/kStagedBusy. Every
+// transition is a CAS on the word, so a flag and a state change are seen together; the fault
+// handler, the prefetcher, the evictor and Discard() all go through it (see the state list below,
+// and pager.cc for who resolves a waiting fault).
 //
 // States:
 //   kNever       never written (or discarded): a fault maps zeros, no store round trip.
@@ -21,6 +22,10 @@
 //   kPoisoned    the store could not return it: UFFDIO_POISON, accesses get SIGBUS.
 //   kUnpaged     taken out of paging (Pager::Unregister): not registered with userfaultfd,
 //                plain memory the pager never maps, evicts or counts.
+//   kStaged      on the inactive list: moved (UFFDIO_MOVE) out of the region into staging slot
+//                CtxOf(word); kStagedDirty if its bytes are newer than the store's.
+//   kUnstaging   a fault thread is moving it back from its slot (a minor refault).
+//   kStagedBusy  the evictor is writing it back from its slot or dropping it.
 //
 // The word is plain data: any thread may read and CAS it. Who may make which transition is
 // the pager's protocol (fault_handler.cc, evictor.cc), not enforced here.
@@ -43,6 +48,9 @@ enum State : uint64_t {
   kPrefetched = 9,
   kPoisoned = 10,
   kUnpaged = 11,
+  kStaged = 12,
+  kUnstaging = 13,
+  kStagedBusy = 14,
 };
 constexpr uint64_t kStateMask = 0xf;
 // Flags.
@@ -55,6 +63,7 @@ constexpr uint64_t kInStore = 1ull << 13;     // The store holds a copy (written
 constexpr uint64_t kRef = 1ull << 14;         // Written since last considered (policy hint).
 constexpr uint64_t kFillWrite = 1ull << 15;   // The fill serves a write fault: map writable.
 constexpr uint64_t kArmed = 1ull << 16;      // Write-protected by the policy to see writes.
+constexpr uint64_t kStagedDirty = 1ull << 19;  // kStaged/kStagedBusy: needs a write-back.
 constexpr int kCreditShift = 17;              // 2-bit count of recent rounds with a write.
 constexpr uint64_t kCreditMask = 3ull << kCreditShift;
 inline uint64_t Credits(uint64_t w) { return (w & kCreditMask) >> kCreditShift; }

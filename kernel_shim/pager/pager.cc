@@ -30,6 +30,22 @@ Status PagerImpl::Start() {
     (*ctxs_)[i].index = static_cast<uint32_t>(i);
     free_ctx_.push_back(static_cast<uint32_t>(nctx - 1 - i));
   }
+  if (o_.inactive_list && uffd_.has_move() && (o_.local_limit_bytes > 0 || o_.local_fraction > 0)) {
+    // Half the region's pages at most can be staged (the list's target is at most half the
+    // cap); virtual space only, a slot costs memory while it holds a page.
+    staging_slots_ = std::max<size_t>(pages_ / 2, 1024);
+    void* st = ::mmap(nullptr, staging_slots_ * kPageSize, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (st == MAP_FAILED) return ErrnoError("mmap of the staging area");
+    ::madvise(st, staging_slots_ * kPageSize, MADV_NOHUGEPAGE);
+    Status reg = uffd_.RegisterMissing(st, staging_slots_ * kPageSize);
+    if (!reg.ok()) {
+      ::munmap(st, staging_slots_ * kPageSize);
+      return reg;
+    }
+    staging_ = static_cast<uint8_t*>(st);
+    ring_ = std::make_unique<InactiveRing>(staging_slots_);
+  }
   int nthreads = std::clamp(o_.fault_threads, 1, 8);
   for (int i = 0; i < nthreads; ++i) threads_->emplace_back([this, i] { FaultLoop(i); });
   chooser_ = std::make_unique<VictimChooser>(o_.victim, o_.write_traps, states_,
@@ -62,6 +78,7 @@ PagerImpl::~PagerImpl() {
   while (fills_in_flight_.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   uffd_.Close();
   ::munmap(base(), size());
+  if (staging_ != nullptr) ::munmap(staging_, staging_slots_ * kPageSize);
   ::munmap(states_, pages_ * sizeof(uint64_t));
   delete ctxs_;
 }
@@ -91,7 +108,8 @@ Status PagerImpl::Discard(void* addr, size_t len) {
       s = w.load();
       uint64_t st = St(s);
       bool settled = (st == kNever || st == kRemote || st == kClean || st == kDirty ||
-                      st == kPrefetched || st == kPoisoned || st == kUnpaged) &&
+                      st == kPrefetched || st == kPoisoned || st == kUnpaged ||
+                      st == kStaged) &&
                      !(s & kBusy);
       if (st == kUnpaged) {  // Not paged: only the madvise below applies; it stays unpaged.
         old[i] = s;
@@ -118,6 +136,12 @@ Status PagerImpl::Discard(void* addr, size_t len) {
     uint64_t s = old[i];
     uint64_t st = St(s);
     if (st == kClean || st == kDirty) {
+      resident_.fetch_sub(1);
+      AddFootprint(footprint_, peak_footprint_, -1);
+    } else if (st == kStaged) {
+      // Its bytes sit in a staging slot: release them (the list's entry becomes a hole).
+      ReleaseSlot(CtxOf(s));
+      staged_.fetch_sub(1);
       resident_.fetch_sub(1);
       AddFootprint(footprint_, peak_footprint_, -1);
     } else if (st == kRemote || st == kPrefetched || st == kPoisoned) {
@@ -340,9 +364,10 @@ Status PagerImpl::PrepareFork() {
     bool pending = false;
     for (PageId p = 0; p < end; ++p) {
       uint64_t st = St(W(p).load());
-      if (st == kRemote || st == kPrefetched) HandleMissing(p, false, 0, nullptr);
+      if (st == kRemote || st == kPrefetched || st == kStaged) HandleMissing(p, false, 0, nullptr);
       if (st == kRemote || st == kPrefetched || st == kFilling || st == kPrefetching ||
-          st == kEvicting || st == kDropping) {
+          st == kEvicting || st == kDropping || st == kStaged || st == kUnstaging ||
+          st == kStagedBusy) {
         pending = true;
       }
     }
@@ -390,6 +415,12 @@ PagerStats PagerImpl::Stats() const {
   s.prefetch_issued = prefetch_issued_.load();
   s.prefetch_hits = prefetch_hits_.load();
   s.discarded = discarded_.load();
+  s.deactivated = deactivated_.load();
+  s.minor_refaults = minor_refaults_.load();
+  s.inactive_drops = inactive_drops_.load();
+  s.near_refaults = near_refaults_.load();
+  s.staged_pages = static_cast<uint64_t>(std::max<int64_t>(0, staged_.load()));
+  s.inactive_target_pages = inactive_target_.load();
   s.spin_hits = spin_hits_.load();
   s.fill_errors = fill_errors_.load();
   s.fill_retries = fill_retries_.load();

@@ -13,6 +13,9 @@
 //                    still all zeros when evicted is dropped without a write-back);
 //   resident clean - mapped write-protected; its latest content is in the store;
 //   resident dirty - mapped writable (a write-protect fault marked it dirty);
+//   staged         - on the inactive list: moved out of the region into a local staging slot;
+//                    an access faults and moves it back, no store round trip (see
+//                    PagerOptions::inactive_list);
 //   remote         - not mapped; its content is in the store (a fault reads it back).
 // Eviction write-protects a batch of victims, writes the dirty ones back (one batched Submit;
 // up to 4 batches in flight, so write-backs overlap and a fault waits only when eviction cannot
@@ -84,6 +87,14 @@ struct PagerOptions {
   // a later write shows the page is in use. False: only first writes to clean pages and the
   // ghost list inform the policy (no trap ioctls, no trap faults).
   bool write_traps = true;
+  // The inactive list (inactive_list.h): victims are first moved (UFFDIO_MOVE) out of the region
+  // into a local staging area; an access to a staged page - a read too - is a minor fault that
+  // moves it back and marks it referenced; only pages reaching the list's end are written back
+  // and dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+): without
+  // it, or with false, victims are written back and dropped at once. At 50% local memory it cut
+  // GNU sort's store reads by 27-40% and left the python workload's even; off by default until
+  // a once-seen stall under racing writers is explained (docs/concepts/paging-policy.md).
+  bool inactive_list = false;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
   // Threads reading userfaultfd messages (1..8). Two by default: a fault thread blocks while it
@@ -137,12 +148,21 @@ struct PagerStats {
   // recycled oldest first.
   uint64_t prefetch_hits = 0;
   uint64_t discarded = 0;        // Pages released by Discard().
+  // Inactive list (PagerOptions::inactive_list).
+  uint64_t deactivated = 0;     // Pages moved to the staging area.
+  uint64_t minor_refaults = 0;  // Faults served by moving a staged page back (no store read).
+  uint64_t inactive_drops = 0;  // Staged pages that reached the list's end: written back or
+                                // dropped (counted in evictions too).
+  uint64_t near_refaults = 0;   // Store reads of pages dropped so recently that a longer list
+                                // would have kept them (they grow its target).
+  uint64_t staged_pages = 0;    // Now (part of resident_pages).
+  uint64_t inactive_target_pages = 0;  // The list's current target length.
   uint64_t spin_hits = 0;        // Fault batches a fault thread found while polling the uffd
                                  // (fault_spin_us) instead of being woken for them.
   uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).
   uint64_t fill_retries = 0;     // Page reads retried after a failure that was not DataLoss.
   uint64_t writeback_errors = 0; // Write-backs the store rejected (page kept resident).
-  uint64_t resident_pages = 0;   // Now.
+  uint64_t resident_pages = 0;   // Now: local pages, mapped or staged.
   uint64_t peak_resident_pages = 0;
   uint64_t footprint_pages = 0;  // Pages holding data now (resident or remote).
   uint64_t peak_footprint_pages = 0;

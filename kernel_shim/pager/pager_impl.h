@@ -41,6 +41,7 @@
 #include "client/page_store.h"
 #include "common/fd.h"
 #include "common/histogram.h"
+#include "kernel_shim/pager/inactive_list.h"
 #include "kernel_shim/pager/page_state.h"
 #include "kernel_shim/pager/pager.h"
 #include "kernel_shim/pager/prefetcher.h"
@@ -164,6 +165,28 @@ class PagerImpl final : public Pager {
   // (or kNever) and its waiters are woken to re-fault.
   bool MapPage(PageId p, const uint8_t* src, bool writable, uint64_t in_store, uint64_t t0);
   void ResolveWaiters(PageId p, uint64_t old_word);
+
+  // Inactive list (see inactive_list.h). Staging slot i is staging_ + i x kPageSize.
+  bool staging_on() const { return staging_ != nullptr; }
+  uint8_t* Slot(uint32_t slot) const { return staging_ + size_t{slot} * kPageSize; }
+  // Evictor: moves victims (kEvicting, mapped) into staging slots and publishes them kStaged;
+  // victims that cannot move (e.g. shared with a forked child) are appended to *fallback, still
+  // kEvicting, for the write-back path.
+  void Deactivate(std::vector<Victim>* victims, std::vector<Victim>* fallback);
+  // Evictor: claims up to n staged pages from the list's old end (kStaged -> kStagedBusy).
+  void TakeOldestStaged(size_t n, std::vector<Victim>* out);
+  // Maps staged page p (owned in kUnstaging, its bytes in `slot`) back into the region: moved
+  // writable if dirty, else copied write-protected (a move maps writable, and a write between
+  // it and a re-protection would go unseen). Wakes the faulting threads; the page becomes kDirty
+  // or kClean and is activated. Returns false if it could not be mapped (the page stays staged
+  // and its waiters are woken to fault again).
+  bool Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, uint64_t t0);
+  void ReleaseSlot(uint32_t slot);
+  // Evictor, at a staged victim's commit: drops it (slot released, kRemote or kNever), or moves
+  // it back into the region when its write-back failed or a fault waits for it.
+  void FinishStaged(const Victim& v, bool zero, const Status& wb);
+  // A store read of page p: the evictor tells the list's sizer (refault distance).
+  void NoteRefault(PageId p);
   // Whether a stored page filled for a read fault is mapped writable (see fault_handler.cc).
   bool MapFillWritable();
   void Handoff(PageId p, bool write);
@@ -242,8 +265,22 @@ class PagerImpl final : public Pager {
   // Policy events (page became resident / was written) for the eviction thread.
   std::mutex events_mu_;
   std::vector<PageId> resident_events_;
+  std::vector<PageId> activated_events_;  // Minor refaults (Activate in the chooser).
+  std::vector<PageId> refault_events_;    // Store reads (InactiveSizer::Refaulted).
   // Eviction thread state (owned by it).
   std::unique_ptr<VictimChooser> chooser_;
+  // The staging area (null when the inactive list is off): staging_slots_ pages, registered in
+  // missing mode on uffd_ (nothing ever touches it but moves, copies and the evictor's reads of
+  // slots it owns).
+  uint8_t* staging_ = nullptr;
+  size_t staging_slots_ = 0;
+  std::unique_ptr<InactiveRing> ring_;       // Evictor thread only.
+  InactiveSizer sizer_;                      // Evictor thread only.
+  std::atomic<int64_t> staged_{0};           // Pages kStaged, kUnstaging or kStagedBusy.
+  std::atomic<int64_t> staged_inflight_{0};  // Staged victims being written back (slots busy).
+  std::atomic<uint64_t> inactive_target_{0};
+  std::atomic<uint64_t> move_errors_{0};
+  std::atomic<uint64_t> deactivated_{0}, minor_refaults_{0}, inactive_drops_{0}, near_refaults_{0};
 
   std::mutex evict_mu_;
   std::condition_variable evict_cv_;

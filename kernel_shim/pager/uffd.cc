@@ -25,6 +25,21 @@ struct uffdio_poison {
 #define _UFFDIO_POISON (0x08)
 #define UFFDIO_POISON _IOWR(UFFDIO, _UFFDIO_POISON, struct uffdio_poison)
 #endif
+#ifndef UFFD_FEATURE_MOVE
+#define UFFD_FEATURE_MOVE (1 << 16)
+#endif
+#ifndef UFFDIO_MOVE
+struct uffdio_move {
+  __u64 dst;
+  __u64 src;
+  __u64 len;
+  __u64 mode;
+  __s64 move;
+};
+#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define _UFFDIO_MOVE (0x05)
+#define UFFDIO_MOVE _IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
+#endif
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
@@ -73,10 +88,12 @@ Result<Uffd> Uffd::Open(void* base, size_t len) {
     TLOG(WARNING) << "pager: kernel lacks UFFDIO_POISON (6.6+): a page the store cannot return "
                      "is retried instead of raising SIGBUS";
   }
+  u.move_ = (features & UFFD_FEATURE_MOVE) != 0;
   TESSERA_ASSIGN_OR_RETURN(u.fd_, OpenFd());
   uffdio_api api{};
   api.api = UFFD_API;
-  api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0);
+  api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0) |
+                 (u.move_ ? UFFD_FEATURE_MOVE : 0);
   if (::ioctl(u.fd_.get(), UFFDIO_API, &api) != 0) return ErrnoError("UFFDIO_API");
   TESSERA_RETURN_IF_ERROR(u.Register(base, len));
   return u;
@@ -96,6 +113,41 @@ Status Uffd::Unregister(void* addr, size_t len) {
   uffdio_range r{reinterpret_cast<uintptr_t>(addr), len};
   if (::ioctl(fd_.get(), UFFDIO_UNREGISTER, &r) != 0) return ErrnoError("UFFDIO_UNREGISTER");
   return Status::Ok();
+}
+
+Status Uffd::RegisterMissing(void* base, size_t len) {
+  uffdio_register reg{};
+  reg.range = {reinterpret_cast<uintptr_t>(base), len};
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+  if (::ioctl(fd_.get(), UFFDIO_REGISTER, &reg) != 0) return ErrnoError("UFFDIO_REGISTER missing");
+  return Status::Ok();
+}
+
+Status Uffd::Move(void* dst, void* src, size_t len, bool wake, size_t* moved) {
+  *moved = 0;
+  for (int attempt = 0; *moved < len && attempt < kMaxAttempts; ++attempt) {
+    uffdio_move m{};
+    m.dst = reinterpret_cast<uintptr_t>(dst) + *moved;
+    m.src = reinterpret_cast<uintptr_t>(src) + *moved;
+    m.len = len - *moved;
+    m.mode = wake ? 0 : UFFDIO_MOVE_MODE_DONTWAKE;
+    if (::ioctl(fd_.get(), UFFDIO_MOVE, &m) == 0) {
+      *moved = len;
+      return Status::Ok();
+    }
+    const int err = errno;
+    if (m.move > 0) {  // A prefix moved; the kernel asks for the rest again.
+      *moved += static_cast<size_t>(m.move);
+      continue;
+    }
+    if (err != EAGAIN) {
+      errno = err;
+      return ErrnoError("UFFDIO_MOVE");
+    }
+    sched_yield();
+  }
+  if (*moved == len) return Status::Ok();
+  return Unavailable("UFFDIO_MOVE: still EAGAIN after ", kMaxAttempts, " attempts");
 }
 
 Status Uffd::Copy(void* dst, const void* src, size_t len, bool writable, size_t* mapped) {

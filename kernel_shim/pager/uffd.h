@@ -28,6 +28,7 @@ class Uffd {
 
   int fd() const { return fd_.get(); }
   bool has_poison() const { return poison_; }
+  bool has_move() const { return move_; }  // UFFDIO_MOVE (kernel 6.8+).
   void Close() { fd_.Reset(); }
 
   // Maps len bytes of src at dst (page-aligned, unmapped), write-protected unless writable,
@@ -38,6 +39,14 @@ class Uffd {
   void Wake(void* addr, size_t len);
   // Sets or clears write protection (clearing wakes the faulting threads).
   Status WriteProtect(void* addr, size_t len, bool protect, int max_attempts = 100000);
+  // Registers another range (the pager's staging area) in missing mode on this descriptor, so
+  // that pages can be moved between it and the region.
+  Status RegisterMissing(void* base, size_t len);
+  // Moves the pages of [src, src + len) to [dst, dst + len) (page-table entries, no copy; dst
+  // unmapped, both ranges registered here), waking threads faulting at dst if `wake`.
+  // *moved: bytes moved from the start. An error for the page at *moved (e.g. Busy: a page
+  // shared with a forked child cannot move).
+  Status Move(void* dst, void* src, size_t len, bool wake, size_t* moved);
   // Makes accesses to [addr, addr + len) raise SIGBUS (needs has_poison()).
   Status Poison(void* addr, size_t len);
   // Registers [addr, addr + len) (page-aligned, a private anonymous mapping) in missing +
@@ -49,6 +58,7 @@ class Uffd {
  private:
   UniqueFd fd_;
   bool poison_ = false;
+  bool move_ = false;
 };
 
 }  // namespace tessera::kernel_shim::internal

@@ -28,6 +28,16 @@ void VictimChooser::Admit(PageId p) {
   }
 }
 
+void VictimChooser::Activate(PageId p) {
+  if (policy_ != VictimPolicy::kSmart) {
+    Admit(p);
+    return;
+  }
+  ghost_set_.erase(p);  // Its stale ghost entry leaves the FIFO when it comes round.
+  protected_.push_back(p);
+  segment_[p] = 2;
+}
+
 size_t VictimChooser::Pick(size_t n, uint64_t cap, std::vector<Victim>* out) {
   size_t probation_target = std::max<size_t>(1, cap / kProbationDivisor);
   size_t guard = (probation_.size() + protected_.size()) * 2 + 16;

