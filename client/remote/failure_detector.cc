@@ -246,7 +246,7 @@ void RemoteStore::MonitorLoop() {
   hc.min_silence_ns = uint64_t{opt_.heartbeat_timeout_ms} * 1000000;
   hc.phi_suspect = opt_.suspect_phi;
   hc.fail_after_ns = uint64_t{opt_.fail_after_ms} * 1000000;
-  hc.probe_every_ns = std::max<uint64_t>(hc.interval_ns, 200000000);
+  hc.probe_every_ns = 200000000;  // Only while suspect: cheap, and bounds how late a verdict is.
   HealthTracker tracker(hc);
   std::vector<Slot> slots;
   std::vector<HealthTracker::Action> actions;

@@ -137,10 +137,12 @@ TEST(ExperimentCliTest, QuickStragglerDelta) {
   json j = RunQuick("straggler-delta", dir);
   ASSERT_TRUE(j.is_object());
   ASSERT_EQ(j["runs"].size(), 2u);
+  // delta 0 asks exactly k members; reads needing the stopped server used to wait for it (the
+  // load stalled to 0). They re-hedge now: the load may slow, never stop.
   const json& d0 = j["runs"][1];
-  EXPECT_LT(d0["lowest_300ms_ops_per_s_during_faults"].get<double>(),
-            0.05 * d0["median_ops_per_s_before_faults"].get<double>())
-      << "delta 0 did not stall on the stopped server: the comparison measures nothing";
+  EXPECT_GT(d0["lowest_300ms_ops_per_s_during_faults"].get<double>(), 0.0)
+      << "delta 0 stalled on the stopped server: reads waited on one server";
+  EXPECT_EQ(d0["data_loss"], 0);
 }
 
 TEST(ExperimentCliTest, QuickBitflipRepair) {
