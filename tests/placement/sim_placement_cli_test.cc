@@ -101,7 +101,7 @@ TEST(SimPlacementCliTest, RackFailuresAndRackNote) {
 TEST(SimPlacementCliTest, HelpShowsFlags) {
   auto o = RunTessera({"sim", "placement", "--help"});
   EXPECT_EQ(o.exit_code, 0);
-  for (const char* flag : {"--machines", "--slabs_per_machine", "--failure_fraction",
+  for (const char* flag : {"--machines", "--slabs-per-machine", "--failure-fraction",
                            "--policies", "--plot", "--json", "--csv", "--trials", "--seed"}) {
     EXPECT_NE(o.stdout_text.find(flag), std::string::npos) << flag;
   }
