@@ -809,6 +809,17 @@ class RemoteStore final : public PageStore {
   std::unique_ptr<std::atomic<bool>[]> failed_;
   std::unique_ptr<std::atomic<uint8_t>[]> health_;          // HealthState; the monitor writes.
   std::unique_ptr<std::atomic<uint64_t>[]> last_alive_ns_;  // NoteAlive().
+  // The server id (fabric ServerInfo) each server had when the store first connected to it. A
+  // server that answers a reconnect or a probe with another id was restarted: a new process
+  // that holds none of our slabs, which is a failure (its splits must be regenerated), not a
+  // recovery. 0: not known yet. Set once (compare-exchange), by any thread.
+  std::unique_ptr<std::atomic<uint64_t>[]> server_ids_;
+  // Records `id` for `server` if none is known; false when another id is (it was restarted).
+  bool SameInstance(uint32_t server, uint64_t id) {
+    uint64_t known = 0;
+    if (id == 0 || server_ids_[server].compare_exchange_strong(known, id)) return true;
+    return known == id;
+  }
   // When each failed server was declared failed (MonotonicNs; 0: not failed): regeneration of
   // its splits waits RemoteStoreOptions::regeneration_grace_ms after it.
   std::unique_ptr<std::atomic<uint64_t>[]> failed_at_ns_;

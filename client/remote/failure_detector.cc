@@ -200,12 +200,22 @@ struct Reclaim {
   std::vector<uint64_t> left;
   uint64_t freed = 0;
 };
+// instance: the server id the slabs were allocated from; another process at that address
+// (restarted) holds none of them, and its own slab ids must not be touched.
 std::shared_ptr<Reclaim> StartReclaim(fabric::Endpoint ep, fabric::ConnectOptions co,
-                                      uint32_t timeout_ms, std::vector<uint64_t> slabs) {
+                                      uint32_t timeout_ms, uint64_t instance,
+                                      std::vector<uint64_t> slabs) {
   auto r = std::make_shared<Reclaim>();
-  std::thread([r, ep = std::move(ep), co, timeout_ms, slabs = std::move(slabs)]() mutable {
+  std::thread([r, ep = std::move(ep), co, timeout_ms, instance,
+               slabs = std::move(slabs)]() mutable {
     co.deadline = Deadline::AfterMs(timeout_ms);
     auto c = fabric::ControlClient::Connect(ep, co);
+    if (c.ok() && (instance == 0 || (*c)->info().server_id != instance)) {
+      // Restarted (or never known): the slabs died with the old process. Nothing to free.
+      (void)(*c)->Close(Deadline::AfterMs(timeout_ms));
+      r->done.store(true, std::memory_order_release);
+      return;
+    }
     for (size_t i = 0; i < slabs.size(); ++i) {
       if (!c.ok() || !(*c)->connected()) {
         r->left.assign(slabs.begin() + static_cast<ptrdiff_t>(i), slabs.end());
@@ -317,7 +327,7 @@ void RemoteStore::MonitorLoop() {
         if (!sl.reclaim && !sl.left_behind.empty() && now >= sl.next_reclaim_ns) {
           sl.next_reclaim_ns = now + 1000000000ull;
           sl.reclaim = StartReclaim(servers_[i].endpoint, co, opt_.probe_timeout_ms,
-                                    std::move(sl.left_behind));
+                                    server_ids_[i].load(), std::move(sl.left_behind));
           sl.left_behind.clear();
         }
         continue;
@@ -333,6 +343,11 @@ void RemoteStore::MonitorLoop() {
         std::shared_ptr<Probe> probe = std::move(sl.probe);
         Probe& r = *probe;
         const uint64_t t = MonotonicNs();
+        if (r.status.ok() && r.conn && !SameInstance(i, r.conn->info().server_id)) {
+          MarkFailed(i, "it was restarted (a new instance answers at its address and holds none "
+                        "of this client's slabs)");
+          continue;
+        }
         if (r.status.ok()) {
           if (!sl.conn || !sl.conn->connected()) {
             sl.conn = std::move(r.conn);
@@ -479,23 +494,8 @@ void RemoteStore::MonitorLoop() {
 Status RemoteStore::AddServer(const RemoteServer& srv) {
   std::lock_guard<std::mutex> add_lock(add_mu_);
   if (threads_.empty()) return Unavailable("page store is shut down");
-  const uint32_t n = num_servers();
-  for (uint32_t i = 0; i < n; ++i) {
-    if (SameEndpoint(servers_[i].endpoint, srv.endpoint) && !failed_[i].load()) return Status::Ok();
-  }
-  if (n >= kMaxServers) {
-    return ResourceExhausted(name_ + ": cannot add " + srv.endpoint.ToString() + ": " +
-                             std::to_string(kMaxServers) + " servers known already");
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (snap_->has_racks() != !srv.rack.empty()) {
-      return InvalidArgument(name_ + ": cannot add " + srv.endpoint.ToString() +
-                             (srv.rack.empty() ? " without a rack: the other servers have racks"
-                                               : " with a rack: the other servers have none"));
-    }
-  }
   // Check it before any thread sees it: reachable and the same slab size.
+  uint64_t instance = 0;
   {
     fabric::ConnectOptions co;
     co.secret = opt_.secret;
@@ -510,6 +510,28 @@ Status RemoteStore::AddServer(const RemoteServer& srv) {
       return InvalidArgument("new server " + srv.endpoint.ToString() + " has slab size " +
                              std::to_string((*c)->info().slab_size) + ", the store uses " +
                              std::to_string(slab_size_));
+    }
+    instance = (*c)->info().server_id;
+  }
+  const uint32_t n = num_servers();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!SameEndpoint(servers_[i].endpoint, srv.endpoint) || failed_[i].load()) continue;
+    if (SameInstance(i, instance)) return Status::Ok();  // A member already.
+    // A new process at a member's address (restarted faster than it was found failed): the
+    // old member is gone with our slabs on it; the new one joins as a new member.
+    MarkFailed(i, "it was restarted (a new instance answers at its address and holds none of "
+                  "this client's slabs)");
+  }
+  if (n >= kMaxServers) {
+    return ResourceExhausted(name_ + ": cannot add " + srv.endpoint.ToString() + ": " +
+                             std::to_string(kMaxServers) + " servers known already");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (snap_->has_racks() != !srv.rack.empty()) {
+      return InvalidArgument(name_ + ": cannot add " + srv.endpoint.ToString() +
+                             (srv.rack.empty() ? " without a rack: the other servers have racks"
+                                               : " with a rack: the other servers have none"));
     }
   }
   servers_[n] = srv;

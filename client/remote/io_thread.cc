@@ -100,6 +100,7 @@ Status IoThread::ConnectServer(uint32_t i) {
   }
   ctl_[i] = std::move(*ctl);
   TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
+  (void)store_->SameInstance(i, info.server_id);
   if (info.slab_size != store_->slab_size_) {
     return InvalidArgument("servers disagree on the slab size: " +
                            std::to_string(info.slab_size) + " at " + ep.ToString() + " vs " +

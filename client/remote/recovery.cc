@@ -83,6 +83,17 @@ void IoThread::Reconnect(uint64_t now) {
     auto c = t_->Connect(store_->server(i).endpoint, co);
     Status st = c.ok() ? Status::Ok() : c.status();
     if (c.ok()) {
+      auto info = t_->Info(*c);
+      if (info.ok() && !store_->SameInstance(i, info->server_id)) {
+        // A new process on the same address (restarted): our slabs died with the old one.
+        (void)t_->Abort(*c);
+        store_->MarkFailed(i, "it was restarted (a new instance answers at its address and holds "
+                              "none of this client's slabs)");
+        HandleLocalFailures();
+        continue;
+      }
+    }
+    if (c.ok()) {
       // The memserver kept our slabs (they belong to the client id, not the connection).
       for (const Slab& s : slabs_) {
         if (!s.allocated) continue;
@@ -316,12 +327,17 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
       chosen = *r;
       store_->load_[chosen]++;
     }
-    if (local_failed_[chosen]) continue;
+    if (!Usable(chosen)) {
+      current[j] = chosen;  // Failed or not connected now: another one.
+      continue;
+    }
     auto a = AllocRemote(chosen, Deadline::AfterMs(store_->opt_.control_timeout_ms));
     if (!a.ok()) {
       TLOG(WARNING) << store_->name_ << ": cannot allocate a replacement slab on "
                     << store_->server(chosen).endpoint.ToString() << ": " << a.status();
-      if (IsConnectionError(a.status())) store_->MarkFailed(chosen, a.status().ToString());
+      if (IsConnectionError(a.status())) {
+        store_->ReportTrouble(chosen, "replacement slab allocation: " + a.status().ToString());
+      }
       current[j] = chosen;  // Do not pick it again.
       continue;
     }

@@ -59,10 +59,12 @@ Status RemoteStore::Init() {
   health_.reset(new std::atomic<uint8_t>[kMaxServers]);
   last_alive_ns_.reset(new std::atomic<uint64_t>[kMaxServers]);
   failed_at_ns_.reset(new std::atomic<uint64_t>[kMaxServers]);
+  server_ids_.reset(new std::atomic<uint64_t>[kMaxServers]);
   for (size_t i = 0; i < kMaxServers; ++i) {
     health_[i].store(static_cast<uint8_t>(HealthState::kHealthy));
     last_alive_ns_[i].store(0);
     failed_at_ns_[i].store(0);
+    server_ids_[i].store(0);
   }
   servers_.reset(new RemoteServer[kMaxServers]);
   for (size_t i = 0; i < o.servers.size(); ++i) servers_[i] = o.servers[i];
