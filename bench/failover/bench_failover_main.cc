@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
-#include "bench/failover/etcd_server.h"
+#include "tests/support/etcd_process.h"
 #include "bench/failover/failover_run.h"
 #include "common/report.h"
 #include "common/subprocess.h"
@@ -231,9 +231,9 @@ int main(int argc, char** argv) {
   }
   const bool want_etcd =
       std::find(scenarios.begin(), scenarios.end(), "etcd-outage") != scenarios.end();
-  if (want_etcd && !tessera::bench::EtcdServer::MissingReason().empty()) {
+  if (want_etcd && !tessera::testing::EtcdProcess::SkipReason().empty()) {
     std::fprintf(stderr, "tessera bench failover: etcd-outage needs etcd: %s\n",
-                 tessera::bench::EtcdServer::MissingReason().c_str());
+                 tessera::testing::EtcdProcess::SkipReason().c_str());
     return 1;
   }
 

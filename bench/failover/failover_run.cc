@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "bench/failover/etcd_server.h"
+#include <signal.h>
+
+#include "tests/support/etcd_process.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "common/clock.h"
@@ -186,9 +188,9 @@ Result<FailoverResult> RunFailover(const FailoverConfig& c) {
   if (!KnownScenario(c.scenario)) return InvalidArgument("unknown scenario '", c.scenario, "'");
   const bool etcd_mode = c.scenario == "etcd-outage";
   // Declared in teardown order (last destroyed first): etcd, servers, view, store, follower.
-  std::unique_ptr<EtcdServer> etcd;
+  std::unique_ptr<testing::EtcdProcess> etcd;
   if (etcd_mode) {
-    TESSERA_ASSIGN_OR_RETURN(etcd, EtcdServer::Start());
+    TESSERA_ASSIGN_OR_RETURN(etcd, testing::EtcdProcess::Start());
   }
 
   client::LocalClusterOptions lo;
@@ -316,9 +318,11 @@ Result<FailoverResult> RunFailover(const FailoverConfig& c) {
     }
   } else {  // etcd-outage
     phase = kFault;
-    fault_status = etcd->Pause();
+    // SIGSTOP: every connection stays open and nothing answers, the way a hung or
+    // partitioned etcd looks to its clients.
+    fault_status = ::kill(etcd->pid(), SIGSTOP) == 0 ? Status::Ok() : ErrnoError("SIGSTOP etcd");
     if (fault_status.ok()) Hold(3.0 * c.etcd_ttl_s);
-    Status resumed = etcd->Resume();
+    Status resumed = ::kill(etcd->pid(), SIGCONT) == 0 ? Status::Ok() : ErrnoError("SIGCONT etcd");
     if (fault_status.ok()) fault_status = resumed;
     // Leases that ran out while etcd was stopped expire right after it resumes.
     if (fault_status.ok()) Hold(c.etcd_ttl_s + 2.0);
