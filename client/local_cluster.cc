@@ -1,6 +1,9 @@
 #include "client/local_cluster.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +16,10 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
+#include "common/fd.h"
 #include "common/subprocess.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
@@ -126,7 +131,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
   std::vector<std::string> argv = {tessera,           "memserver",
                                    "--port=0",        "--capacity=" + options.capacity,
                                    "--slab_size=" + options.slab_size, "--headroom=0",
-                                   "--auth_token_file=" + token};
+                                   "--auth_token_file=" + token,
+                                   "--reuse_port"};  // Restart() binds the port first.
   if (options.quiet) argv.push_back("--log_level=warning");
   if (options.fault_injection) argv.push_back("--fault_injection");
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
@@ -200,9 +206,61 @@ Status LocalCluster::Kill(size_t i) {
   });
 }
 
+namespace {
+
+// A socket bound (SO_REUSEADDR, SO_REUSEPORT) to 127.0.0.1:port that does not listen. The
+// servers listen with --reuse_port, so both binds succeed while either holds the port, and the
+// kernel gives no outgoing connection a port that a socket is bound to.
+Result<UniqueFd> ReservePort(uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoError("LocalCluster: socket");
+  int one = 1;
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    return ErrnoError("LocalCluster: setsockopt");
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    return ErrnoError("LocalCluster: cannot hold port ", port, " for the restart");
+  }
+  return fd;
+}
+
+// True while a TCP socket in this network namespace listens on `port` (any address).
+bool SomeoneListensOn(uint16_t port) {
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // The header.
+    while (std::getline(in, line)) {
+      // "  sl  local_address rem_address   st ...": the local port ends the 2nd field, and
+      // state 0A is LISTEN.
+      std::istringstream fields(line);
+      std::string sl, local, remote, state;
+      fields >> sl >> local >> remote >> state;
+      if (state == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Status LocalCluster::Restart(size_t i) {
   TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
   const uint16_t port = endpoints_[i].port;
+  // Hold the port from before the old process dies until the new one listens. Without this,
+  // an outgoing connection of any process on the host may be given the port as its local port
+  // in between, and the new server's bind fails with EADDRINUSE. A bound socket that does not
+  // listen takes no connections, so clients see the server die exactly as without it.
+  TESSERA_ASSIGN_OR_RETURN(UniqueFd hold, ReservePort(port));
   return impl_->Run([this, i, port]() -> Status {
     Subprocess& old = impl_->procs[i];
     if (old.running()) {
@@ -210,6 +268,18 @@ Status LocalCluster::Restart(size_t i) {
       TESSERA_RETURN_IF_ERROR(old.Signal(SIGKILL));
       auto w = old.Wait(Deadline::AfterMs(5000));
       if (!w.ok()) return w.status();
+    }
+    // The old listening socket can outlive its process: io_uring drops the files its requests
+    // hold (the multishot accept) in deferred work after the exit. A new server binding the
+    // port meanwhile would join the old socket's SO_REUSEPORT group, and connections the old
+    // socket still took would be reset when it closes. Wait (bounded) until nothing listens.
+    const Deadline gone = Deadline::AfterMs(5000);
+    while (SomeoneListensOn(port)) {
+      if (gone.Expired()) {
+        return Timeout("LocalCluster: port ", port, " still has a listener 5 s after memserver ",
+                       i, " exited");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::vector<std::string> argv = impl_->argv;
     for (std::string& a : argv) {

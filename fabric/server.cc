@@ -38,7 +38,7 @@ Status Server::Impl::Init() {
     TESSERA_RETURN_IF_ERROR(
         RandomBytes({reinterpret_cast<uint8_t*>(&server_id_), sizeof(server_id_)}));
   }
-  bool reuse = options_.io_threads > 1;
+  const bool reuse = options_.io_threads > 1 || options_.reuse_port;
   uint16_t port = options_.port;
   for (int i = 0; i < options_.io_threads; ++i) {
     TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, BindListener(options_.host, port, reuse));

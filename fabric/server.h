@@ -169,6 +169,11 @@ struct ServerOptions {
   std::string host = "127.0.0.1";  // Address to listen on ("0.0.0.0", "::", a name).
   uint16_t port = 0;               // 0: an ephemeral port (see Server::port()).
   int io_threads = 1;              // 1..64.
+  // SO_REUSEPORT on the listening socket even with one I/O thread, so that a replacement
+  // process of the same user can bind the port before this one has exited (a restart with no
+  // window in which another socket can take the port). Off by default: a second server started
+  // on a busy port by mistake should fail, not share the port's connections.
+  bool reuse_port = false;
   std::string secret;              // Cluster secret (fabric/auth.h LoadAuthSecret); non-empty.
   uint64_t server_id = 0;          // 0: random.
   uint64_t slab_size = 0;          // Advertised in AUTH_OK.

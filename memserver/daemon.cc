@@ -62,6 +62,7 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   so.host = options.listen_host;
   so.port = options.port;
   so.io_threads = options.io_threads;
+  so.reuse_port = options.reuse_port;
   so.secret = options.secret;
   so.slab_size = d->pool_->slab_bytes();
   so.capacity_bytes = d->pool_->capacity_bytes();

@@ -38,6 +38,7 @@ struct DaemonOptions {
   fabric::TransportKind transport = fabric::TransportKind::kAuto;
   std::string secret;
   int io_threads = 1;
+  bool reuse_port = false;  // fabric::ServerOptions::reuse_port.
   int metrics_port = -1;  // -1: no metrics endpoint; 0: ephemeral.
   bool fault_injection = false;  // Off unless asked for (--fault_injection).
   std::string meminfo_path = "/proc/meminfo";

@@ -32,6 +32,9 @@ DEFINE_string(auth_token_file, "",
 DEFINE_int32(metrics_port, -1, "Prometheus endpoint port (GET /metrics); 0 = ephemeral; -1 = off");
 DEFINE_bool(huge_pages, false, "Back the slabs with 2 MiB huge pages when available");
 DEFINE_int32(io_threads, 1, "Network I/O threads (1..64)");
+DEFINE_bool(reuse_port, false,
+            "Listen with SO_REUSEPORT, so that a replacement memserver (same user) can bind the "
+            "port before this one exits; off: a second memserver on the port fails to start");
 DEFINE_bool(fault_injection, false,
             "Accept `tessera fault` requests (for resilience experiments; off by default)");
 DEFINE_string(eviction_grace, "2s", "Time an owner gets to move an evicted slab's data");
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
     UsageError(kSpec, "--io_threads must be in [1, 64]");
   }
   o.io_threads = FLAGS_io_threads;
+  o.reuse_port = FLAGS_reuse_port;
   o.huge_pages = FLAGS_huge_pages;
   o.fault_injection = FLAGS_fault_injection;
   o.eviction_grace_ns = DurationFlag("eviction_grace", FLAGS_eviction_grace);

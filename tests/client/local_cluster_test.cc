@@ -66,12 +66,14 @@ TEST(LocalClusterTest, RestartStartsAFreshServerOnTheSamePort) {
   const pid_t before = cluster.pid(1);
   const fabric::Endpoint endpoint = cluster.endpoints()[1];
   ASSERT_TRUE(cluster.Stop(1).ok());  // A stopped server is restarted too.
-  ASSERT_TRUE(cluster.Restart(1).ok());
+  const Status restarted = cluster.Restart(1);
+  ASSERT_TRUE(restarted.ok()) << restarted;
   EXPECT_TRUE(cluster.Running(1));
   EXPECT_NE(cluster.pid(1), before);
   EXPECT_EQ(cluster.endpoints()[1].ToString(), endpoint.ToString());
   // The fresh process answers on the old port.
-  EXPECT_TRUE(cluster.Fault(1, {"clear"}).ok());
+  const Status answered = cluster.Fault(1, {"clear"});
+  EXPECT_TRUE(answered.ok()) << answered;
   EXPECT_FALSE(cluster.Restart(5).ok());
 }
 
