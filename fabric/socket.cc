@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 
 namespace tessera::fabric {
 
@@ -91,6 +93,37 @@ Result<UniqueFd> BindListener(const std::string& host, uint16_t port, bool reuse
   }
   freeaddrinfo(res);
   return last;
+}
+
+Result<uint16_t> PickListenPort() {
+  int lo = 32768;  // The kernel's default start of the ephemeral range.
+  {
+    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+    int first = 0, last = 0;
+    if (range >> first >> last && first > 0) lo = first;
+  }
+  constexpr int kMin = 10000;  // Above the well-known and most registered service ports.
+  if (lo - kMin < 1000) {
+    return Unavailable("no room for a listening port below the ephemeral range (it starts at ", lo,
+                       ")");
+  }
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  std::uniform_int_distribution<int> pick(kMin, lo - 1);
+  for (int attempt = 0; attempt < 256; ++attempt) {  // Each free with p > 0.99 on a busy host.
+    const int port = pick(rng);
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return ErrnoError("socket");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+      return static_cast<uint16_t>(port);
+    }
+    if (errno != EADDRINUSE) return ErrnoError("bind 127.0.0.1:", port);
+  }
+  return Unavailable("no free loopback port in [", kMin, ", ", lo, ") after 256 tries");
 }
 
 uint16_t BoundPort(int fd) {

@@ -27,6 +27,11 @@ Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, Deadline deadline);
 // A listening TCP socket bound to host:port (SO_REUSEADDR; SO_REUSEPORT when `reuseport`),
 // blocking, close-on-exec.
 Result<UniqueFd> BindListener(const std::string& host, uint16_t port, bool reuseport);
+// A loopback port for another process (etcd, redis, a restarted server) to listen on: free now,
+// and below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), so that no
+// outgoing connection on the host is given it before that process binds it. A port taken by
+// bind(port 0) and closed again is in that range and can be taken in between.
+Result<uint16_t> PickListenPort();
 // The local port of a bound socket (0 if unknown).
 uint16_t BoundPort(int fd);
 // "1.2.3.4:5" / "[::1]:5" for an AF_INET/AF_INET6 address, "unknown" otherwise.

@@ -44,6 +44,7 @@
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
+#include "fabric/socket.h"
 #include "kernel_shim/swap/memory_cgroup.h"
 
 DEFINE_bool(quick, false,
@@ -256,24 +257,17 @@ Outcome RunSort(Env* env, const Mode& m, const std::string& input) {
   return o;
 }
 
-// An ephemeral loopback port that was free a moment ago (redis fails loudly if it was taken).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // redis-server loaded by kv_loader.py, then redis-benchmark; the time is load + benchmark.
 // Identity: the loader's read-back digest and redis DEBUG DIGEST.
 Outcome RunRedis(Env* env, const Mode& m) {
   Outcome o;
-  const int port = FreePort();
+  auto picked = fabric::PickListenPort();
+  if (!picked.ok()) {
+    o.error = picked.status().ToString();
+    return o;
+  }
+  const int port = *picked;
   auto argv = Wrap(env, m, {"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
                             "127.0.0.1", "--save", "", "--appendonly", "no",
                             "--enable-debug-command", "local"});

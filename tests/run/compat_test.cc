@@ -186,17 +186,6 @@ TEST(Compat, StaticallyLinkedProgramRunsUnpagedWithAWarning) {
 }
 
 // ---- redis BGSAVE (fork without exec in a paged program) -------------------------------------
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string RedisCli(int port, const std::vector<std::string>& cmd) {
   std::vector<std::string> a = {"/usr/bin/redis-cli", "-p", std::to_string(port)};
@@ -231,7 +220,7 @@ std::optional<Subprocess> StartRedis(const std::vector<std::string>& prefix, int
 // paged back in for the child: see "fork" in docs/guides/what-is-paged.md.)
 TEST(Compat, RedisBgsaveAtHalfLocalMemoryWritesAnIntactDump) {
   TempDir tmp;
-  const int port = FreePort();
+  const int port = testing::ListenPort();
   const std::string json = tmp.path() + "/stats.json";
   auto paged = StartRedis({BinDir() + "/tessera", "run", "--local-memory", "50%", "--k", "2", "--r",
                            "1", "--spares", "0", "--region", "2G", "--stats-json", json, "--"},
@@ -259,7 +248,7 @@ TEST(Compat, RedisBgsaveAtHalfLocalMemoryWritesAnIntactDump) {
   EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "redis was not paged out before the fork: " << j;
   EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
   // The dump, loaded by an unpaged redis.
-  const int port2 = FreePort();
+  const int port2 = testing::ListenPort();
   auto plain = StartRedis({}, port2, tmp.path());
   ASSERT_TRUE(plain.has_value());
   EXPECT_EQ(RedisCli(port2, {"DEBUG", "DIGEST"}), digest);

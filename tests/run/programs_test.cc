@@ -39,17 +39,6 @@ const std::string kDir = TESSERA_RUN_TEST_DIR;
 
 
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 bool CanConnect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -230,7 +219,7 @@ constexpr int kKeys = 60000;
 // Starts redis (paged when `prefix` is non-empty), loads it (killing r servers of `cluster`
 // at half), runs redis-benchmark, and returns "LOADER-DIGEST DEBUG-DIGEST".
 std::string RedisRun(const std::vector<std::string>& prefix, client::LocalCluster* kill) {
-  const int port = FreePort();
+  const int port = testing::ListenPort();
   std::vector<std::string> argv = prefix;
   argv.insert(argv.end(), {"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
                            "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -289,7 +278,7 @@ TEST(Programs, RedisSurvivesRMemserversKilledHalfWay) { RedisTest(true); }
 
 // ---- memcached --------------------------------------------------------------------------------
 std::string MemcachedRun(const std::vector<std::string>& prefix, client::LocalCluster* kill) {
-  const int port = FreePort();
+  const int port = testing::ListenPort();
   std::vector<std::string> argv = prefix;
   argv.insert(argv.end(), {"/usr/bin/memcached", "-p", std::to_string(port), "-l", "127.0.0.1",
                            "-U", "0", "-m", "1024", "-u", "root", "-t", "2"});

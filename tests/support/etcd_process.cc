@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "fabric/socket.h"
 #include "membership/etcd_client.h"
 
 namespace tessera::testing {
@@ -16,23 +17,9 @@ namespace {
 
 constexpr const char* kEtcd = "/usr/bin/etcd";
 
-// A port the kernel just handed out (closed again; etcd binds it right after).
 Result<int> FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return ErrnoError("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    Status st = ErrnoError("bind");
-    ::close(fd);
-    return st;
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
+  TESSERA_ASSIGN_OR_RETURN(uint16_t port, fabric::PickListenPort());
+  return static_cast<int>(port);
 }
 
 }  // namespace

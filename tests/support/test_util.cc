@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/subprocess.h"
+#include "fabric/socket.h"
 
 namespace tessera::testing {
 
@@ -99,6 +100,12 @@ std::vector<nlohmann::json> JsonRows(const std::string& text, const std::string&
     }
   }
   return out;
+}
+
+int ListenPort() {
+  auto port = fabric::PickListenPort();
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.ok() ? *port : 0;
 }
 
 }  // namespace tessera::testing

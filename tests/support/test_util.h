@@ -27,6 +27,10 @@ CommandOutcome RunTessera(const std::vector<std::string>& args, int timeout_ms =
 // The whole content of a file ("" if it cannot be read).
 std::string ReadFile(const std::string& path);
 
+// A loopback port for a child process to listen on (fabric::PickListenPort); on error, records
+// a test failure and returns 0.
+int ListenPort();
+
 // The integer value of "key" in one JSON object (such as `tessera run --stats-json` writes),
 // parsed with nlohmann-json; -1 if the text is not a JSON object or the key is absent or not an
 // integer.
