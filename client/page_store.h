@@ -72,6 +72,9 @@ struct PageStoreStats {
   uint64_t server_recoveries = 0;
   uint64_t reconnects = 0;
   uint64_t stale_repairs = 0;
+  // Logical slabs whose remote slabs were given back (trimmed empty); their FREE calls are
+  // made off the I/O threads, so the servers may still hold them for a moment.
+  uint64_t slabs_released = 0;
   uint64_t regenerations_done = 0;   // Lost splits/copies rebuilt onto replacements.
   uint64_t regenerations_pending = 0;
   uint64_t bytes_sent = 0;           // Payload bytes written to the backing (remote or disk).

@@ -39,6 +39,7 @@
 
 #include "client/page_store.h"
 #include "client/remote/health.h"
+#include "client/remote/slab_freer.h"
 #include "client/remote/stripe_codec.h"
 #include "client/remote_store.h"
 #include "coding/codec.h"
@@ -490,8 +491,8 @@ class IoThread {
   void DoTrim(PageId first, uint64_t count);
   void Unwrite(Slab& s, uint32_t p);
   void MaybeFreeSlab(Slab& s);
-  // Frees every allocated slab's remote slabs (clean shutdown), bounded by `d`.
-  void FreeAllSlabs(const Deadline& d);
+  // Releases every allocated slab's remote slabs (clean shutdown; freer_->Finish bounds it).
+  void FreeAllSlabs();
   // ---- recovery.cc ----
   // Something went wrong with `server` (st: the error). A lost data connection is aborted and
   // reconnected (ConnLost); anything else is reported to the monitor as trouble (suspicion,
@@ -531,8 +532,8 @@ class IoThread {
   Result<fabric::ControlClient*> Control(uint32_t server, Deadline deadline);
   // A slab on `server` through its control client, made known to the data transport.
   Result<fabric::AllocSlabResponse> AllocRemote(uint32_t server, Deadline deadline);
-  // Forgets the slab in the data transport and frees it through the control client.
-  Status FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline);
+  // Forgets the slab in the data transport and hands its FREE to freer_ (never blocks).
+  void ReleaseRemote(uint32_t server, uint64_t slab_id);
   void Housekeeping();
   void Regenerate(uint64_t now);
   // Group layout: rebuild member j of the next rows of slab s; false when out of budget.
@@ -578,6 +579,7 @@ class IoThread {
 
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
+  std::unique_ptr<SlabFreer> freer_;  // FREE control calls, off this thread.
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;

@@ -140,19 +140,19 @@ Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadlin
   TESSERA_ASSIGN_OR_RETURN(fabric::ControlClient * ctl, Control(server, deadline));
   TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse r, ctl->AllocSlab({}, deadline));
   if (Status st = t_->AddSlab(conn_[server], r); !st.ok()) {
-    (void)ctl->FreeSlab(r.slab_id, deadline);
+    freer_->Free(server, r.slab_id);
     return st;
   }
   return r;
 }
 
-Status IoThread::FreeRemote(uint32_t server, uint64_t slab_id, Deadline deadline) {
+void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
   t_->RemoveSlab(conn_[server], slab_id);
-  TESSERA_ASSIGN_OR_RETURN(fabric::ControlClient * ctl, Control(server, deadline));
-  return ctl->FreeSlab(slab_id, deadline);
+  freer_->Free(server, slab_id);
 }
 
 void IoThread::Run(std::promise<Status>* started) {
+  freer_ = std::make_unique<SlabFreer>(store_);
   Status st = Connect();
   if (!st.ok()) {
     started->set_value(st);
@@ -270,7 +270,8 @@ void IoThread::Run(std::promise<Status>* started) {
   // A clean shutdown gives the remote memory back at once (the memservers would otherwise keep
   // it until the owner's lease runs out, see --orphan_grace). Bounded: a server that does not
   // answer keeps its slabs until its lease reclaims them.
-  if (all_settled) FreeAllSlabs(Deadline::AfterMs(2000));
+  if (all_settled) FreeAllSlabs();
+  freer_->Finish(Deadline::AfterMs(2000));
   t_.reset();
 }
 
@@ -405,11 +406,10 @@ bool IoThread::Drain() {
     } else if (item.kind == QueueItem::Kind::kFlush) {
       // Group layout: seal the stripe buffer now (the ops before this item are in it).
       if (lay_.group && !GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);
-      item.trim->Done(Status::Ok());
+      freer_->After(item.trim);  // After the frees of the trims before it, too.
     } else if (item.kind == QueueItem::Kind::kTrim) {
       DoTrim(item.trim->first, item.trim->count);
-      item.trim->Done(Status::Ok());
-      now_ns_ = MonotonicNs();  // FreeSlab calls may have blocked.
+      freer_->After(item.trim);  // Done once the slabs it released are freed remotely.
     } else {
       StartOp(item.op, item.degraded, item.verify);
     }

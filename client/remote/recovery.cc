@@ -369,7 +369,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     store_->stats_.regenerations_pending.fetch_add(pending, std::memory_order_relaxed);
     if (old != kNoServer && !store_->failed_[old].load() && !local_failed_[old]) {
       // Eviction: give the old slab back (the server drops it anyway).
-      (void)FreeRemote(old, old_remote, Deadline::AfterMs(100));
+      ReleaseRemote(old, old_remote);
     }
     return;
   }

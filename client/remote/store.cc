@@ -222,6 +222,7 @@ PageStoreStats RemoteStore::Stats() const {
   s.server_recoveries = stats_.server_recoveries.load();
   s.reconnects = stats_.reconnects.load();
   s.stale_repairs = stats_.stale_repairs.load();
+  s.slabs_released = stats_.slabs_freed.load();
   s.regenerations_done = stats_.regenerations_done.load();
   const int64_t pending = static_cast<int64_t>(stats_.regenerations_pending.load());
   s.regenerations_pending = pending < 0 ? 0 : static_cast<uint64_t>(pending);

@@ -78,31 +78,21 @@ void IoThread::MaybeFreeSlab(Slab& s) {
       if (server != kNoServer && store_->load_[server] > 0) store_->load_[server]--;
     }
   }
-  const uint32_t ms = std::min<uint32_t>(store_->opt_.control_timeout_ms, 1000);
   for (int j = 0; j < lay_.width(); ++j) {
     const uint32_t server = remotes[j].first;
     if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-    Status st = FreeRemote(server, remotes[j].second, Deadline::AfterMs(ms));
-    if (!st.ok()) {
-      // Not fatal: the data is unreachable from now on; the server reclaims the slab when this
-      // client's lease ends.
-      TLOG(DEBUG) << store_->name_ << ": cannot free slab " << remotes[j].second << " on "
-                  << store_->server(server).endpoint.ToString() << ": " << st;
-      if (IsConnectionError(st)) store_->ReportTrouble(server, "freeing a slab: " + st.ToString());
-    }
+    ReleaseRemote(server, remotes[j].second);
   }
   store_->stats_.slabs_freed.fetch_add(1, std::memory_order_relaxed);
-  now_ns_ = MonotonicNs();  // The control calls may have blocked.
 }
 
-void IoThread::FreeAllSlabs(const Deadline& d) {
+void IoThread::FreeAllSlabs() {
   for (Slab& s : slabs_) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-      if (d.Expired() || !ctl_[server] || !ctl_[server]->connected()) continue;
-      (void)FreeRemote(server, s.remote[j], d);
+      if (s.remote[j] != 0) ReleaseRemote(server, s.remote[j]);
     }
     s.allocated = false;
     PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));

@@ -110,7 +110,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       for (int i = 0; i < j; ++i) {
         const uint32_t srv = s.server[i].load();
         if (!local_failed_[srv] && !store_->failed_[srv].load()) {
-          (void)FreeRemote(srv, s.remote[i], Deadline::AfterMs(attempt_ms));
+          ReleaseRemote(srv, s.remote[i]);
         }
         s.server[i].store(kNoServer);
       }
@@ -203,7 +203,6 @@ void IoThread::StartWrite(Ctx* c) {
 }
 
 void IoThread::PostWriteSplits(Ctx* c, uint64_t mask) {
-  Slab& s = slabs_[c->slab];
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((mask & bit) == 0) continue;

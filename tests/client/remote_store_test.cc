@@ -20,50 +20,17 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "fabric/control_client.h"
+#include "tests/client/remote_store_testing.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::client {
 namespace {
 
+using namespace remote_testing;  // NOLINT(build/namespaces): the shared helpers.
 using ::tessera::testing::IsOk;
 using ::tessera::testing::StatusIs;
 using ::testing::HasSubstr;
-
-constexpr int kWaitMs = 30000;
-
-std::unique_ptr<LocalCluster> StartCluster(size_t n, const std::string& slab = "64K",
-                                           const std::string& capacity = "4M") {
-  LocalClusterOptions o;
-  o.bin_dir = testing::BinDir();
-  o.servers = n;
-  o.capacity = capacity;
-  o.slab_size = slab;
-  o.fault_injection = true;
-  auto c = LocalCluster::Start(o);
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? std::move(*c) : nullptr;
-}
-
-RemoteStoreOptions RemoteOptions(const LocalCluster& c, uint64_t pages) {
-  RemoteStoreOptions o;
-  for (const auto& e : c.endpoints()) o.servers.push_back(RemoteServer{e, ""});
-  o.secret = c.secret();
-  o.transport = fabric::TransportKind::kTcp;
-  o.capacity_pages = pages;
-  return o;
-}
-
-// RS(k,r) over every server of `c`, with the other settings at their defaults.
-ErasureCodedStoreOptions EcOptions(const LocalCluster& c, uint64_t pages, int k, int r,
-                                   EcLayout layout = EcLayout::kSplit) {
-  ErasureCodedStoreOptions o;
-  o.remote = RemoteOptions(c, pages);
-  o.k = k;
-  o.r = r;
-  o.layout = layout;
-  return o;
-}
 
 // The failure tests run against both erasure-coded layouts.
 class EcLayoutTest : public ::testing::TestWithParam<EcLayout> {
@@ -73,43 +40,6 @@ class EcLayoutTest : public ::testing::TestWithParam<EcLayout> {
 
 std::string LayoutParamName(const ::testing::TestParamInfo<EcLayout>& info) {
   return std::string(EcLayoutName(info.param));
-}
-
-// Page content: a function of (page, version), so every page's hash can be checked.
-void Fill(PageId page, uint32_t version, uint8_t* out) {
-  uint64_t x = page * 0x9E3779B97F4A7C15ull + version * 0xC2B2AE3D27D4EB4Full + 1;
-  for (size_t i = 0; i < kPageSize; i += 8) {
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    std::memcpy(out + i, &x, 8);
-  }
-}
-
-bool Matches(PageId page, uint32_t version, const uint8_t* got) {
-  uint8_t want[kPageSize];
-  Fill(page, version, want);
-  return std::memcmp(want, got, kPageSize) == 0;
-}
-
-Status WriteVersion(PageStore* s, PageId p, uint32_t v) {
-  uint8_t buf[kPageSize];
-  Fill(p, v, buf);
-  return s->WritePage(p, buf);
-}
-
-// Writes pages [0, n) at version 1 in batches.
-void WriteAll(PageStore* s, uint64_t n) {
-  std::vector<uint8_t> bufs(64 * kPageSize);
-  std::vector<PageId> ids(64);
-  for (uint64_t first = 0; first < n; first += 64) {
-    const size_t m = std::min<uint64_t>(64, n - first);
-    for (size_t i = 0; i < m; ++i) {
-      ids[i] = first + i;
-      Fill(first + i, 1, bufs.data() + i * kPageSize);
-    }
-    ASSERT_TRUE(s->WritePages(ids.data(), m, bufs.data()).ok());
-  }
 }
 
 // The stopped-server tests' store over `c`: RS(4,2), delta 1, 24 op contexts
@@ -135,15 +65,6 @@ std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pa
   return std::move(*s);
 }
 
-// Reads every page in [0, n) and checks it against its expected version.
-void VerifyAll(PageStore* s, const std::vector<uint32_t>& versions) {
-  uint8_t buf[kPageSize];
-  for (PageId p = 0; p < versions.size(); ++p) {
-    Status st = s->ReadPage(p, buf);
-    ASSERT_TRUE(st.ok()) << "page " << p << ": " << st;
-    ASSERT_TRUE(Matches(p, versions[p], buf)) << "page " << p << " has wrong content";
-  }
-}
 
 TEST(RemoteStoreTest, RoundTripEveryLayout) {
   auto cluster = StartCluster(6);
@@ -252,13 +173,6 @@ struct Load {
   }
 };
 
-void WaitFor(const std::function<bool()>& cond, const char* what) {
-  Deadline d = Deadline::AfterMs(kWaitMs);
-  while (!cond()) {
-    ASSERT_FALSE(d.Expired()) << "timed out after " << kWaitMs << " ms waiting for " << what;
-    std::this_thread::yield();
-  }
-}
 
 TEST_P(EcLayoutTest, SigkillRServersUnderMixedLoadLosesNothing) {
   auto cluster = StartCluster(8);
@@ -303,27 +217,6 @@ TEST_P(EcLayoutTest, SigkillRServersUnderMixedLoadLosesNothing) {
   VerifyAll(store, versions);
 }
 
-// Sum of a STATS counter over the cluster's live servers.
-uint64_t SumServerStat(const LocalCluster& c, const std::string& key,
-                       const std::vector<size_t>& skip = {}) {
-  uint64_t sum = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    if (std::find(skip.begin(), skip.end(), i) != skip.end()) continue;
-    fabric::ConnectOptions co;
-    co.secret = c.secret();
-    co.client_id = 777;
-    auto conn = fabric::ControlClient::Connect(c.endpoints()[i], co);
-    EXPECT_TRUE(conn.ok()) << conn.status();
-    if (!conn.ok()) continue;
-    auto text = (*conn)->Stats(Deadline::AfterMs(kWaitMs));
-    EXPECT_TRUE(text.ok()) << text.status();
-    if (!text.ok()) continue;
-    const size_t at = text->find("\n" + key + " ");
-    EXPECT_NE(at, std::string::npos) << key << " missing from " << *text;
-    if (at != std::string::npos) sum += std::stoull(text->substr(at + key.size() + 2));
-  }
-  return sum;
-}
 
 // Many pages in flight: splits for one server travel coalesced (READV/WRITEV, far fewer requests
 // than splits). A server SIGKILLed while a big write batch is in flight, another while a big
@@ -770,333 +663,6 @@ TEST_P(EcLayoutTest, ManyThreadsManyOpsInFlight) {
   EXPECT_EQ(st.writes, kThreads * kPerThread * 2);
 }
 
-// ---- Trim: remote memory is given back ----
-
-// Sum over the cluster's servers of a numeric STATS field.
-uint64_t ClusterStat(const LocalCluster& c, const std::string& key) {
-  uint64_t sum = 0;
-  for (const auto& e : c.endpoints()) {
-    fabric::ConnectOptions co;
-    co.secret = c.secret();
-    co.client_id = 0x5747a75;  // An observer: owns no slabs.
-    auto conn = fabric::ControlClient::Connect(e, co);
-    EXPECT_TRUE(conn.ok()) << conn.status();
-    if (!conn.ok()) continue;
-    auto text = (*conn)->Stats(Deadline::AfterMs(5000));
-    EXPECT_TRUE(text.ok()) << text.status();
-    if (!text.ok()) continue;
-    const std::string needle = key + " ";
-    size_t pos = text->find("\n" + needle);
-    if (text->compare(0, needle.size(), needle) == 0) pos = 0;
-    else if (pos != std::string::npos) pos += 1;
-    EXPECT_NE(pos, std::string::npos) << "no " << key << " in STATS:\n" << *text;
-    if (pos == std::string::npos) continue;
-    sum += std::stoull(text->substr(pos + needle.size()));
-  }
-  return sum;
-}
-
-bool IsZeroPage(const uint8_t* b) {
-  return std::all_of(b, b + kPageSize, [](uint8_t x) { return x == 0; });
-}
-
-void ExpectZeros(PageStore* s, PageId first, PageId end) {
-  uint8_t buf[kPageSize];
-  for (PageId p = first; p < end; ++p) {
-    std::memset(buf, 0xEE, kPageSize);
-    ASSERT_TRUE(s->ReadPage(p, buf).ok()) << "page " << p;
-    ASSERT_TRUE(IsZeroPage(buf)) << "trimmed page " << p << " does not read as zeros";
-  }
-}
-
-void ExpectVersion(PageStore* s, PageId first, PageId end, uint32_t v) {
-  uint8_t buf[kPageSize];
-  for (PageId p = first; p < end; ++p) {
-    ASSERT_TRUE(s->ReadPage(p, buf).ok()) << "page " << p;
-    ASSERT_TRUE(Matches(p, v, buf)) << "page " << p << " lost its version " << v;
-  }
-}
-
-// 64K slabs: ec(2,1) splits are 2 KiB, so a logical slab is 32 pages on 3 remote slabs;
-// replication(2) slabs hold 16 pages on 2 remote slabs.
-TEST(RemoteStoreTest, TrimFreesWholeSlabsRemotelyAndZeroesPartialOnesLocally) {
-  auto cluster = StartCluster(3);
-  ASSERT_NE(cluster, nullptr);
-  for (int layout = 0; layout < 2; ++layout) {
-    std::unique_ptr<PageStore> store;
-    uint64_t pps, width;
-    if (layout == 0) {
-      ErasureCodedStoreOptions o;
-      o.layout = EcLayout::kSplit;
-      o.remote = RemoteOptions(*cluster, 320);
-      o.remote.io_threads = 2;  // Slabs alternate between the threads.
-      o.k = 2;
-      o.r = 1;
-      auto s = CreateErasureCodedStore(o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      store = std::move(*s);
-      pps = 32;
-      width = 3;
-    } else {
-      ReplicatedStoreOptions o;
-      o.remote = RemoteOptions(*cluster, 160);
-      o.copies = 2;
-      auto s = CreateReplicatedStore(o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      store = std::move(*s);
-      pps = 16;
-      width = 2;
-    }
-    SCOPED_TRACE(store->name());
-    const uint64_t pages = store->capacity_pages();
-    const uint64_t slabs = pages / pps;
-    ASSERT_EQ(ClusterStat(*cluster, "slabs_allocated"), 0u);
-    WriteAll(store.get(), pages);
-    ASSERT_TRUE(store->Flush().ok());
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), slabs * width);
-
-    // Two whole logical slabs (1 and 2): their remote slabs are freed, the pages read zeros.
-    const uint64_t bytes_before = store->Stats().bytes_sent;
-    ASSERT_TRUE(store->Trim(pps, 2 * pps).ok());
-    EXPECT_EQ(store->Stats().bytes_sent, bytes_before) << "a trim must not write remotely";
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), (slabs - 2) * width);
-    ExpectZeros(store.get(), pps, 3 * pps);
-    ExpectVersion(store.get(), 0, pps, 1);
-    ExpectVersion(store.get(), 3 * pps, pages, 1);
-
-    // Part of slab 3: zeros there, the rest of the slab intact, nothing freed.
-    const PageId a = 3 * pps + 4, b = 3 * pps + pps / 2;
-    ASSERT_TRUE(store->Trim(a, b - a).ok());
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), (slabs - 2) * width);
-    ExpectZeros(store.get(), a, b);
-    ExpectVersion(store.get(), 3 * pps, a, 1);
-    ExpectVersion(store.get(), b, 4 * pps, 1);
-    // The rest of slab 3 trimmed too: now it is empty and freed.
-    ASSERT_TRUE(store->Trim(3 * pps, 4).ok());
-    ASSERT_TRUE(store->Trim(b, 4 * pps - b).ok());
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), (slabs - 3) * width);
-
-    // Write after trim: a freed slab is allocated afresh and the write is stored.
-    ASSERT_TRUE(WriteVersion(store.get(), pps + 5, 7).ok());
-    ASSERT_TRUE(WriteVersion(store.get(), a, 7).ok());
-    ExpectVersion(store.get(), pps + 5, pps + 6, 7);
-    ExpectVersion(store.get(), a, a + 1, 7);
-    ExpectZeros(store.get(), pps, pps + 5);
-    ExpectZeros(store.get(), a + 1, b);
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), (slabs - 1) * width);
-
-    // Bad ranges are refused and change nothing.
-    EXPECT_EQ(store->Trim(pages - 1, 2).code(), StatusCode::kOutOfRange);
-    EXPECT_EQ(store->Trim(pages + 1, 0).code(), StatusCode::kOutOfRange);
-    ExpectVersion(store.get(), pages - 1, pages, 1);
-
-    // Everything: all remote memory back.
-    ASSERT_TRUE(store->Trim(0, pages).ok());
-    EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), 0u);
-    ExpectZeros(store.get(), 0, pages);
-    EXPECT_EQ(store->Stats().data_loss, 0u);
-  }
-}
-
-// Trims racing writes: a write is never lost (a page reads back its newest acknowledged version,
-// or zeros only when a trim of it may have come after that write), pages outside the trimmed
-// ranges always keep their data, and slabs freed under the writer are reallocated.
-TEST(RemoteStoreTest, TrimConcurrentWithWritesLosesNoWrite) {
-  auto cluster = StartCluster(3);
-  ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.layout = EcLayout::kSplit;
-  o.remote = RemoteOptions(*cluster, 256);  // 8 logical slabs of 32 pages.
-  o.remote.io_threads = 2;
-  o.k = 2;
-  o.r = 1;
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  constexpr uint64_t kPps = 32, kSlabs = 8;
-  std::atomic<uint64_t> trims_started{0}, trims_done{0};
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> zeros_seen{0}, exact_seen{0};
-  // Phase 0 trims the lower half of every slab (upper halves must never change); phase 1
-  // trims the whole range (slabs are freed and reallocated under the writer).
-  for (int phase = 0; phase < 2; ++phase) {
-    SCOPED_TRACE(phase == 0 ? "partial trims" : "whole-range trims");
-    stop = false;
-    std::thread trimmer([&] {
-      for (int i = 0; i < 150 && !stop.load(); ++i) {
-        trims_started.fetch_add(1);
-        if (phase == 0) {
-          for (uint64_t sl = 0; sl < kSlabs; ++sl) {
-            EXPECT_TRUE(store->Trim(sl * kPps, kPps / 2).ok());
-          }
-        } else {
-          EXPECT_TRUE(store->Trim(0, kSlabs * kPps).ok());
-        }
-        trims_done.fetch_add(1);
-        std::this_thread::yield();
-      }
-      stop = true;
-    });
-    std::mt19937_64 rng(phase + 1);
-    uint32_t version = 100 * (phase + 1);
-    uint8_t buf[kPageSize];
-    while (!stop.load()) {
-      const PageId p = rng() % (kSlabs * kPps);
-      const bool protected_page = phase == 0 && p % kPps >= kPps / 2;
-      ++version;
-      const uint64_t s0 = trims_started.load(), d0 = trims_done.load();
-      ASSERT_TRUE(WriteVersion(store, p, version).ok()) << "page " << p;
-      ASSERT_TRUE(store->ReadPage(p, buf).ok()) << "page " << p;
-      if (Matches(p, version, buf)) {
-        exact_seen.fetch_add(1);
-        continue;
-      }
-      ASSERT_TRUE(IsZeroPage(buf)) << "page " << p << " reads neither version " << version
-                                   << " nor zeros";
-      ASSERT_FALSE(protected_page) << "page " << p << " outside the trimmed ranges was zeroed";
-      ASSERT_TRUE(trims_started.load() > s0 || s0 > d0)
-          << "page " << p << " lost its write: no trim could have come after it";
-      zeros_seen.fetch_add(1);
-    }
-    trimmer.join();
-  }
-  EXPECT_GT(exact_seen.load(), 0u);
-  // Quiet again: every page written once more reads back, and the cluster holds exactly the
-  // slabs of the store.
-  WriteAll(store, kSlabs * kPps);
-  std::vector<uint32_t> v(kSlabs * kPps, 1);
-  VerifyAll(store, v);
-  ASSERT_TRUE(store->Flush().ok());
-  EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), kSlabs * 3);
-  ASSERT_TRUE(store->Trim(0, kSlabs * kPps).ok());
-  EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), 0u);
-  EXPECT_EQ(store->Stats().data_loss, 0u);
-  TLOG(INFO) << "trim race: " << exact_seen.load() << " read-backs exact, " << zeros_seen.load()
-             << " trimmed in between";
-}
-
-// A clean shutdown (the store's destructor) gives every remote slab back at once.
-TEST(RemoteStoreTest, DestroyingTheStoreFreesItsSlabs) {
-  auto cluster = StartCluster(3);
-  ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o = EcOptions(*cluster, 128, 2, 1);
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  WriteAll(s->get(), 128);
-  ASSERT_TRUE((*s)->Flush().ok());
-  EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), 4u * 3);
-  s->reset();
-  EXPECT_EQ(ClusterStat(*cluster, "slabs_allocated"), 0u);
-}
-
-
-// A write that needs a new slab while one of the servers placement picks is dead (SIGKILL) or
-// hung (SIGSTOP) and heartbeats cannot notice: the allocation fails or times out, the server
-// becomes suspect (later allocations skip it) and the split is placed elsewhere; the write
-// succeeds. The dead one is failed (its probe is refused); the hung one, which a probe cannot
-// tell from a busy one without the heartbeats' measure of its silence, is only suspect.
-TEST(RemoteStoreTest, NewSlabIsPlacedElsewhereWhenAServerIsDeadButNotYetDeclared) {
-  auto cluster = StartCluster(5);
-  ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.layout = EcLayout::kSplit;
-  o.remote = RemoteOptions(*cluster, 32 * 16);  // 16 logical slabs of 32 pages.
-  o.remote.heartbeat_interval_ms = 600000;  // Heartbeats never get to notice.
-  o.remote.heartbeat_timeout_ms = 600000;
-  o.remote.op_timeout_ms = 1000;
-  o.k = 2;
-  o.r = 1;
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  ASSERT_TRUE(WriteVersion(store, 0, 1).ok());  // Connections are up and used.
-  struct Phase {
-    const char* what;
-    size_t server;
-    PageId first_slab, end_slab;
-  };
-  for (const Phase& ph : {Phase{"SIGKILL", 0, 1, 8}, Phase{"SIGSTOP", 1, 8, 16}}) {
-    SCOPED_TRACE(ph.what);
-    ASSERT_TRUE((ph.server == 0 ? cluster->Kill(ph.server) : cluster->Stop(ph.server)).ok());
-    bool placed_on_it = false;
-    for (PageId sl = ph.first_slab; sl < ph.end_slab; ++sl) {
-      Status st = WriteVersion(store, sl * 32, 1);
-      ASSERT_TRUE(st.ok()) << "first write of logical slab " << sl << ": " << st;
-      auto servers = ServersOfPage(*store, sl * 32);
-      ASSERT_TRUE(servers.ok()) << servers.status();
-      placed_on_it |= std::find(servers->begin(), servers->end(), ph.server) != servers->end();
-    }
-    EXPECT_FALSE(placed_on_it) << "a new slab was placed on the dead server";
-    uint8_t buf[kPageSize];
-    for (PageId sl = ph.first_slab; sl < ph.end_slab; ++sl) {
-      ASSERT_TRUE(store->ReadPage(sl * 32, buf).ok());
-      ASSERT_TRUE(Matches(sl * 32, 1, buf)) << "logical slab " << sl;
-    }
-  }
-  // The dead one: suspect at its first refused connection, failed fail_after_ms later.
-  WaitFor([&] { return store->Stats().server_failures >= 1; }, "the SIGKILLed server's verdict");
-  EXPECT_EQ(store->Stats().server_failures, 1u);
-  EXPECT_GE(store->Stats().server_suspicions, 2u);
-  EXPECT_EQ(store->Stats().write_errors, 0u);
-  ASSERT_TRUE(cluster->Cont(1).ok());
-}
-
-
-// Trimming slabs whose lost splits are still being regenerated: the pending rebuilds are
-// dropped with the pages, the slabs are freed on the live servers, and new writes work.
-TEST(RemoteStoreTest, TrimDuringRegenerationDropsThePendingRebuilds) {
-  auto cluster = StartCluster(4);
-  ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o;
-  o.layout = EcLayout::kSplit;
-  o.remote = RemoteOptions(*cluster, 128);  // 4 logical slabs of 32 pages.
-  o.remote.regeneration_pages_per_sec = 1;  // Rebuilds stay pending while we trim.
-  o.k = 2;
-  o.r = 1;
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  WriteAll(store, 128);
-  ASSERT_TRUE(cluster->Kill(0).ok());
-  // Declared failed on its next heartbeat; its splits are then re-placed, pending rebuild.
-  WaitFor([&] { return store->Stats().regenerations_pending > 0; }, "rebuilds pending");
-  ASSERT_TRUE(store->Trim(0, 64).ok());   // Two slabs whole.
-  ASSERT_TRUE(store->Trim(64, 16).ok());  // Half of the third.
-  const uint64_t left = store->Stats().regenerations_pending;
-  ASSERT_TRUE(store->Trim(80, 48).ok());  // The rest.
-  EXPECT_EQ(store->Stats().regenerations_pending, 0u) << "before the last trim: " << left;
-  ExpectZeros(store, 0, 128);
-  WriteAll(store, 128);
-  std::vector<uint32_t> v(128, 1);
-  VerifyAll(store, v);
-  EXPECT_EQ(store->Stats().data_loss, 0u);
-}
-
-
-// A server that refuses allocations (full: ResourceExhausted) is not declared failed; the new
-// slab's split goes to a replacement and the write succeeds.
-TEST(RemoteStoreTest, NewSlabAvoidsAServerThatRefusesAllocations) {
-  auto cluster = StartCluster(4);
-  ASSERT_NE(cluster, nullptr);
-  ErasureCodedStoreOptions o = EcOptions(*cluster, 32 * 8, 2, 1);
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  ASSERT_TRUE(cluster->Fault(2, {"refuse-alloc"}).ok());
-  for (PageId sl = 0; sl < 8; ++sl) {
-    Status st = WriteVersion(store, sl * 32 + 3, 1);
-    ASSERT_TRUE(st.ok()) << "logical slab " << sl << ": " << st;
-    auto servers = ServersOfPage(*store, sl * 32);
-    ASSERT_TRUE(servers.ok());
-    EXPECT_EQ(std::count(servers->begin(), servers->end(), 2u), 0) << "slab " << sl;
-  }
-  uint8_t buf[kPageSize];
-  for (PageId sl = 0; sl < 8; ++sl) {
-    ASSERT_TRUE(store->ReadPage(sl * 32 + 3, buf).ok());
-    ASSERT_TRUE(Matches(sl * 32 + 3, 1, buf));
-  }
-  EXPECT_EQ(store->Stats().server_failures, 0u);
-}
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EcLayoutTest,
                          ::testing::Values(EcLayout::kSplit, EcLayout::kGroup), LayoutParamName);
@@ -1231,30 +797,6 @@ TEST(GroupLayoutTest, FlushSealsTheStripeBufferAndGivesFullResilience) {
   EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
-// Group layout: trimming every page frees the remote memory (all stripe slabs go back to the
-// servers); pages read as zeros and can be written again.
-TEST(GroupLayoutTest, TrimFreesRemoteMemory) {
-  auto cluster = StartCluster(6);
-  ASSERT_NE(cluster, nullptr);
-  constexpr uint64_t kPages = 256;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, EcLayout::kGroup);
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  WriteAll(store, kPages);
-  ASSERT_TRUE(store->Flush().ok());
-  EXPECT_GT(store->Stats().remote_bytes, 0u);
-  EXPECT_GT(SumServerStat(*cluster, "slabs_allocated"), 0u);
-  ASSERT_THAT(store->Trim(0, kPages), IsOk());
-  EXPECT_EQ(store->Stats().remote_bytes, 0u);
-  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 0u);
-  uint8_t buf[kPageSize];
-  ASSERT_TRUE(store->ReadPage(7, buf).ok());
-  EXPECT_TRUE(std::all_of(buf, buf + kPageSize, [](uint8_t b) { return b == 0; }));
-  ASSERT_TRUE(WriteVersion(store, 7, 3).ok());
-  ASSERT_TRUE(store->ReadPage(7, buf).ok());
-  EXPECT_TRUE(Matches(7, 3, buf));
-}
 
 }  // namespace
 }  // namespace tessera::client

@@ -1,0 +1,151 @@
+#include "client/remote/slab_freer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "client/remote/engine.h"
+#include "common/logging.h"
+
+namespace tessera::client::remote {
+
+SlabFreer::SlabFreer(RemoteStore* store) : store_(store) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SlabFreer::~SlabFreer() { Finish(Deadline::AfterMs(2000)); }
+
+void SlabFreer::Free(uint32_t server, uint64_t slab_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finishing_) return;  // Only at shutdown, after Finish: the lease reclaims it.
+    queue_.push_back({server, slab_id, nullptr});
+  }
+  cv_.notify_one();
+}
+
+void SlabFreer::After(QueueJob* job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finishing_ && (!queue_.empty() || busy_ > 0)) {
+      queue_.push_back({0, 0, job});
+      cv_.notify_one();
+      return;
+    }
+  }
+  job->Done(Status::Ok());
+}
+
+size_t SlabFreer::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = busy_ + retry_.size();
+  for (const Item& i : queue_) n += i.job == nullptr ? 1 : 0;
+  return n;
+}
+
+void SlabFreer::Finish(Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!finishing_) {
+      finishing_ = true;
+      finish_by_ = deadline;
+    }
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool SlabFreer::Next(std::unique_lock<std::mutex>& lock, Item* item) {
+  for (;;) {
+    if (!queue_.empty()) {
+      *item = queue_.front();
+      queue_.pop_front();
+      return true;
+    }
+    const uint64_t now = MonotonicNs();
+    if (!retry_.empty() && (finishing_ || retry_.front().due_ns <= now)) {
+      *item = retry_.front();
+      retry_.pop_front();
+      return true;
+    }
+    if (finishing_) return false;
+    if (retry_.empty()) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_for(lock, std::chrono::nanoseconds(retry_.front().due_ns - now));
+    }
+  }
+}
+
+void SlabFreer::Loop() {
+  for (;;) {
+    Item item;
+    Deadline bound = Deadline::Never();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!Next(lock, &item)) break;
+      ++busy_;
+      if (finishing_) bound = finish_by_;
+    }
+    bool again = false;
+    if (item.job != nullptr) {
+      item.job->Done(Status::Ok());
+    } else if (!bound.Expired()) {
+      // A FREE waits at most what the I/O thread used to wait (and never past Finish's bound).
+      const uint64_t ms = std::min<uint32_t>(store_->opt_.control_timeout_ms, 1000);
+      again = FreeOne(item, Deadline(std::min(bound.at_ns(), Deadline::AfterMs(ms).at_ns())));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --busy_;
+    if (again && !finishing_ && ++item.tries < kMaxTries) {
+      const uint64_t backoff_ms = std::min<uint64_t>(200ull << (item.tries - 1), 10000);
+      item.due_ns = MonotonicNs() + backoff_ms * 1000000;
+      auto at = std::upper_bound(retry_.begin(), retry_.end(), item.due_ns,
+                                 [](uint64_t due, const Item& i) { return due < i.due_ns; });
+      retry_.insert(at, item);
+    }
+  }
+  for (auto& c : ctl_) {
+    if (c && c->connected()) (void)c->Close(Deadline::AfterMs(100));
+  }
+  ctl_.clear();
+}
+
+bool SlabFreer::FreeOne(const Item& item, Deadline deadline) {
+  const uint32_t server = item.server;
+  if (store_->failed_[server].load(std::memory_order_relaxed)) return false;
+  if (ctl_.size() <= server) ctl_.resize(server + 1);
+  std::unique_ptr<fabric::ControlClient>& c = ctl_[server];
+  if (!c || !c->connected()) {
+    fabric::ConnectOptions co;
+    co.secret = store_->opt_.secret;
+    co.client_id = store_->client_id_;
+    co.deadline = deadline;
+    auto connected = fabric::ControlClient::Connect(store_->server(server).endpoint, co);
+    if (!connected.ok()) {
+      TLOG(DEBUG) << store_->name_ << ": cannot free slab " << item.slab_id << " on "
+                  << store_->server(server).endpoint.ToString() << ": "
+                  << connected.status();
+      store_->ReportTrouble(server, "freeing a slab: " + connected.status().ToString());
+      return true;
+    }
+    c = std::move(*connected);
+  }
+  const uint64_t known = store_->server_ids_[server].load(std::memory_order_relaxed);
+  if (known != 0 && c->info().server_id != known) {
+    // Restarted: our slabs died with the old process, and this slab id may be a new slab of
+    // ours there. The monitor finds the restart on its own (the server is failed at once).
+    return false;
+  }
+  Status st = c->FreeSlab(item.slab_id, deadline);
+  if (st.ok() || st.code() == StatusCode::kNotFound) return false;
+  // Not fatal: the data is unreachable from now on; at worst the server reclaims the slab when
+  // this client's lease ends.
+  TLOG(DEBUG) << store_->name_ << ": cannot free slab " << item.slab_id << " on "
+              << store_->server(server).endpoint.ToString() << " (try " << item.tries + 1
+              << "): " << st;
+  if (!IsConnectionError(st)) return false;
+  store_->ReportTrouble(server, "freeing a slab: " + st.ToString());
+  return true;
+}
+
+}  // namespace tessera::client::remote
