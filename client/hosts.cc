@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -291,6 +292,16 @@ Result<UniqueFd> LockClaims() {
 }
 
 Result<size_t> SweepLocked() {
+  // A claim being written when its owner died (see ClaimLocked).
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kClaimDir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("claim.", 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + 6);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      ::unlink(e.path().c_str());
+    }
+  }
   size_t swept = 0;
   for (int k = 0; k < kSubnets; ++k) {
     const std::string claim = ClaimPath(k);

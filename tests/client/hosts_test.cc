@@ -323,6 +323,9 @@ TEST_F(NetnsClusterTest, NextSweepRemovesWhatAKilledHarnessLeft) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE(std::filesystem::exists("/sys/class/net/tsv" + k + "h" + std::to_string(i)));
   }
+  // Its temporary directory (token, cluster file) is no namespace: the test removes it.
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(cu.fields["cluster file"]).parent_path(), ec);
 }
 
 TEST_F(NetnsClusterTest, WithoutPrivilegeItSaysWhyAndFallsBackToLoopback) {
