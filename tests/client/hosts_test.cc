@@ -205,6 +205,9 @@ TEST_F(NetnsClusterTest, StoreReadsAndWritesAcrossNamespacesAndSurvivesAPartitio
     EXPECT_NE(out.find(c.endpoints()[i].ToString()), std::string::npos) << out;
   }
 
+  ASSERT_TRUE(c.Kill(1).ok());
+  EXPECT_FALSE(c.Running(1));
+
   // Teardown removes the namespaces, links and bridge.
   std::vector<std::string> paths, links;
   for (size_t i = 0; i < c.net_hosts()->size(); ++i) {
