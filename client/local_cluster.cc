@@ -1,7 +1,9 @@
 #include "client/local_cluster.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/logging.h"
 #include "common/subprocess.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
@@ -34,6 +37,19 @@ struct LocalCluster::Impl {
   std::vector<std::string> argv;  // A server's command line (with --port=0).
   Subprocess::Options start_options;
   int start_timeout_ms = 10000;
+  std::unique_ptr<NetHosts> net;  // kNetns: server i on host i, the client host last.
+
+  // Server i's command line (--port=0 for a new port) and how it is started.
+  std::vector<std::string> ServerArgv(size_t i) const {
+    std::vector<std::string> a = argv;
+    if (net) a.push_back("--listen=" + net->host(i).address);
+    return a;
+  }
+  Subprocess::Options ServerStartOptions(size_t i) const {
+    Subprocess::Options o = start_options;
+    if (net) o.netns_path = net->host(i).netns_path;
+    return o;
+  }
 
   std::mutex mu;
   std::condition_variable cv;
@@ -68,6 +84,7 @@ struct LocalCluster::Impl {
       }
       procs.clear();
     });
+    net.reset();  // After its processes are gone.
     {
       std::lock_guard<std::mutex> lock(mu);
       quit = true;
@@ -142,11 +159,23 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
   im->start_options.capture_stdout = true;
   im->start_options.quiet_stderr = options.quiet;
   im->start_options.own_process_group = options.own_process_group;
+  im->start_options.cpus = options.pin.servers;
   im->start_timeout_ms = options.start_timeout_ms;
+  std::string hosts_note;
+  if (options.hosts == HostsMode::kNetns) {
+    auto net = NetHosts::Create(options.servers + 1);
+    if (net.ok()) {
+      im->net = std::move(*net);
+    } else {
+      hosts_note = net.status().message();
+      TLOG(WARNING) << "LocalCluster: " << hosts_note << "; running every server on loopback";
+    }
+  }
   auto ports = im->Run([&]() -> Result<std::vector<uint16_t>> {
     std::vector<uint16_t> out;
     for (size_t i = 0; i < options.servers; ++i) {
-      TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, im->start_options));
+      TESSERA_ASSIGN_OR_RETURN(Subprocess p,
+                               Subprocess::Start(im->ServerArgv(i), im->ServerStartOptions(i)));
       im->procs.push_back(std::move(p));
       auto line = im->procs.back().WaitForLine(
           "listening on ", Deadline::AfterMs(static_cast<uint64_t>(options.start_timeout_ms)));
@@ -171,11 +200,15 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
   cluster->secret_ = secret;
   cluster->token_path_ = token;
   cluster->cluster_file_path_ = cluster->impl_->dir + "/cluster";
+  cluster->hosts_ = im->net ? HostsMode::kNetns : HostsMode::kLoopback;
+  cluster->hosts_note_ = hosts_note;
+  cluster->pin_ = options.pin;
   std::ofstream cf(cluster->cluster_file_path_);
-  cf << "# tessera LocalCluster\n";
-  for (uint16_t port : *ports) {
-    cluster->endpoints_.push_back(fabric::Endpoint{"127.0.0.1", port});
-    cf << "127.0.0.1:" << port << "\n";
+  cf << "# tessera LocalCluster (hosts: " << HostsModeName(cluster->hosts_) << ")\n";
+  for (size_t i = 0; i < ports->size(); ++i) {
+    const std::string host = im->net ? im->net->host(i).address : "127.0.0.1";
+    cluster->endpoints_.push_back(fabric::Endpoint{host, (*ports)[i]});
+    cf << host << ":" << (*ports)[i] << "\n";
   }
   cf.close();
   if (!cf) return IoError("LocalCluster: cannot write " + cluster->cluster_file_path_);
@@ -229,11 +262,12 @@ Result<UniqueFd> ReservePort(uint16_t port) {
   return fd;
 }
 
-// True while a TCP socket in this network namespace listens on `port` (any address).
-bool SomeoneListensOn(uint16_t port) {
+// True while a TCP socket in the calling thread's network namespace listens on `port` (any
+// address).
+bool SomeoneListensOnHere(uint16_t port) {
   char want[8];
   std::snprintf(want, sizeof want, ":%04X", port);
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+  for (const char* table : {"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"}) {
     std::ifstream in(table);
     std::string line;
     std::getline(in, line);  // The header.
@@ -251,6 +285,22 @@ bool SomeoneListensOn(uint16_t port) {
   return false;
 }
 
+// SomeoneListensOnHere in the namespace at `netns_path` ('' = the caller's), looked at from a
+// short-lived thread that enters it. An error if the namespace cannot be entered.
+Result<bool> SomeoneListensOn(uint16_t port, const std::string& netns_path) {
+  if (netns_path.empty()) return SomeoneListensOnHere(port);
+  Result<bool> out = false;
+  std::thread([&] {
+    UniqueFd ns(::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns || ::setns(ns.get(), CLONE_NEWNET) != 0) {
+      out = ErrnoError("LocalCluster: cannot enter ", netns_path);
+      return;
+    }
+    out = SomeoneListensOnHere(port);
+  }).join();
+  return out;
+}
+
 }  // namespace
 
 Status LocalCluster::Restart(size_t i) {
@@ -260,7 +310,11 @@ Status LocalCluster::Restart(size_t i) {
   // an outgoing connection of any process on the host may be given the port as its local port
   // in between, and the new server's bind fails with EADDRINUSE. A bound socket that does not
   // listen takes no connections, so clients see the server die exactly as without it.
-  TESSERA_ASSIGN_OR_RETURN(UniqueFd hold, ReservePort(port));
+  // A server's own namespace has no other process to take the port.
+  UniqueFd hold;
+  if (!impl_->net) {
+    TESSERA_ASSIGN_OR_RETURN(hold, ReservePort(port));
+  }
   return impl_->Run([this, i, port]() -> Status {
     Subprocess& old = impl_->procs[i];
     if (old.running()) {
@@ -274,18 +328,21 @@ Status LocalCluster::Restart(size_t i) {
     // port meanwhile would join the old socket's SO_REUSEPORT group, and connections the old
     // socket still took would be reset when it closes. Wait (bounded) until nothing listens.
     const Deadline gone = Deadline::AfterMs(5000);
-    while (SomeoneListensOn(port)) {
+    const std::string netns = impl_->net ? impl_->net->host(i).netns_path : "";
+    for (;;) {
+      TESSERA_ASSIGN_OR_RETURN(bool listening, SomeoneListensOn(port, netns));
+      if (!listening) break;
       if (gone.Expired()) {
         return Timeout("LocalCluster: port ", port, " still has a listener 5 s after memserver ",
                        i, " exited");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::vector<std::string> argv = impl_->argv;
+    std::vector<std::string> argv = impl_->ServerArgv(i);
     for (std::string& a : argv) {
       if (a == "--port=0") a = "--port=" + std::to_string(port);
     }
-    TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, impl_->start_options));
+    TESSERA_ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, impl_->ServerStartOptions(i)));
     auto line = p.WaitForLine("listening on ",
                               Deadline::AfterMs(static_cast<uint64_t>(impl_->start_timeout_ms)));
     if (!line.ok()) {
@@ -370,6 +427,35 @@ Status LocalCluster::Fault(size_t i, const std::vector<std::string>& args) {
     }
     return Status::Ok();
   });
+}
+
+const NetHosts* LocalCluster::net_hosts() const { return impl_->net.get(); }
+
+Status LocalCluster::Partition(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  if (!impl_->net) return Unsupported("LocalCluster: Partition needs hosts = netns (servers on loopback)");
+  return impl_->net->SetLinkUp(i, false);
+}
+
+Status LocalCluster::Heal(size_t i) {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  if (!impl_->net) return Unsupported("LocalCluster: Heal needs hosts = netns (servers on loopback)");
+  return impl_->net->SetLinkUp(i, true);
+}
+
+Result<Subprocess> LocalCluster::StartOnServerHost(size_t i, const std::vector<std::string>& argv,
+                                                   Subprocess::Options options) const {
+  TESSERA_RETURN_IF_ERROR(CheckIndex(i, size()));
+  if (impl_->net) options.netns_path = impl_->net->host(i).netns_path;
+  options.cpus = pin_.servers;
+  return Subprocess::Start(argv, options);
+}
+
+Result<Subprocess> LocalCluster::StartOnClientHost(const std::vector<std::string>& argv,
+                                                   Subprocess::Options options) const {
+  if (impl_->net) options.netns_path = impl_->net->host(impl_->net->size() - 1).netns_path;
+  options.cpus = pin_.client;
+  return Subprocess::Start(argv, options);
 }
 
 Result<std::string> LocalCluster::IssueCredentialFile(const std::string& name, bool admin) const {

@@ -1,5 +1,5 @@
-// LocalCluster: N real `tessera memserver` processes on loopback, started on ephemeral ports,
-// owned by one object. Used by the client's integration tests, by `tessera bench pagestore`,
+// LocalCluster: N real `tessera memserver` processes, started on ephemeral ports, owned by one
+// object: all on loopback, or each in a network namespace of its own (hosts = kNetns). Used by the client's integration tests, by `tessera bench pagestore`,
 // and by the embedded local cluster of `tessera run` / `tessera nbd`.
 //
 // Start() writes a fresh random shared secret into a token file in a private temporary
@@ -7,8 +7,15 @@
 //   tessera memserver --port=0 --capacity=C --slab_size=S --headroom=0 --auth_token_file=F
 //                     [--fault_injection] [extra flags]
 // and reads its `listening on HOST:PORT` line with a deadline. A cluster file listing every
-// server (one `127.0.0.1:PORT` per line) is written beside the token, so `tessera status
+// server (one `HOST:PORT` per line) is written beside the token, so `tessera status
 // CLUSTER` and other tools can be pointed at it.
+//
+// Hosts (client/hosts.h). With hosts = kNetns, server i runs in namespace i of a NetHosts with
+// --listen=its address, and one more namespace is the client host (StartOnClientHost). The
+// caller's own namespace reaches every server through the bridge. When namespaces cannot be
+// made here, Start logs a warning saying why and runs on loopback; hosts() tells which was
+// used and hosts_note() why. With a PinPlan, every memserver runs on pin.servers and client
+// processes started here on pin.client (sched_setaffinity), in either mode.
 //
 // Children are forked by a private long-lived thread owned by the LocalCluster, so they are not
 // killed early by PR_SET_PDEATHSIG when the thread that called Start() exits. The destructor
@@ -26,7 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "client/hosts.h"
 #include "common/status.h"
+#include "common/subprocess.h"
 #include "fabric/transport.h"
 
 namespace tessera::client {
@@ -46,6 +55,8 @@ struct LocalClusterOptions {
   // terminal, `timeout`) do not stop the servers before the owner has stopped what uses them
   // (`tessera run` forwards the signal to its program, waits for it, then stops the cluster).
   bool own_process_group = true;
+  HostsMode hosts = HostsMode::kLoopback;  // kNetns: a namespace per server (falls back).
+  PinPlan pin;  // CPUs of the memservers and of StartOnClientHost's processes; empty: any.
 };
 
 class LocalCluster {
@@ -60,6 +71,13 @@ class LocalCluster {
   const std::string& secret() const { return secret_; }
   const std::string& token_path() const { return token_path_; }
   const std::string& cluster_file_path() const { return cluster_file_path_; }
+  // Where the servers run: kNetns, or kLoopback (asked for, or fallen back to).
+  HostsMode hosts() const { return hosts_; }
+  // Why netns was asked for and loopback is used ('' otherwise).
+  const std::string& hosts_note() const { return hosts_note_; }
+  const PinPlan& pin() const { return pin_; }
+  // The namespace hosts (nullptr on loopback): server i is host i, the client host is last.
+  const NetHosts* net_hosts() const;
 
   pid_t pid(size_t i) const;
   // SIGKILL server i (and reap it). OK if it already exited.
@@ -78,6 +96,19 @@ class LocalCluster {
   // Runs `tessera fault 127.0.0.1:PORT ARGS... --auth_token_file=TOKEN`, e.g.
   // Fault(2, {"bitflip", "5"}); the error carries the tool's output when it fails.
   Status Fault(size_t i, const std::vector<std::string>& args);
+  // Cuts server i's host off the network (its veth on the bridge goes down: nothing reaches
+  // it and it reaches nothing, the process keeps running), and joins it again. netns only:
+  // Unsupported on loopback.
+  Status Partition(size_t i);
+  Status Heal(size_t i);
+  // Starts a process on server i's host (its namespace and pin.servers), e.g. a peer system
+  // measured beside the memservers, or on the client host (its own namespace and pin.client).
+  // On loopback both run in the caller's namespace, pinned as above. The child gets SIGKILL
+  // when the calling thread exits (Subprocess), so call it from a long-lived thread.
+  Result<Subprocess> StartOnServerHost(size_t i, const std::vector<std::string>& argv,
+                                       Subprocess::Options options) const;
+  Result<Subprocess> StartOnClientHost(const std::vector<std::string>& argv,
+                                       Subprocess::Options options) const;
   // Writes a per-client credential for `name` (fabric/credential.h; `tessera token issue`),
   // derived from this cluster's secret, next to the token file, and returns its path. Clients
   // that use it can act only as that client (admin: as an admin).
@@ -92,6 +123,9 @@ class LocalCluster {
   std::string secret_;
   std::string token_path_;
   std::string cluster_file_path_;
+  HostsMode hosts_ = HostsMode::kLoopback;
+  std::string hosts_note_;
+  PinPlan pin_;
 };
 
 }  // namespace tessera::client

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -50,6 +51,27 @@ Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, Optio
   for (auto& e : env_storage) cenv.push_back(e.data());
   cenv.push_back(nullptr);
   int devnull = options.quiet_stderr ? ::open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : options.cpus) {
+    if (c < 0 || c >= CPU_SETSIZE) {
+      if (pipefd[0] >= 0) { ::close(pipefd[0]); ::close(pipefd[1]); }
+      if (devnull >= 0) ::close(devnull);
+      return InvalidArgument("Subprocess::Start: no CPU ", c);
+    }
+    CPU_SET(c, &cpus);
+  }
+  UniqueFd netns;
+  if (!options.netns_path.empty()) {
+    netns.Reset(::open(options.netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns) {
+      const int err = errno;
+      if (pipefd[0] >= 0) { ::close(pipefd[0]); ::close(pipefd[1]); }
+      if (devnull >= 0) ::close(devnull);
+      errno = err;
+      return ErrnoError("Subprocess::Start: cannot open network namespace ", options.netns_path);
+    }
+  }
 
   pid_t parent = ::getpid();
   // vfork, not fork: the child shares the parent's memory until it execs, so starting a helper
@@ -69,6 +91,17 @@ Result<Subprocess> Subprocess::Start(const std::vector<std::string>& argv, Optio
   if (pid == 0) {
     if (options.capture_stdout) ::dup2(pipefd[1], STDOUT_FILENO);
     if (devnull >= 0) ::dup2(devnull, STDERR_FILENO);
+    if (options.capture_stdout && options.stderr_to_stdout) ::dup2(pipefd[1], STDERR_FILENO);
+    if (netns && ::setns(netns.get(), CLONE_NEWNET) != 0) {
+      const char msg[] = "Subprocess: setns into the network namespace failed\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
+    if (!options.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      const char msg[] = "Subprocess: sched_setaffinity failed\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
     // Die with the parent, so a crashed test or bench never leaves servers behind.
     // (PR_SET_PDEATHSIG fires when the thread that forked exits: start children from a
     // long-lived thread.)

@@ -29,6 +29,15 @@ class Subprocess {
     // Start the child in a process group of its own, so signals sent to the caller's group
     // (^C on a terminal, `timeout`, `kill -- -PGID`) do not reach it; its owner stops it.
     bool own_process_group = false;
+    // With capture_stdout: the child's stderr goes to the same pipe (for tools whose error
+    // message the caller reports, e.g. `ip`).
+    bool stderr_to_stdout = false;
+    // A network namespace (e.g. /run/netns/NAME) the child enters before exec; '' = the
+    // caller's. The start fails if it cannot be opened; the child exits 127 if setns fails.
+    std::string netns_path;
+    // CPUs the child may run on (sched_setaffinity before exec); empty = inherited. Each must
+    // be in 0..CPU_SETSIZE-1.
+    std::vector<int> cpus;
   };
 
   Subprocess() = default;

@@ -27,6 +27,7 @@ const Subcommand kSubcommands[] = {
     {"demo", "encode pages, lose r splits, rebuild them, and print the figures"},
     {"run", "run an unmodified program with its heap paged to remote memory"},
     {"memserver", "run a memory server daemon that lends memory in slabs"},
+    {"cluster up", "memservers on separate hosts of this machine (namespaces, pinned cores)"},
     {"status", "list the servers of a cluster with their slabs, load and health"},
     {"fault", "inject a fault into a running memory server (latency, hang, crash, ...)"},
     {"token", "make a cluster secret, issue per-client credentials, show a credential"},

@@ -28,6 +28,7 @@
 
 #include "apps/cli/cli.h"
 #include "bench/fabric/memcached_client.h"
+#include "bench/support/bench_hosts.h"
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/logging.h"
@@ -53,6 +54,8 @@ DEFINE_int32(warmup_ms, 50, "Unmeasured warm-up before each window");
 DEFINE_int32(keys, 4096, "Items per server (the working set is keys x size per server)");
 DEFINE_string(transport, "auto", "Tessera transport: auto, tcp or rdma");
 DEFINE_string(memcached, "/usr/bin/memcached", "memcached binary (Debian package 'memcached')");
+DEFINE_string(hosts, "loopback", tessera::bench::kHostsFlagHelp);
+DEFINE_string(pin, "none", tessera::bench::kPinFlagHelp);
 DEFINE_string(memserver, "", "tessera-memserver binary (default: beside this program)");
 DEFINE_string(systems, "tessera,memcached",
               "Systems to measure (targets need both; one alone is for profiling)");
@@ -70,12 +73,14 @@ namespace fabric = tessera::fabric;
 
 const tessera::cli::CliSpec kSpec = {
     "tessera bench fabric",
-    "[--quick] [--json] [--reps N] [--servers 1,10] [--sizes 512,4096] [--qds 1,..,64]",
+    "[--quick] [--json] [--reps N] [--servers 1,10] [--sizes 512,4096] [--qds 1,..,64] "
+    "[--hosts netns|loopback] [--pin client:0,servers:1]",
     "One-sided READ/WRITE latency (QD1 p50/p99) and throughput (QD 1..64) over the Tessera\n"
     "fabric against real `tessera memserver` processes, next to memcached GET/SET from an equally\n"
     "lean pipelined client, against 1 and 10 servers. Starts and stops every server itself on\n"
-    "loopback ephemeral ports. Prints PASS/MISS for: QD1 4 KB read p50 <= memcached GET p50, and\n"
-    "QD32 4 KB throughput >= 2x memcached.",
+    "loopback ephemeral ports (--hosts netns: memserver i and memcached i in network namespace\n"
+    "i). Prints PASS/MISS for: QD1 4 KB read p50 <= memcached GET p50, and QD32 4 KB\n"
+    "throughput >= 2x memcached.",
     __FILE__, 0, 0};
 
 [[noreturn]] void Die(const std::string& what, const Status& st) {
@@ -338,6 +343,10 @@ int main(int argc, char** argv) {
     }
     if (!run_tessera && !run_memcached) tessera::cli::UsageError(kSpec, "--systems is empty");
   }
+  auto bench_hosts = tessera::bench::ParseBenchHosts(FLAGS_hosts, FLAGS_pin);
+  if (!bench_hosts.ok()) tessera::cli::UsageError(kSpec, bench_hosts.status().message());
+  // Before any thread starts: the client's threads inherit the client CPUs.
+  if (Status st = tessera::bench::PinBenchClient(*bench_hosts); !st.ok()) Die("--pin", st);
   auto kind = fabric::ParseTransportKind(FLAGS_transport);
   if (!kind.ok()) tessera::cli::UsageError(kSpec, "--transport: " + kind.status().message());
   int max_servers = *std::max_element(server_counts.begin(), server_counts.end());
@@ -372,14 +381,22 @@ int main(int argc, char** argv) {
     std::ofstream(token_path) << secret << "\n";
   }
 
-  // ---- start the servers ----
+  // ---- start the servers: memserver i and memcached i on host i ----
+  const std::unique_ptr<tessera::client::NetHosts> net = tessera::bench::MakeBenchNetHosts(
+      *bench_hosts, static_cast<size_t>(max_servers), "tessera bench fabric");
+  const auto hosts_fields = tessera::bench::HostsFields(
+      net ? tessera::client::HostsMode::kNetns : tessera::client::HostsMode::kLoopback,
+      bench_hosts->pin);
+  auto host_of = [&](int i) { return net ? net->host(i).address : std::string("127.0.0.1"); };
   std::vector<Subprocess> memservers;
   std::vector<fabric::Endpoint> endpoints;
   Subprocess::Options popt;
   popt.capture_stdout = true;
   popt.quiet_stderr = true;
+  popt.cpus = bench_hosts->pin.servers;
   for (int i = 0; i < max_servers; ++i) {
-    auto p = Subprocess::Start({memserver, "--port", "0", "--capacity",
+    if (net) popt.netns_path = net->host(i).netns_path;
+    auto p = Subprocess::Start({memserver, "--listen", host_of(i), "--port", "0", "--capacity",
                                 std::to_string(slab_bytes * 2), "--slab_size",
                                 std::to_string(slab_bytes), "--auth_token_file", token_path,
                                 "--transport", FLAGS_transport},
@@ -393,13 +410,16 @@ int main(int argc, char** argv) {
     memservers.push_back(std::move(*p));
   }
   std::vector<Subprocess> memcacheds;
-  std::vector<uint16_t> mc_ports;
+  std::vector<std::pair<std::string, uint16_t>> mc_endpoints;
   Subprocess::Options mopt;
   mopt.quiet_stderr = true;
+  mopt.cpus = bench_hosts->pin.servers;
   for (int i = 0; i < max_servers; ++i) {
-    auto port = FreePort();
+    // A host of its own has its port space to itself.
+    auto port = net ? Result<uint16_t>(11211) : FreePort();
     if (!port.ok()) Die("picking a port for memcached", port.status());
-    std::vector<std::string> argv = {FLAGS_memcached, "-l", "127.0.0.1", "-p",
+    if (net) mopt.netns_path = net->host(i).netns_path;
+    std::vector<std::string> argv = {FLAGS_memcached, "-l", host_of(i), "-p",
                                      std::to_string(*port), "-U", "0", "-t", "1", "-m",
                                      std::to_string(std::max<uint64_t>(64, 4 * working_set >> 20)),
                                      "-c", "1024"};
@@ -410,7 +430,7 @@ int main(int argc, char** argv) {
     auto p = Subprocess::Start(argv, mopt);
     if (!p.ok()) Die("starting memcached", p.status());
     memcacheds.push_back(std::move(*p));
-    mc_ports.push_back(*port);
+    mc_endpoints.emplace_back(host_of(i), *port);
   }
 
   // ---- clients ----
@@ -449,7 +469,7 @@ int main(int argc, char** argv) {
     slabs.push_back(slab->slab_id);
   }
   tessera::bench::MemcachedClient mc;
-  if (Status st = mc.Connect(mc_ports, Deadline::AfterMs(10000)); !st.ok()) Die("memcached", st);
+  if (Status st = mc.Connect(mc_endpoints, Deadline::AfterMs(10000)); !st.ok()) Die("memcached", st);
 
   TesseraDriver td(&t, conns, slabs, buffers.data());
   MemcachedDriver md(&mc, buffers.data(), sink.data());
@@ -563,7 +583,9 @@ int main(int argc, char** argv) {
                 .Set("p99_us", tessera::Median(s.p99_us))
                 .Set("ops_per_s", ops)
                 .Set("MB_per_s", ops * k.size / 1e6)
-                .Set("reps", static_cast<int>(s.ops_per_s.size())));
+                .Set("reps", static_cast<int>(s.ops_per_s.size()))
+                .Set("hosts", hosts_fields[0].second)
+                .Set("pin", hosts_fields[1].second));
   }
   rep.Flush();
 
@@ -577,6 +599,8 @@ int main(int argc, char** argv) {
       double theirs = median({"memcached", "get", 4096, 1, servers}, 0);
       if (ours >= 0 && theirs >= 0) targets.Add(Report::Row()
                       .Set("suite", "fabric-target")
+                      .Set("hosts", hosts_fields[0].second)
+                      .Set("pin", hosts_fields[1].second)
                       .Set("target", "QD1 4KB read p50 <= memcached GET p50")
                       .Set("servers", servers)
                       .Set("tessera", ours)
@@ -593,6 +617,8 @@ int main(int argc, char** argv) {
         if (ours < 0 || theirs < 0) continue;
         targets.Add(Report::Row()
                         .Set("suite", "fabric-target")
+                      .Set("hosts", hosts_fields[0].second)
+                      .Set("pin", hosts_fields[1].second)
                         .Set("target", o == 0 ? "QD32 4KB read ops/s >= 2x memcached GET"
                                               : "QD32 4KB write ops/s >= 2x memcached SET")
                         .Set("servers", servers)

@@ -47,10 +47,15 @@ std::string MemcachedKey(uint32_t size, uint32_t index) {
   return std::string(reinterpret_cast<char*>(buf), kKeyLen);
 }
 
-Status MemcachedClient::Connect(const std::vector<uint16_t>& ports, Deadline deadline) {
+Status MemcachedClient::Connect(const std::vector<std::pair<std::string, uint16_t>>& endpoints,
+                                Deadline deadline) {
   epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) return ErrnoError("epoll_create1");
-  for (uint16_t port : ports) {
+  for (const auto& [host, port] : endpoints) {
+    in_addr addr{};
+    if (::inet_pton(AF_INET, host.c_str(), &addr) != 1) {
+      return InvalidArgument("memcached address '", host, "' is not an IPv4 address");
+    }
     Conn c;
     while (true) {
       c.fd.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -58,10 +63,10 @@ Status MemcachedClient::Connect(const std::vector<uint16_t>& ports, Deadline dea
       sockaddr_in a{};
       a.sin_family = AF_INET;
       a.sin_port = htons(port);
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_addr = addr;
       if (::connect(c.fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) break;
       if (deadline.Expired()) {
-        return Unavailable("memcached on port ", port, " does not accept connections: ",
+        return Unavailable("memcached on ", host, ":", port, " does not accept connections: ",
                            std::strerror(errno));
       }
       // memcached is still starting: wait a little for it (bounded by the deadline).

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -25,9 +26,9 @@ class MemcachedClient {
     bool ok;          // Status 0 (and for GET, a value of the expected length).
   };
 
-  // Connects to every endpoint ("127.0.0.1", port), retrying until `deadline` (memcached may
-  // still be starting).
-  Status Connect(const std::vector<uint16_t>& ports, Deadline deadline);
+  // Connects to every endpoint (an IPv4 address and a port), retrying until `deadline`
+  // (memcached may still be starting).
+  Status Connect(const std::vector<std::pair<std::string, uint16_t>>& endpoints, Deadline deadline);
 
   // Appends a GET/SET of key `key_index` (value `value` for SET) to connection `conn`'s batch.
   void Queue(int conn, Op op, uint32_t size, uint32_t key_index, const uint8_t* value,

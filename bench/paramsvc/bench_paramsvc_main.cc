@@ -36,6 +36,7 @@
 #include "apps/cli/cli.h"
 #include "apps/paramsvc/client.h"
 #include "apps/paramsvc/kernels.h"
+#include "bench/support/bench_hosts.h"
 #include "common/clock.h"
 #include "common/report.h"
 #include "common/subprocess.h"
@@ -48,6 +49,8 @@ DEFINE_string(out_dir, "", "Where the PNGs and their data go (default: bench-res
                            "beside build/bin)");
 DEFINE_int32(runs, 3, "Runs per summation measurement (medians)");
 DEFINE_string(python, "/usr/bin/python3", "Python with torch (Debian python3-torch)");
+DEFINE_string(hosts, "loopback", tessera::bench::kHostsFlagHelp);
+DEFINE_string(pin, "none", tessera::bench::kPinFlagHelp);
 DEFINE_int32(jobs, 8, "Packing: synthetic jobs (>= 8 for the AutoPS comparison)");
 DEFINE_int32(cores, 8, "Packing: cores of the packed service (= jobs' static cores)");
 
@@ -61,19 +64,29 @@ const cli::CliSpec kSpec = {
     "tessera bench paramsvc", "[--json] [--quick] [--sections a,b] [--out_dir DIR]",
     "Measures the Parameter Service: summation kernels vs memcpy, packed elastic service vs a\n"
     "static parameter server per job, iteration time vs torch.distributed gloo allreduce, and a\n"
-    "3x straggler under sync vs bounded(s). Starts its own servers.",
+    "3x straggler under sync vs bounded(s). Starts its own servers (--hosts netns: in a network\n"
+    "namespace of their own; --pin: this process and its workers on the client CPUs, the\n"
+    "servers on the server CPUs).",
     __FILE__, 0, 0};
 
 std::string g_secret;
 std::string g_token;
 std::string g_out;
 std::vector<json> g_rows;
+tessera::bench::BenchHosts g_hosts;
+std::unique_ptr<tessera::client::NetHosts> g_net;  // --hosts netns: the server host.
+std::string g_host = "127.0.0.1";  // Where the services listen.
 
 json Row(const std::string& section, const std::string& system) {
   json j;
   j["suite"] = "paramsvc";
   j["section"] = section;
   j["system"] = system;
+  for (const auto& [k, v] : tessera::bench::HostsFields(
+           g_net ? tessera::client::HostsMode::kNetns : tessera::client::HostsMode::kLoopback,
+           g_hosts.pin)) {
+    j[k] = v;
+  }
   for (const char* k : {"jobs", "workers", "model_mb", "iter_ms_p50", "iter_ms_p99", "cpu_core_s",
                         "cores_avg", "gbps", "final_loss", "staleness_max"}) {
     j[k] = nullptr;
@@ -126,11 +139,14 @@ struct Service {
 
   static Result<Service> Start(const std::vector<std::string>& flags) {
     std::vector<std::string> argv = {SelfExeDir() + "/tessera-paramsvc-serve", "--port=0",
-                                     "--log_level=error", "--auth_token_file=" + g_token};
+                                     "--listen=" + g_host, "--log_level=error",
+                                     "--auth_token_file=" + g_token};
     argv.insert(argv.end(), flags.begin(), flags.end());
     Subprocess::Options o;
     o.capture_stdout = true;
     o.quiet_stderr = true;
+    if (g_net) o.netns_path = g_net->host(0).netns_path;
+    o.cpus = g_hosts.pin.servers;
     auto p = Subprocess::Start(argv, o);
     if (!p.ok()) return p.status();
     Service s;
@@ -163,6 +179,7 @@ struct Service {
   }
   Result<json> Status() const {
     ClientOptions o;
+    o.host = g_host;
     o.port = port;
     o.secret = g_secret;
     auto c = Client::Connect(o);
@@ -175,6 +192,7 @@ struct Service {
 
 std::unique_ptr<Client> Connect(uint16_t port) {
   ClientOptions o;
+  o.host = g_host;
   o.port = port;
   o.secret = g_secret;
   o.op_timeout_ms = 60000;
@@ -495,12 +513,17 @@ void VsAllreduce() {
   std::string dat = "workers\tparamsvc\tgloo\n";
   std::vector<int> counts = FLAGS_quick ? std::vector<int>{2} : std::vector<int>{2, 4, 8};
   for (int w : counts) {
+    // The service on the server host (the example's workers run here, on the client CPUs).
+    auto svc = Service::Start({"--cores=2"});
+    Check(svc.status(), "start the service");
     std::vector<std::string> argv = {"/usr/bin/env", "PYTHONPATH=" + SelfExeDir() + "/../python",
                                      FLAGS_python, script, "--backend=both",
                                      "--workers=" + std::to_string(w),
                                      "--model_mb=" + std::to_string(model_mb), "--epochs=100",
                                      "--max_iters=" + std::to_string(iters), "--batch=32",
-                                     "--bin_dir=" + SelfExeDir(), "--tolerance=1"};
+                                     "--bin_dir=" + SelfExeDir(), "--tolerance=1",
+                                     "--host=" + g_host, "--port=" + std::to_string(svc->port),
+                                     "--secret=" + g_secret};
     Subprocess::Options o;
     o.capture_stdout = true;
     o.quiet_stderr = true;
@@ -748,6 +771,13 @@ int main(int argc, char** argv) {
       sections.push_back(s);
     }
   }
+  auto hosts = tessera::bench::ParseBenchHosts(FLAGS_hosts, FLAGS_pin);
+  if (!hosts.ok()) cli::UsageError(kSpec, hosts.status().message());
+  g_hosts = *hosts;
+  // Before any thread starts: this process's threads and its workers inherit the client CPUs.
+  Check(tessera::bench::PinBenchClient(g_hosts), "--pin");
+  g_net = tessera::bench::MakeBenchNetHosts(g_hosts, 1, "tessera bench paramsvc");
+  if (g_net) g_host = g_net->host(0).address;
   g_out = FLAGS_out_dir.empty() ? SelfExeDir() + "/../bench-results/paramsvc" : FLAGS_out_dir;
   std::error_code ec;
   std::filesystem::create_directories(g_out, ec);

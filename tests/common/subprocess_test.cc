@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -48,6 +49,42 @@ TEST(SubprocessTest, DestructorKillsRunningChild) {
   }
   // Reaped by the destructor: the pid no longer names our child.
   EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), -1);
+}
+
+// The last CPU this process may use: the child is pinned to it alone.
+TEST(SubprocessTest, PinsTheChildAndMergesStderr) {
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  int last = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) last = c;
+  }
+  ASSERT_GE(last, 0);
+  Subprocess::Options o;
+  o.capture_stdout = true;
+  o.stderr_to_stdout = true;
+  o.cpus = {last};
+  auto p = Subprocess::Start(
+      {"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; echo to-stderr >&2"}, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto cpus = p->ReadLine(Deadline::AfterMs(10000));
+  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  EXPECT_EQ(cpus->substr(cpus->find_last_of("\t ") + 1), std::to_string(last));
+  auto err = p->ReadLine(Deadline::AfterMs(10000));
+  ASSERT_TRUE(err.ok()) << err.status();
+  EXPECT_EQ(*err, "to-stderr");
+  ASSERT_TRUE(p->Wait(Deadline::AfterMs(10000)).ok());
+}
+
+TEST(SubprocessTest, RefusesABadCpuOrNamespace) {
+  Subprocess::Options o;
+  o.cpus = {-1};
+  EXPECT_EQ(Subprocess::Start({"/bin/true"}, o).status().code(), StatusCode::kInvalidArgument);
+  o.cpus = {};
+  o.netns_path = "/nonexistent/netns";
+  auto p = Subprocess::Start({"/bin/true"}, o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("/nonexistent/netns"), std::string::npos) << p.status();
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // row present and sane. No timing assertions (speed targets are the bench's job).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <string>
 
+#include "client/hosts.h"
 #include "tests/support/test_util.h"
 
 namespace tessera {
@@ -35,7 +38,29 @@ TEST(BenchFabricTest, QuickRunReportsEveryPointForBothSystems) {
   EXPECT_EQ(targets.size(), 2u) << r.stdout_text;
 }
 
+// --hosts netns --pin auto: memserver i and memcached i in namespace i, on the server CPUs;
+// every row says which set-up it came from.
+TEST(BenchFabricTest, NetnsHostsArePutInTheRows) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  auto r = testing::RunTessera(
+      {"bench", "fabric", "--quick", "--json", "--hosts", "netns", "--pin", "auto"}, 180000);
+  ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
+  const std::string pin = client::FormatPin(client::AutoPin(client::AllowedCpus()));
+  int rows = 0;
+  for (const char* suite : {"fabric", "fabric-target"}) {
+    for (const auto& row : testing::JsonRows(r.stdout_text, "suite", suite)) {
+      ++rows;
+      EXPECT_EQ(row.value("hosts", ""), "netns") << row;
+      EXPECT_EQ(row.value("pin", ""), pin) << row;
+      if (std::string(suite) == "fabric") EXPECT_GT(row.value("ops_per_s", -1.0), 0) << row;
+    }
+  }
+  EXPECT_EQ(rows, 18) << r.stdout_text;  // As the loopback run above: 16 points, 2 targets.
+}
+
 TEST(BenchFabricTest, BadFlagsAreUsageErrors) {
+  EXPECT_EQ(testing::RunTessera({"bench", "fabric", "--hosts", "veth"}).exit_code, 2);
+  EXPECT_EQ(testing::RunTessera({"bench", "fabric", "--pin", "client:0-"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "fabric", "--qds", "0"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "fabric", "--transport", "udp"}).exit_code, 2);
   EXPECT_EQ(testing::RunTessera({"bench", "fabric", "--no_such_flag"}).exit_code, 2);

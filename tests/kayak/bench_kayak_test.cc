@@ -1,11 +1,13 @@
 // `tessera bench kayak --quick --json`: real memservers and redis-server; checks the JSON
 // contract of every row (keys and types) and that every mode and workload produced throughput.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "client/hosts.h"
 #include "tests/support/test_util.h"
 
 namespace {
@@ -19,14 +21,23 @@ TEST(BenchKayakTest, QuickJsonRowsKeepTheContract) {
   ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
   std::istringstream lines(out.stdout_text);
   std::string line;
-  std::set<std::string> modes, workloads;
+  std::set<std::string> modes, workloads, targets;
   int rows = 0, empty_rows = 0;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << line;
-    ++rows;
     EXPECT_EQ(j["suite"], "kayak");
+    EXPECT_EQ(j["hosts"], "loopback") << line;
+    EXPECT_EQ(j["pin"], "none") << line;
+    if (j.contains("target")) {  // A target row: what, met or not, and the figures.
+      ASSERT_TRUE(j["target"].is_string()) << line;
+      ASSERT_TRUE(j["met"].is_boolean()) << line;
+      ASSERT_TRUE(j["detail"].is_string()) << line;
+      targets.insert(j["target"].get<std::string>());
+      continue;
+    }
+    ++rows;
     ASSERT_TRUE(j["system"] == "tessera" || j["system"] == "redis") << line;
     for (const char* k : {"ops_per_s", "p50_us", "p99_us", "slo_us"}) {
       ASSERT_TRUE(j[k].is_number()) << k << " in " << line;
@@ -58,8 +69,37 @@ TEST(BenchKayakTest, QuickJsonRowsKeepTheContract) {
   EXPECT_TRUE(workloads.count("ycsb-t"));
   EXPECT_TRUE(workloads.count("chain4-compute20us"));
   EXPECT_GE(rows, 20);
+  EXPECT_TRUE(targets.count("bimodal: kayak converges within 1 s of a phase change"));
+  EXPECT_TRUE(targets.count("chain4-compute20us: kayak >= better of kv/rpc (within 3%)"));
   EXPECT_LE(empty_rows, rows / 10) << "too many points without a single completed request";
   EXPECT_FALSE(tessera::testing::ReadFile(dir.path() + "/bimodal.png").empty()) << "no plot";
+}
+
+// --hosts netns --pin auto: the memservers and Redis in namespaces of their own, on the server
+// CPUs; every row says so. Bad values of either flag are usage errors naming the flag.
+TEST(BenchKayakTest, NetnsHostsArePutInTheRows) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  auto out = tessera::testing::RunTessera(
+      {"bench", "kayak", "--quick", "--json", "--seconds=0.3", "--plot=", "--hosts=netns",
+       "--pin=auto", "--workloads=chain1-compute0us", "--modes=kv,kayak,redis-get"},
+      120000);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  const auto rows = tessera::testing::JsonRows(out.stdout_text, "suite", "kayak");
+  const std::string pin = tessera::client::FormatPin(
+      tessera::client::AutoPin(tessera::client::AllowedCpus()));
+  std::set<std::string> modes;
+  for (const auto& j : rows) {
+    EXPECT_EQ(j["hosts"], "netns") << j;
+    EXPECT_EQ(j["pin"], pin) << j;
+    if (!j.contains("target")) {
+      modes.insert(j["mode"].get<std::string>());
+      EXPECT_GT(j["ops_per_s"].get<double>(), 0) << j;
+    }
+  }
+  EXPECT_EQ(modes, (std::set<std::string>{"kv", "kayak", "redis-get"}));
+  EXPECT_EQ(tessera::testing::RunTessera({"bench", "kayak", "--hosts=veth"}).exit_code, 2);
+  EXPECT_EQ(tessera::testing::RunTessera({"bench", "kayak", "--pin=client:0,client:1"}).exit_code,
+            2);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // memservers, its aggregation server SIGKILLed mid-training; the CLI; the PyTorch example.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "apps/paramsvc/client.h"
+#include "client/hosts.h"
 #include "client/local_cluster.h"
 #include "common/subprocess.h"
 #include "tests/support/test_util.h"
@@ -344,6 +346,8 @@ TEST(ParamsvcIntegration, BenchQuickPrintsEverySectionWithTheContractKeysAndPlot
     ASSERT_FALSE(j.is_discarded()) << line;
     for (const char* k : keys) ASSERT_TRUE(j.contains(k)) << k << " missing in " << line;
     EXPECT_EQ(j["suite"], "paramsvc");
+    EXPECT_EQ(j["hosts"], "loopback") << line;
+    EXPECT_EQ(j["pin"], "none") << line;
     const std::string sec = j["section"];
     sections[sec]++;
     if (sec == "summation") {
@@ -368,6 +372,31 @@ TEST(ParamsvcIntegration, BenchQuickPrintsEverySectionWithTheContractKeysAndPlot
   for (const char* png : {"summation", "packing", "vs_allreduce", "staleness"}) {
     EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + png + ".png")) << png;
   }
+}
+
+// --hosts netns --pin auto: the services in a network namespace of their own on the server
+// CPUs, the workers (the PyTorch example's too) here on the client CPUs; every row says so.
+TEST(ParamsvcIntegration, BenchOnNetnsHostsSaysSoInEveryRow) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  tessera::testing::TempDir dir;
+  auto r = RunCommand({BinDir() + "/tessera", "bench", "paramsvc", "--quick", "--json",
+                       "--hosts=netns", "--pin=auto", "--sections=vs_allreduce,staleness",
+                       "--out_dir=" + dir.path()},
+                      240000);
+  ASSERT_EQ(r.exit_code, 0) << r.stdout_text;
+  const std::string pin =
+      tessera::client::FormatPin(tessera::client::AutoPin(tessera::client::AllowedCpus()));
+  std::map<std::string, int> sections;
+  for (const auto& j : tessera::testing::JsonRows(r.stdout_text, "suite", "paramsvc")) {
+    EXPECT_EQ(j["hosts"], "netns") << j;
+    EXPECT_EQ(j["pin"], pin) << j;
+    EXPECT_GT(j["iter_ms_p50"].get<double>(), 0.0) << j;
+    sections[j["section"].get<std::string>()]++;
+  }
+  EXPECT_EQ(sections["vs_allreduce"], 2);
+  EXPECT_EQ(sections["staleness"], 5);
+  auto bad = RunCommand({BinDir() + "/tessera", "bench", "paramsvc", "--pin=servers:"}, 30000);
+  EXPECT_EQ(bad.exit_code, 2);
 }
 
 }  // namespace
