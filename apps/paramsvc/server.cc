@@ -2,31 +2,20 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "apps/paramsvc/server_impl.h"
-#include "common/clock.h"
-#include "common/logging.h"
 #include "fabric/auth.h"
-#include "fabric/credential.h"
 
 namespace tessera::paramsvc {
 

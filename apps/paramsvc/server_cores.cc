@@ -8,11 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "apps/paramsvc/server_impl.h"
 #include "common/clock.h"
-#include "common/logging.h"
 
 namespace tessera::paramsvc {
 

@@ -1,13 +1,11 @@
 // The Parameter Service server's background work: pull deadlines, elastic packing of the
 // partitions onto as few cores as the load needs, and checkpoints.
 #include <poll.h>
-#include <unistd.h>
 
 #include <algorithm>
 
 #include "apps/paramsvc/server_impl.h"
 #include "common/clock.h"
-#include "common/logging.h"
 
 namespace tessera::paramsvc {
 
