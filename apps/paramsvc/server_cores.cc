@@ -13,6 +13,15 @@
 #include "common/clock.h"
 
 namespace tessera::paramsvc {
+namespace {
+
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
 
 std::shared_ptr<Server::Impl::Job> Server::Impl::FindJob(uint32_t id) {
   std::lock_guard<std::mutex> l(jobs_mu);
@@ -263,7 +272,7 @@ void Server::Impl::CoreLoop(int me) {
     }
     // Busy time is this thread's CPU time, not wall time: on a shared host a preempted core
     // would otherwise look loaded and the packer would grab cores it does not need.
-    const uint64_t t0 = server_internal::ThreadCpuNs();
+    const uint64_t t0 = ThreadCpuNs();
     if (t->job->released.load()) {
       t->conn->SendError(static_cast<uint8_t>(t->kind == Task::kPush   ? Op::kPush
                                               : t->kind == Task::kPull ? Op::kPull
@@ -276,7 +285,7 @@ void Server::Impl::CoreLoop(int me) {
     } else {
       ProcessSet(*t);
     }
-    c.busy_ns += server_internal::ThreadCpuNs() - t0;
+    c.busy_ns += ThreadCpuNs() - t0;
   }
 }
 

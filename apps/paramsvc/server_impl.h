@@ -27,12 +27,6 @@
 namespace tessera::paramsvc {
 namespace server_internal {
 
-inline uint64_t ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // One client connection. Replies are queued and written by the connection's own writer thread,
 // so an aggregation core never blocks on a slow reader (a descheduled worker would otherwise
 // stall every other job's partitions on that core).
