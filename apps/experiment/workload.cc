@@ -1,6 +1,7 @@
 #include "apps/experiment/workload.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/clock.h"
 

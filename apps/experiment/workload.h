@@ -21,8 +21,8 @@
 // once in workloads/registry.cc.
 //
 // Threads: Start, Run, Verify, Finish and Report on the run's thread; Sample on the sampler
-// thread (it must be safe against Run and Verify); the runner calls store() and
-// companion_pid() from its fault scheduler thread while Run or Verify runs.
+// thread (it must be safe against Run and Verify); the runner calls store(),
+// BeforeFirstFailure() and companion_pid() from its fault scheduler thread while Run runs.
 #pragma once
 
 #include <sys/types.h>
@@ -34,7 +34,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "apps/experiment/results.h"
