@@ -1,20 +1,16 @@
 // Runner: executes a Scenario end to end and judges it.
 //
-// For each variant (or once) it starts a fresh LocalCluster of real memserver processes with
-// fault injection on, runs the workload (an unmodified program under `tessera run` with the
-// scenario's layout, the in-process pagestore load generator that checks every byte it reads,
-// the Parameter Service, or a Kayak KV table driven by kayak::Client with every value read
-// checked against the last acknowledged PUT), fires the scenario's
-// faults on schedule or on a workload event, samples metrics every 100 ms (workload throughput
-// and latency, degraded reads, regenerations pending, data loss, memserver CPU and RSS from
-// /proc), and at the end writes OUT/timeline.csv, OUT/timeline.png (gnuplot), OUT/summary.json
-// and OUT/summary.md (per variant in OUT/VARIANT/ when the scenario has variants, with the
-// verdict over all of them at the top level).
-//
-// partition/heal: real nftables rules on the server's port when `nft` works here (the runner
-// holds an flock on options.system_lock, if set, while rules exist and removes them on every exit path,
-// including a cancel through options.cancel), else the memserver's drop-all fault; the results
-// say which.
+// For each variant (or once) it runs the scenario on a fresh cluster of real memserver
+// processes (scenario_run.h: the cluster, the faults, the 100 ms samples), with the scenario's
+// workload behind the Workload seam (workload.h; one file per kind under workloads/): an
+// unmodified program under `tessera run`, the in-process pagestore load generator that checks
+// every byte it reads, the Parameter Service, or a Kayak KV table driven by kayak::Client with
+// every value read checked against the last acknowledged PUT. Before the runs it times the
+// program locally when identical_output is judged, and runs a healthy baseline when a slowdown
+// is; after them it predicts the pages lost (`tessera sim placement`) when that is judged,
+// judges every expectation, and writes the results (results.h): OUT/timeline.csv,
+// OUT/timeline.png, OUT/summary.json and OUT/summary.md (per variant in OUT/VARIANT/ when the
+// scenario has variants, with the verdict over all of them at the top level).
 //
 // Threads: RunExperiment blocks the calling thread and starts its own helper threads (sampler,
 // fault scheduler, workload); it is not reentrant per output directory.

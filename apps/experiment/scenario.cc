@@ -1,127 +1,13 @@
 #include "apps/experiment/scenario.h"
 
-#include "common/units.h"
-
-#include <toml++/toml.h>
-
 #include <algorithm>
-#include <cmath>
 #include <set>
-#include <sstream>
+
+#include "apps/experiment/scenario_reader.h"
+#include "apps/experiment/scenario_workload.h"
 
 namespace tessera::experiment {
 namespace {
-
-// toml++ throws toml::parse_error on a syntax error (Debian builds it with exceptions); it is
-// caught here and never leaves this file. Everything after parsing works on the node tree.
-class Reader {
- public:
-  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
-
-  Status Error(const toml::source_region& where, const std::string& msg) const {
-    return InvalidArgument(origin_, ":", where.begin.line, ": ", msg);
-  }
-  Status Error(int line, const std::string& msg) const {
-    return InvalidArgument(origin_, ":", line, ": ", msg);
-  }
-
-  // Every key of `t` must be in `allowed`.
-  Status Keys(const toml::table& t, const std::string& where,
-              std::initializer_list<const char*> allowed) const {
-    for (const auto& [key, node] : t) {
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || key.str() == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        return Error(key.source(), "unknown key '" + std::string(key.str()) + "' in " + where +
-                                       " (known keys: " + list + ")");
-      }
-    }
-    return Status::Ok();
-  }
-
-  Result<std::optional<int64_t>> Int(const toml::table& t, const char* key, int64_t lo,
-                                     int64_t hi) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::optional<int64_t>();
-    auto v = n->value_exact<int64_t>();
-    if (!v) return Error(n->source(), std::string(key) + " must be an integer");
-    if (*v < lo || *v > hi) {
-      return Error(n->source(), std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                                    std::to_string(hi) + "], got " + std::to_string(*v));
-    }
-    return std::optional<int64_t>(*v);
-  }
-  Result<std::optional<double>> Num(const toml::table& t, const char* key, double lo,
-                                    double hi) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::optional<double>();
-    std::optional<double> v;
-    if (auto i = n->value_exact<int64_t>()) v = static_cast<double>(*i);
-    if (auto d = n->value_exact<double>()) v = *d;
-    if (!v || !std::isfinite(*v)) return Error(n->source(), std::string(key) + " must be a number");
-    if (*v < lo || *v > hi) {
-      std::ostringstream o;
-      o << key << " must be in [" << lo << ", " << hi << "], got " << *v;
-      return Error(n->source(), o.str());
-    }
-    return v;
-  }
-  Result<std::optional<std::string>> Str(const toml::table& t, const char* key,
-                                         std::initializer_list<const char*> choices = {}) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::optional<std::string>();
-    auto v = n->value_exact<std::string>();
-    if (!v) return Error(n->source(), std::string(key) + " must be a string");
-    if (choices.size() > 0) {
-      bool ok = false;
-      std::string list;
-      for (const char* c : choices) {
-        ok = ok || *v == c;
-        list += std::string(list.empty() ? "" : ", ") + c;
-      }
-      if (!ok) {
-        return Error(n->source(),
-                     std::string(key) + " must be one of " + list + ", got '" + *v + "'");
-      }
-    }
-    return v;
-  }
-  Result<std::optional<bool>> Bool(const toml::table& t, const char* key) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::optional<bool>();
-    auto v = n->value_exact<bool>();
-    if (!v) return Error(n->source(), std::string(key) + " must be true or false");
-    return v;
-  }
-  Result<const toml::table*> Table(const toml::table& t, const char* key) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return static_cast<const toml::table*>(nullptr);
-    if (!n->is_table()) return Error(n->source(), std::string("[") + key + "] must be a table");
-    return n->as_table();
-  }
-  int Line(const toml::table& t, const char* key) const {
-    const toml::node* n = t.get(key);
-    return n ? static_cast<int>(n->source().begin.line) : 0;
-  }
-
-  const std::string& origin() const { return origin_; }
-
- private:
-  std::string origin_;
-};
-
-// One grammar for sizes and durations across Tessera (common/units.h).
-bool IsSize(const std::string& s) { return ParseSize(s).ok(); }
-bool IsDuration(const std::string& s) { return ParseDurationNs(s).ok(); }
-
-#define TRY_ASSIGN(lhs, expr)         \
-  do {                                \
-    auto _r = (expr);                 \
-    if (!_r.ok()) return _r.status(); \
-    if (_r->has_value()) lhs = **_r;  \
-  } while (0)
 
 Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
   TESSERA_RETURN_IF_ERROR(
@@ -158,137 +44,6 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
   if (!IsSize(c->slab_size)) {
     return rd.Error(rd.Line(t, "slab_size"),
                     "slab_size must be a size like 1M, got '" + c->slab_size + "'");
-  }
-  return Status::Ok();
-}
-
-constexpr std::initializer_list<const char*> kWorkloadKeys = {
-    "kind",          "command",       "local_memory", "pages",      "qd",       "read_ratio", "ops",
-    "verify_at_end", "verify_passes", "workers",      "iterations", "elements", "mode",
-    "keys",          "value_size",    "replicas",     "clients",    "put_ratio", "invoke_ratio",
-    "hops"};
-
-// Reads workload keys present in `t` into `w`; `seen` gets the keys found.
-Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::string& where,
-                         WorkloadSpec* w, std::map<std::string, int>* seen) {
-  TESSERA_RETURN_IF_ERROR(rd.Keys(t, where, kWorkloadKeys));
-  for (const auto& [key, node] : t) (*seen)[std::string(key.str())] = node.source().begin.line;
-  TRY_ASSIGN(w->kind, rd.Str(t, "kind", {"run", "pagestore", "kv", "paramsvc"}));
-  if (const toml::node* n = t.get("command")) {
-    const toml::array* a = n->as_array();
-    if (a == nullptr || a->empty()) {
-      return rd.Error(n->source(), "command must be a non-empty array of strings");
-    }
-    w->command.clear();
-    for (const toml::node& e : *a) {
-      auto s = e.value_exact<std::string>();
-      if (!s) return rd.Error(e.source(), "command must be an array of strings");
-      w->command.push_back(*s);
-    }
-  }
-  TRY_ASSIGN(w->local_memory, rd.Str(t, "local_memory"));
-  if (t.contains("local_memory")) {
-    const std::string& m = w->local_memory;
-    bool pct = !m.empty() && m.back() == '%' && m.size() > 1 &&
-               std::all_of(m.begin(), m.end() - 1, [](char c) { return std::isdigit(c); });
-    if (!pct && !IsSize(m)) {
-      return rd.Error(rd.Line(t, "local_memory"),
-                      "local_memory must be a percentage (50%) or a size (256M), got '" + m + "'");
-    }
-  }
-  int64_t pages = -1;
-  TRY_ASSIGN(pages, rd.Int(t, "pages", 16, 1 << 24));
-  if (pages >= 0) w->pages = static_cast<uint64_t>(pages);
-  TRY_ASSIGN(w->qd, rd.Int(t, "qd", 1, 1024));
-  TRY_ASSIGN(w->read_ratio, rd.Num(t, "read_ratio", 0.0, 1.0));
-  int64_t ops = -1;
-  TRY_ASSIGN(ops, rd.Int(t, "ops", 0, int64_t{1} << 40));
-  if (ops >= 0) w->ops = static_cast<uint64_t>(ops);
-  TRY_ASSIGN(w->verify_at_end, rd.Bool(t, "verify_at_end"));
-  TRY_ASSIGN(w->verify_passes, rd.Int(t, "verify_passes", 1, 10));
-  TRY_ASSIGN(w->workers, rd.Int(t, "workers", 1, 16));
-  int64_t iterations = -1;
-  TRY_ASSIGN(iterations, rd.Int(t, "iterations", 1, int64_t{1} << 32));
-  if (iterations > 0) w->iterations = static_cast<uint64_t>(iterations);
-  int64_t elements = -1;
-  TRY_ASSIGN(elements, rd.Int(t, "elements", 1, int64_t{1} << 26));
-  if (elements > 0) w->elements = static_cast<uint64_t>(elements);
-  TRY_ASSIGN(w->mode, rd.Str(t, "mode", {"sync", "async", "kv", "rpc", "pushback", "kayak"}));
-  int64_t keys = -1;
-  TRY_ASSIGN(keys, rd.Int(t, "keys", 1, int64_t{1} << 24));
-  if (keys > 0) w->keys = static_cast<uint64_t>(keys);
-  int64_t value_size = -1;
-  TRY_ASSIGN(value_size, rd.Int(t, "value_size", 16, 65536));
-  if (value_size > 0) w->value_size = static_cast<uint64_t>(value_size);
-  TRY_ASSIGN(w->replicas, rd.Int(t, "replicas", 1, 8));
-  TRY_ASSIGN(w->clients, rd.Int(t, "clients", 1, 64));
-  TRY_ASSIGN(w->put_ratio, rd.Num(t, "put_ratio", 0.0, 1.0));
-  TRY_ASSIGN(w->invoke_ratio, rd.Num(t, "invoke_ratio", 0.0, 1.0));
-  TRY_ASSIGN(w->hops, rd.Int(t, "hops", 1, 64));
-  return Status::Ok();
-}
-
-Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadSpec& w) {
-  if (w.kind.empty()) return rd.Error(t.source(), "[workload] needs kind (run, pagestore)");
-  if (w.kind == "run" && w.command.empty()) {
-    return rd.Error(t.source(), "[workload] kind = \"run\" needs command = [\"PROGRAM\", ...]");
-  }
-  if (w.kind == "pagestore" && w.pages == 0) {
-    return rd.Error(t.source(), "[workload] kind = \"pagestore\" needs pages");
-  }
-  if (w.kind != "run" && (t.contains("command") || t.contains("local_memory"))) {
-    return rd.Error(rd.Line(t, t.contains("command") ? "command" : "local_memory"),
-                    "command and local_memory apply to kind = \"run\" only");
-  }
-  if (w.kind != "pagestore") {
-    for (const char* k : {"pages", "qd", "read_ratio", "verify_passes"}) {
-      if (t.contains(k)) {
-        return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"pagestore\" only");
-      }
-    }
-  }
-  if (w.kind != "pagestore" && w.kind != "kv") {
-    for (const char* k : {"ops", "verify_at_end"}) {
-      if (t.contains(k)) {
-        return rd.Error(rd.Line(t, k),
-                        std::string(k) + " applies to kind = \"pagestore\" and \"kv\" only");
-      }
-    }
-  }
-  if (w.kind != "kv") {
-    for (const char* k :
-         {"keys", "value_size", "replicas", "clients", "put_ratio", "invoke_ratio", "hops"}) {
-      if (t.contains(k)) {
-        return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"kv\" only");
-      }
-    }
-  }
-  if (w.kind == "kv") {
-    if (t.contains("mode") && w.mode != "kv" && w.mode != "rpc" && w.mode != "pushback" &&
-        w.mode != "kayak") {
-      return rd.Error(rd.Line(t, "mode"),
-                      "mode for kind = \"kv\" must be one of kv, rpc, pushback, kayak");
-    }
-    if (w.put_ratio + w.invoke_ratio > 1.0) {
-      return rd.Error(rd.Line(t, t.contains("invoke_ratio") ? "invoke_ratio" : "put_ratio"),
-                      "put_ratio + invoke_ratio must be at most 1 (the rest are GETs)");
-    }
-  }
-  if (w.kind == "paramsvc" && t.contains("mode") && w.mode != "sync" && w.mode != "async") {
-    return rd.Error(rd.Line(t, "mode"), "mode for kind = \"paramsvc\" must be sync or async");
-  }
-  if (w.kind == "paramsvc" && w.iterations == 0) {
-    return rd.Error(t.source(), "[workload] kind = \"paramsvc\" needs iterations");
-  }
-  if (w.kind != "paramsvc") {
-    for (const char* k : {"workers", "iterations", "elements"}) {
-      if (t.contains(k)) {
-        return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"paramsvc\" only");
-      }
-    }
-  }
-  if (w.kind != "paramsvc" && w.kind != "kv" && t.contains("mode")) {
-    return rd.Error(rd.Line(t, "mode"), "mode applies to kind = \"paramsvc\" and \"kv\" only");
   }
   return Status::Ok();
 }
@@ -376,31 +131,31 @@ Status ParseExpect(const Reader& rd, const toml::table& t, const std::string& wh
 }
 
 // Expectations that need a given workload kind.
-Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e,
-                   const std::string& kind) {
-  auto need = [&](bool has, const char* key, const char* k) -> Status {
+Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e, WorkloadKind kind) {
+  auto need = [&](bool has, const char* key, WorkloadKind k) -> Status {
     if (has && kind != k) {
-      return rd.Error(rd.Line(t, key),
-                      std::string(key) + " applies to kind = \"" + k + "\" workloads only");
+      return rd.Error(rd.Line(t, key), std::string(key) + " applies to kind = \"" +
+                                           WorkloadKindName(k) + "\" workloads only");
     }
     return Status::Ok();
   };
-  TESSERA_RETURN_IF_ERROR(need(e.identical_output.has_value(), "identical_output", "run"));
-  if (e.wrong_bytes && kind != "pagestore" && kind != "paramsvc" && kind != "kv") {
+  TESSERA_RETURN_IF_ERROR(
+      need(e.identical_output.has_value(), "identical_output", WorkloadKind::kRun));
+  if (e.wrong_bytes && kind == WorkloadKind::kRun) {
     return rd.Error(rd.Line(t, "wrong_bytes"),
                     "wrong_bytes applies to kind = \"pagestore\", \"paramsvc\" and \"kv\" "
                     "workloads only");
   }
   TESSERA_RETURN_IF_ERROR(
-      need(e.regenerated_within_s.has_value(), "regenerated_within_s", "pagestore"));
-  TESSERA_RETURN_IF_ERROR(
-      need(e.corruptions_repaired_all.has_value(), "corruptions_repaired_all", "pagestore"));
-  TESSERA_RETURN_IF_ERROR(
-      need(e.data_loss_exactly_affected.has_value(), "data_loss_exactly_affected", "pagestore"));
+      need(e.regenerated_within_s.has_value(), "regenerated_within_s", WorkloadKind::kPagestore));
+  TESSERA_RETURN_IF_ERROR(need(e.corruptions_repaired_all.has_value(), "corruptions_repaired_all",
+                               WorkloadKind::kPagestore));
+  TESSERA_RETURN_IF_ERROR(need(e.data_loss_exactly_affected.has_value(),
+                               "data_loss_exactly_affected", WorkloadKind::kPagestore));
   TESSERA_RETURN_IF_ERROR(need(e.max_loss_error_vs_prediction.has_value(),
-                               "max_loss_error_vs_prediction", "pagestore"));
-  TESSERA_RETURN_IF_ERROR(
-      need(e.slabs_back_to_baseline.has_value(), "slabs_back_to_baseline", "pagestore"));
+                               "max_loss_error_vs_prediction", WorkloadKind::kPagestore));
+  TESSERA_RETURN_IF_ERROR(need(e.slabs_back_to_baseline.has_value(), "slabs_back_to_baseline",
+                               WorkloadKind::kPagestore));
   return Status::Ok();
 }
 
@@ -419,17 +174,18 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
   if (f->at_s && *f->at_s >= s.duration_s) {
     return rd.Error(rd.Line(t, "at_s"), "at_s must be before duration_s");
   }
-  if (!f->at_event.empty() && s.workload.kind == "paramsvc" && f->at_event != "quarter-way" &&
-      f->at_event != "half-way") {
+  if (!f->at_event.empty() && s.workload.kind == WorkloadKind::kParamsvc &&
+      f->at_event != "quarter-way" && f->at_event != "half-way") {
     return rd.Error(rd.Line(t, "at_event"),
                     "a paramsvc workload has the events \"quarter-way\" and \"half-way\" (of "
                     "the model versions)");
   }
-  if (!f->at_event.empty() && s.workload.kind == "pagestore" && f->at_event != "loaded") {
+  if (!f->at_event.empty() && s.workload.kind == WorkloadKind::kPagestore &&
+      f->at_event != "loaded") {
     return rd.Error(rd.Line(t, "at_event"),
                     "a pagestore workload has one event, \"loaded\" (its pages are written)");
   }
-  if (!f->at_event.empty() && s.workload.kind == "kv" && f->at_event != "loaded") {
+  if (!f->at_event.empty() && s.workload.kind == WorkloadKind::kKv && f->at_event != "loaded") {
     return rd.Error(rd.Line(t, "at_event"),
                     "a kv workload has one event, \"loaded\" (its table is written)");
   }
@@ -445,7 +201,7 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
       {"evict", FaultAction::kEvict},   {"partition", FaultAction::kPartition},
       {"heal", FaultAction::kHeal},     {"restart", FaultAction::kRestart}};
   f->action = kActions.at(action);
-  if (f->action == FaultAction::kRestart && s.workload.kind != "pagestore") {
+  if (f->action == FaultAction::kRestart && s.workload.kind != WorkloadKind::kPagestore) {
     return rd.Error(rd.Line(t, "action"),
                     "restart needs a pagestore workload (its store joins the fresh server)");
   }
@@ -477,7 +233,7 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
       }
       break;
     case TargetKind::kAggregator:
-      if (s.workload.kind != "paramsvc") {
+      if (s.workload.kind != WorkloadKind::kParamsvc) {
         return rd.Error(tn->source(), "target aggregator needs a paramsvc workload");
       }
       if (f->action != FaultAction::kKill && f->action != FaultAction::kStop &&
@@ -486,12 +242,12 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
       }
       break;
     case TargetKind::kPage:
-      if (s.workload.kind != "pagestore") {
+      if (s.workload.kind != WorkloadKind::kPagestore) {
         return rd.Error(tn->source(), "target page:P needs a pagestore workload");
       }
-      if (f->target.n >= s.workload.pages) {
+      if (f->target.n >= s.workload.pagestore.pages) {
         return rd.Error(tn->source(), "target " + f->target.text + ": the workload has pages 0.." +
-                                          std::to_string(s.workload.pages - 1));
+                                          std::to_string(s.workload.pagestore.pages - 1));
       }
       break;
   }
@@ -585,17 +341,16 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
   TESSERA_ASSIGN_OR_RETURN(workload, rd.Table(root, "workload"));
   if (workload == nullptr) return rd.Error(1, "the scenario needs a [workload] table");
   std::map<std::string, int> seen;
-  TESSERA_RETURN_IF_ERROR(ParseWorkloadKeys(rd, *workload, "[workload]", &s.workload, &seen));
-  TESSERA_RETURN_IF_ERROR(CheckWorkload(rd, *workload, s.workload));
-  if (s.workload.kind == "kv" && !workload->contains("mode")) s.workload.mode = "kayak";
-  if (s.workload.kind == "kv" && s.workload.replicas > s.cluster.memservers) {
-    return rd.Error(rd.Line(*workload, "replicas"),
-                    "replicas (" + std::to_string(s.workload.replicas) +
-                        ") must be at most memservers (" + std::to_string(s.cluster.memservers) +
-                        ")");
-  }
-  if (s.workload.kind == "pagestore" && s.cluster.layout == "group") {
-    // Checked again by the runner against what the client supports.
+  WorkloadKeys keys;
+  TESSERA_RETURN_IF_ERROR(ParseWorkloadKeys(rd, *workload, "[workload]", &keys, &seen));
+  TESSERA_RETURN_IF_ERROR(CheckWorkload(rd, *workload, keys));
+  if (keys.kind == "kv" && !workload->contains("mode")) keys.mode = KvOptions().mode;
+  s.workload = ToSpec(keys);
+  if (s.workload.kind == WorkloadKind::kKv && s.workload.kv.replicas > s.cluster.memservers) {
+    return rd.Error(rd.Line(*workload, "replicas"), "replicas (" +
+                                                        std::to_string(s.workload.kv.replicas) +
+                                                        ") must be at most memservers (" +
+                                                        std::to_string(s.cluster.memservers) + ")");
   }
 
   if (const toml::node* f = root.get("fault")) {
@@ -690,11 +445,11 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
       if (qw->contains("kind")) {
         return rd.Error(rd.Line(*qw, "kind"), "[quick.workload] cannot change the kind");
       }
-      s.quick.workload = s.workload;
-      TESSERA_RETURN_IF_ERROR(ParseWorkloadKeys(rd, *qw, "[quick.workload]", &s.quick.workload,
-                                                &s.quick.workload_keys_line));
-      s.quick.workload.kind = s.workload.kind;
-      TESSERA_RETURN_IF_ERROR(CheckWorkload(rd, *qw, s.quick.workload));
+      WorkloadKeys quick_keys = keys;
+      TESSERA_RETURN_IF_ERROR(
+          ParseWorkloadKeys(rd, *qw, "[quick.workload]", &quick_keys, &s.quick.workload_keys_line));
+      TESSERA_RETURN_IF_ERROR(CheckWorkload(rd, *qw, quick_keys));
+      s.quick.workload = ToSpec(quick_keys);
     }
     const toml::table* qe = nullptr;
     TESSERA_ASSIGN_OR_RETURN(qe, rd.Table(*quick, "expect"));
@@ -714,7 +469,7 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
         return rd.Error(f.line, "with [quick], this fault's at_s (" + std::to_string(*f.at_s) +
                                     ") is not before duration_s");
       }
-      if (f.target.kind == TargetKind::kPage && f.target.n >= q.workload.pages) {
+      if (f.target.kind == TargetKind::kPage && f.target.n >= q.workload.pagestore.pages) {
         return rd.Error(f.line, "with [quick], target " + f.target.text + " is beyond the pages");
       }
     }
@@ -767,28 +522,7 @@ Scenario ApplyQuick(const Scenario& s) {
     merge(&q.expect, false);
     for (VariantSpec& v : q.variants) merge(&v.expect, true);
   }
-  const WorkloadSpec& w = s.quick.workload;
-  for (const auto& [key, line] : s.quick.workload_keys_line) {
-    if (key == "command") q.workload.command = w.command;
-    if (key == "local_memory") q.workload.local_memory = w.local_memory;
-    if (key == "pages") q.workload.pages = w.pages;
-    if (key == "qd") q.workload.qd = w.qd;
-    if (key == "read_ratio") q.workload.read_ratio = w.read_ratio;
-    if (key == "ops") q.workload.ops = w.ops;
-    if (key == "verify_at_end") q.workload.verify_at_end = w.verify_at_end;
-    if (key == "verify_passes") q.workload.verify_passes = w.verify_passes;
-    if (key == "workers") q.workload.workers = w.workers;
-    if (key == "iterations") q.workload.iterations = w.iterations;
-    if (key == "elements") q.workload.elements = w.elements;
-    if (key == "mode") q.workload.mode = w.mode;
-    if (key == "keys") q.workload.keys = w.keys;
-    if (key == "value_size") q.workload.value_size = w.value_size;
-    if (key == "replicas") q.workload.replicas = w.replicas;
-    if (key == "clients") q.workload.clients = w.clients;
-    if (key == "put_ratio") q.workload.put_ratio = w.put_ratio;
-    if (key == "invoke_ratio") q.workload.invoke_ratio = w.invoke_ratio;
-    if (key == "hops") q.workload.hops = w.hops;
-  }
+  if (!s.quick.workload_keys_line.empty()) q.workload = s.quick.workload;
   return q;
 }
 

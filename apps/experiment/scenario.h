@@ -43,29 +43,44 @@ struct ClusterSpec {
   int max_inflight_pages = 256;  // Client: pages in flight per I/O thread (pagestore).
 };
 
-struct WorkloadSpec {
-  std::string kind;  // run | pagestore | kv | paramsvc
-  // kind = run.
+// The kinds of workload, parsed once from `kind = "..."`; each kind has its own options below
+// and its own implementation under apps/experiment/workloads/.
+enum class WorkloadKind { kRun, kPagestore, kKv, kParamsvc };
+const char* WorkloadKindName(WorkloadKind k);
+// InvalidArgument naming the known kinds when `name` is none of them.
+Result<WorkloadKind> ParseWorkloadKind(const std::string& name);
+
+// kind = run: an unmodified program under `tessera run`.
+struct ProgramOptions {
   std::vector<std::string> command;  // ${data_dir}: the installed data (share/tessera).
   std::string local_memory = "50%";
-  // kind = pagestore.
+};
+
+// kind = pagestore: the in-process load generator on an erasure-coded store.
+struct PagestoreOptions {
   uint64_t pages = 0;
   int qd = 16;
   double read_ratio = 0.9;
   uint64_t ops = 0;           // 0: run until duration_s.
   bool verify_at_end = true;  // Read back and check every page when the load ends.
   int verify_passes = 1;      // Extra final passes (bit-flip scrubbing needs > 1).
-  // kind = paramsvc: `workers` training workers push deterministic gradients of one fp32
-  // tensor of `elements` values and pull the parameters until the model reaches version
-  // `iterations` (sync or async mode).
+};
+
+// kind = paramsvc: `workers` training workers push deterministic gradients of one fp32 tensor
+// of `elements` values and pull the parameters until the model reaches version `iterations`.
+enum class ParamsvcMode { kSync, kAsync };
+struct ParamsvcOptions {
   int workers = 2;
   uint64_t iterations = 0;
   uint64_t elements = 65536;
-  std::string mode = "sync";  // paramsvc: sync | async; kv: kv | rpc | pushback | kayak (default)
-  // kind = kv: a Kayak KV table of `keys` keys with `value_size`-byte values, `replicas`-way
-  // replicated, loaded before t = 0 (event "loaded"); then `clients` closed-loop threads issue
-  // GET, PUT (put_ratio) and Invoke (invoke_ratio: a built-in chase of `hops` hops) through one
-  // kayak::Client in `mode`. `ops` (0: until duration_s) and `verify_at_end` apply too.
+  ParamsvcMode mode = ParamsvcMode::kSync;
+};
+
+// kind = kv: a Kayak KV table of `keys` keys with `value_size`-byte values, `replicas`-way
+// replicated, loaded before t = 0 (event "loaded"); then `clients` closed-loop threads issue
+// GET, PUT (put_ratio) and Invoke (invoke_ratio: a built-in chase of `hops` hops) through one
+// kayak::Client whose controller runs in `mode`.
+struct KvOptions {
   uint64_t keys = 4096;
   uint64_t value_size = 128;
   int replicas = 1;
@@ -73,6 +88,19 @@ struct WorkloadSpec {
   double put_ratio = 0.3;
   double invoke_ratio = 0.2;
   int hops = 4;
+  std::string mode = "kayak";  // kayak::ParseMode: kv | rpc | pushback | kayak
+  uint64_t ops = 0;            // 0: run until duration_s.
+  bool verify_at_end = true;   // Read every key back when the load ends.
+};
+
+// The [workload] table: its kind, and the options of that kind (the others keep their
+// defaults and are not used).
+struct WorkloadSpec {
+  WorkloadKind kind = WorkloadKind::kPagestore;
+  ProgramOptions run;
+  PagestoreOptions pagestore;
+  ParamsvcOptions paramsvc;
+  KvOptions kv;
 };
 
 enum class FaultAction {
@@ -143,7 +171,7 @@ struct QuickSpec {
   std::optional<double> duration_s;
   double time_scale = 1.0;
   std::map<std::string, int> workload_keys_line;  // which workload keys were overridden
-  WorkloadSpec workload;                          // Only the keys in workload_keys_line apply.
+  WorkloadSpec workload;  // The scenario's workload with [quick.workload]'s keys applied.
   ExpectSpec expect;  // [quick.expect]: bounds that replace the scenario's at the quick size.
   bool has_expect = false;
   bool present = false;

@@ -252,7 +252,7 @@ std::string PartitionScenario(const std::string& duration, bool heal) {
   std::string s = kPartition;
   s.replace(s.find("DURATION"), 8, duration);
   s.replace(s.find("HEAL"), 4,
-            heal ? "[[fault]]\nat_s = 2.5\naction = \"heal\"\ntarget = \"server:0\"\n" : "");
+            heal ? "[[fault]]\nat_s = 4.5\naction = \"heal\"\ntarget = \"server:0\"\n" : "");
   return s;
 }
 
@@ -262,7 +262,10 @@ TEST(ExperimentCliTest, PartitionIsRemovedAfterTheRun) {
   TempDir dir;
   Partition probe("/tmp/tessera-experiment-test.lock");
   const bool real = probe.Available().ok();
-  std::string path = Write(dir, "p.toml", PartitionScenario("4", true));
+  // The partition lasts 4 s: the earliest verdict on a silent server comes 1 s of silence plus
+  // 1 s of sustained suspicion plus a failed probe after the cut, so a 2 s partition could be
+  // healed before it on a busy machine (the server then counts as recovered, never failed).
+  std::string path = Write(dir, "p.toml", PartitionScenario("6", true));
   const std::string out = dir.path() + "/out";
   ToolResult r = Experiment({"run", path, "--quick", "--out", out, "--lock_wait_s=20"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -7,6 +7,7 @@
 
 #include "apps/experiment/builtin.h"
 #include "apps/experiment/runner.h"
+#include "apps/experiment/workload.h"
 
 namespace tessera::experiment {
 namespace {
@@ -72,10 +73,10 @@ TEST(ScenarioTest, ParsesEveryKey) {
   EXPECT_EQ(s.seed, 3u);
   EXPECT_EQ(s.cluster.memservers, 8);
   EXPECT_EQ(s.cluster.racks, 2);
-  EXPECT_EQ(s.workload.kind, "pagestore");
-  EXPECT_EQ(s.workload.pages, 1024u);
-  EXPECT_EQ(s.workload.qd, 8);
-  EXPECT_DOUBLE_EQ(s.workload.read_ratio, 0.5);
+  EXPECT_EQ(s.workload.kind, WorkloadKind::kPagestore);
+  EXPECT_EQ(s.workload.pagestore.pages, 1024u);
+  EXPECT_EQ(s.workload.pagestore.qd, 8);
+  EXPECT_DOUBLE_EQ(s.workload.pagestore.read_ratio, 0.5);
   ASSERT_EQ(s.faults.size(), 2u);
   EXPECT_EQ(s.faults[0].action, FaultAction::kKill);
   EXPECT_EQ(s.faults[0].target.kind, TargetKind::kRack);
@@ -86,8 +87,8 @@ TEST(ScenarioTest, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(*s.expect.regenerated_within_s, 5);
   Scenario q = ApplyQuick(s);
   EXPECT_DOUBLE_EQ(q.duration_s, 4);
-  EXPECT_EQ(q.workload.pages, 256u);
-  EXPECT_EQ(q.workload.qd, 8);  // Not overridden.
+  EXPECT_EQ(q.workload.pagestore.pages, 256u);
+  EXPECT_EQ(q.workload.pagestore.qd, 8);  // Not overridden.
   EXPECT_DOUBLE_EQ(*q.faults[0].at_s, 1.0);
   EXPECT_DOUBLE_EQ(q.faults[1].duration_s, 0.75);
 }
@@ -242,12 +243,15 @@ TEST(ScenarioTest, KvWorkloadKeysAreChecked) {
                                  "clients = 3\nput_ratio = 0.5\ninvoke_ratio = 0.1\nhops = 2\n",
                           "f.toml");
   ASSERT_TRUE(kv.ok()) << kv.status();
-  EXPECT_EQ(kv->workload.keys, 100u);
-  EXPECT_EQ(kv->workload.value_size, 64u);
-  EXPECT_EQ(kv->workload.replicas, 2);
-  EXPECT_EQ(kv->workload.clients, 3);
-  EXPECT_EQ(kv->workload.hops, 2);
-  EXPECT_EQ(kv->workload.mode, "kayak");  // the default mode for kv
+  EXPECT_EQ(kv->workload.kind, WorkloadKind::kKv);
+  EXPECT_EQ(kv->workload.kv.keys, 100u);
+  EXPECT_EQ(kv->workload.kv.value_size, 64u);
+  EXPECT_EQ(kv->workload.kv.replicas, 2);
+  EXPECT_EQ(kv->workload.kv.clients, 3);
+  EXPECT_EQ(kv->workload.kv.hops, 2);
+  EXPECT_DOUBLE_EQ(kv->workload.kv.put_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(kv->workload.kv.invoke_ratio, 0.1);
+  EXPECT_EQ(kv->workload.kv.mode, "kayak");  // the default mode for kv
   EXPECT_TRUE(CheckRunnable(*kv).ok()) << CheckRunnable(*kv);
   ExpectError(head + "kind = \"kv\"\nmode = \"sync\"\n", 9,
               "mode for kind = \"kv\" must be one of kv, rpc, pushback, kayak");
@@ -280,6 +284,71 @@ TEST(ScenarioTest, KvWorkloadKeysAreChecked) {
                            "f.toml");
   ASSERT_TRUE(lay.ok()) << lay.status();
   EXPECT_EQ(CheckRunnable(*lay).code(), StatusCode::kUnsupported);
+}
+
+// The kind is parsed once into an enum; an unknown one is refused naming the known kinds, and
+// every kind has its implementation registered.
+TEST(ScenarioTest, WorkloadKindsParseOnceAndEachHasAType) {
+  for (WorkloadKind k :
+       {WorkloadKind::kRun, WorkloadKind::kPagestore, WorkloadKind::kKv, WorkloadKind::kParamsvc}) {
+    auto parsed = ParseWorkloadKind(WorkloadKindName(k));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, k);
+    EXPECT_EQ(TypeOf(k).kind, k) << WorkloadKindName(k);
+  }
+  auto bad = ParseWorkloadKind("swap");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("kind must be one of run, pagestore, kv, paramsvc, got "
+                                        "'swap'"),
+            std::string::npos)
+      << bad.status();
+  ExpectError(Edit("kind = \"pagestore\"", "kind = \"swap\""), 10,
+              "kind must be one of run, pagestore, kv, paramsvc, got 'swap'");
+  ExpectError(Edit("kind = \"pagestore\"", "kind = 3"), 10, "kind must be a string");
+}
+
+// Each kind has its own options: `mode` is the training mode of a paramsvc workload and the
+// controller mode of a kv workload, and [quick.workload] overrides the kind's own keys.
+TEST(ScenarioTest, EachKindHasItsOwnOptions) {
+  const std::string head =
+      "name = \"t\"\nduration_s = 5\n[cluster]\nmemservers = 4\nk = 2\nr = 1\n[workload]\n";
+  auto ps = ParseScenario(head +
+                              "kind = \"paramsvc\"\niterations = 40\nworkers = 3\n"
+                              "elements = 1024\nmode = \"async\"\n[quick.workload]\n"
+                              "iterations = 8\n",
+                          "f.toml");
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  EXPECT_EQ(ps->workload.kind, WorkloadKind::kParamsvc);
+  EXPECT_EQ(ps->workload.paramsvc.iterations, 40u);
+  EXPECT_EQ(ps->workload.paramsvc.workers, 3);
+  EXPECT_EQ(ps->workload.paramsvc.elements, 1024u);
+  EXPECT_EQ(ps->workload.paramsvc.mode, ParamsvcMode::kAsync);
+  EXPECT_EQ(ps->workload.kv.mode, "kayak");  // Untouched: not this kind's.
+  const Scenario q = ApplyQuick(*ps);
+  EXPECT_EQ(q.workload.paramsvc.iterations, 8u);
+  EXPECT_EQ(q.workload.paramsvc.mode, ParamsvcMode::kAsync);  // Not overridden.
+  EXPECT_EQ(q.workload.paramsvc.workers, 3);
+
+  auto kv = ParseScenario(head +
+                              "kind = \"kv\"\nmode = \"rpc\"\nops = 500\n"
+                              "verify_at_end = false\n",
+                          "f.toml");
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->workload.kv.mode, "rpc");
+  EXPECT_EQ(kv->workload.kv.ops, 500u);
+  EXPECT_FALSE(kv->workload.kv.verify_at_end);
+  EXPECT_EQ(kv->workload.paramsvc.mode, ParamsvcMode::kSync);  // Untouched: not this kind's.
+  EXPECT_EQ(kv->workload.pagestore.ops, 0u);
+
+  auto run = ParseScenario(head +
+                               "kind = \"run\"\ncommand = [\"true\", \"${data_dir}/x\"]\n"
+                               "local_memory = \"25%\"\n",
+                           "f.toml");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->workload.run.local_memory, "25%");
+  EXPECT_EQ(ExpandCommand(run->workload.run.command, "/d"),
+            (std::vector<std::string>{"true", "/d/x"}));
 }
 
 }  // namespace

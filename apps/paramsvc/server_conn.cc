@@ -1,0 +1,388 @@
+// The connections of the Parameter Service server: accepting them, authenticating them,
+// reading their requests and answering the control requests (register, join, barrier,
+// release, set, status); pushes and pulls go to the partitions' cores.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "apps/paramsvc/server_impl.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "fabric/auth.h"
+#include "fabric/credential.h"
+
+namespace tessera::paramsvc {
+
+void Server::Impl::ConnLoop(std::shared_ptr<Conn> conn) {
+  Header h;
+  std::vector<uint8_t> payload;
+  bool authed = false;
+  fabric::HandshakeTranscript tr;
+  bool hello = false;
+  while (!stop.load() && !conn->dead.load()) {
+    Status s = ReadFrame(conn->fd.get(), &h, &payload);
+    if (!s.ok()) {
+      if (s.code() == StatusCode::kProtocolError) {
+        TLOG(WARNING) << "paramsvc: closing a connection: " << s.message();
+        conn->SendError(0, 0, 0, s);
+      }
+      break;
+    }
+    if (h.status != 0) {
+      conn->SendError(h.op, h.job, h.request_id, ProtocolError("a request carries a status"));
+      continue;
+    }
+    const Op op = static_cast<Op>(h.op);
+    if (!authed) {
+      if (op == Op::kHello && payload.size() == 40) {
+        std::memcpy(tr.client_nonce.data(), payload.data(), 32);
+        tr.client_id = Get64(payload.data() + 32);
+        tr.server_id = server_id;
+        if (!fabric::RandomBytes(tr.server_nonce).ok()) break;
+        uint8_t out[40];
+        std::memcpy(out, tr.server_nonce.data(), 32);
+        Put64(out + 32, server_id);
+        conn->Send(h.op, 0, h.request_id, out);
+        hello = true;
+        continue;
+      }
+      if (op == Op::kAuth && hello && payload.size() == 32) {
+        fabric::Mac mac;
+        std::memcpy(mac.data(), payload.data(), 32);
+        // Any credential issued from the cluster secret (fabric/credential.h): a client
+        // token, an admin token or the secret itself.
+        std::optional<fabric::VerifiedClient> who = fabric::VerifyClientMac(opt.secret, tr, mac);
+        if (!who) {
+          conn->SendError(h.op, 0, h.request_id,
+                          PermissionDenied("authentication failed: the credential for client "
+                                           "id ",
+                                           tr.client_id,
+                                           " was not issued from this "
+                                           "service's cluster secret"));
+          break;
+        }
+        authed = true;
+        const fabric::Mac sm = fabric::ServerMac(who->key, tr);
+        conn->Send(h.op, 0, h.request_id, sm);
+        continue;
+      }
+      conn->SendError(h.op, h.job, h.request_id,
+                      PermissionDenied(OpName(h.op), " before authentication (HELLO, AUTH first)"));
+      break;
+    }
+    Handle(conn, h, std::move(payload));
+    payload = {};
+  }
+  conn->Close();
+  conn->dead = true;
+  ::shutdown(conn->fd.get(), SHUT_RDWR);
+}
+
+Result<std::pair<std::shared_ptr<Server::Impl::Job>, Server::Impl::Partition*>>
+Server::Impl::Resolve(uint32_t job_id, uint32_t part) {
+  std::shared_ptr<Job> job = FindJob(job_id);
+  if (!job) return NotFound("unknown job ", job_id);
+  if (part >= job->parts.size()) {
+    return OutOfRange("job ", job_id, " ('", job->spec.name, "') has ", job->parts.size(),
+                      " partitions, not ", part, "+1");
+  }
+  return std::make_pair(job, job->parts[part].get());
+}
+
+void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
+                          std::vector<uint8_t> payload) {
+  const uint8_t op = h.op;
+  auto fail = [&](const Status& s) { conn->SendError(op, h.job, h.request_id, s); };
+  switch (static_cast<Op>(op)) {
+    case Op::kError:
+      return fail(ProtocolError("ERROR is a reply, not a request"));
+    case Op::kHello:
+    case Op::kAuth:
+      return fail(ProtocolError(OpName(op), " after authentication"));
+    case Op::kRegister: {
+      auto spec = JobSpec::Decode(payload);
+      if (!spec.ok()) return fail(spec.status());
+      auto layout = Register(std::move(*spec));
+      if (!layout.ok()) return fail(layout.status());
+      const auto bytes = layout->Encode();
+      conn->Send(op, layout->job, h.request_id, bytes);
+      return;
+    }
+    case Op::kPush: {
+      auto r = PushRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      auto jp = Resolve(h.job, r->partition);
+      if (!jp.ok()) return fail(jp.status());
+      auto& [job, p] = *jp;
+      if (r->worker >= job->spec.workers) {
+        return fail(InvalidArgument("worker ", r->worker, " but job '", job->spec.name, "' has ",
+                                    job->spec.workers, " workers"));
+      }
+      if (r->dtype != p->dtype) {
+        return fail(InvalidArgument("push of ", DTypeName(r->dtype), " to tensor '",
+                                    job->spec.tensors[p->info.tensor].name, "' (",
+                                    DTypeName(p->dtype), ")"));
+      }
+      if (r->count != p->info.count) {
+        return fail(InvalidArgument("push of ", r->count, " elements to partition ", r->partition,
+                                    " of ", p->info.count, " elements"));
+      }
+      auto t = std::make_unique<Task>();
+      t->kind = Task::kPush;
+      t->job = job;
+      t->p = p;
+      t->conn = conn;
+      t->rid = h.request_id;
+      t->bytes = r->data.size();
+      t->push = *r;
+      t->frame = std::move(payload);  // The span stays valid: the buffer moved, not copied.
+      Enqueue(p->core.load(), std::move(t));
+      return;
+    }
+    case Op::kPull: {
+      auto r = PullRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      auto jp = Resolve(h.job, r->partition);
+      if (!jp.ok()) return fail(jp.status());
+      auto& [job, p] = *jp;
+      if (r->dtype != p->dtype && r->dtype != DType::kF32) {
+        return fail(InvalidArgument("pull of tensor '", job->spec.tensors[p->info.tensor].name,
+                                    "' (", DTypeName(p->dtype), ") as ", DTypeName(r->dtype),
+                                    " (its dtype or fp32)"));
+      }
+      auto t = std::make_unique<Task>();
+      t->kind = Task::kPull;
+      t->job = job;
+      t->p = p;
+      t->conn = conn;
+      t->rid = h.request_id;
+      t->bytes = 4ull * p->info.count;
+      t->pull = *r;
+      Enqueue(p->core.load(), std::move(t));
+      return;
+    }
+    case Op::kSetParams: {
+      auto r = SetParamsRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      auto jp = Resolve(h.job, r->partition);
+      if (!jp.ok()) return fail(jp.status());
+      auto& [job, p] = *jp;
+      if ((r->dtype != p->dtype && r->dtype != DType::kF32) || r->count != p->info.count) {
+        return fail(InvalidArgument("initial values for partition ", r->partition, ": ", r->count,
+                                    " ", DTypeName(r->dtype), " elements, expected ", p->info.count,
+                                    " ", DTypeName(p->dtype), " or fp32"));
+      }
+      auto t = std::make_unique<Task>();
+      t->kind = Task::kSet;
+      t->job = job;
+      t->p = p;
+      t->conn = conn;
+      t->rid = h.request_id;
+      t->bytes = r->data.size();
+      t->set = *r;
+      t->frame = std::move(payload);
+      Enqueue(p->core.load(), std::move(t));
+      return;
+    }
+    case Op::kBarrier: {
+      auto r = BarrierRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      std::shared_ptr<Job> job = FindJob(h.job);
+      if (!job) return fail(NotFound("unknown job ", h.job));
+      if (r->worker >= job->spec.workers) {
+        return fail(InvalidArgument("worker ", r->worker, " but job '", job->spec.name, "' has ",
+                                    job->spec.workers, " workers"));
+      }
+      std::vector<BarrierWaiter> release;
+      {
+        std::lock_guard<std::mutex> l(job->bmu);
+        auto& b = job->barriers[r->iteration];
+        if (b.seen.empty()) b.seen.assign(job->spec.workers, 0);
+        if (b.seen[r->worker]) {
+          return fail(
+              InvalidArgument("worker ", r->worker, " is already in barrier ", r->iteration));
+        }
+        b.seen[r->worker] = 1;
+        b.waiters.push_back({conn, h.request_id, MonotonicNs() + r->timeout_ms * 1000000ull});
+        if (++b.count == job->spec.workers) {
+          release = std::move(b.waiters);
+          job->barriers.erase(r->iteration);
+        }
+      }
+      for (auto& w : release) w.conn->Send(op, h.job, w.rid);
+      return;
+    }
+    case Op::kStatus: {
+      const std::string s = StatusJson();
+      conn->Send(op, 0, h.request_id, {reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+      return;
+    }
+    case Op::kRelease: {
+      std::shared_ptr<Job> job;
+      {
+        std::lock_guard<std::mutex> l(jobs_mu);
+        auto it = jobs.find(h.job);
+        if (it == jobs.end()) return fail(NotFound("unknown job ", h.job));
+        job = it->second;
+        job_by_name.erase(job->spec.name);
+        jobs.erase(it);
+      }
+      job->released = true;
+      for (auto& p : job->parts) {
+        std::lock_guard<std::mutex> l(p->mu);
+        for (auto& w : p->waiters) {
+          w.conn->SendError(static_cast<uint8_t>(Op::kPull), job->id, w.rid,
+                            NotFound("job ", job->id, " was released"));
+        }
+        p->waiters.clear();
+      }
+      if (opt.checkpoint) opt.checkpoint->DropJob(job->id);
+      TLOG(INFO) << "paramsvc: job " << job->id << " ('" << job->spec.name << "') released";
+      conn->Send(op, h.job, h.request_id);
+      return;
+    }
+    case Op::kMigrate: {
+      auto r = MigrateRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      if (r->core >= cores.size()) {
+        return fail(OutOfRange("core ", r->core, " (the service has ", cores.size(), ")"));
+      }
+      auto jp = Resolve(h.job, r->partition);
+      if (!jp.ok()) return fail(jp.status());
+      Migrate(*jp->second, static_cast<int>(r->core));
+      conn->Send(op, h.job, h.request_id);
+      return;
+    }
+    case Op::kCores: {
+      auto r = CoresRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      if (r->max_cores > cores.size()) {
+        return fail(OutOfRange("max_cores ", r->max_cores, " above the ", cores.size(),
+                               " cores this service was started with"));
+      }
+      max_cores = static_cast<int>(r->max_cores);
+      elastic = r->elastic != 0;
+      conn->Send(op, 0, h.request_id);
+      return;
+    }
+  }
+  fail(ProtocolError("unknown op ", int{op}));
+}
+
+Result<JobLayout> Server::Impl::Register(JobSpec spec) {
+  std::lock_guard<std::mutex> l(jobs_mu);
+  auto it = job_by_name.find(spec.name);
+  if (it != job_by_name.end()) {
+    const auto& job = jobs.at(it->second);
+    if (!job->spec.SameModel(spec)) {
+      return AlreadyExists("job '", spec.name,
+                           "' exists with a different model, worker count, mode or optimizer");
+    }
+    JobLayout lay;
+    lay.job = job->id;
+    for (const auto& p : job->parts) lay.partitions.push_back(p->info);
+    return lay;
+  }
+  const uint32_t id = next_job++;
+  auto job = MakeJob(id, std::move(spec), {});
+  if (!job.ok()) return job.status();
+  JobLayout lay;
+  lay.job = id;
+  for (const auto& p : (*job)->parts) lay.partitions.push_back(p->info);
+  jobs[id] = *job;
+  job_by_name[(*job)->spec.name] = id;
+  if (opt.checkpoint) opt.checkpoint->SaveJob(id, (*job)->spec);
+  TLOG(INFO) << "paramsvc: job " << id << " ('" << (*job)->spec.name
+             << "') registered: " << (*job)->spec.workers << " workers, "
+             << ModeName((*job)->spec.mode) << ", " << lay.partitions.size() << " partitions";
+  return lay;
+}
+
+// jobs_mu held.
+Result<std::shared_ptr<Server::Impl::Job>> Server::Impl::MakeJob(
+    uint32_t id, JobSpec spec, std::vector<PartitionState> states) {
+  auto job = std::make_shared<Job>();
+  job->id = id;
+  job->spec = std::move(spec);
+  const auto infos = PartitionModel(job->spec);
+  if (!states.empty() && states.size() != infos.size()) {
+    return InvalidArgument("restore of job ", id, ": ", states.size(), " partition states for ",
+                           infos.size(), " partitions");
+  }
+  // Place new partitions: a static server round-robins over all its cores; an elastic one
+  // starts them on the active core with the fewest partitions (the rebalancer repacks).
+  std::vector<int> count(cores.size(), 0);
+  for (const auto& [_, j] : jobs) {
+    for (const auto& p : j->parts) count[p->core.load()]++;
+  }
+  const int act = std::max(1, active.load());
+  for (uint32_t i = 0; i < infos.size(); ++i) {
+    auto p = std::make_unique<Partition>();
+    p->job = job.get();
+    p->index = i;
+    p->info = infos[i];
+    p->dtype = job->spec.tensors[infos[i].tensor].dtype;
+    if (!states.empty()) {
+      if (states[i].param.size() != infos[i].count) {
+        return InvalidArgument("restore of job ", id, ": partition ", i, " has ",
+                               states[i].param.size(), " elements, expected ", infos[i].count);
+      }
+      p->st = std::move(states[i]);
+    } else {
+      p->st.param.assign(infos[i].count, 0.0f);
+    }
+    p->acc.assign(infos[i].count, 0.0f);
+    p->pushed.assign(job->spec.workers, 0);
+    int core;
+    if (!elastic.load()) {
+      core = static_cast<int>(rr++ % static_cast<uint64_t>(max_cores.load()));
+    } else {
+      core = static_cast<int>(std::min_element(count.begin(), count.begin() + act) - count.begin());
+    }
+    count[core]++;
+    p->core = core;
+    job->parts.push_back(std::move(p));
+  }
+  return job;
+}
+
+void Server::Impl::AcceptLoop() {
+  while (!stop.load()) {
+    pollfd pfd[2] = {{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
+    if (::poll(pfd, 2, -1) < 0) continue;
+    if (stop.load()) return;
+    if (!(pfd[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    SetSocketTimeouts(fd, 0, 30000);
+    auto conn = std::make_shared<Conn>();
+    conn->fd.Reset(fd);
+    Conn* raw_conn = conn.get();
+    conn->writer = std::thread([raw_conn] { raw_conn->WriterLoop(); });
+    std::lock_guard<std::mutex> l(conns_mu);
+    // Reap finished connection threads.
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (it->first->dead.load() && it->second.joinable()) {
+        it->second.join();
+        it = conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (conns.size() >= opt.max_connections) {
+      conn->SendError(0, 0, 0, ResourceExhausted("too many connections"));
+      conn->Close();
+      continue;
+    }
+    conns.emplace_back(conn, std::thread([this, conn] { ConnLoop(conn); }));
+  }
+}
+
+}  // namespace tessera::paramsvc

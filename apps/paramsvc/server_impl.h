@@ -1,0 +1,262 @@
+// The Parameter Service server's internals, shared by its files by concern: server.cc (the
+// public Server, status), server_cores.cc (the aggregation cores: pushes, pulls, optimizer
+// steps, migration), server_conn.cc (connections and their requests), server_timers.cc (pull
+// deadlines, elastic packing, checkpoints). Internal to apps/paramsvc/server*.cc.
+//
+// Threads: as in server.h; each struct says what guards it.
+#pragma once
+
+#include <sys/socket.h>
+#include <time.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/paramsvc/io.h"
+#include "apps/paramsvc/packing.h"
+#include "apps/paramsvc/server.h"
+#include "common/fd.h"
+
+namespace tessera::paramsvc {
+namespace server_internal {
+
+// One client connection. Replies are queued and written by the connection's own writer thread,
+// so an aggregation core never blocks on a slow reader (a descheduled worker would otherwise
+// stall every other job's partitions on that core).
+struct Conn {
+  // A queued reply: its header, a payload of its own and/or a shared one (a partition's pull
+  // snapshot, sent to every worker that pulls that version without being copied again).
+  struct Out {
+    Header h;
+    std::vector<uint8_t> own;
+    std::shared_ptr<const std::vector<uint8_t>> shared;
+  };
+  UniqueFd fd;
+  std::atomic<bool> dead{false};
+  std::mutex qmu;
+  std::condition_variable qcv;
+  std::deque<Out> out;
+  bool closing = false;
+  std::thread writer;
+
+  void Queue(Out o) {
+    {
+      std::lock_guard<std::mutex> l(qmu);
+      if (dead.load() || closing) return;
+      out.push_back(std::move(o));
+    }
+    qcv.notify_one();
+  }
+  void Send(uint8_t op, uint32_t job, uint64_t rid, std::span<const uint8_t> a = {}) {
+    Queue({Header{op, 0, 0, job, rid}, std::vector<uint8_t>(a.begin(), a.end()), nullptr});
+  }
+  void SendShared(uint8_t op, uint32_t job, uint64_t rid,
+                  std::shared_ptr<const std::vector<uint8_t>> body) {
+    Queue({Header{op, 0, 0, job, rid}, {}, std::move(body)});
+  }
+  void SendError(uint8_t op, uint32_t job, uint64_t rid, const Status& s) {
+    const std::string& m = s.message();
+    Queue({Header{op, static_cast<uint16_t>(s.code()), 0, job, rid},
+           std::vector<uint8_t>(m.begin(), m.end()), nullptr});
+  }
+  void WriterLoop() {
+    while (true) {
+      Out o;
+      {
+        std::unique_lock<std::mutex> l(qmu);
+        qcv.wait(l, [&] { return closing || !out.empty(); });
+        if (out.empty()) return;  // Closing and drained.
+        o = std::move(out.front());
+        out.pop_front();
+      }
+      if (dead.load()) continue;
+      std::span<const uint8_t> b;
+      if (o.shared) b = *o.shared;
+      if (!WriteFrame(fd.get(), o.h, o.own, b).ok()) {
+        dead = true;
+        ::shutdown(fd.get(), SHUT_RDWR);
+      }
+    }
+  }
+  // Flushes what is queued (bounded by the socket's send timeout) and stops the writer.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> l(qmu);
+      closing = true;
+    }
+    qcv.notify_all();
+    if (writer.joinable()) writer.join();
+  }
+};
+
+struct PullWaiter {
+  std::shared_ptr<Conn> conn;
+  uint64_t rid = 0;
+  PullRequest req;
+  uint64_t deadline_ns = 0;
+};
+
+struct Job;
+
+struct Partition {
+  Job* job = nullptr;
+  uint32_t index = 0;
+  PartitionInfo info;
+  DType dtype = DType::kF32;
+
+  std::mutex mu;
+  PartitionState st;
+  std::vector<float> acc;       // Current round's gradient sum
+  std::vector<float> late_acc;  // Bounded mode: sum of late pushes
+  uint32_t round_pushes = 0;
+  uint32_t late_pushes = 0;
+  std::vector<uint8_t> pushed;  // Sync: worker pushed in this round
+  std::vector<PullWaiter> waiters;
+  JobCounters c;
+  bool dirty = false;
+  // Pull snapshots per dtype and the version each holds (reset when values change
+  // without a version change: SetParams).
+  std::shared_ptr<const std::vector<uint8_t>> snap[kNumDTypes];
+  uint64_t snap_version[kNumDTypes] = {};
+
+  std::atomic<int> core{0};
+  std::atomic<int> target{-1};
+  std::atomic<uint64_t> bytes{0};
+  uint64_t last_bytes = 0;
+  double rate = 0;  // bytes/s EWMA
+};
+
+struct BarrierWaiter {
+  std::shared_ptr<Conn> conn;
+  uint64_t rid = 0;
+  uint64_t deadline_ns = 0;
+};
+
+struct Job {
+  uint32_t id = 0;
+  JobSpec spec;
+  std::vector<std::unique_ptr<Partition>> parts;
+  std::atomic<bool> released{false};
+  std::mutex bmu;
+  struct Barrier {
+    std::vector<uint8_t> seen;
+    uint32_t count = 0;
+    std::vector<BarrierWaiter> waiters;
+  };
+  std::map<uint64_t, Barrier> barriers;
+};
+
+struct Task {
+  enum Kind : uint8_t { kPush, kPull, kSet } kind = kPush;
+  std::shared_ptr<Job> job;
+  Partition* p = nullptr;
+  std::shared_ptr<Conn> conn;
+  uint64_t rid = 0;
+  std::vector<uint8_t> frame;
+  PushRequest push;
+  PullRequest pull;
+  SetParamsRequest set;
+  uint64_t bytes = 0;
+};
+
+struct Core {
+  std::mutex mu;
+  std::condition_variable cv;
+  // Shortest first, then arrival.
+  std::multimap<std::pair<uint64_t, uint64_t>, std::unique_ptr<Task>> q;
+  uint64_t seq = 0;
+  std::thread th;
+  std::atomic<uint64_t> busy_ns{0};
+  clockid_t cpu_clock{};
+  std::atomic<bool> has_clock{false};
+};
+
+}  // namespace server_internal
+
+struct Server::Impl {
+  using Conn = server_internal::Conn;
+  using PullWaiter = server_internal::PullWaiter;
+  using Job = server_internal::Job;
+  using Partition = server_internal::Partition;
+  using BarrierWaiter = server_internal::BarrierWaiter;
+  using Task = server_internal::Task;
+  using Core = server_internal::Core;
+
+  ServerOptions opt;
+  UniqueFd listen_fd;
+  UniqueFd wake_fd;
+  uint16_t port = 0;
+  uint64_t server_id = 0;
+  std::atomic<bool> stop{false};
+
+  mutable std::mutex jobs_mu;
+  std::map<uint32_t, std::shared_ptr<Job>> jobs;
+  std::map<std::string, uint32_t> job_by_name;
+  uint32_t next_job = 1;
+  uint64_t rr = 0;  // Round-robin placement of a static server
+
+  std::vector<std::unique_ptr<Core>> cores;
+  std::atomic<int> active{0};
+  std::atomic<int> max_cores{1};
+  std::atomic<bool> elastic{true};
+  int shrink_streak = 0;
+  double ns_per_byte = 0;
+  std::atomic<uint64_t> core_us{0};  // Active core-microseconds
+
+  std::thread acceptor, timer, ckpt;
+  std::mutex conns_mu;
+  std::vector<std::pair<std::shared_ptr<Conn>, std::thread>> conns;
+
+  std::mutex ckpt_mu;
+  std::condition_variable ckpt_cv;
+  bool ckpt_pending = false;
+
+  // ---- aggregation cores (server_cores.cc) ----
+  std::shared_ptr<Job> FindJob(uint32_t id);
+  void Enqueue(int core, std::unique_ptr<Task> t);
+  void NotifyCheckpoint();
+  static void RecordStaleness(Partition& p, uint64_t s, uint32_t bound_buckets);
+  // Applies acc * scale with the job's optimizer; version + 1. p.mu held.
+  void ApplyUpdate(Partition& p, float scale);
+  // Pull replies of one version share one snapshot of the parameters (in the requested
+  // dtype), built on the first pull of that version.
+  void SendPull(Partition& p, const std::shared_ptr<Conn>& conn, uint64_t rid, DType dtype);
+  void ServeWaiters(Partition& p);
+  void ProcessPush(Task& t);
+  void ProcessPull(Task& t);
+  void ProcessSet(Task& t);
+  void CoreLoop(int me);
+  // Moves p to `core` now when it is at an iteration boundary, else when its round closes.
+  void Migrate(Partition& p, int core);
+
+  // ---- connections (server_conn.cc) ----
+  void ConnLoop(std::shared_ptr<Conn> conn);
+  Result<std::pair<std::shared_ptr<Job>, Partition*>> Resolve(uint32_t job_id, uint32_t part);
+  void Handle(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
+  Result<JobLayout> Register(JobSpec spec);
+  // jobs_mu held.
+  Result<std::shared_ptr<Job>> MakeJob(uint32_t id, JobSpec spec,
+                                       std::vector<PartitionState> states);
+  void AcceptLoop();
+
+  // ---- timers, packing, checkpoints (server_timers.cc) ----
+  void TimerLoop();
+  std::vector<std::shared_ptr<Job>> AllJobs();
+  void ExpireWaiters(uint64_t now);
+  void Rebalance(uint64_t dt_ns, std::vector<uint64_t>* last_busy);
+  static int CountActive(const std::vector<Partition*>& parts);
+  void CheckpointLoop();
+
+  // ---- status (server.cc) ----
+  std::string StatusJson();
+  static JobCounters Sum(Job& job);
+};
+
+}  // namespace tessera::paramsvc
