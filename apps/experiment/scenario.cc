@@ -162,12 +162,20 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e, 
 Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, FaultSpec* f) {
   TESSERA_RETURN_IF_ERROR(rd.Keys(
       t, "[[fault]]",
-      {"at_s", "at_event", "action", "target", "count", "delay", "duration_s", "bits", "slabs"}));
+      {"at_s", "at_event", "action", "target", "count", "delay", "duration_s", "bits", "slabs",
+       "after_recovery"}));
   f->line = static_cast<int>(t.source().begin.line);
   std::optional<double> at;
   TRY_ASSIGN(at, rd.Num(t, "at_s", 0, 1e6));
   if (at) f->at_s = at;
   TRY_ASSIGN(f->at_event, rd.Str(t, "at_event"));
+  std::optional<bool> after_recovery;
+  TRY_ASSIGN(after_recovery, rd.Bool(t, "after_recovery"));
+  f->after_recovery = after_recovery.value_or(false);
+  if (f->after_recovery && s.workload.kind != WorkloadKind::kPagestore) {
+    return rd.Error(rd.Line(t, "after_recovery"),
+                    "after_recovery needs a pagestore workload (the store whose recovery it waits for)");
+  }
   if (f->at_s.has_value() == !f->at_event.empty()) {
     return rd.Error(t.source(), "[[fault]] needs exactly one of at_s or at_event");
   }

@@ -135,6 +135,10 @@ struct FaultSpec {
   int bits = 8;               // bitflip
   int slabs = 1;              // evict
   int line = 0;               // Line of the [[fault]] table in the file.
+  // Fires no earlier than at_s/at_event and only once the store has recovered from every
+  // permanent failure fired before it: each one declared failed and its data regenerated (a
+  // rolling restart's "one at a time", measured instead of guessed from the clock).
+  bool after_recovery = false;
 };
 
 // Every expectation is optional; only those given are judged.

@@ -259,7 +259,10 @@ class ScenarioRun {
         rec.note +=
             (rec.note.empty() ? "" : "; ") + ("server " + std::to_string(i) + ": " + st.ToString());
       }
-      if (IsPermanentFailure(f.action, f)) ctx_.failed_servers().insert(i);
+      if (IsPermanentFailure(f.action, f)) {
+        ctx_.failed_servers().insert(i);
+        ++permanent_failures_;
+      }
     }
     if (IsPermanentFailure(f.action, f)) last_failure_t_ = t;
     double until = kInf;
@@ -313,6 +316,15 @@ class ScenarioRun {
     if (!active_.empty()) ctx_.set_phase(any_active ? 1 : 2);
   }
 
+  // after_recovery: every permanent failure fired so far is declared failed by the store, and
+  // nothing is left to regenerate.
+  bool Recovered() {
+    client::PageStore* store = workload_->store();
+    if (store == nullptr) return true;
+    const client::PageStoreStats st = store->Stats();
+    return st.server_failures >= permanent_failures_ && st.regenerations_pending == 0;
+  }
+
   // The fault scheduler: at_s faults by time, at_event faults on the workload's events.
   void Scheduler() {
     std::vector<bool> fired(s_.faults.size(), false);
@@ -327,6 +339,7 @@ class ScenarioRun {
         } else {
           due = ctx_.HasEvent(f.at_event);
         }
+        if (due && f.after_recovery && !Recovered()) continue;  // Checked again next tick.
         if (due) {
           fired[i] = true;
           FireFault(i, t);
@@ -334,6 +347,15 @@ class ScenarioRun {
       }
       UpdatePhase(t);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // scheduling tick
+    }
+    for (size_t i = 0; i < s_.faults.size(); ++i) {
+      if (fired[i]) continue;
+      std::lock_guard<std::mutex> l(mu_);
+      res_.error += std::string(res_.error.empty() ? "" : "; ") + "the [[fault]] of line " +
+                    std::to_string(s_.faults[i].line) + " never fired" +
+                    (s_.faults[i].after_recovery
+                         ? ": the store had not recovered from the failures before it"
+                         : "");
     }
     // Timed faults still in place are undone before the cluster goes away.
     for (Active& a : active_) {
@@ -505,6 +527,7 @@ class ScenarioRun {
   std::vector<Active> active_;
   std::set<size_t> partitioned_real_, partitioned_fallback_;
   bool failed_before_ = false;  // A server failed for good already.
+  uint64_t permanent_failures_ = 0;  // Servers failed for good by the faults fired so far.
   // When the workload's Run() returned (seconds since t0_); samples after it are not the load's.
   double load_end_t_ = kInf;
   std::atomic<bool> sched_stop_{false}, sampler_stop_{false};

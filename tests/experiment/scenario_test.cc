@@ -191,6 +191,23 @@ TEST(ScenarioTest, RestartAndSlabsBackToBaseline) {
   ExpectError(run, 14, "restart needs a pagestore workload");
 }
 
+TEST(ScenarioTest, AfterRecoveryHoldsAFaultForThePagestore) {
+  auto r = ParseScenario(Edit("action = \"kill\"", "action = \"kill\"\nafter_recovery = true"),
+                         "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->faults[0].after_recovery);
+  EXPECT_FALSE(r->faults[1].after_recovery);
+  ExpectError(Edit("action = \"kill\"", "action = \"kill\"\nafter_recovery = 1"), 17,
+              "after_recovery");
+  // Only a pagestore workload has a store whose recovery can be waited for.
+  std::string run = Edit("kind = \"pagestore\"\npages = 1024\nqd = 8\nread_ratio = 0.5",
+                         "kind = \"run\"\ncommand = [\"true\"]");
+  const std::string kill = "action = \"kill\"";
+  run.replace(run.find(kill), kill.size(), "action = \"kill\"\nafter_recovery = true");
+  run = run.substr(0, run.find("[expect]"));
+  ExpectError(run, 15, "after_recovery needs a pagestore workload");
+}
+
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
   ASSERT_EQ(BuiltinScenarios().size(), 9u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
