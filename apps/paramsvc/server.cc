@@ -167,6 +167,7 @@ struct Partition {
 
   std::mutex mu;
   PartitionState st;
+  float lr = 0.0f;              // The job's learning rate (SET_LR), used when a round closes
   std::vector<float> acc;       // Current round's gradient sum
   std::vector<float> late_acc;  // Bounded mode: sum of late pushes
   uint32_t round_pushes = 0;
@@ -306,11 +307,13 @@ struct Server::Impl {
     if (o.kind == OptimizerKind::kSgd) {
       if (o.momentum > 0 && p.st.mom.size() != n) p.st.mom.assign(n, 0.0f);
       SgdMomentumStep(p.st.param.data(), o.momentum > 0 ? p.st.mom.data() : nullptr, p.acc.data(),
-                      n, scale, o.lr, o.momentum, o.weight_decay);
+                      n, scale, p.lr, o.momentum, o.weight_decay);
+    } else if (o.kind == OptimizerKind::kAverage) {
+      for (size_t i = 0; i < n; ++i) p.st.param[i] = p.acc[i] * scale;
     } else {
       if (p.st.mom.size() != n) p.st.mom.assign(n, 0.0f);
       if (p.st.mom2.size() != n) p.st.mom2.assign(n, 0.0f);
-      AdamStep(p.st.param.data(), p.st.mom.data(), p.st.mom2.data(), p.acc.data(), n, scale, o.lr,
+      AdamStep(p.st.param.data(), p.st.mom.data(), p.st.mom2.data(), p.acc.data(), n, scale, p.lr,
                o.beta1, o.beta2, o.eps, p.st.steps);
     }
     std::fill(p.acc.begin(), p.acc.end(), 0.0f);
@@ -768,6 +771,18 @@ struct Server::Impl {
         conn->Send(op, h.job, h.request_id);
         return;
       }
+      case Op::kSetLr: {
+        auto r = SetLrRequest::Decode(payload);
+        if (!r.ok()) return fail(r.status());
+        std::shared_ptr<Job> job = FindJob(h.job);
+        if (!job) return fail(NotFound("unknown job ", h.job));
+        for (auto& p : job->parts) {
+          std::lock_guard<std::mutex> l(p->mu);
+          p->lr = r->lr;
+        }
+        conn->Send(op, h.job, h.request_id);
+        return;
+      }
       case Op::kCores: {
         auto r = CoresRequest::Decode(payload);
         if (!r.ok()) return fail(r.status());
@@ -852,6 +867,7 @@ struct Server::Impl {
       p->index = i;
       p->info = infos[i];
       p->dtype = job->spec.tensors[infos[i].tensor].dtype;
+      p->lr = job->spec.optimizer.lr;
       if (!states.empty()) {
         if (states[i].param.size() != infos[i].count) {
           return InvalidArgument("restore of job ", id, ": partition ", i, " has ",
