@@ -68,5 +68,23 @@ TEST(ParamsvcTorch, StateDictRestoreContinuesToTheUninterruptedParameters) {
   EXPECT_LE(row["max_abs_diff"].get<double>(), 1e-5) << row;
 }
 
+// The example with --mode hook: DDP whose gradients the service averages, against gloo.
+TEST(ParamsvcTorch, ExampleInHookModeMatchesGlooAccuracy) {
+  auto r = RunCommand({"/usr/bin/env", "PYTHONPATH=" + BinDir() + "/../python", "/usr/bin/python3",
+                       std::string(TESSERA_SOURCE_DIR) + "/python/examples/paramsvc_train.py",
+                       "--backend=both", "--mode=hook", "--workers=4", "--epochs=1",
+                       "--bin_dir=" + BinDir(), "--tolerance=0.02"},
+                      200000, true);
+  auto rows = tessera::testing::JsonLines(r.stdout_text);
+  ASSERT_EQ(rows.size(), 3u) << r.stdout_text;
+  EXPECT_EQ(rows[0]["backend"], "paramsvc");
+  EXPECT_EQ(rows[0]["mode"], "hook");
+  EXPECT_EQ(rows[1]["backend"], "gloo");
+  EXPECT_GT(rows[0]["accuracy"].get<double>(), 0.8);  // It really learned (10 classes: 0.1 chance).
+  EXPECT_GT(rows[0]["counters"]["pushes"].get<int>(), 0) << "the hook never reached the service";
+  EXPECT_TRUE(rows[2]["ok"].get<bool>()) << r.stdout_text;
+  EXPECT_EQ(r.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace tessera::paramsvc
