@@ -150,10 +150,11 @@ class HookState:
     the first iteration) is a service job named "<job>/bucket<index>-<numel>-<dtype>" with one
     tensor and the `average` optimizer: the service sums the bucket of every worker in fp32 and
     returns the average. mode: "sync" (every worker's bucket of the same step; the result
-    equals an allreduce's) or "bounded(s)" (the newest average the service has, at most s
-    rounds behind the worker's own push; a straggler does not stall the others, and replicas
-    may then differ by the gradients of those rounds). A background thread talks to the
-    service, so the backward pass goes on while a bucket is aggregated.
+    equals an allreduce's) or "bounded(s)" (the push joins a round while it is at most s
+    rounds stale, and the hook returns the newest average the service has without waiting,
+    possibly one this push has not joined yet; a straggler does not stall the others, and the
+    replicas may then apply different averages, which DDP does not check). A background
+    thread talks to the service, so the backward pass goes on while a bucket is aggregated.
 
     world_size and rank default to torch.distributed's (default process group). Not for CUDA
     tensors: the hook needs CPU gradients (the gloo backend).
@@ -172,7 +173,7 @@ class HookState:
         self.host, self.port, self.secret = host, int(port), secret
         self.job, self.mode, self.partition_bytes = job, mode, int(partition_bytes)
         self.timeout_ms, self.reconnect_ms = int(timeout_ms), int(reconnect_ms)
-        self._clients = {}  # bucket key -> Client; touched by the communication thread only
+        self._clients = {}  # bucket key -> Client; added to by the communication thread only
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="tessera-comm-hook", daemon=True)
         self._thread.start()

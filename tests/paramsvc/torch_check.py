@@ -12,6 +12,7 @@ a check fails.
   resume:    ServiceOptimizer trained N steps with a scheduler, against one trained k steps,
              saved (model, optimizer and scheduler state dicts), rebuilt from them in a new
              model and optimizer, and trained the remaining N - k: the same parameters.
+  errors:    bad arguments get a ValueError that names the problem.
 """
 import argparse
 import json
@@ -117,7 +118,10 @@ def check_hook(a, conn):
         row["ok"] = diff <= a.atol and moved > 100 * a.atol and c["pushes"] >= a.steps
     else:
         s = int(a.mode.split("(")[1].rstrip(")"))
-        row["ok"] = (c["max_staleness"] <= s and c["pushes"] >= a.steps and
+        # A push more than s rounds stale (a worker can fall behind while the other closes
+        # rounds) is dropped, never applied; every push is one or the other.
+        row["ok"] = ((c["max_staleness"] <= s or c["dropped"] > 0) and
+                     c["pushes"] == c["applied"] + c["dropped"] and c["pushes"] >= a.steps and
                      all(torch.isfinite(p).all() for p in hooked[0]["params"]) and
                      row["loss_last"] < row["loss_first"])
     return row
@@ -201,9 +205,46 @@ def check_resume(a, conn):
     return row
 
 
+def check_errors(a, conn):
+    def refused(what, fn, words):
+        try:
+            fn()
+        except ValueError as e:
+            return {"case": what, "ok": all(w in str(e) for w in words), "message": str(e)}
+        return {"case": what, "ok": False, "message": "accepted"}
+
+    hook = lambda **kw: tps.HookState(conn["host"], conn["port"], conn["secret"],
+                                      world_size=1, rank=0, **kw)
+    state = hook(job="errs-%s" % secrets.token_hex(4))
+    m = small_model()
+    opt = service_opt(m, conn, "errs-%s" % secrets.token_hex(4))
+    other = service_opt(small_model(), conn, "other-%s" % secrets.token_hex(4))
+
+    def momentum_changed():
+        opt.param_groups[0]["momentum"] = 0.5
+        try:
+            opt.step()
+        finally:
+            opt.param_groups[0]["momentum"] = 0.9
+
+    cases = [
+        refused("hook async", lambda: hook(job="x", mode="async"), ["sync or bounded", "async"]),
+        refused("hook job name", lambda: hook(job="a/b"), ["without '/'"]),
+        refused("hook fp64 bucket", lambda: state.submit(0, torch.zeros(4, dtype=torch.float64)),
+                ["float64"]),
+        refused("param groups", lambda: service_opt([{"params": list(m.parameters())}], conn, "g"),
+                ["one parameter group"]),
+        refused("momentum changed", momentum_changed, ["momentum", "fixed"]),
+        refused("state dict of another job", lambda: opt.load_state_dict(other.state_dict()),
+                ["other-", "errs-"]),
+    ]
+    state.close()
+    return {"check": "errors", "cases": cases, "ok": all(c["ok"] for c in cases)}
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--check", choices=["hook", "lr", "resume"], required=True)
+    p.add_argument("--check", choices=["hook", "lr", "resume", "errors"], required=True)
     p.add_argument("--bin_dir", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=8)
@@ -218,7 +259,8 @@ def main():
         server, host, port = tessera_paramsvc.serve(a.bin_dir, cores=1, token_file=token)
         try:
             conn = {"host": host, "port": port, "secret": open(token).read().strip()}
-            row = {"hook": check_hook, "lr": check_lr, "resume": check_resume}[a.check](a, conn)
+            row = {"hook": check_hook, "lr": check_lr, "resume": check_resume,
+               "errors": check_errors}[a.check](a, conn)
         finally:
             server.terminate()
             server.wait(timeout=30)
