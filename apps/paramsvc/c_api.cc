@@ -106,6 +106,11 @@ int tps_barrier(void* h, unsigned long long iteration) {
   return s.ok() ? 0 : Fail(s);
 }
 
+int tps_set_lr(void* h, double lr) {
+  tessera::Status s = static_cast<Handle*>(h)->client->SetLr(static_cast<float>(lr));
+  return s.ok() ? 0 : Fail(s);
+}
+
 int tps_release(void* h) {
   tessera::Status s = static_cast<Handle*>(h)->client->Release();
   return s.ok() ? 0 : Fail(s);

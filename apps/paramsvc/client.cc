@@ -174,6 +174,7 @@ Status Client::Reconnect(const Status& why) {
       counters_.reconnects++;
       if (!joined_) return Status::Ok();
       last = Join(spec_, rank_);
+      if (last.ok() && lr_ >= 0) last = CallSetLr(lr_);
       if (last.ok() || !Broken(last)) return last;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Retry pacing, not sync.
@@ -385,6 +386,26 @@ Status Client::Barrier(uint64_t iteration) {
   return rep.ok() ? Status::Ok() : rep.status();
 }
 
+Status Client::CallSetLr(float lr) {
+  SetLrRequest r{lr};
+  uint8_t b[SetLrRequest::kWireSize];
+  r.EncodeTo(b);
+  auto rep = Call(Op::kSetLr, layout_.job, b);
+  return rep.ok() ? Status::Ok() : rep.status();
+}
+
+Status Client::SetLr(float lr) {
+  if (!joined_) return InvalidArgument("Join first");
+  Status s = CallSetLr(lr);
+  if (Broken(s)) {
+    Status r = Reconnect(s);  // Sends lr_ again when it was set before.
+    if (!r.ok()) return r;
+    s = CallSetLr(lr);
+  }
+  if (s.ok()) lr_ = lr;
+  return s;
+}
+
 Status Client::Release() {
   auto rep = Call(Op::kRelease, layout_.job, {});
   return rep.ok() ? Status::Ok() : rep.status();
@@ -451,7 +472,8 @@ Result<JobSpec> JobSpecFromJson(std::string_view text) {
   else return InvalidArgument("job spec: late must be drop or aggregate, not '", late, "'");
   if (opt == "sgd") s.optimizer.kind = OptimizerKind::kSgd;
   else if (opt == "adam") s.optimizer.kind = OptimizerKind::kAdam;
-  else return InvalidArgument("job spec: optimizer must be sgd or adam, not '", opt, "'");
+  else if (opt == "average") s.optimizer.kind = OptimizerKind::kAverage;
+  else return InvalidArgument("job spec: optimizer must be sgd, adam or average, not '", opt, "'");
   if (!j.contains("tensors") || !j["tensors"].is_array()) {
     return InvalidArgument("job spec: 'tensors' must be an array");
   }

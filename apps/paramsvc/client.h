@@ -75,6 +75,10 @@ class Client {
   Status PushPull(std::span<const void* const> grads, std::span<void* const> params);
   Status Barrier(uint64_t iteration);
 
+  // The job's learning rate from its next round on (every worker of a job may send the same
+  // schedule); sent again after a reconnect, since a restored job starts from its spec's lr.
+  Status SetLr(float lr);
+
   // Releases the job (it departs; its state is freed on the service).
   Status Release();
   // Admin: STATUS json; move a partition to a core at its next boundary.
@@ -98,6 +102,7 @@ class Client {
   Status PushAll(std::span<const void* const> grads, std::vector<uint8_t>* refused);
   Status PullAll(std::span<void* const> params, const std::vector<uint64_t>& min_versions);
   Status Resync(std::span<void* const> params);
+  Status CallSetLr(float lr);
 
   ClientOptions opt_;
   UniqueFd fd_;
@@ -105,6 +110,7 @@ class Client {
   JobSpec spec_;
   uint32_t rank_ = 0;
   bool joined_ = false;
+  float lr_ = -1.0f;  // The last SetLr (< 0: none)
   JobLayout layout_;
   std::vector<uint64_t> versions_;
   std::vector<uint64_t> pushed_version_;  // Version of this worker's last push (UINT64_MAX: none)

@@ -258,6 +258,18 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       conn->Send(op, h.job, h.request_id);
       return;
     }
+    case Op::kSetLr: {
+      auto r = SetLrRequest::Decode(payload);
+      if (!r.ok()) return fail(r.status());
+      std::shared_ptr<Job> job = FindJob(h.job);
+      if (!job) return fail(NotFound("unknown job ", h.job));
+      for (auto& p : job->parts) {
+        std::lock_guard<std::mutex> l(p->mu);
+        p->lr = r->lr;
+      }
+      conn->Send(op, h.job, h.request_id);
+      return;
+    }
     case Op::kCores: {
       auto r = CoresRequest::Decode(payload);
       if (!r.ok()) return fail(r.status());
@@ -327,6 +339,7 @@ Result<std::shared_ptr<Server::Impl::Job>> Server::Impl::MakeJob(
     p->index = i;
     p->info = infos[i];
     p->dtype = job->spec.tensors[infos[i].tensor].dtype;
+    p->lr = job->spec.optimizer.lr;
     if (!states.empty()) {
       if (states[i].param.size() != infos[i].count) {
         return InvalidArgument("restore of job ", id, ": partition ", i, " has ",

@@ -64,11 +64,13 @@ void Server::Impl::ApplyUpdate(Partition& p, float scale) {
   if (o.kind == OptimizerKind::kSgd) {
     if (o.momentum > 0 && p.st.mom.size() != n) p.st.mom.assign(n, 0.0f);
     SgdMomentumStep(p.st.param.data(), o.momentum > 0 ? p.st.mom.data() : nullptr, p.acc.data(), n,
-                    scale, o.lr, o.momentum, o.weight_decay);
+                    scale, p.lr, o.momentum, o.weight_decay);
+  } else if (o.kind == OptimizerKind::kAverage) {
+    for (size_t i = 0; i < n; ++i) p.st.param[i] = p.acc[i] * scale;
   } else {
     if (p.st.mom.size() != n) p.st.mom.assign(n, 0.0f);
     if (p.st.mom2.size() != n) p.st.mom2.assign(n, 0.0f);
-    AdamStep(p.st.param.data(), p.st.mom.data(), p.st.mom2.data(), p.acc.data(), n, scale, o.lr,
+    AdamStep(p.st.param.data(), p.st.mom.data(), p.st.mom2.data(), p.acc.data(), n, scale, p.lr,
              o.beta1, o.beta2, o.eps, p.st.steps);
   }
   std::fill(p.acc.begin(), p.acc.end(), 0.0f);

@@ -113,6 +113,7 @@ struct Partition {
 
   std::mutex mu;
   PartitionState st;
+  float lr = 0.0f;              // The job's learning rate (SET_LR), used when a round closes
   std::vector<float> acc;       // Current round's gradient sum
   std::vector<float> late_acc;  // Bounded mode: sum of late pushes
   uint32_t round_pushes = 0;

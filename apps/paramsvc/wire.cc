@@ -120,6 +120,7 @@ const char* OpName(uint8_t op) {
     case Op::kRelease: return "RELEASE";
     case Op::kMigrate: return "MIGRATE";
     case Op::kCores: return "CORES";
+    case Op::kSetLr: return "SET_LR";
   }
   return "UNKNOWN";
 }
@@ -208,7 +209,7 @@ Status JobSpec::Validate() const {
     return InvalidArgument("job '", name, "': staleness ", staleness, " above 1000");
   }
   if (static_cast<uint8_t>(late) > 1) return InvalidArgument("job '", name, "': unknown late policy");
-  if (static_cast<uint8_t>(optimizer.kind) > 1) {
+  if (static_cast<uint8_t>(optimizer.kind) > 2) {
     return InvalidArgument("job '", name, "': unknown optimizer");
   }
   auto finite = [](float f) { return std::isfinite(f); };
@@ -314,7 +315,7 @@ Result<JobSpec> JobSpec::Decode(std::span<const uint8_t> b) {
   if (r.err().ok() && late > 1) r.Fail(InvalidArgument("unknown late policy ", int{late}));
   s.late = static_cast<LatePolicy>(late);
   uint8_t opt = r.U8("optimizer");
-  if (r.err().ok() && opt > 1) r.Fail(InvalidArgument("unknown optimizer ", int{opt}));
+  if (r.err().ok() && opt > 2) r.Fail(InvalidArgument("unknown optimizer ", int{opt}));
   s.optimizer.kind = static_cast<OptimizerKind>(opt);
   s.optimizer.lr = r.F32("lr");
   s.optimizer.momentum = r.F32("momentum");
@@ -535,6 +536,21 @@ Result<CoresRequest> CoresRequest::Decode(std::span<const uint8_t> b) {
   CoresRequest r{Get32(b.data()), Get32(b.data() + 4)};
   if (r.max_cores < 1 || r.max_cores > 256) return InvalidArgument("CORES max_cores ", r.max_cores, " not in 1..256");
   if (r.elastic > 1) return InvalidArgument("CORES elastic must be 0 or 1");
+  return r;
+}
+
+void SetLrRequest::EncodeTo(uint8_t* out) const {
+  uint32_t bits;
+  std::memcpy(&bits, &lr, 4);
+  Put32(out, bits);
+}
+Result<SetLrRequest> SetLrRequest::Decode(std::span<const uint8_t> b) {
+  Status s = CheckFixed(b, kWireSize, "SET_LR");
+  if (!s.ok()) return s;
+  const uint32_t bits = Get32(b.data());
+  SetLrRequest r;
+  std::memcpy(&r.lr, &bits, 4);
+  if (!std::isfinite(r.lr) || r.lr < 0) return InvalidArgument("SET_LR lr ", r.lr, " is not finite and >= 0");
   return r;
 }
 

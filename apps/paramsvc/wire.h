@@ -50,6 +50,7 @@ enum class Op : uint8_t {
   kRelease = 9,    // empty (job in header) -> empty: the job departs, its state is freed
   kMigrate = 10,   // MigrateRequest -> empty: move a partition to a core at its next boundary
   kCores = 11,     // CoresRequest -> empty: change the service's core budget
+  kSetLr = 12,     // SetLrRequest -> empty: the job's learning rate from its next round on
 };
 const char* OpName(uint8_t op);
 
@@ -66,7 +67,9 @@ Result<Header> DecodeHeader(std::span<const uint8_t> bytes);
 
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kBounded = 2 };
 enum class LatePolicy : uint8_t { kDrop = 0, kAggregate = 1 };
-enum class OptimizerKind : uint8_t { kSgd = 0, kAdam = 1 };
+// kAverage: no optimizer; a round's result is the averaged gradient itself (the values a pull
+// returns), which makes the service a reducer, e.g. for a DDP communication hook.
+enum class OptimizerKind : uint8_t { kSgd = 0, kAdam = 1, kAverage = 2 };
 const char* ModeName(Mode m);
 // "sync", "async", "bounded(s)" / "bounded:s" -> mode and s.
 Result<std::pair<Mode, uint32_t>> ParseMode(std::string_view text);
@@ -188,6 +191,15 @@ struct MigrateRequest {
   uint32_t core = 0;
   void EncodeTo(uint8_t* out) const;
   static Result<MigrateRequest> Decode(std::span<const uint8_t> b);
+};
+
+// A learning-rate schedule's new value (e.g. torch.optim.lr_scheduler): every partition of
+// the job uses it for the rounds that close after the request; finite and >= 0.
+struct SetLrRequest {
+  static constexpr size_t kWireSize = 4;
+  float lr = 0.0f;
+  void EncodeTo(uint8_t* out) const;
+  static Result<SetLrRequest> Decode(std::span<const uint8_t> b);
 };
 
 struct CoresRequest {

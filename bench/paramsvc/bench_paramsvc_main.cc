@@ -10,7 +10,8 @@
 //                 (active cores x time) and the CPU its processes really used; each job's p50
 //                 iteration time.
 //   vs_allreduce  the PyTorch example (python/examples/paramsvc_train.py) with 2, 4, 8 workers:
-//                 time per iteration on the service vs torch.distributed gloo allreduce.
+//                 time per iteration on the service (its optimizer, and DDP with the service's
+//                 comm hook) vs torch.distributed gloo allreduce.
 //   staleness     4 workers training least squares, one slowed 3x: sync vs bounded(s).
 // --json prints one object per line with the keys of the contract (null where one does not
 // apply); a table otherwise. A gnuplot PNG per section goes to --out_dir.
@@ -510,15 +511,15 @@ void VsAllreduce() {
                          "share/tessera beside %s\n", SelfExeDir().c_str());
     std::exit(1);
   }
-  std::string dat = "workers\tparamsvc\tgloo\n";
-  std::vector<int> counts = FLAGS_quick ? std::vector<int>{2} : std::vector<int>{2, 4, 8};
-  for (int w : counts) {
+  // One run of the example against a fresh service: its JSON rows by backend ("paramsvc",
+  // "gloo"); exits when it did not print `want` rows.
+  auto run_example = [&](int w, const std::string& backend, const std::string& mode, size_t want) {
     // The service on the server host (the example's workers run here, on the client CPUs).
     auto svc = Service::Start({"--cores=2"});
     Check(svc.status(), "start the service");
     std::vector<std::string> argv = {"/usr/bin/env", "PYTHONPATH=" + SelfExeDir() + "/../python",
-                                     FLAGS_python, script, "--backend=both",
-                                     "--workers=" + std::to_string(w),
+                                     FLAGS_python, script, "--backend=" + backend,
+                                     "--mode=" + mode, "--workers=" + std::to_string(w),
                                      "--model_mb=" + std::to_string(model_mb), "--epochs=100",
                                      "--max_iters=" + std::to_string(iters), "--batch=32",
                                      "--bin_dir=" + SelfExeDir(), "--tolerance=1",
@@ -537,16 +538,28 @@ void VsAllreduce() {
       if (!j.is_discarded() && j.contains("backend")) rows[j["backend"].get<std::string>()] = j;
     }
     (void)p->Wait(Deadline::AfterMs(30000));
-    if (rows.size() != 2) {
-      std::fprintf(stderr, "bench paramsvc: the PyTorch example failed with %d workers (is torch "
-                           "installed for %s? Debian python3-torch)\n", w, FLAGS_python.c_str());
+    if (rows.size() != want) {
+      std::fprintf(stderr, "bench paramsvc: the PyTorch example (--mode=%s) failed with %d workers "
+                           "(is torch installed for %s? Debian python3-torch)\n", mode.c_str(), w,
+                   FLAGS_python.c_str());
       std::exit(1);
     }
+    return rows;
+  };
+  std::string dat = "workers\tparamsvc\tgloo\thook\n";
+  std::vector<int> counts = FLAGS_quick ? std::vector<int>{2} : std::vector<int>{2, 4, 8};
+  for (int w : counts) {
+    std::map<std::string, json> rows = run_example(w, "both", "optimizer", 2);
+    rows["hook"] = run_example(w, "paramsvc", "hook", 1)["paramsvc"];
     dat += std::to_string(w) + "\t" + std::to_string(rows["paramsvc"]["iter_ms_p50"].get<double>()) +
-           "\t" + std::to_string(rows["gloo"]["iter_ms_p50"].get<double>()) + "\n";
-    for (const char* b : {"paramsvc", "gloo"}) {
+           "\t" + std::to_string(rows["gloo"]["iter_ms_p50"].get<double>()) + "\t" +
+           std::to_string(rows["hook"]["iter_ms_p50"].get<double>()) + "\n";
+    for (const char* b : {"paramsvc", "hook", "gloo"}) {
       const json& r = rows[b];
-      json j = Row("vs_allreduce", std::string(b) == "paramsvc" ? "tessera-paramsvc" : "gloo-allreduce");
+      const std::string name = b;
+      json j = Row("vs_allreduce", name == "paramsvc" ? "tessera-paramsvc"
+                                   : name == "hook"   ? "tessera-paramsvc-hook"
+                                                      : "gloo-allreduce");
       j["jobs"] = 1;
       j["workers"] = w;
       j["model_mb"] = r["model_mb"];
@@ -554,7 +567,7 @@ void VsAllreduce() {
       j["iter_ms_p99"] = r["iter_ms_p99"];
       j["final_loss"] = r["final_loss"];
       j["accuracy"] = r["accuracy"];
-      if (std::string(b) == "paramsvc") {
+      if (name != "gloo") {
         const double ratio = r["iter_ms_p50"].get<double>() / rows["gloo"]["iter_ms_p50"].get<double>();
         j["p50_vs_gloo"] = ratio;
         if (w >= 4) {
@@ -574,7 +587,8 @@ void VsAllreduce() {
        "set title 'Time per training step: Tessera Parameter Service vs gloo allreduce'\n"
        "set xlabel 'workers'\nset ylabel 'p50 ms per step'\nset yrange [0:*]\nset key left\n"
        "plot '" + g_out + "/vs_allreduce.dat' every ::1 using 1:2 with linespoints title 'Tessera paramsvc', "
-       "'' every ::1 using 1:3 with linespoints title 'gloo allreduce'\n");
+       "'' every ::1 using 1:3 with linespoints title 'gloo allreduce', "
+       "'' every ::1 using 1:4 with linespoints title 'Tessera paramsvc, DDP comm hook'\n");
 }
 
 // ---------------------------------------------------------------- 4. staleness

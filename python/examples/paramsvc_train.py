@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Trains a small MLP with W worker processes on loopback, either on Tessera's Parameter
-Service (tessera_paramsvc.torch.ServiceOptimizer) or with torch.distributed's gloo backend
-(allreduce of the gradients, then torch.optim.SGD), and compares accuracy and iteration time.
+Service or with torch.distributed's gloo backend (allreduce of the gradients, then
+torch.optim.SGD), and compares accuracy and iteration time. On the service, --mode optimizer
+runs the optimizer there (tessera_paramsvc.torch.ServiceOptimizer); --mode hook keeps
+torch.optim.SGD in the workers and averages DistributedDataParallel's gradient buckets on the
+service (tessera_paramsvc.torch.comm_hook).
 
 The dataset is generated deterministically (no downloads): 10 classes in 64 dimensions, each
 class a Gaussian around a random centre (seeded), 8192 training and 2048 test samples. Every
@@ -10,7 +13,7 @@ for both backends, so the two runs apply the same averaged-gradient SGD-with-mom
 (up to fp32 summation order).
 
     pip install ./python            # or a build tree's package: PYTHONPATH=build/python
-    /usr/bin/python3 python/examples/paramsvc_train.py --backend both --workers 4
+    /usr/bin/python3 python/examples/paramsvc_train.py --backend both --workers 4 --mode hook
 
 It starts `tessera paramsvc serve` (the tessera command on PATH, or --bin-dir DIR) unless
 --port names a running service.
@@ -68,7 +71,18 @@ def worker(rank, a, conn, out):
     (xtr, ytr), (xte, yte) = make_data()
     model = make_model(a.hidden)
     loss_fn = torch.nn.CrossEntropyLoss()
-    if a.backend == "gloo":
+    state = None
+    if a.backend == "paramsvc" and a.mode == "hook":
+        import tessera_paramsvc.torch as tps
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % conn["dist_port"],
+                                rank=rank, world_size=a.workers)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        # The one call that moves DDP's gradient averaging onto the service.
+        state = tps.HookState(conn["host"], conn["port"], conn["secret"], job=conn["job"],
+                              mode=a.consistency)
+        model.register_comm_hook(state, tps.comm_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    elif a.backend == "gloo":
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % conn["port"],
                                 rank=rank, world_size=a.workers)
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -78,7 +92,7 @@ def worker(rank, a, conn, out):
         import tessera_paramsvc.torch as tps
         opt = tps.ServiceOptimizer(model, conn["host"], conn["port"], conn["secret"],
                                    job=conn["job"], workers=a.workers, rank=rank, lr=a.lr,
-                                   momentum=a.momentum, mode=a.mode)
+                                   momentum=a.momentum, mode=a.consistency)
     shard = torch.arange(rank, xtr.shape[0], a.workers)
     steps = len(shard) // a.batch
     times = []
@@ -114,8 +128,10 @@ def worker(rank, a, conn, out):
             result["accuracy"] = (model(xte).argmax(1) == yte).float().mean().item()
             result["final_loss"] = loss_fn(model(xtr), ytr).item()
         if a.backend == "paramsvc":
-            result["counters"] = opt.counters()
-    if a.backend == "gloo":
+            result["counters"] = state.counters() if state else opt.counters()
+    if state is not None:
+        state.close()
+    if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     out.put(result)
@@ -138,6 +154,7 @@ def run(a, backend):
             conn.update(host=host, port=port)
         conn["secret"] = open(tmp.name).read().strip() if not a.secret else a.secret
         conn["job"] = "mlp-%d-%s" % (os.getpid(), secrets.token_hex(4))
+        conn["dist_port"] = free_port()
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     t0 = time.perf_counter()
@@ -162,7 +179,8 @@ def run(a, backend):
     times = sorted(t for r in results for t in r["times"][1:])  # The first step warms up.
     r0 = next(r for r in results if r["rank"] == 0)
     pct = lambda q: times[min(len(times) - 1, int(q * len(times)))] if times else None
-    row = {"backend": backend, "workers": a.workers, "hidden": a.hidden,
+    row = {"backend": backend, "mode": a.mode if backend == "paramsvc" else "allreduce",
+           "workers": a.workers, "hidden": a.hidden,
            "model_mb": round(sum(p.numel() for p in make_model(a.hidden).parameters()) * 4 / 2**20, 3),
            "accuracy": r0["accuracy"], "final_loss": r0["final_loss"],
            "iter_ms_p50": pct(0.5), "iter_ms_p99": pct(0.99), "iters": len(r0["times"]),
@@ -182,7 +200,11 @@ def main():
     p.add_argument("--model_mb", type=float, default=0, help="Size the MLP to this many MB instead of --hidden")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--mode", default="sync", help="sync, async or bounded(s)")
+    p.add_argument("--mode", choices=["optimizer", "hook"], default="optimizer",
+                   help="On the service: the optimizer (ServiceOptimizer), or DDP's gradient "
+                        "averaging (comm_hook) with torch.optim.SGD in the workers")
+    p.add_argument("--consistency", default="sync",
+                   help="sync, async (optimizer only) or bounded(s)")
     p.add_argument("--max_iters", type=int, default=0, help="Stop each worker after this many steps")
     p.add_argument("--tolerance", type=float, default=0.02, help="Allowed accuracy difference")
     p.add_argument("--bin-dir", "--bin_dir", dest="bin_dir", default=None,
@@ -195,6 +217,8 @@ def main():
     a = p.parse_args()
     if a.workers < 1 or a.workers > 64 or a.epochs < 1 or a.batch < 1:
         p.error("--workers must be 1..64, --epochs and --batch positive")
+    if a.mode == "hook" and a.consistency == "async":
+        p.error("--mode hook takes --consistency sync or bounded(s)")
     if a.model_mb > 0:
         a.hidden = hidden_for(a.model_mb)
     backends = ["paramsvc", "gloo"] if a.backend == "both" else [a.backend]

@@ -6,7 +6,7 @@
             "tensors": [{"name": "w", "dtype": "fp32", "shape": [10, 10]}]}, rank)
     c.push_pull([grad_ptr, ...], [param_ptr, ...])   # raw pointers, one per tensor
 
-The PyTorch integration is tessera_paramsvc.torch (an optimizer wrapper).
+The PyTorch integration is tessera_paramsvc.torch (an optimizer and a DDP communication hook).
 The C library is found by the dynamic loader's search or in the standard library directories
 (/usr/local/lib, /usr/lib and their multiarch directories, where `cmake --install` and the
 Debian package put it), or, in a build tree, beside this package (build/python -> build/lib).
@@ -70,6 +70,7 @@ def load_library():
     lib.tps_pull.argtypes = [vp, ctypes.POINTER(vp), ip]
     lib.tps_barrier.argtypes = [vp, ctypes.c_ulonglong]
     lib.tps_release.argtypes = [vp]
+    lib.tps_set_lr.argtypes = [vp, ctypes.c_double]
     lib.tps_counters.argtypes = [vp, ctypes.POINTER(ctypes.c_ulonglong)]
     lib.tps_min_version.restype = ctypes.c_ulonglong
     lib.tps_min_version.argtypes = [vp]
@@ -132,6 +133,10 @@ class Client:
 
     def barrier(self, iteration):
         _check(_LIB.tps_barrier(self._h, int(iteration)))
+
+    def set_lr(self, lr):
+        """The job's learning rate from its next round on (resent after a reconnect)."""
+        _check(_LIB.tps_set_lr(self._h, float(lr)))
 
     def release(self):
         _check(_LIB.tps_release(self._h))

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -446,6 +447,88 @@ TEST(ParamsvcService, AsyncAppliesEveryPushAndBoundedKeepsFastWorkersGoing) {
   EXPECT_EQ(within, ctr->applied + ctr->pending);           // Applied pushes all within s.
   EXPECT_EQ(ctr->staleness_hist.back(), ctr->dropped);       // Beyond s: exactly the drops.
   EXPECT_GE(ctr->updates, 20u);                              // The fast worker never waited.
+}
+
+}  // namespace
+}  // namespace tessera::paramsvc
+
+namespace tessera::paramsvc {
+namespace {
+
+// The `average` optimizer makes the service a reducer (the DDP hook's job): a sync round's
+// result is the mean of the workers' pushes, exactly, and nothing of earlier rounds remains.
+TEST(ParamsvcService, AverageJobReturnsEachRoundsMeanExactly) {
+  auto srv = StartServer();
+  JobSpec spec;
+  spec.name = "reducer";
+  spec.workers = 2;
+  spec.optimizer.kind = OptimizerKind::kAverage;
+  spec.partition_bytes = 4096;
+  spec.tensors = {{"bucket", DType::kF32, {3000}}};
+  std::vector<std::string> errors(2);
+  auto work = [&](uint32_t w) {
+    auto c = Connect(*srv);
+    if (Status s = c->Join(spec, w); !s.ok()) { errors[w] = s.ToString(); return; }
+    if (Status s = c->Barrier(0); !s.ok()) { errors[w] = s.ToString(); return; }
+    std::vector<float> buf(3000);
+    for (int round = 0; round < 5; ++round) {
+      for (int i = 0; i < 3000; ++i) buf[i] = static_cast<float>(i % 7 + 3 * w + round);
+      const void* g[1] = {buf.data()};
+      void* out[1] = {buf.data()};  // In place, as the hook does.
+      if (Status s = c->PushPull({g, 1}, {out, 1}); !s.ok()) { errors[w] = s.ToString(); return; }
+      for (int i = 0; i < 3000; ++i) {
+        const float want = static_cast<float>(2 * (i % 7) + 3 + 2 * round) / 2.0f;
+        if (buf[i] != want) {
+          errors[w] = "round " + std::to_string(round) + " element " + std::to_string(i) + ": " +
+                      std::to_string(buf[i]) + " != " + std::to_string(want);
+          return;
+        }
+      }
+    }
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+// SET_LR changes the step of the rounds after it; bad values and unknown jobs are refused.
+TEST(ParamsvcService, SetLrChangesTheNextStepAndRefusesBadValues) {
+  auto srv = StartServer();
+  JobSpec spec;
+  spec.name = "scheduled";
+  spec.workers = 1;
+  spec.optimizer.lr = 1.0f;
+  spec.tensors = {{"w", DType::kF32, {4}}};
+  auto c = Connect(*srv);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  ASSERT_TRUE(c->Barrier(0).ok());
+  std::vector<float> p(4), g(4, 1.0f);
+  const void* gp[1] = {g.data()};
+  void* pp[1] = {p.data()};
+  ASSERT_TRUE(c->PushPull({gp, 1}, {pp, 1}).ok());
+  EXPECT_EQ(p[0], -1.0f);
+  ASSERT_TRUE(c->SetLr(0.25f).ok());
+  ASSERT_TRUE(c->PushPull({gp, 1}, {pp, 1}).ok());
+  EXPECT_EQ(p[0], -1.25f);
+  for (float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    uint8_t b[SetLrRequest::kWireSize];
+    SetLrRequest{bad}.EncodeTo(b);
+    auto rep = c->Call(Op::kSetLr, c->job(), b);
+    ASSERT_FALSE(rep.ok()) << bad;
+    EXPECT_EQ(rep.status().code(), StatusCode::kInvalidArgument) << rep.status();
+    EXPECT_NE(rep.status().message().find("SET_LR"), std::string::npos) << rep.status();
+  }
+  uint8_t b[SetLrRequest::kWireSize];
+  SetLrRequest{0.5f}.EncodeTo(b);
+  auto rep = c->Call(Op::kSetLr, c->job() + 100, b);
+  EXPECT_EQ(rep.status().code(), StatusCode::kNotFound) << rep.status();
+  rep = c->Call(Op::kSetLr, c->job(), {b, 3});
+  EXPECT_FALSE(rep.ok());
+  ASSERT_TRUE(c->PushPull({gp, 1}, {pp, 1}).ok());
+  EXPECT_EQ(p[0], -1.5f) << "a refused SET_LR changed the lr";
 }
 
 }  // namespace

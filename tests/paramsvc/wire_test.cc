@@ -123,6 +123,14 @@ TEST(ParamsvcWire, JobSpecFromJson) {
   EXPECT_EQ(s->staleness, 2u);
   EXPECT_EQ(s->tensors[1].dtype, DType::kBF16);
   EXPECT_FALSE(JobSpecFromJson("{").ok());
+  auto avg = JobSpecFromJson(R"({"name":"b","optimizer":"average","tensors":[{"name":"g","shape":[8]}]})");
+  ASSERT_TRUE(avg.ok()) << avg.status();
+  EXPECT_EQ(avg->optimizer.kind, OptimizerKind::kAverage);
+  auto again = JobSpec::Decode(avg->Encode());  // The new kind crosses the wire.
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->optimizer.kind, OptimizerKind::kAverage);
+  EXPECT_NE(JobSpecFromJson(R"({"name":"m","optimizer":"lamb","tensors":[{"name":"w","shape":[1]}]})")
+                .status().message().find("lamb"), std::string::npos);
   EXPECT_NE(JobSpecFromJson(R"({"name":"m","tensors":[{"name":"w","dtype":"int8","shape":[1]}]})")
                 .status().message().find("int8"), std::string::npos);
 }

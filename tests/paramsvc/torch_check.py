@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Checks tessera_paramsvc.torch against PyTorch itself, with a real service and real
+processes. Run by tests/paramsvc/torch_test.cc; prints one JSON line per check and exits 1 when
+a check fails.
+
+  hook:      W DistributedDataParallel workers (gloo on loopback) train the same seeded model
+             on the same data twice, with DDP's own allreduce and with comm_hook on the
+             service; the final parameters must match.
+  lr:        ServiceOptimizer with torch.optim.lr_scheduler.StepLR against torch.optim.SGD
+             with the same scheduler (one worker): the same parameters after every step, and
+             the decayed lr visibly changes the step.
+  resume:    ServiceOptimizer trained N steps with a scheduler, against one trained k steps,
+             saved (model, optimizer and scheduler state dicts), rebuilt from them in a new
+             model and optimizer, and trained the remaining N - k: the same parameters.
+  errors:    bad arguments get a ValueError that names the problem.
+"""
+import argparse
+import json
+import os
+import secrets
+import socket
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import tessera_paramsvc
+import tessera_paramsvc.torch as tps
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def data(rank, steps, batch=16, dim=32, classes=5):
+    g = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randn(steps, batch, dim, generator=g)
+    y = x[:, :, :classes].argmax(2)  # Learnable: the loss falls within a few steps.
+    return x, y
+
+
+def model():
+    torch.manual_seed(42)
+    # 1.1 MB: above DDP's first bucket (1 MB), so even the first step has two buckets.
+    return torch.nn.Sequential(torch.nn.Linear(32, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 5))
+
+
+def ddp_worker(rank, a, port, svc, out):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=a.workers)
+    # Small buckets: several per step, and DDP rebuilds them after the first iteration.
+    ddp = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.01)
+    state = None
+    if svc is not None:
+        state = tps.HookState(svc["host"], svc["port"], svc["secret"], job=svc["job"],
+                              mode=a.mode)
+        ddp.register_comm_hook(state, tps.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    x, y = data(rank, a.steps)
+    losses = []
+    for t in range(a.steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x[t]), y[t])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    # Plain lists: a tensor in a queue is shared memory of a process that is about to exit.
+    result = {"rank": rank, "params": [p.detach().tolist() for p in ddp.parameters()],
+              "losses": losses}
+    if state is not None:
+        result["counters"] = state.counters()
+        result["jobs"] = len(state._clients)
+        state.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    out.put(result)
+
+
+def run_ddp(a, svc):
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=ddp_worker, args=(r, a, port, svc, out)) for r in range(a.workers)]
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=a.timeout) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    for r in results:
+        r["params"] = [torch.tensor(p) for p in r["params"]]
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def check_hook(a, conn):
+    svc = dict(conn, job="hook-%s" % secrets.token_hex(4))
+    plain = run_ddp(a, None)
+    hooked = run_ddp(a, svc)
+    init = [p.detach() for p in model().parameters()]
+    diff = max((p - q).abs().max().item() for r in hooked for p, q in
+               zip(r["params"], plain[0]["params"]))
+    moved = max((p - q).abs().max().item() for p, q in zip(plain[0]["params"], init))
+    c = hooked[0]["counters"]
+    row = {"check": "hook", "mode": a.mode, "workers": a.workers, "steps": a.steps,
+           "bucket_jobs": hooked[0]["jobs"], "max_abs_diff": diff, "moved": moved,
+           "loss_first": hooked[0]["losses"][0], "loss_last": hooked[0]["losses"][-1],
+           "counters": c}
+    if a.mode == "sync":
+        row["ok"] = diff <= a.atol and moved > 100 * a.atol and c["pushes"] >= a.steps
+    else:
+        s = int(a.mode.split("(")[1].rstrip(")"))
+        # A push more than s rounds stale (a worker can fall behind while the other closes
+        # rounds) is dropped, never applied; every push is one or the other.
+        row["ok"] = ((c["max_staleness"] <= s or c["dropped"] > 0) and
+                     c["pushes"] == c["applied"] + c["dropped"] and c["pushes"] >= a.steps and
+                     all(torch.isfinite(p).all() for p in hooked[0]["params"]) and
+                     row["loss_last"] < row["loss_first"])
+    return row
+
+
+def small_model():
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def batches(n):
+    g = torch.Generator().manual_seed(11)
+    return [(torch.randn(8, 8, generator=g), torch.randint(0, 3, (8,), generator=g))
+            for _ in range(n)]
+
+
+def train(m, opt, sched, data, trace=None):
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+        sched.step()
+        if trace is not None:
+            trace.append(torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()]))
+
+
+def service_opt(m, conn, job):
+    return tps.ServiceOptimizer(m, conn["host"], conn["port"], conn["secret"], job=job,
+                                workers=1, rank=0, lr=0.5, momentum=0.9)
+
+
+def check_lr(a, conn):
+    data = batches(a.steps)
+    ref, svc = small_model(), small_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5, momentum=0.9)
+    svc_opt = service_opt(svc, conn, "lr-%s" % secrets.token_hex(4))
+    ref_trace, svc_trace = [], []
+    train(ref, ref_opt, torch.optim.lr_scheduler.StepLR(ref_opt, 2, gamma=0.1), data, ref_trace)
+    train(svc, svc_opt, torch.optim.lr_scheduler.StepLR(svc_opt, 2, gamma=0.1), data, svc_trace)
+    # The same run without the schedule differs: the lr is what the check sees.
+    flat = small_model()
+    flat_opt = service_opt(flat, conn, "flat-%s" % secrets.token_hex(4))
+    flat_trace = []
+    train(flat, flat_opt, torch.optim.lr_scheduler.StepLR(flat_opt, 1000, gamma=1.0), data, flat_trace)
+    diff = max((p - q).abs().max().item() for p, q in zip(ref_trace, svc_trace))
+    unscheduled = (flat_trace[-1] - ref_trace[-1]).abs().max().item()
+    row = {"check": "lr", "steps": a.steps, "max_abs_diff": diff,
+           "unscheduled_diff": unscheduled, "final_lr": svc_opt.param_groups[0]["lr"]}
+    row["ok"] = diff <= a.atol and unscheduled > 100 * a.atol and abs(row["final_lr"] - 0.5 * 0.1 ** (a.steps // 2)) < 1e-12
+    return row
+
+
+def check_resume(a, conn):
+    data = batches(a.steps)
+    k = a.steps // 2
+    whole = small_model()
+    opt = service_opt(whole, conn, "whole-%s" % secrets.token_hex(4))
+    train(whole, opt, torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5), data)
+    job = "resumed-%s" % secrets.token_hex(4)
+    first = small_model()
+    opt = service_opt(first, conn, job)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5)
+    train(first, opt, sched, data[:k])
+    saved = {"model": first.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}
+    opt.close()
+    # A new process would build everything again: another initial model, then the saved state.
+    torch.manual_seed(99)
+    second = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    second.load_state_dict(saved["model"])
+    opt = service_opt(second, conn, job)
+    opt.load_state_dict(saved["opt"])
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3, gamma=0.5)
+    sched.load_state_dict(saved["sched"])
+    train(second, opt, sched, data[k:])
+    diff = max((p - q).abs().max().item() for p, q in zip(whole.parameters(), second.parameters()))
+    moved = max((p - q).abs().max().item()
+                for p, q in zip(small_model().parameters(), second.parameters()))
+    row = {"check": "resume", "steps": a.steps, "resumed_at": k, "max_abs_diff": diff,
+           "moved": moved, "lr": opt.param_groups[0]["lr"]}
+    row["ok"] = diff <= a.atol and moved > 100 * a.atol
+    return row
+
+
+def check_errors(a, conn):
+    def refused(what, fn, words):
+        try:
+            fn()
+        except ValueError as e:
+            return {"case": what, "ok": all(w in str(e) for w in words), "message": str(e)}
+        return {"case": what, "ok": False, "message": "accepted"}
+
+    hook = lambda **kw: tps.HookState(conn["host"], conn["port"], conn["secret"],
+                                      world_size=1, rank=0, **kw)
+    state = hook(job="errs-%s" % secrets.token_hex(4))
+    m = small_model()
+    opt = service_opt(m, conn, "errs-%s" % secrets.token_hex(4))
+    other = service_opt(small_model(), conn, "other-%s" % secrets.token_hex(4))
+
+    def momentum_changed():
+        opt.param_groups[0]["momentum"] = 0.5
+        try:
+            opt.step()
+        finally:
+            opt.param_groups[0]["momentum"] = 0.9
+
+    cases = [
+        refused("hook async", lambda: hook(job="x", mode="async"), ["sync or bounded", "async"]),
+        refused("hook job name", lambda: hook(job="a/b"), ["without '/'"]),
+        refused("hook fp64 bucket", lambda: state.submit(0, torch.zeros(4, dtype=torch.float64)),
+                ["float64"]),
+        refused("param groups", lambda: service_opt([{"params": list(m.parameters())}], conn, "g"),
+                ["one parameter group"]),
+        refused("momentum changed", momentum_changed, ["momentum", "fixed"]),
+        refused("state dict of another job", lambda: opt.load_state_dict(other.state_dict()),
+                ["other-", "errs-"]),
+    ]
+    state.close()
+    return {"check": "errors", "cases": cases, "ok": all(c["ok"] for c in cases)}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--check", choices=["hook", "lr", "resume", "errors"], required=True)
+    p.add_argument("--bin_dir", required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--mode", default="sync")
+    p.add_argument("--atol", type=float, default=1e-5)
+    p.add_argument("--timeout", type=float, default=120)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        token = os.path.join(tmp, "secret")
+        with open(token, "w") as f:
+            f.write(secrets.token_hex(24))
+        server, host, port = tessera_paramsvc.serve(a.bin_dir, cores=1, token_file=token)
+        try:
+            conn = {"host": host, "port": port, "secret": open(token).read().strip()}
+            row = {"hook": check_hook, "lr": check_lr, "resume": check_resume,
+               "errors": check_errors}[a.check](a, conn)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    print(json.dumps(row), flush=True)
+    return 0 if row["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
