@@ -80,7 +80,8 @@ json ResultJson(const RunResult& r) {
                   {"r", r.cluster.r},
                   {"delta", r.cluster.delta},
                   {"l", r.cluster.l},
-                  {"placement", r.cluster.placement}};
+                  {"placement", r.cluster.placement},
+                  {"hosts", r.hosts}};
   j["completion_s"] = r.completion_s;
   j["read_p50_us_before_faults"] = r.p50_before_us;
   j["read_p99_us_before_faults"] = r.p99_before_us;
@@ -143,6 +144,7 @@ std::string ErasureCodedClusterLine(const RunResult& r) {
          std::to_string(c.k) + "," + std::to_string(c.r) + ") delta " + std::to_string(c.delta) +
          ", " + c.placement + " placement, " +
          (c.layout.empty() ? std::string("the tool's default layout") : c.layout + " layout") +
+         (r.hosts == "netns" ? ", each memserver a host in a network namespace of its own" : "") +
          "\n";
 }
 

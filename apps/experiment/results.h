@@ -72,6 +72,7 @@ struct RunResult {
   std::vector<Sample> samples;
   std::vector<FaultRecord> faults;
   std::string partition_mode;  // "" when no partition fault ran.
+  std::string hosts;           // loopback | netns (what the cluster really ran on, and why)
   double completion_s = 0;
   double p99_before_us = 0, p99_during_us = 0, p50_before_us = 0, p50_during_us = 0;
   // From the 100 ms samples: the worst p99 and lowest throughput while faults were active, and

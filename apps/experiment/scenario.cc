@@ -13,7 +13,8 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
   TESSERA_RETURN_IF_ERROR(
       rd.Keys(t, "[cluster]",
               {"memservers", "racks", "layout", "k", "r", "delta", "l", "placement", "capacity",
-               "slab_size", "op_timeout_ms", "heartbeat_timeout_ms", "max_inflight_pages"}));
+               "slab_size", "op_timeout_ms", "heartbeat_timeout_ms", "max_inflight_pages",
+               "hosts"}));
   if (!t.contains("memservers")) return rd.Error(t.source(), "[cluster] needs memservers");
   TRY_ASSIGN(c->memservers, rd.Int(t, "memservers", 1, 64));
   TRY_ASSIGN(c->racks, rd.Int(t, "racks", 0, 64));
@@ -28,6 +29,9 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
   TRY_ASSIGN(c->op_timeout_ms, rd.Int(t, "op_timeout_ms", 100, 60000));
   TRY_ASSIGN(c->heartbeat_timeout_ms, rd.Int(t, "heartbeat_timeout_ms", 100, 60000));
   TRY_ASSIGN(c->max_inflight_pages, rd.Int(t, "max_inflight_pages", 8, 16384));
+  std::string hosts;
+  TRY_ASSIGN(hosts, rd.Str(t, "hosts", {"loopback", "netns"}));
+  if (!hosts.empty()) c->hosts = hosts;
   if (4096 % c->k != 0) return rd.Error(rd.Line(t, "k"), "k must divide 4096 (1, 2, 4, 8, 16)");
   if (c->k + c->r > 20) return rd.Error(rd.Line(t, "r"), "k + r must be at most 20");
   if (c->k + c->r > c->memservers) {

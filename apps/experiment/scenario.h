@@ -41,6 +41,9 @@ struct ClusterSpec {
   int op_timeout_ms = 2000;
   int heartbeat_timeout_ms = 1000;
   int max_inflight_pages = 256;  // Client: pages in flight per I/O thread (pagestore).
+  // loopback, or netns: each memserver a host of its own, in a network namespace on a bridge
+  // (client/hosts.h); a partition then takes the host's link down.
+  std::string hosts = "loopback";
 };
 
 // The kinds of workload, parsed once from `kind = "..."`; each kind has its own options below

@@ -66,7 +66,12 @@ class ScenarioRun {
     lo.slab_size = c_.slab_size;
     lo.fault_injection = true;
     lo.extra_flags = {"--orphan_grace=0"};
+    lo.hosts = c_.hosts == "netns" ? client::HostsMode::kNetns : client::HostsMode::kLoopback;
     TESSERA_ASSIGN_OR_RETURN(cluster_, client::LocalCluster::Start(lo));
+    res_.hosts = client::HostsModeName(cluster_->hosts());
+    if (c_.hosts == "netns" && cluster_->hosts() != client::HostsMode::kNetns) {
+      res_.hosts += " (netns asked for: " + cluster_->hosts_note() + ")";
+    }
     for (size_t i = 0; i < cluster_->size(); ++i) {
       client::RemoteServer rs;
       rs.endpoint = cluster_->endpoints()[i];
@@ -141,6 +146,11 @@ class ScenarioRun {
       case FaultAction::kEvict:
         return cluster_->Fault(i, {"evict", std::to_string(f.slabs)});
       case FaultAction::kPartition: {
+        if (cluster_->hosts() == client::HostsMode::kNetns) {
+          res_.partition_mode = kHostLinkDown;
+          partitioned_hosts_.insert(i);
+          return cluster_->Partition(i);
+        }
         Status avail = partition_ready_;
         if (avail.ok()) {
           Status st = partition_.Cut(cluster_->endpoints()[i].port);
@@ -164,6 +174,7 @@ class ScenarioRun {
         return client::AddRemoteServer(*workload_->store(), servers_[i]);
       }
       case FaultAction::kHeal:
+        if (partitioned_hosts_.erase(i) > 0) return cluster_->Heal(i);
         if (partitioned_real_.erase(i) > 0) return partition_.Heal(cluster_->endpoints()[i].port);
         if (partitioned_fallback_.erase(i) > 0) return cluster_->Fault(i, {"clear"});
         *note = "server " + std::to_string(i) + " was not partitioned";
@@ -459,10 +470,13 @@ class ScenarioRun {
     // waiting for another tool's lock does not shift the fault schedule.
     bool partitions = false;
     for (const FaultSpec& f : s_.faults) partitions |= f.action == FaultAction::kPartition;
+    TESSERA_RETURN_IF_ERROR(StartCluster());
     if (partitions && !res_.healthy) {
-      partition_ready_ = partition_.Prepare(o_.lock_wait_ms);
+      const bool hosts = cluster_->hosts() == client::HostsMode::kNetns;
+      if (!hosts) partition_ready_ = partition_.Prepare(o_.lock_wait_ms);
       const std::string mode =
-          partition_ready_.ok()
+          hosts ? kHostLinkDown
+          : partition_ready_.ok()
               ? PartitionMode()
               : "memserver drop-all fault (nftables not usable: " + partition_ready_.message() +
                     ")";
@@ -470,7 +484,6 @@ class ScenarioRun {
       if (o_.progress)
         std::fprintf(stderr, "[%s] partition: %s\n", res_.name.c_str(), mode.c_str());
     }
-    TESSERA_RETURN_IF_ERROR(StartCluster());
     Status st = workload_->Start(ctx_);
     if (st.ok() && ctx_.cancelled()) st = Cancelled("cancelled");
     if (!st.ok()) {
@@ -525,7 +538,9 @@ class ScenarioRun {
   std::mutex mu_;  // res_.samples, res_.faults, last_fault_text_
   std::string last_fault_text_;
   std::vector<Active> active_;
-  std::set<size_t> partitioned_real_, partitioned_fallback_;
+  std::set<size_t> partitioned_real_, partitioned_fallback_, partitioned_hosts_;
+  static constexpr const char* kHostLinkDown =
+      "network namespaces: the partitioned host's veth is down";
   bool failed_before_ = false;  // A server failed for good already.
   uint64_t permanent_failures_ = 0;  // Servers failed for good by the faults fired so far.
   // When the workload's Run() returned (seconds since t0_); samples after it are not the load's.

@@ -289,6 +289,29 @@ TEST(ExperimentCliTest, PartitionIsRemovedAfterTheRun) {
   }
 }
 
+// [cluster] hosts = "netns": every memserver in a network namespace of its own; a partition
+// takes that host's link down (no nftables), and the store fails it and rebuilds its data.
+// (LocalCluster's teardown of the namespaces is tested in tests/client/hosts_test.cc.)
+TEST(ExperimentCliTest, PartitionOfANamespaceHost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  TempDir dir;
+  std::string text = PartitionScenario("6", true);
+  text.replace(text.find("[cluster]\n"), 10, "[cluster]\nhosts = \"netns\"\n");
+  const std::string path = Write(dir, "p.toml", text);
+  const std::string out = dir.path() + "/out";
+  ToolResult r = Experiment({"run", path, "--quick", "--out", out});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  json j = json::parse(ReadWholeFile(out + "/summary.json"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["verdict"], "PASS") << r.output;
+  const json& run = j["runs"][0];
+  EXPECT_EQ(run["cluster"]["hosts"], "netns") << run.dump();
+  EXPECT_EQ(run.value("partition_mode", ""),
+            "network namespaces: the partitioned host's veth is down");
+  EXPECT_EQ(run["server_failures"], 1);
+  EXPECT_EQ(run["data_loss"], 0);
+}
+
 TEST(ExperimentCliTest, PartitionIsRemovedWhenInterrupted) {
   Partition probe("/tmp/tessera-experiment-test.lock");
   if (!probe.Available().ok()) GTEST_SKIP() << "nftables not usable here: " << probe.Available();

@@ -208,6 +208,16 @@ TEST(ScenarioTest, AfterRecoveryHoldsAFaultForThePagestore) {
   ExpectError(run, 15, "after_recovery needs a pagestore workload");
 }
 
+TEST(ScenarioTest, HostsAreLoopbackOrNetns) {
+  auto r = ParseScenario(kGood, "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cluster.hosts, "loopback");
+  auto n = ParseScenario(Edit("[cluster]\n", "[cluster]\nhosts = \"netns\"\n"), "f.toml");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->cluster.hosts, "netns");
+  ExpectError(Edit("[cluster]\n", "[cluster]\nhosts = \"moon\"\n"), 5, "hosts");
+}
+
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
   ASSERT_EQ(BuiltinScenarios().size(), 9u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
