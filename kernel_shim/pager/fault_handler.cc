@@ -445,7 +445,7 @@ void PagerImpl::ReleaseSlot(uint32_t slot) {
 size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
   size_t want = std::min(o_.zero_fault_around_pages, kMaxFaultAround);
   if (want == 0) return 0;
-  if (uint64_t cap = LimitPages(); cap > 0) {
+  if (uint64_t cap = ResidentCap(); cap > 0) {
     // Staged pages are the coldest local pages: fault-around may take their room (the evictor
     // then drops them from the list's end; the cap is kept as with any fault).
     const int64_t room = static_cast<int64_t>(cap) - (resident_.load() - staged_.load()) - 1;

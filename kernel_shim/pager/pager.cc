@@ -442,6 +442,9 @@ PagerStats PagerImpl::Stats() const {
 
 Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
   if (o.store == nullptr) return InvalidArgument("PagerOptions.store is required");
+  if (o.tier != nullptr && o.store != o.tier) {
+    return InvalidArgument("PagerOptions.tier is set: PagerOptions.store must be that tier");
+  }
   if (o.region_bytes == 0 || o.region_bytes % client::kPageSize != 0) {
     return InvalidArgument("PagerOptions.region_bytes must be a positive multiple of 4096, got ",
                            o.region_bytes);

@@ -62,6 +62,7 @@
 #include "client/page_store.h"
 #include "common/histogram.h"
 #include "common/status.h"
+#include "kernel_shim/pager/compressed_tier.h"
 
 namespace tessera::kernel_shim {
 
@@ -73,6 +74,11 @@ enum class VictimPolicy : uint8_t {
 
 struct PagerOptions {
   client::PageStore* store = nullptr;  // Not owned; must outlive the Pager. Required.
+  // A compressed local tier (compressed_tier.h) in front of the remote store: when set, `store`
+  // must be this tier. Its charged bytes count against the local budget (the resident set's
+  // cap is the budget less the tier's charge), and the pager gives it the budget to size
+  // itself from. Not owned; must outlive the Pager.
+  CompressedTier* tier = nullptr;
   size_t region_bytes = 0;             // > 0, a multiple of 4096, <= store capacity.
 
   uint64_t local_limit_bytes = 0;      // Fixed cap on resident bytes (0: none).

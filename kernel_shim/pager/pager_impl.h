@@ -195,7 +195,9 @@ class PagerImpl final : public Pager {
   void PutCtx(FillCtx* c);
 
   // Eviction.
-  uint64_t LimitPages() const;
+  uint64_t LimitPages() const;  // The local budget (0: none).
+  // What resident pages may use of it: the budget less the compressed tier's charge.
+  uint64_t ResidentCap() const;
   void MaybeKickEviction();
   // Back-pressure: while the resident set is well above the cap (eviction falling behind),
   // the fault thread waits for eviction progress (bounded) before mapping more pages.

@@ -170,7 +170,8 @@ uintptr_t g_region_base = 0;   // The paged region, constant once active.
 uintptr_t g_region_end = 0;
 unsigned g_paged_arena = 0;
 Pager* g_pager = nullptr;                  // Leaked on purpose (see the file comment).
-client::PageStore* g_store = nullptr;
+client::PageStore* g_store = nullptr;     // The remote store.
+CompressedTier* g_tier = nullptr;         // In front of it (kEnvCompressedTier), or null.
 RangeAllocator* g_ranges = nullptr;
 pthread_key_t g_tcache_key;
 bool g_tcache_key_ok = false;
@@ -738,6 +739,7 @@ struct Config {
   std::string layout;  // "" = the store's default
   bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
+  CompressedTierSetting tier;  // kEnvCompressedTier
   uint64_t region = 8ull << 30;
   bool descendant = false;  // Exec'd by the program `tessera run` started, or its descendants.
 };
@@ -776,6 +778,8 @@ bool TakeConfig(Config* c, std::string* error) {
   std::string follow;
   if (take(kEnvFollow, &follow)) c->follow = follow == "1";
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
+  std::string tier;
+  const bool has_tier = take(kEnvCompressedTier, &tier);
   if (const char* pre = configured ? nullptr : getenv("LD_PRELOAD")) {
     std::string kept, entry;
     std::string all = pre;
@@ -834,6 +838,14 @@ bool TakeConfig(Config* c, std::string* error) {
     }
     c->local = *lm;
   }
+  if (has_tier) {
+    auto t = ParseCompressedTier(tier);
+    if (!t.ok()) {
+      *error = "bad " + std::string(kEnvCompressedTier) + ": " + t.status().message();
+      return true;
+    }
+    c->tier = *t;
+  }
   if (has_region) {
     auto b = ParseSize(region);
     if (!b.ok() || *b < (64ull << 20) || *b % kPage != 0) {
@@ -852,6 +864,7 @@ void WriteStats(bool final) {
   auto stats = std::make_unique<PagerStats>(g_pager->Stats());
   auto sstats = std::make_unique<client::PageStoreStats>(g_store->Stats());
   RunStats r = CollectRunStats(*stats, *sstats, MonotonicNs() - g_start_ns, final);
+  if (g_tier != nullptr) AddTierStats(g_tier->TierStats(), &r);
   r["mmaps"] = g_mmaps.load();
   r["rebound_symbols"] = g_rebound;
   // Anonymous memory of the process the pager does not hold (its own threads' memory, stacks,
@@ -977,8 +990,21 @@ void* InitThread(void* arg) {
       error = "page store: " + store.status().ToString();
       break;
     }
+    std::unique_ptr<CompressedTier> tier;
+    if (c.tier.enabled) {
+      CompressedTierOptions to;
+      to.store = store->get();
+      to.capacity_bytes = c.tier.capacity_bytes;
+      auto t = CompressedTier::Create(to);
+      if (!t.ok()) {
+        error = "compressed tier: " + t.status().ToString();
+        break;
+      }
+      tier = std::move(*t);
+    }
     PagerOptions po;
-    po.store = store->get();
+    po.store = tier ? static_cast<client::PageStore*>(tier.get()) : store->get();
+    po.tier = tier.get();
     po.region_bytes = c.region;
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
@@ -990,6 +1016,7 @@ void* InitThread(void* arg) {
       break;
     }
     g_store = store->release();
+    g_tier = tier.release();
     g_pager = pager->release();
   } while (false);
   const bool stop = !error.empty() || !sh->skip.empty();
