@@ -129,6 +129,10 @@ TEST(Run, BadFlagsAreUsageErrors) {
            {t, "run", "--region", "1M", "--", "/bin/true"},
            {t, "run", "--no-such-flag", "--", "/bin/true"},
            {t, "run", "--auth-token-file", "/tmp/x", "--", "/bin/true"},
+           {t, "run", "--compressed-tier", "fast", "--", "/bin/true"},
+           {t, "run", "--compressed-tier", "512K", "--", "/bin/true"},
+           {t, "run", "--local-memory", "64M", "--compressed-tier", "64M", "--", "/bin/true"},
+           {t, "run", "--pager", "swap", "--compressed-tier", "auto", "--", "/bin/true"},
            {t, "run"}}) {
     EXPECT_EQ(RunCommand(args, 30000, true).exit_code, 2) << args[2];
   }

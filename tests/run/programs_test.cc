@@ -66,7 +66,8 @@ std::unique_ptr<client::LocalCluster> StartCluster() {
 
 // `tessera run --local-memory 50% ... --` (on `cluster` when given, else embedded).
 std::vector<std::string> RunPrefix(const std::string& json, client::LocalCluster* cluster,
-                                   const std::string& live = "") {
+                                   const std::string& live = "",
+                                   const std::vector<std::string>& extra = {}) {
   std::vector<std::string> a = {BinDir() + "/tessera", "run", "--local-memory", "50%",
                                 "--k", std::to_string(kK), "--r", std::to_string(kR),
                                 "--stats-json", json, "--region", "4G"};
@@ -75,6 +76,7 @@ std::vector<std::string> RunPrefix(const std::string& json, client::LocalCluster
                        cluster->token_path()});
   }
   if (!live.empty()) a.insert(a.end(), {"--live-stats-file", live});
+  a.insert(a.end(), extra.begin(), extra.end());
   a.push_back("--");
   return a;
 }
@@ -152,6 +154,66 @@ TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) {
   ASSERT_TRUE(st.ok());
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
   ExpectPagedCleanly(tmp.path() + "/s.json", true);
+}
+
+// With the compressed tier: faults on pages in the tier are served locally, every page is
+// written back, and after r memservers are SIGKILLed (once write-back has stored pages on them)
+// the pages the tier dropped are still read back from the survivors.
+const std::vector<std::string> kTierOn = {"--compressed-tier", "auto"};
+
+void ExpectTierServed(const std::string& json_path) {
+  const std::string j = ReadFile(json_path);
+  EXPECT_GT(JsonInt(j, "tier_hits"), 0) << "no fault was served from the tier: " << j;
+  EXPECT_GT(JsonInt(j, "tier_misses"), 0) << "no page came from the memservers: " << j;
+  EXPECT_GT(JsonInt(j, "tier_writebacks"), 0) << "the tier wrote nothing back: " << j;
+  EXPECT_GT(JsonInt(j, "store_reads"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "tier_writeback_errors"), 0) << j;
+}
+
+TEST(Programs, PythonWithCompressedTierMatchesUnpaged) {
+  const std::string want = PythonUnpaged();
+  TempDir tmp;
+  auto argv = RunPrefix(tmp.path() + "/s.json", nullptr, "", kTierOn);
+  argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
+  auto out = RunCommand(argv, 300000, true);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_EQ(LastLineWith(out.stdout_text, "tessera-workload: records"), want);
+  ExpectPagedCleanly(tmp.path() + "/s.json", false);
+  ExpectTierServed(tmp.path() + "/s.json");
+}
+
+TEST(Programs, PythonWithCompressedTierSurvivesRMemserversKilledAfterWriteBack) {
+  const std::string want = PythonUnpaged();
+  auto cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  TempDir tmp;
+  const std::string live = tmp.path() + "/live";
+  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live, kTierOn);
+  argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
+  auto p = Subprocess::Start(argv, {.capture_stdout = true});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  // The live stats show pages written back (the shim rewrites them twice a second).
+  Deadline d = Deadline::AfterMs(240000);
+  bool written_back = false;
+  while (!d.Expired() && !p->Poll()) {
+    if (kernel_shim::ParseRunStats(ReadFile(live))["tier_writebacks"] >= 1000) {
+      written_back = true;
+      break;
+    }
+    usleep(20000);  // polling the live stats file
+  }
+  ASSERT_TRUE(written_back) << "the tier never wrote 1000 pages back before the program ended";
+  KillR(cluster.get());
+  auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(*done, want);
+  auto st = p->Wait(Deadline::AfterMs(60000));
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
+  ExpectPagedCleanly(tmp.path() + "/s.json", true);
+  ExpectTierServed(tmp.path() + "/s.json");
 }
 
 // ---- GNU sort ---------------------------------------------------------------------------------
