@@ -92,6 +92,48 @@ void CompressedTier::EraseLocked(std::unordered_map<PageId, Entry>::iterator it)
   entries_.erase(it);
 }
 
+void CompressedTier::HitLocked(std::unordered_map<PageId, Entry>::iterator it, uint8_t* out) {
+  Decode(it->second, out);
+  counts_.hits++;
+  // The reader holds the page now: a written-back copy here would only double-count it (it is
+  // admitted again, clean, if it is evicted unchanged); one not yet written back stays until
+  // its write-back is done.
+  if (it->second.written_back) {
+    EraseLocked(it);
+  } else {
+    it->second.read = true;
+    lru_.splice(lru_.end(), lru_, it->second.lru);
+  }
+}
+
+void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
+  static thread_local char scratch[LZ4_COMPRESSBOUND(kPageSize)];
+  if (page >= store_->capacity_pages()) return;
+  const int len = LZ4_compress_default(reinterpret_cast<const char*>(bytes), scratch,
+                                       static_cast<int>(kPageSize), sizeof scratch);
+  std::lock_guard<std::mutex> l(mu_);
+  if (len <= 0 || static_cast<size_t>(len) > o_.max_compressed_bytes) {
+    counts_.incompressible++;
+    return;
+  }
+  if (entries_.count(page) != 0) return;  // The tier has these bytes already (or newer).
+  if (!MakeRoomLocked(static_cast<uint64_t>(len) + kEntryOverheadBytes)) {
+    counts_.bypassed_full++;
+    return;
+  }
+  Entry e;
+  e.data.reset(new uint8_t[len]);
+  std::memcpy(e.data.get(), scratch, static_cast<size_t>(len));
+  e.len = static_cast<uint32_t>(len);
+  e.written_back = true;
+  e.gen = next_gen_++;
+  e.lru = lru_.insert(lru_.end(), page);
+  entries_.emplace(page, std::move(e));
+  charged_.fetch_add(static_cast<uint64_t>(len) + kEntryOverheadBytes, std::memory_order_relaxed);
+  compressed_ += static_cast<uint64_t>(len);
+  counts_.admitted_clean++;
+}
+
 bool CompressedTier::MakeRoomLocked(uint64_t need) {
   const uint64_t cap = CapacityLocked();
   for (auto it = lru_.begin(); it != lru_.end() && charged_.load() + need > cap;) {
@@ -123,9 +165,7 @@ Status CompressedTier::Submit(std::span<PageOp* const> ops) {
         forward.push_back(op);
         continue;
       }
-      Decode(it->second, op->buf);
-      lru_.splice(lru_.end(), lru_, it->second.lru);
-      counts_.hits++;
+      HitLocked(it, op->buf);
       op->status = Status::Ok();
       local.push_back(op);
       continue;
@@ -190,9 +230,7 @@ Status CompressedTier::ReadPage(PageId page, uint8_t* out) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = entries_.find(page);
     if (it != entries_.end()) {
-      Decode(it->second, out);
-      lru_.splice(lru_.end(), lru_, it->second.lru);
-      counts_.hits++;
+      HitLocked(it, out);
       return Status::Ok();
     }
     counts_.misses++;
@@ -306,7 +344,11 @@ void CompressedTier::Loop() {
         if (current) {
           it->second.written_back = true;
           dirty_--;
-          if (it->second.raw) EraseLocked(it);  // Kept only until the store had it.
+          // Kept only until the store had it: a raw page, or one a reader holds now.
+          if (it->second.raw || it->second.read) {
+            EraseLocked(it);
+            it = entries_.end();
+          }
         }
       } else {
         uint64_t n = ++counts_.writeback_errors;

@@ -8,7 +8,10 @@
 //
 // What it holds. One entry per page: the compressed bytes (or, rarely, the raw page, see
 // below), whether the store behind has the same bytes yet ("written back"), and its place in
-// an LRU order (a read moves it to the young end). A write replaces the page's entry; a page
+// an LRU order. A read that hits hands the page to the reader, which holds it from then on:
+// the entry is dropped (once written back, at once if it is), so a page is not charged twice,
+// and a clean page the pager evicts again comes back through AdmitClean. A write replaces the
+// page's entry; a page
 // that compresses to more than max_compressed_bytes goes straight to the store (its old entry,
 // if any, is dropped) - unless a write-back of that page is still in flight, in which case it is
 // kept raw until its own write-back is done (two writes of one page are never in flight at
@@ -67,6 +70,7 @@ struct CompressedTierStats {
   uint64_t stored = 0;          // Writes kept in the tier (compressed).
   uint64_t incompressible = 0;  // Writes that went straight to the store.
   uint64_t kept_raw = 0;        // Incompressible writes kept raw (a write-back was in flight).
+  uint64_t admitted_clean = 0;  // Clean pages admitted (AdmitClean).
   uint64_t bypassed_full = 0;   // Compressible writes sent to the store: no room in the tier.
   uint64_t hits = 0;            // Reads served from the tier.
   uint64_t misses = 0;          // Reads passed to the store.
@@ -103,6 +107,12 @@ class CompressedTier final : public client::PageStore {
   // A tier hit is decompressed on the caller's thread; a miss is the store's ReadPage.
   Status ReadPage(client::PageId page, uint8_t* out) override;
 
+  // A clean page the owner drops (the store holds these bytes): kept compressed, as written
+  // back, if it compresses well and there is room, so that its next read is local. Nothing
+  // happens when the tier has an entry for the page already. The pager calls it for clean
+  // victims.
+  void AdmitClean(client::PageId page, const uint8_t* bytes);
+
   uint64_t charged_bytes() const { return charged_.load(std::memory_order_relaxed); }
   // Auto capacity: budget_share x budget_bytes. Ignored with a fixed capacity.
   void SetBudgetBytes(uint64_t budget_bytes);
@@ -114,6 +124,7 @@ class CompressedTier final : public client::PageStore {
     uint32_t len = 0;           // Compressed length, or kPageSize for a raw page.
     bool raw = false;
     bool written_back = false;  // The store holds these bytes.
+    bool read = false;          // Read since it was stored (dropped once written back).
     uint64_t gen = 0;           // Bumped by every write of the page.
     std::list<client::PageId>::iterator lru;
   };
@@ -123,6 +134,8 @@ class CompressedTier final : public client::PageStore {
   void Loop();
   // Under mu_: decompresses page p's entry into out.
   void Decode(const Entry& e, uint8_t* out) const;
+  // Under mu_: serves a read of the entry into out (see "What it holds").
+  void HitLocked(std::unordered_map<client::PageId, Entry>::iterator it, uint8_t* out);
   // Under mu_: removes p's entry and its charge.
   void EraseLocked(std::unordered_map<client::PageId, Entry>::iterator it);
   // Under mu_: drops the oldest written-back entries until `need` more bytes fit; false if

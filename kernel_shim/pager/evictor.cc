@@ -319,6 +319,11 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
         break;
       }
       if (!w.compare_exchange_weak(s, With(s, kDropping) | in_store)) continue;
+      // A clean victim leaves for good: keep it compressed in the tier, so that its next fault
+      // is local (kDropping: a write now waits, so the bytes are stable until the madvise).
+      if (o_.tier != nullptr && !victims[i].dirty && (s & kInStore)) {
+        o_.tier->AdmitClean(p, Addr(p));
+      }
       drop.push_back(i);
       break;
     }

@@ -105,6 +105,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
 void AddTierStats(const CompressedTierStats& t, RunStats* stats) {
   RunStats& r = *stats;
   r["tier_stored"] = t.stored;
+  r["tier_admitted_clean"] = t.admitted_clean;
   r["tier_incompressible"] = t.incompressible;
   r["tier_kept_raw"] = t.kept_raw;
   r["tier_bypassed_full"] = t.bypassed_full;
