@@ -80,6 +80,10 @@ DEFINE_bool(direct_reads, true,
             "Group layout: a fault thread reads a remote page itself, over its own connection to "
             "the server holding it (run to completion); --nodirect_reads hands every read to the "
             "page store's I/O thread and back (slower; for comparison)");
+DEFINE_bool(batch_faults, true,
+            "A fault thread that wakes to several queued faults (program threads faulting at "
+            "once) posts their page reads together and maps them itself; --nobatch-faults hands "
+            "all but one to the page store's I/O thread one by one (for comparison)");
 DEFINE_int32(fault_spin_us, 30,
              "Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault "
              "before it sleeps: a fault that comes within it skips a thread wake-up (the demo "
@@ -598,6 +602,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
+      std::string(kernel_shim::kEnvBatchFaults) + "=" + (FLAGS_batch_faults ? "1" : "0"),
       std::string(kernel_shim::kEnvFaultSpin) + "=" + std::to_string(FLAGS_fault_spin_us),
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
       std::string(kernel_shim::kEnvFollow) + "=" + (members_file ? "1" : "0"),

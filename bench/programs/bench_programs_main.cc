@@ -123,11 +123,12 @@ void OnStopSignal(int) { g_stop = 1; }
 // Running one program.
 
 // `tessera run` stats reported per row (medians over the runs): faults, faults served from the
-// compressed tier, pages read from / written to the memservers, and the local budget at exit
-// (limit_pages, tier included) beside the peak resident set.
+// compressed tier, pages read from / written to the memservers, the local budget at exit
+// (limit_pages, tier included) beside the peak resident set, and the fault latency p50/p99.
 constexpr const char* kRunCounters[] = {"faults",      "tier_hits",   "store_reads",
                                         "store_writes", "limit_pages", "peak_resident_pages",
-                                        "tier_charged_bytes", "elapsed_ns"};
+                                        "tier_charged_bytes", "elapsed_ns", "fault_p50_ns",
+                                        "fault_p99_ns"};
 
 // How a program is started: plainly, under `tessera run`, or inside a memory cgroup (kernel swap).
 struct Mode {
@@ -821,6 +822,13 @@ int Main(int argc, char** argv) {
           j["sent_MB_per_s"] = *w * 4096 / 1e6 / (*e / 1e9);
         }
         if (auto l = counter("limit_pages")) j["tessera_budget_bytes"] = *l * 4096;
+        for (const char* c : {"fault_p50_ns", "fault_p99_ns"}) {
+          if (auto v = counter(c)) {
+            const std::string us = std::string(c).substr(0, 9) + "_us";  // fault_p50_us
+            j[us] = *v / 1e3;
+            row.Set(us, *v / 1e3);
+          }
+        }
         if (auto t = counter("tier_charged_bytes")) j["tier_bytes_at_exit"] = *t;
         if (auto z = peer_secs("zram"); z && ok) {
           j["over_zram"] = tessera_s / *z;

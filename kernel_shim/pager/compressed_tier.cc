@@ -238,6 +238,34 @@ Status CompressedTier::ReadPage(PageId page, uint8_t* out) {
   return store_->ReadPage(page, out);
 }
 
+Status CompressedTier::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
+  static thread_local std::vector<PageId> miss;
+  static thread_local std::vector<size_t> where;
+  static thread_local std::vector<uint8_t> buf;
+  miss.clear();
+  where.clear();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < count; ++i) {
+      auto it = entries_.find(pages[i]);
+      if (it != entries_.end()) {
+        HitLocked(it, out + i * kPageSize);
+        continue;
+      }
+      counts_.misses++;
+      miss.push_back(pages[i]);
+      where.push_back(i);
+    }
+  }
+  if (miss.empty()) return Status::Ok();
+  buf.resize(miss.size() * kPageSize);
+  Status st = store_->ReadPages(miss.data(), miss.size(), buf.data());
+  for (size_t j = 0; j < miss.size(); ++j) {
+    std::memcpy(out + where[j] * kPageSize, buf.data() + j * kPageSize, kPageSize);
+  }
+  return st;
+}
+
 Status CompressedTier::Trim(PageId first, uint64_t count) {
   {
     std::lock_guard<std::mutex> l(mu_);

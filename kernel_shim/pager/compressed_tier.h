@@ -106,6 +106,8 @@ class CompressedTier final : public client::PageStore {
   }
   // A tier hit is decompressed on the caller's thread; a miss is the store's ReadPage.
   Status ReadPage(client::PageId page, uint8_t* out) override;
+  // Hits decompressed on the caller's thread; the misses are one ReadPages of the store.
+  Status ReadPages(const client::PageId* pages, size_t count, uint8_t* out) override;
 
   // A clean page the owner drops (the store holds these bytes): kept compressed, as written
   // back, if it compresses well and there is room, so that its next read is local. Nothing

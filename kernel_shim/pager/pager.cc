@@ -422,6 +422,8 @@ PagerStats PagerImpl::Stats() const {
   s.staged_pages = static_cast<uint64_t>(std::max<int64_t>(0, staged_.load()));
   s.inactive_target_pages = inactive_target_.load();
   s.spin_hits = spin_hits_.load();
+  s.fault_batches = fault_batches_.load();
+  s.fault_batch_pages = fault_batch_pages_.load();
   s.fill_errors = fill_errors_.load();
   s.fill_retries = fill_retries_.load();
   s.writeback_errors = writeback_errors_.load();

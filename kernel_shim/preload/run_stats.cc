@@ -71,6 +71,8 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["prefetch_hits"] = p.prefetch_hits;
   r["discarded"] = p.discarded;
   r["spin_hits"] = p.spin_hits;
+  r["fault_batches"] = p.fault_batches;
+  r["fault_batch_pages"] = p.fault_batch_pages;
   r["fill_errors"] = p.fill_errors;
   r["fill_retries"] = p.fill_retries;
   r["writeback_errors"] = p.writeback_errors;

@@ -33,6 +33,8 @@ inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
 inline constexpr const char* kEnvCompressedTier = "TESSERA_RUN_COMPRESSED_TIER";
 inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
+// "0": a fault thread serves the faults of one wake-up one by one (PagerOptions::batch_faults).
+inline constexpr const char* kEnvBatchFaults = "TESSERA_RUN_BATCH_FAULTS";
 // "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).
 inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
 // Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault before it

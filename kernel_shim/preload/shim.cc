@@ -734,6 +734,7 @@ struct Config {
   int k = 4, r = 2;
   bool write_traps = true;
   bool direct_reads = true;
+  bool batch_faults = true;    // kEnvBatchFaults
   uint32_t fault_spin_us = 0;  // kEnvFaultSpin
   int direct_spin_us = -1;     // kEnvDirectSpin; -1: the store's default
   std::string layout;  // "" = the store's default
@@ -768,8 +769,9 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps, direct;
+  std::string traps, direct, batch;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  const bool has_batch = take(kEnvBatchFaults, &batch);
   const bool has_direct = take(kEnvDirectReads, &direct);
   std::string spin, dspin;
   const bool has_spin = take(kEnvFaultSpin, &spin);
@@ -803,6 +805,13 @@ bool TakeConfig(Config* c, std::string* error) {
       return true;
     }
     c->write_traps = traps == "1";
+  }
+  if (has_batch) {
+    if (batch != "0" && batch != "1") {
+      *error = "bad " + std::string(kEnvBatchFaults) + " '" + batch + "' (0 or 1)";
+      return true;
+    }
+    c->batch_faults = batch == "1";
   }
   if (has_direct) {
     if (direct != "0" && direct != "1") {
@@ -1010,6 +1019,7 @@ void* InitThread(void* arg) {
     po.local_fraction = c.local.fraction;
     po.write_traps = c.write_traps;
     po.fault_spin_us = c.fault_spin_us;
+    po.batch_faults = c.batch_faults;
     auto pager = Pager::Create(po);
     if (!pager.ok()) {
       error = "pager: " + pager.status().ToString();

@@ -156,6 +156,29 @@ TEST(CompressedTierTest, AReadHandsThePageOverAndCleanPagesComeBackThroughAdmit)
   EXPECT_EQ(tier->TierStats().entries, 0u);
 }
 
+TEST(CompressedTierTest, BatchReadsServeHitsLocallyAndMissesWithOneStoreBatch) {
+  MemoryPageStore store(64);
+  auto tier = MakeTier(&store, 1 << 20);
+  ASSERT_NE(tier, nullptr);
+  for (PageId p : {1, 3}) ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+  for (PageId p : {2, 4}) store.Put(p, Compressible(p, 7));
+  const PageId pages[] = {1, 2, 3, 4};
+  std::vector<uint8_t> out(4 * kPage);
+  ASSERT_TRUE(tier->ReadPages(pages, 4, out.data()).ok());
+  for (size_t i = 0; i < 4; ++i) {
+    const auto want = pages[i] % 2 ? Compressible(pages[i], 1) : Compressible(pages[i], 7);
+    EXPECT_EQ(std::vector<uint8_t>(out.begin() + i * kPage, out.begin() + (i + 1) * kPage), want)
+        << "page " << pages[i];
+  }
+  CompressedTierStats s = tier->TierStats();
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(store.reads_completed(), 2u);
+  // A store error reaches the caller.
+  store.FailReads(4);
+  EXPECT_EQ(tier->ReadPages(pages, 4, out.data()).code(), StatusCode::kDataLoss);
+}
+
 TEST(CompressedTierTest, IncompressiblePagesGoStraightToTheStore) {
   MemoryPageStore store(64);
   auto tier = MakeTier(&store, 8 << 20);

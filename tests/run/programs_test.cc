@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -135,17 +136,36 @@ TEST(Programs, PythonAtHalfLocalMemoryMatchesUnpaged) {
   ExpectPagedCleanly(tmp.path() + "/s.json", false);
 }
 
-TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) {
+// python3 on a cluster the test owns (`tessera run` with `extra` flags): r memservers are
+// SIGKILLed once it printed "half" and, when `stat` is given, once the shim's live stats show
+// at least `min` of it; the output must still be the unpaged run's. `check` then reads the
+// --stats-json.
+void PythonKillTest(const std::vector<std::string>& extra, const std::string& stat = "",
+                    uint64_t min = 0,
+                    const std::function<void(const std::string&)>& check = nullptr) {
   const std::string want = PythonUnpaged();
   auto cluster = StartCluster();
   ASSERT_NE(cluster, nullptr);
   TempDir tmp;
-  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get());
+  const std::string live = tmp.path() + "/live";
+  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live, extra);
   argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
   auto p = Subprocess::Start(argv, {.capture_stdout = true});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
   ASSERT_TRUE(half.ok()) << half.status().ToString();
+  if (!stat.empty()) {
+    Deadline d = Deadline::AfterMs(240000);
+    bool reached = false;
+    while (!d.Expired() && !p->Poll()) {
+      if (kernel_shim::ParseRunStats(ReadFile(live))[stat] >= min) {
+        reached = true;
+        break;
+      }
+      usleep(20000);  // polling the live stats file
+    }
+    ASSERT_TRUE(reached) << stat << " never reached " << min << " before the program ended";
+  }
   KillR(cluster.get());
   auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
@@ -154,7 +174,10 @@ TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) {
   ASSERT_TRUE(st.ok());
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
   ExpectPagedCleanly(tmp.path() + "/s.json", true);
+  if (check) check(tmp.path() + "/s.json");
 }
+
+TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) { PythonKillTest({}); }
 
 // With the compressed tier: faults on pages in the tier are served locally, every page is
 // written back, and after r memservers are SIGKILLed (once write-back has stored pages on them)
@@ -183,37 +206,8 @@ TEST(Programs, PythonWithCompressedTierMatchesUnpaged) {
 }
 
 TEST(Programs, PythonWithCompressedTierSurvivesRMemserversKilledAfterWriteBack) {
-  const std::string want = PythonUnpaged();
-  auto cluster = StartCluster();
-  ASSERT_NE(cluster, nullptr);
-  TempDir tmp;
-  const std::string live = tmp.path() + "/live";
-  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live, kTierOn);
-  argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
-  auto p = Subprocess::Start(argv, {.capture_stdout = true});
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
-  ASSERT_TRUE(half.ok()) << half.status().ToString();
-  // The live stats show pages written back (the shim rewrites them twice a second).
-  Deadline d = Deadline::AfterMs(240000);
-  bool written_back = false;
-  while (!d.Expired() && !p->Poll()) {
-    if (kernel_shim::ParseRunStats(ReadFile(live))["tier_writebacks"] >= 1000) {
-      written_back = true;
-      break;
-    }
-    usleep(20000);  // polling the live stats file
-  }
-  ASSERT_TRUE(written_back) << "the tier never wrote 1000 pages back before the program ended";
-  KillR(cluster.get());
-  auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(*done, want);
-  auto st = p->Wait(Deadline::AfterMs(60000));
-  ASSERT_TRUE(st.ok());
-  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
-  ExpectPagedCleanly(tmp.path() + "/s.json", true);
-  ExpectTierServed(tmp.path() + "/s.json");
+  // Once the live stats show pages written back (the shim rewrites them twice a second).
+  PythonKillTest(kTierOn, "tier_writebacks", 1000, ExpectTierServed);
 }
 
 // ---- GNU sort ---------------------------------------------------------------------------------
