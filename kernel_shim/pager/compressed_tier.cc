@@ -87,8 +87,8 @@ void CompressedTier::EraseLocked(std::unordered_map<PageId, Entry>::iterator it)
   Entry& e = it->second;
   charged_.fetch_sub(e.len + kEntryOverheadBytes, std::memory_order_relaxed);
   compressed_ -= e.len;
-  if (!e.written_back) dirty_--;
-  lru_.erase(e.lru);
+  if (e.written_back) lru_.erase(e.lru);
+  else dirty_--;
   entries_.erase(it);
 }
 
@@ -102,7 +102,6 @@ void CompressedTier::HitLocked(std::unordered_map<PageId, Entry>::iterator it, u
     EraseLocked(it);
   } else {
     it->second.read = true;
-    lru_.splice(lru_.end(), lru_, it->second.lru);
   }
 }
 
@@ -127,7 +126,7 @@ void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
   e.len = static_cast<uint32_t>(len);
   e.written_back = true;
   e.gen = next_gen_++;
-  e.lru = lru_.insert(lru_.end(), page);
+  e.lru = lru_.insert(lru_.end(), page);  // Written back: may be dropped.
   entries_.emplace(page, std::move(e));
   charged_.fetch_add(static_cast<uint64_t>(len) + kEntryOverheadBytes, std::memory_order_relaxed);
   compressed_ += static_cast<uint64_t>(len);
@@ -136,13 +135,9 @@ void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
 
 bool CompressedTier::MakeRoomLocked(uint64_t need) {
   const uint64_t cap = CapacityLocked();
-  for (auto it = lru_.begin(); it != lru_.end() && charged_.load() + need > cap;) {
-    auto e = entries_.find(*it);
-    ++it;
-    if (e->second.written_back) {
-      EraseLocked(e);
-      counts_.dropped++;
-    }
+  while (!lru_.empty() && charged_.load() + need > cap) {
+    EraseLocked(entries_.find(lru_.front()));
+    counts_.dropped++;
   }
   return charged_.load() + need <= cap;
 }
@@ -195,7 +190,6 @@ Status CompressedTier::Submit(std::span<PageOp* const> ops) {
     e.len = stored_len;
     e.raw = !fits;
     e.gen = next_gen_++;
-    e.lru = lru_.insert(lru_.end(), op->page);
     dirty_queue_.emplace_back(op->page, e.gen);
     entries_.emplace(op->page, std::move(e));
     charged_.fetch_add(stored_len + kEntryOverheadBytes, std::memory_order_relaxed);
@@ -372,6 +366,7 @@ void CompressedTier::Loop() {
         if (current) {
           it->second.written_back = true;
           dirty_--;
+          it->second.lru = lru_.insert(lru_.end(), p);
           // Kept only until the store had it: a raw page, or one a reader holds now.
           if (it->second.raw || it->second.read) {
             EraseLocked(it);

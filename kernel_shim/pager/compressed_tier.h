@@ -7,12 +7,12 @@
 // also charges its size against the local-memory budget (PagerOptions::tier).
 //
 // What it holds. One entry per page: the compressed bytes (or, rarely, the raw page, see
-// below), whether the store behind has the same bytes yet ("written back"), and its place in
-// an LRU order. A read that hits hands the page to the reader, which holds it from then on:
-// the entry is dropped (once written back, at once if it is), so a page is not charged twice,
-// and a clean page the pager evicts again comes back through AdmitClean. A write replaces the
-// page's entry; a page
-// that compresses to more than max_compressed_bytes goes straight to the store (its old entry,
+// below), and whether the store behind has the same bytes yet ("written back"); written-back
+// entries are kept in the order they were written back. A read that hits hands the page to
+// the reader, which holds it from then on: the entry is dropped (once written back, at once if
+// it is), so a page is not charged twice, and a clean page the pager evicts again comes back
+// through AdmitClean. A write replaces the page's entry; a page that compresses to more than
+// max_compressed_bytes goes straight to the store (its old entry,
 // if any, is dropped) - unless a write-back of that page is still in flight, in which case it is
 // kept raw until its own write-back is done (two writes of one page are never in flight at
 // once, so the store's last write is always the newest). Trim drops entries and is passed on.
@@ -128,7 +128,7 @@ class CompressedTier final : public client::PageStore {
     bool written_back = false;  // The store holds these bytes.
     bool read = false;          // Read since it was stored (dropped once written back).
     uint64_t gen = 0;           // Bumped by every write of the page.
-    std::list<client::PageId>::iterator lru;
+    std::list<client::PageId>::iterator lru;  // In lru_ once written back.
   };
   struct Writeback;
 
@@ -155,7 +155,9 @@ class CompressedTier final : public client::PageStore {
   std::condition_variable flush_cv_;  // Wakes Flush(): a write-back completed.
   bool stopping_ = false;
   std::unordered_map<client::PageId, Entry> entries_;
-  std::list<client::PageId> lru_;  // Oldest first.
+  // Written-back entries, in the order they were written back (or admitted clean): the ones a
+  // full tier drops first. Entries not written back are in no list (dirty_queue_ orders them).
+  std::list<client::PageId> lru_;
   // Pages to write back, oldest first, with the generation queued (stale ones are skipped).
   std::deque<std::pair<client::PageId, uint64_t>> dirty_queue_;
   // Pages with a write-back in flight, and whether a Trim came meanwhile.
