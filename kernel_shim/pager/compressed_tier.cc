@@ -111,10 +111,7 @@ void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
   const int len = LZ4_compress_default(reinterpret_cast<const char*>(bytes), scratch,
                                        static_cast<int>(kPageSize), sizeof scratch);
   std::lock_guard<std::mutex> l(mu_);
-  if (len <= 0 || static_cast<size_t>(len) > o_.max_compressed_bytes) {
-    counts_.incompressible++;
-    return;
-  }
+  if (len <= 0 || static_cast<size_t>(len) > o_.max_compressed_bytes) return;
   if (entries_.count(page) != 0) return;  // The tier has these bytes already (or newer).
   if (!MakeRoomLocked(static_cast<uint64_t>(len) + kEntryOverheadBytes)) {
     counts_.bypassed_full++;
