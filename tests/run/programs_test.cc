@@ -136,6 +136,21 @@ TEST(Programs, PythonAtHalfLocalMemoryMatchesUnpaged) {
   ExpectPagedCleanly(tmp.path() + "/s.json", false);
 }
 
+// Polls the shim's live stats (rewritten twice a second) until `key` reaches `min`; fails if
+// the program ends first or 240 s pass.
+::testing::AssertionResult WaitForLiveStat(Subprocess* p, const std::string& live,
+                                           const std::string& key, uint64_t min) {
+  Deadline d = Deadline::AfterMs(240000);
+  while (!d.Expired() && !p->Poll()) {
+    if (kernel_shim::ParseRunStats(ReadFile(live))[key] >= min) {
+      return ::testing::AssertionSuccess();
+    }
+    usleep(20000);  // polling the live stats file
+  }
+  return ::testing::AssertionFailure() << key << " never reached " << min
+                                       << " before the program ended";
+}
+
 // python3 on a cluster the test owns (`tessera run` with `extra` flags): r memservers are
 // SIGKILLed once it printed "half" and, when `stat` is given, once the shim's live stats show
 // at least `min` of it; the output must still be the unpaged run's. `check` then reads the
@@ -154,18 +169,7 @@ void PythonKillTest(const std::vector<std::string>& extra, const std::string& st
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
   ASSERT_TRUE(half.ok()) << half.status().ToString();
-  if (!stat.empty()) {
-    Deadline d = Deadline::AfterMs(240000);
-    bool reached = false;
-    while (!d.Expired() && !p->Poll()) {
-      if (kernel_shim::ParseRunStats(ReadFile(live))[stat] >= min) {
-        reached = true;
-        break;
-      }
-      usleep(20000);  // polling the live stats file
-    }
-    ASSERT_TRUE(reached) << stat << " never reached " << min << " before the program ended";
-  }
+  if (!stat.empty()) ASSERT_TRUE(WaitForLiveStat(&*p, live, stat, min));
   KillR(cluster.get());
   auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
@@ -225,7 +229,9 @@ void WriteSortInput(const std::string& path, size_t lines) {
   std::fclose(f);
 }
 
-void SortTest(bool kill) {
+// GNU sort; with `kill`, r memservers are SIGKILLed once 2000 pages (8 MB) were written to them
+// (by the tier's write-back when `tier`).
+void SortTest(bool kill, bool tier = false) {
   setenv("LC_ALL", "C", 1);
   TempDir tmp;
   const std::string in = tmp.path() + "/in", want = tmp.path() + "/want", got = tmp.path() + "/got";
@@ -238,23 +244,13 @@ void SortTest(bool kill) {
     ASSERT_NE(cluster, nullptr);
   }
   const std::string live = tmp.path() + "/live";
-  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live);
+  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live,
+                        tier ? kTierOn : std::vector<std::string>{});
   argv.insert(argv.end(), {"/usr/bin/sort", "-S", "100M", in, "-o", got});
   auto p = Subprocess::Start(argv, {.capture_stdout = true});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   if (kill) {
-    // Half way: once 2000 pages (8 MB) were written to the memservers.
-    Deadline d = Deadline::AfterMs(240000);
-    bool reached = false;
-    while (!d.Expired() && !p->Poll()) {
-      auto s = kernel_shim::ParseRunStats(ReadFile(live));
-      if (s["remote_writes"] >= 2000) {
-        reached = true;
-        break;
-      }
-      usleep(20000);  // polling the live stats file
-    }
-    ASSERT_TRUE(reached) << "sort never wrote 2000 pages remotely before it ended";
+    ASSERT_TRUE(WaitForLiveStat(&*p, live, tier ? "tier_writebacks" : "remote_writes", 2000));
     KillR(cluster.get());
   }
   auto st = p->Wait(Deadline::AfterMs(240000));
@@ -264,10 +260,14 @@ void SortTest(bool kill) {
   EXPECT_EQ(a.size(), b.size());
   EXPECT_TRUE(a == b) << "sorted output differs from the unpaged sort";
   ExpectPagedCleanly(tmp.path() + "/s.json", kill);
+  if (tier) ExpectTierServed(tmp.path() + "/s.json");
 }
 
 TEST(Programs, SortAtHalfLocalMemoryMatchesUnpaged) { SortTest(false); }
 TEST(Programs, SortSurvivesRMemserversKilledHalfWay) { SortTest(true); }
+TEST(Programs, SortWithCompressedTierSurvivesRMemserversKilledAfterWriteBack) {
+  SortTest(true, true);
+}
 
 // ---- redis-server ---------------------------------------------------------------------------
 constexpr int kKeys = 60000;
