@@ -67,8 +67,12 @@ void CompressedTier::SetBudgetBytes(uint64_t budget_bytes) {
 }
 
 uint64_t CompressedTier::CapacityLocked() const {
-  if (o_.capacity_bytes > 0) return o_.capacity_bytes;
-  return static_cast<uint64_t>(o_.budget_share * static_cast<double>(budget_bytes_));
+  if (o_.capacity_bytes == 0) {
+    return static_cast<uint64_t>(o_.budget_share * static_cast<double>(budget_bytes_));
+  }
+  // A fixed size never takes more than three quarters of a budget the owner gave.
+  return budget_bytes_ > 0 ? std::min(o_.capacity_bytes, budget_bytes_ / 4 * 3)
+                           : o_.capacity_bytes;
 }
 
 void CompressedTier::Decode(const Entry& e, uint8_t* out) const {
@@ -392,8 +396,10 @@ void CompressedTier::Loop() {
     if (!stopping_ && now >= retry_after_ns_) StartWritebacksLocked(&submit);
     if (complete.empty() && submit.empty() && trims.empty()) {
       if (stopping_ && inflight_.empty() && complete_.empty() && wb_done_.empty()) return;
+      // Stopping with write-backs in flight: wait for their completions (a predicate true at
+      // once would spin here holding mu_, which the completions need).
       auto ready = [&] {
-        return stopping_ || !complete_.empty() || !wb_done_.empty() ||
+        return (stopping_ && inflight_.empty()) || !complete_.empty() || !wb_done_.empty() ||
                (!dirty_queue_.empty() && !free_wb_.empty() && MonotonicNs() >= retry_after_ns_);
       };
       if (!dirty_queue_.empty() && retry_after_ns_ > now) {

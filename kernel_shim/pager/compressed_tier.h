@@ -58,7 +58,8 @@ namespace tessera::kernel_shim {
 
 struct CompressedTierOptions {
   client::PageStore* store = nullptr;  // Behind the tier; not owned, must outlive it. Required.
-  // Fixed capacity in bytes; 0: budget_share x the budget given to SetBudgetBytes.
+  // Fixed capacity in bytes (at most 3/4 of the budget given to SetBudgetBytes, if one is);
+  // 0: budget_share x that budget.
   uint64_t capacity_bytes = 0;
   double budget_share = 0.25;           // In (0, 0.75] (auto capacity only).
   size_t max_compressed_bytes = 3072;   // 256..4096: larger results go to the store.
@@ -116,7 +117,8 @@ class CompressedTier final : public client::PageStore {
   void AdmitClean(client::PageId page, const uint8_t* bytes);
 
   uint64_t charged_bytes() const { return charged_.load(std::memory_order_relaxed); }
-  // Auto capacity: budget_share x budget_bytes. Ignored with a fixed capacity.
+  // The owner's local budget: sizes an auto capacity (budget_share x budget_bytes) and bounds a
+  // fixed one (3/4 of it).
   void SetBudgetBytes(uint64_t budget_bytes);
   CompressedTierStats TierStats() const;
 

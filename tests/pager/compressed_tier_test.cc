@@ -98,6 +98,25 @@ TEST(CompressedTierTest, CreateAndSettingRejectBadInput) {
   }
 }
 
+TEST(CompressedTierTest, CapacityFollowsTheBudget) {
+  MemoryPageStore store(64);
+  CompressedTierOptions o;
+  o.store = &store;  // Auto: a quarter of the budget.
+  auto au = CompressedTier::Create(o);
+  ASSERT_TRUE(au.ok());
+  EXPECT_EQ((*au)->TierStats().capacity_bytes, 0u) << "no budget yet";
+  (*au)->SetBudgetBytes(64 << 20);
+  EXPECT_EQ((*au)->TierStats().capacity_bytes, 16u << 20);
+  // A fixed size, bounded by three quarters of the budget.
+  auto fixed = MakeTier(&store, 32 << 20);
+  ASSERT_NE(fixed, nullptr);
+  EXPECT_EQ(fixed->TierStats().capacity_bytes, 32u << 20);
+  fixed->SetBudgetBytes(16 << 20);
+  EXPECT_EQ(fixed->TierStats().capacity_bytes, 12u << 20);
+  fixed->SetBudgetBytes(1 << 30);
+  EXPECT_EQ(fixed->TierStats().capacity_bytes, 32u << 20);
+}
+
 TEST(CompressedTierTest, PagesAreChargedAtTheirCompressedSizeAndReadLocally) {
   MemoryPageStore store(1024);
   auto tier = MakeTier(&store, 8 << 20);
