@@ -28,6 +28,8 @@ tessera_require_pkg(IBVERBS libibverbs libibverbs-dev)
 tessera_require_pkg(RDMACM librdmacm librdmacm-dev)
 # SHA-256 / HMAC-SHA256 of the fabric handshake (fabric/auth.h says why nettle, not libcrypto).
 tessera_require_pkg(NETTLE nettle nettle-dev)
+# LZ4 compresses the pager's local tier (kernel_shim/pager/compressed_tier.h).
+tessera_require_pkg(LZ4 liblz4 liblz4-dev)
 
 find_package(Threads REQUIRED)
 

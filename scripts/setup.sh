@@ -9,7 +9,7 @@ PACKAGES=(
   libboost-dev libgflags-dev libgtest-dev libgmock-dev
   libjerasure-dev libgf-complete-dev
   memcached gnuplot-nox libhwy-dev nlohmann-json3-dev python3-torch libtomlplusplus-dev nftables
-  libjemalloc-dev nettle-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
+  libjemalloc-dev nettle-dev liblz4-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
   libcurl4-openssl-dev etcd-server etcd-client libfuse3-dev fuse3
   mkdocs mkdocs-material help2man debhelper python3-venv
   nodejs ruby default-jdk-headless iproute2

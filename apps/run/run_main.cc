@@ -80,6 +80,10 @@ DEFINE_bool(direct_reads, true,
             "Group layout: a fault thread reads a remote page itself, over its own connection to "
             "the server holding it (run to completion); --nodirect_reads hands every read to the "
             "page store's I/O thread and back (slower; for comparison)");
+DEFINE_bool(batch_faults, true,
+            "A fault thread that wakes to several queued faults (program threads faulting at "
+            "once) posts their page reads together and maps them itself; --nobatch-faults hands "
+            "all but one to the page store's I/O thread one by one (for comparison)");
 DEFINE_int32(fault_spin_us, 30,
              "Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault "
              "before it sleeps: a fault that comes within it skips a thread wake-up (the demo "
@@ -89,6 +93,11 @@ DEFINE_int32(direct_spin_us, -1,
              "The most microseconds (0..1000) a direct read polls for the server's reply "
              "(twice the recent reply time, within this bound) before it sleeps "
              "(RemoteStoreOptions::direct_spin_us); 0 never polls; -1: the store's default");
+DEFINE_string(compressed_tier, "off",
+              "--pager uffd: a compressed local tier in front of the memservers: evicted pages "
+              "are LZ4-compressed into local memory (counted against --local-memory at their "
+              "compressed size) and written back in the background; a fault on one decompresses "
+              "it, no network. off, auto (a quarter of the local budget) or a size (e.g. 64M)");
 DEFINE_string(pager, "uffd",
               "uffd: page the program's heap in-process with userfaultfd (no root needed); swap: "
               "run it and its children in a cgroup-v1 memory limit with a private `tessera swap` "
@@ -104,7 +113,7 @@ namespace {
 
 const cli::CliSpec kSpec = {
     "tessera run",
-    "[--pager uffd|swap] [--local-memory 50%|BYTES] "
+    "[--pager uffd|swap] [--local-memory 50%|BYTES] [--compressed-tier off|auto|SIZE] "
     "[--cluster FILE | --etcd ENDPOINTS --cluster-name NAME] [--auth-token-file F] [--k 4 --r 2] "
     "[--stats-json FILE] [--term-grace 10] -- PROGRAM [ARGS...]",
     "Runs PROGRAM with its anonymous memory (malloc, private anonymous mmap, runtime heap\n"
@@ -388,6 +397,16 @@ int Main(int argc, char** argv) {
   }
   auto local = kernel_shim::ParseLocalMemory(FLAGS_local_memory);
   if (!local.ok()) cli::UsageError(kSpec, "--local-memory: " + local.status().message());
+  auto tier = kernel_shim::ParseCompressedTier(FLAGS_compressed_tier);
+  if (!tier.ok()) cli::UsageError(kSpec, "--compressed-tier: " + tier.status().message());
+  if (tier->capacity_bytes > 0 && local->bytes > 0 && tier->capacity_bytes >= local->bytes) {
+    cli::UsageError(kSpec, "--compressed-tier " + FLAGS_compressed_tier +
+                               " must be smaller than --local-memory " + FLAGS_local_memory +
+                               " (the tier counts against it)");
+  }
+  if (tier->enabled && FLAGS_pager == "swap") {
+    cli::UsageError(kSpec, "--compressed-tier is for --pager uffd (the kernel's swap has zram)");
+  }
   auto region = ParseSize(FLAGS_region);
   if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
     cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
@@ -577,11 +596,13 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvK) + "=" + std::to_string(FLAGS_k),
       std::string(kernel_shim::kEnvR) + "=" + std::to_string(FLAGS_r),
       std::string(kernel_shim::kEnvLocal) + "=" + FLAGS_local_memory,
+      std::string(kernel_shim::kEnvCompressedTier) + "=" + FLAGS_compressed_tier,
       std::string(kernel_shim::kEnvRegion) + "=" + std::to_string(*region),
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
+      std::string(kernel_shim::kEnvBatchFaults) + "=" + (FLAGS_batch_faults ? "1" : "0"),
       std::string(kernel_shim::kEnvFaultSpin) + "=" + std::to_string(FLAGS_fault_spin_us),
       std::string(kernel_shim::kEnvLayout) + "=" + layout_name,
       std::string(kernel_shim::kEnvFollow) + "=" + (members_file ? "1" : "0"),
@@ -738,6 +759,21 @@ int Main(int argc, char** argv) {
                    static_cast<unsigned long long>(failures),
                    static_cast<unsigned long long>(Get(stats, "store_data_loss")),
                    static_cast<unsigned long long>(Get(stats, "fill_errors")));
+      if (tier->enabled) {
+        std::fprintf(stderr,
+                     "  compressed tier: %llu hits, %llu misses; %llu pages stored, %llu "
+                     "incompressible, %llu written back; %s at exit (capacity %s); memservers "
+                     "%llu page reads, %llu page writes\n",
+                     static_cast<unsigned long long>(Get(stats, "tier_hits")),
+                     static_cast<unsigned long long>(Get(stats, "tier_misses")),
+                     static_cast<unsigned long long>(Get(stats, "tier_stored")),
+                     static_cast<unsigned long long>(Get(stats, "tier_incompressible")),
+                     static_cast<unsigned long long>(Get(stats, "tier_writebacks")),
+                     FormatSize(Get(stats, "tier_charged_bytes")).c_str(),
+                     FormatSize(Get(stats, "tier_capacity_bytes")).c_str(),
+                     static_cast<unsigned long long>(Get(stats, "store_reads")),
+                     static_cast<unsigned long long>(Get(stats, "store_writes")));
+      }
       if (Get(stats, "processes") > 1) {
         std::fprintf(stderr,
                      "  processes paged: %llu (the program and those it started; one "
@@ -759,6 +795,7 @@ int Main(int argc, char** argv) {
     out["k"] = FLAGS_k;
     out["r"] = FLAGS_r;
     out["local_memory"] = FLAGS_local_memory;
+    out["compressed_tier"] = FLAGS_compressed_tier;
     out["servers"] = where;
     out["stats_final"] = final;
     out["statically_linked"] = is_static;

@@ -25,8 +25,17 @@ uint64_t PagerImpl::LimitPages() const {
   return 0;
 }
 
+uint64_t PagerImpl::ResidentCap() const {
+  const uint64_t cap = LimitPages();
+  if (cap == 0 || o_.tier == nullptr) return cap;
+  // The tier's compressed pages count against the same budget. While its write-back catches
+  // up it may hold more than its capacity; the resident set keeps a quarter of the budget.
+  const uint64_t tier_pages = (o_.tier->charged_bytes() + kPageSize - 1) / kPageSize;
+  return std::max<uint64_t>({cap > tier_pages ? cap - tier_pages : 0, cap / 4, 1});
+}
+
 void PagerImpl::MaybeKickEviction() {
-  uint64_t cap = LimitPages();
+  uint64_t cap = ResidentCap();
   if (cap == 0) return;
   if (static_cast<double>(resident_.load()) <= o_.high_watermark * static_cast<double>(cap)) return;
   {
@@ -38,7 +47,7 @@ void PagerImpl::MaybeKickEviction() {
 }
 
 void PagerImpl::Throttle() {
-  uint64_t cap = LimitPages();
+  uint64_t cap = ResidentCap();
   if (cap == 0) return;
   // Write-backs failing (the store refuses writes): the cap cannot be kept; waiting would only
   // slow the program down to no purpose.
@@ -310,6 +319,11 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
         break;
       }
       if (!w.compare_exchange_weak(s, With(s, kDropping) | in_store)) continue;
+      // A clean victim leaves for good: keep it compressed in the tier, so that its next fault
+      // is local (kDropping: a write now waits, so the bytes are stable until the madvise).
+      if (o_.tier != nullptr && !victims[i].dirty && (s & kInStore)) {
+        o_.tier->AdmitClean(p, Addr(p));
+      }
       drop.push_back(i);
       break;
     }
@@ -395,7 +409,7 @@ void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
   } else if (!v.dirty) {
     clean_drops_.fetch_add(1);
   }
-  sizer_.Dropped(p, LimitPages());
+  sizer_.Dropped(p, ResidentCap());
   if (s & kWaitWp) Wake(p);
 }
 
@@ -426,7 +440,8 @@ void PagerImpl::EvictLoop() {
     }
     for (;;) {
       DrainPolicyEvents();
-      uint64_t cap = LimitPages();
+      if (o_.tier != nullptr) o_.tier->SetBudgetBytes(LimitPages() * kPageSize);
+      uint64_t cap = ResidentCap();
       if (cap == 0 || stopping_.load()) break;
       {
         std::lock_guard<std::mutex> l(evict_mu_);

@@ -203,16 +203,70 @@ void PagerImpl::FaultLoop(int index) {
       std::sort(wps.begin(), wps.end());
       wps.erase(std::unique(wps.begin(), wps.end()), wps.end());
       if (!missing.empty()) Throttle();
-      // Several faults in one batch (threads faulting at once): all but the last are submitted
-      // to the store, so their reads overlap; the last is served on this thread.
-      for (size_t i = 0; i < missing.size(); ++i) {
-        HandleMissing(missing[i].first, missing[i].second != 0, t0,
-                      o_.prefetch ? &stream_ : nullptr,
-                      i + 1 == missing.size() ? sync_buf : nullptr);
+      if (sync_buf != nullptr && o_.batch_faults && missing.size() > 1) {
+        // Several faults in one wake-up (threads faulting at once): their store reads are
+        // posted together and served on this thread.
+        ServeMissingBatch(missing, t0);
+      } else {
+        // All but the last are submitted to the store, so their reads overlap; the last is
+        // served on this thread.
+        for (size_t i = 0; i < missing.size(); ++i) {
+          HandleMissing(missing[i].first, missing[i].second != 0, t0,
+                        o_.prefetch ? &stream_ : nullptr,
+                        i + 1 == missing.size() ? sync_buf : nullptr);
+        }
       }
       for (PageId p : wps) HandleWp(p);
       if (static_cast<size_t>(got) < sizeof msgs && !SpinForFault()) break;
     }
+  }
+}
+
+void PagerImpl::ServeMissingBatch(const std::vector<std::pair<PageId, uint64_t>>& missing,
+                                  uint64_t t0) {
+  constexpr size_t kMax = 64;  // FaultLoop reads at most 64 messages at once.
+  alignas(64) static thread_local uint8_t bufs[kMax * kPageSize];
+  PageId pages[kMax];
+  bool writes[kMax];
+  size_t n = 0;
+  StreamDetector* stream = o_.prefetch ? &stream_ : nullptr;
+  // Claim the stored pages (kRemote -> kFilling); every other state is served as one fault.
+  for (const auto& [p, w] : missing) {
+    auto& word = W(p);
+    uint64_t s = word.load();
+    const uint64_t want = With(s, kFilling) | (w ? kFillWrite : 0);
+    if (n < kMax && St(s) == kRemote && word.compare_exchange_strong(s, want)) {
+      NoteTouched(p);
+      faults_.fetch_add(1);
+      remote_reads_.fetch_add(1);
+      NoteRefault(p);
+      pages[n] = p;
+      writes[n++] = w != 0;
+      continue;
+    }
+    HandleMissing(p, w != 0, t0, stream, nullptr);
+  }
+  if (n == 0) return;
+  if (n > 1) {
+    fault_batches_.fetch_add(1, std::memory_order_relaxed);
+    fault_batch_pages_.fetch_add(n, std::memory_order_relaxed);
+  }
+  const Status all = n == 1 ? o_.store->ReadPage(pages[0], bufs)
+                            : o_.store->ReadPages(pages, n, bufs);
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t* b = bufs + i * kPageSize;
+    // ReadPages returns the first error only: re-read each page to learn its own.
+    Status st = all.ok() ? Status::Ok() : o_.store->ReadPage(pages[i], b);
+    if (!st.ok()) {
+      FillFailed(pages[i], st);
+    } else if (MapPage(pages[i], b, writes[i], kInStore, t0)) {
+      uint64_t dt = MonotonicNs() - t0;
+      std::lock_guard<std::mutex> l(hist_mu_);
+      remote_fault_latency_.Record(dt);
+    }
+  }
+  if (stream) {
+    for (size_t i = 0; i < n; ++i) MaybePrefetch(pages[i], stream);
   }
 }
 
@@ -445,7 +499,7 @@ void PagerImpl::ReleaseSlot(uint32_t slot) {
 size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
   size_t want = std::min(o_.zero_fault_around_pages, kMaxFaultAround);
   if (want == 0) return 0;
-  if (uint64_t cap = LimitPages(); cap > 0) {
+  if (uint64_t cap = ResidentCap(); cap > 0) {
     // Staged pages are the coldest local pages: fault-around may take their room (the evictor
     // then drops them from the list's end; the cap is kept as with any fault).
     const int64_t room = static_cast<int64_t>(cap) - (resident_.load() - staged_.load()) - 1;

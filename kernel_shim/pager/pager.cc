@@ -422,6 +422,8 @@ PagerStats PagerImpl::Stats() const {
   s.staged_pages = static_cast<uint64_t>(std::max<int64_t>(0, staged_.load()));
   s.inactive_target_pages = inactive_target_.load();
   s.spin_hits = spin_hits_.load();
+  s.fault_batches = fault_batches_.load();
+  s.fault_batch_pages = fault_batch_pages_.load();
   s.fill_errors = fill_errors_.load();
   s.fill_retries = fill_retries_.load();
   s.writeback_errors = writeback_errors_.load();
@@ -442,6 +444,9 @@ PagerStats PagerImpl::Stats() const {
 
 Result<std::unique_ptr<Pager>> Pager::Create(const PagerOptions& o) {
   if (o.store == nullptr) return InvalidArgument("PagerOptions.store is required");
+  if (o.tier != nullptr && o.store != o.tier) {
+    return InvalidArgument("PagerOptions.tier is set: PagerOptions.store must be that tier");
+  }
   if (o.region_bytes == 0 || o.region_bytes % client::kPageSize != 0) {
     return InvalidArgument("PagerOptions.region_bytes must be a positive multiple of 4096, got ",
                            o.region_bytes);

@@ -62,6 +62,7 @@
 #include "client/page_store.h"
 #include "common/histogram.h"
 #include "common/status.h"
+#include "kernel_shim/pager/compressed_tier.h"
 
 namespace tessera::kernel_shim {
 
@@ -73,6 +74,11 @@ enum class VictimPolicy : uint8_t {
 
 struct PagerOptions {
   client::PageStore* store = nullptr;  // Not owned; must outlive the Pager. Required.
+  // A compressed local tier (compressed_tier.h) in front of the remote store: when set, `store`
+  // must be this tier. Its charged bytes count against the local budget (the resident set's
+  // cap is the budget less the tier's charge), and the pager gives it the budget to size
+  // itself from. Not owned; must outlive the Pager.
+  CompressedTier* tier = nullptr;
   size_t region_bytes = 0;             // > 0, a multiple of 4096, <= store capacity.
 
   uint64_t local_limit_bytes = 0;      // Fixed cap on resident bytes (0: none).
@@ -109,6 +115,10 @@ struct PagerOptions {
   // blocking ReadPage on its own thread and maps it (no hand-off to a store callback). False:
   // the read is submitted and the store's completion callback maps the page.
   bool fault_thread_reads = true;
+  // With fault_thread_reads: a fault thread that wakes to several queued faults (threads of the
+  // program faulting at once) posts the store reads of all of them together (one ReadPages) and
+  // maps them, instead of handing all but one to the store's I/O thread one by one.
+  bool batch_faults = true;
   // After serving a fault, a fault thread polls the userfaultfd this long (0..1000 us) before it
   // sleeps in poll(): a program's next fault often follows within microseconds, and a sleeping
   // fault thread costs a wake-up per fault. Bounded so the servers sharing the cores still run.
@@ -157,6 +167,8 @@ struct PagerStats {
                                 // would have kept them (they grow its target).
   uint64_t staged_pages = 0;    // Now (part of resident_pages).
   uint64_t inactive_target_pages = 0;  // The list's current target length.
+  uint64_t fault_batches = 0;      // Wake-ups whose store reads were posted together (>= 2).
+  uint64_t fault_batch_pages = 0;  // Pages read in those batches.
   uint64_t spin_hits = 0;        // Fault batches a fault thread found while polling the uffd
                                  // (fault_spin_us) instead of being woken for them.
   uint64_t fill_errors = 0;      // Faults the store could not serve (SIGBUS to the program).

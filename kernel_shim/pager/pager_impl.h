@@ -128,6 +128,10 @@ class PagerImpl final : public Pager {
   // store's completion callback maps it.
   void HandleMissing(PageId p, bool write, uint64_t t0, StreamDetector* stream,
                      uint8_t* sync_buf = nullptr);
+  // Serves the missing faults of one wake-up (fault_thread_reads, batch_faults): the stored
+  // pages among them are read with one ReadPages (posted together) on this thread and mapped;
+  // the others are served one by one (HandleMissing).
+  void ServeMissingBatch(const std::vector<std::pair<PageId, uint64_t>>& missing, uint64_t t0);
   // Claims (kNever -> kFilling) up to zero_fault_around_pages never-written pages after p,
   // within the cap; returns how many (a contiguous run p+1..p+n).
   size_t ClaimZeroNeighbours(PageId p);
@@ -195,7 +199,9 @@ class PagerImpl final : public Pager {
   void PutCtx(FillCtx* c);
 
   // Eviction.
-  uint64_t LimitPages() const;
+  uint64_t LimitPages() const;  // The local budget (0: none).
+  // What resident pages may use of it: the budget less the compressed tier's charge.
+  uint64_t ResidentCap() const;
   void MaybeKickEviction();
   // Back-pressure: while the resident set is well above the cap (eviction falling behind),
   // the fault thread waits for eviction progress (bounded) before mapping more pages.
@@ -299,7 +305,7 @@ class PagerImpl final : public Pager {
   std::atomic<uint64_t> faults_{0}, wp_faults_{0}, trap_faults_{0}, zero_fills_{0},
       remote_reads_{0}, remote_writes_{0}, clean_drops_{0}, evictions_{0}, prefetch_issued_{0},
       prefetch_hits_{0}, discarded_{0}, fill_errors_{0}, writeback_errors_{0}, spin_hits_{0},
-      fill_retries_{0};
+      fill_retries_{0}, fault_batches_{0}, fault_batch_pages_{0};
   std::atomic<int64_t> resident_{0}, footprint_{0};
   std::atomic<uint64_t> peak_resident_{0}, peak_footprint_{0};
   mutable std::mutex hist_mu_;

@@ -33,6 +33,24 @@ Result<LocalMemory> ParseLocalMemory(std::string_view text) {
   return lm;
 }
 
+Result<CompressedTierSetting> ParseCompressedTier(std::string_view text) {
+  CompressedTierSetting s;
+  if (text == "off") return s;
+  s.enabled = true;
+  if (text == "auto") return s;
+  auto bytes = ParseSize(text);
+  if (!bytes.ok()) {
+    return InvalidArgument("compressed tier '" + std::string(text) +
+                           "': expected off, auto or a size such as 64M (" +
+                           bytes.status().message() + ")");
+  }
+  if (*bytes < (1ull << 20)) {
+    return InvalidArgument("compressed tier '" + std::string(text) + "': at least 1M");
+  }
+  s.capacity_bytes = *bytes;
+  return s;
+}
+
 RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, uint64_t elapsed_ns,
                          bool final) {
   RunStats r;
@@ -53,6 +71,8 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["prefetch_hits"] = p.prefetch_hits;
   r["discarded"] = p.discarded;
   r["spin_hits"] = p.spin_hits;
+  r["fault_batches"] = p.fault_batches;
+  r["fault_batch_pages"] = p.fault_batch_pages;
   r["fill_errors"] = p.fill_errors;
   r["fill_retries"] = p.fill_retries;
   r["writeback_errors"] = p.writeback_errors;
@@ -82,6 +102,25 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["elapsed_ns"] = elapsed_ns;
   r["final"] = final ? 1 : 0;
   return r;
+}
+
+void AddTierStats(const CompressedTierStats& t, RunStats* stats) {
+  RunStats& r = *stats;
+  r["tier_stored"] = t.stored;
+  r["tier_admitted_clean"] = t.admitted_clean;
+  r["tier_incompressible"] = t.incompressible;
+  r["tier_kept_raw"] = t.kept_raw;
+  r["tier_bypassed_full"] = t.bypassed_full;
+  r["tier_hits"] = t.hits;
+  r["tier_misses"] = t.misses;
+  r["tier_writebacks"] = t.writebacks;
+  r["tier_writeback_errors"] = t.writeback_errors;
+  r["tier_dropped"] = t.dropped;
+  r["tier_entries"] = t.entries;
+  r["tier_dirty_entries"] = t.dirty_entries;
+  r["tier_compressed_bytes"] = t.compressed_bytes;
+  r["tier_charged_bytes"] = t.charged_bytes;
+  r["tier_capacity_bytes"] = t.capacity_bytes;
 }
 
 std::string FormatRunStats(const RunStats& stats, const std::string& error) {

@@ -13,6 +13,7 @@
 
 #include "client/page_store.h"
 #include "common/status.h"
+#include "kernel_shim/pager/compressed_tier.h"
 #include "kernel_shim/pager/pager.h"
 
 namespace tessera::kernel_shim {
@@ -28,8 +29,12 @@ inline constexpr const char* kEnvRegion = "TESSERA_RUN_REGION";    // paged regi
 inline constexpr const char* kEnvStats = "TESSERA_RUN_STATS";      // final stats file
 inline constexpr const char* kEnvLive = "TESSERA_RUN_LIVE";        // live stats file
 inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
+// "off", "auto" or a size: the compressed local tier (kernel_shim/pager/compressed_tier.h).
+inline constexpr const char* kEnvCompressedTier = "TESSERA_RUN_COMPRESSED_TIER";
 inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
+// "0": a fault thread serves the faults of one wake-up one by one (PagerOptions::batch_faults).
+inline constexpr const char* kEnvBatchFaults = "TESSERA_RUN_BATCH_FAULTS";
 // "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).
 inline constexpr const char* kEnvDirectReads = "TESSERA_RUN_DIRECT_READS";
 // Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault before it
@@ -59,11 +64,21 @@ struct LocalMemory {
 // no limit. InvalidArgument otherwise.
 Result<LocalMemory> ParseLocalMemory(std::string_view text);
 
+// The compressed tier setting (CompressedTier), `tessera run --compressed-tier off|auto|SIZE`.
+struct CompressedTierSetting {
+  bool enabled = false;
+  uint64_t capacity_bytes = 0;  // SIZE; 0 with enabled: auto (a share of the local budget).
+};
+// "off", "auto", or a size ("64M", "1G", bytes; at least 1M). InvalidArgument otherwise.
+Result<CompressedTierSetting> ParseCompressedTier(std::string_view text);
+
 using RunStats = std::map<std::string, uint64_t>;
 
 // The figures the shim publishes. `final` is 1 in the last snapshot written at exit.
 RunStats CollectRunStats(const PagerStats& pager, const client::PageStoreStats& store,
                          uint64_t elapsed_ns, bool final);
+// Adds the compressed tier's figures (keys tier_*) to `stats`.
+void AddTierStats(const CompressedTierStats& tier, RunStats* stats);
 std::string FormatRunStats(const RunStats& stats, const std::string& error = "");
 // Parses FormatRunStats' output; `error` receives the shim's error line, if any.
 RunStats ParseRunStats(std::string_view text, std::string* error = nullptr);

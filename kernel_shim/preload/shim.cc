@@ -170,7 +170,8 @@ uintptr_t g_region_base = 0;   // The paged region, constant once active.
 uintptr_t g_region_end = 0;
 unsigned g_paged_arena = 0;
 Pager* g_pager = nullptr;                  // Leaked on purpose (see the file comment).
-client::PageStore* g_store = nullptr;
+client::PageStore* g_store = nullptr;     // The remote store.
+CompressedTier* g_tier = nullptr;         // In front of it (kEnvCompressedTier), or null.
 RangeAllocator* g_ranges = nullptr;
 pthread_key_t g_tcache_key;
 bool g_tcache_key_ok = false;
@@ -733,11 +734,13 @@ struct Config {
   int k = 4, r = 2;
   bool write_traps = true;
   bool direct_reads = true;
+  bool batch_faults = true;    // kEnvBatchFaults
   uint32_t fault_spin_us = 0;  // kEnvFaultSpin
   int direct_spin_us = -1;     // kEnvDirectSpin; -1: the store's default
   std::string layout;  // "" = the store's default
   bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
   LocalMemory local;
+  CompressedTierSetting tier;  // kEnvCompressedTier
   uint64_t region = 8ull << 30;
   bool descendant = false;  // Exec'd by the program `tessera run` started, or its descendants.
 };
@@ -766,8 +769,9 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps, direct;
+  std::string traps, direct, batch;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  const bool has_batch = take(kEnvBatchFaults, &batch);
   const bool has_direct = take(kEnvDirectReads, &direct);
   std::string spin, dspin;
   const bool has_spin = take(kEnvFaultSpin, &spin);
@@ -776,6 +780,8 @@ bool TakeConfig(Config* c, std::string* error) {
   std::string follow;
   if (take(kEnvFollow, &follow)) c->follow = follow == "1";
   const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
+  std::string tier;
+  const bool has_tier = take(kEnvCompressedTier, &tier);
   if (const char* pre = configured ? nullptr : getenv("LD_PRELOAD")) {
     std::string kept, entry;
     std::string all = pre;
@@ -799,6 +805,13 @@ bool TakeConfig(Config* c, std::string* error) {
       return true;
     }
     c->write_traps = traps == "1";
+  }
+  if (has_batch) {
+    if (batch != "0" && batch != "1") {
+      *error = "bad " + std::string(kEnvBatchFaults) + " '" + batch + "' (0 or 1)";
+      return true;
+    }
+    c->batch_faults = batch == "1";
   }
   if (has_direct) {
     if (direct != "0" && direct != "1") {
@@ -834,6 +847,14 @@ bool TakeConfig(Config* c, std::string* error) {
     }
     c->local = *lm;
   }
+  if (has_tier) {
+    auto t = ParseCompressedTier(tier);
+    if (!t.ok()) {
+      *error = "bad " + std::string(kEnvCompressedTier) + ": " + t.status().message();
+      return true;
+    }
+    c->tier = *t;
+  }
   if (has_region) {
     auto b = ParseSize(region);
     if (!b.ok() || *b < (64ull << 20) || *b % kPage != 0) {
@@ -852,6 +873,7 @@ void WriteStats(bool final) {
   auto stats = std::make_unique<PagerStats>(g_pager->Stats());
   auto sstats = std::make_unique<client::PageStoreStats>(g_store->Stats());
   RunStats r = CollectRunStats(*stats, *sstats, MonotonicNs() - g_start_ns, final);
+  if (g_tier != nullptr) AddTierStats(g_tier->TierStats(), &r);
   r["mmaps"] = g_mmaps.load();
   r["rebound_symbols"] = g_rebound;
   // Anonymous memory of the process the pager does not hold (its own threads' memory, stacks,
@@ -977,19 +999,34 @@ void* InitThread(void* arg) {
       error = "page store: " + store.status().ToString();
       break;
     }
+    std::unique_ptr<CompressedTier> tier;
+    if (c.tier.enabled) {
+      CompressedTierOptions to;
+      to.store = store->get();
+      to.capacity_bytes = c.tier.capacity_bytes;
+      auto t = CompressedTier::Create(to);
+      if (!t.ok()) {
+        error = "compressed tier: " + t.status().ToString();
+        break;
+      }
+      tier = std::move(*t);
+    }
     PagerOptions po;
-    po.store = store->get();
+    po.store = tier ? static_cast<client::PageStore*>(tier.get()) : store->get();
+    po.tier = tier.get();
     po.region_bytes = c.region;
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
     po.write_traps = c.write_traps;
     po.fault_spin_us = c.fault_spin_us;
+    po.batch_faults = c.batch_faults;
     auto pager = Pager::Create(po);
     if (!pager.ok()) {
       error = "pager: " + pager.status().ToString();
       break;
     }
     g_store = store->release();
+    g_tier = tier.release();
     g_pager = pager->release();
   } while (false);
   const bool stop = !error.empty() || !sh->skip.empty();

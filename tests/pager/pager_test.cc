@@ -8,8 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <thread>
@@ -679,6 +682,71 @@ TEST(PagerTest, FailedWriteBackKeepsPagesResident) {
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 1)) << p;
   EXPECT_EQ(pager->Stats().fill_errors, 0u);
 }
+
+// Whether thread `tid` of this process sleeps in userfaultfd's fault handler (its fault is
+// queued on the userfaultfd).
+bool BlockedInUserfault(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/wchan");
+  std::string w;
+  std::getline(in, w);
+  return w == "handle_userfault";
+}
+
+// One fault thread, its first read held by the store while 6 more program threads fault on
+// stored pages: when it wakes, it serves the 6 queued faults with their reads posted together.
+void QueuedFaultsTest(bool batch) {
+  constexpr size_t kPages = 256, kCap = 32;
+  MemoryPageStore store(kPages);
+  PagerOptions o = CappedOptions(&store, kPages, kCap);
+  o.fault_threads = 1;
+  o.prefetch = false;
+  o.victim = VictimPolicy::kFifo;  // The first pages written are the ones evicted.
+  o.batch_faults = batch;
+  auto r = Pager::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto& pager = *r;
+  uint8_t* base = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(base + p * kPage, p, 1);
+  ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
+  // Pages 0, 10, ..., 60 were evicted first (FIFO): all stored, none resident.
+  store.Hold();
+  std::atomic<size_t> ok{0};
+  auto touch = [&](size_t p) {
+    if (CheckPage(base + p * kPage, p, 1)) ok++;
+  };
+  std::thread first(touch, 0);
+  ASSERT_TRUE(store.WaitHeld(1)) << "the first fault's read never reached the store";
+  std::vector<std::thread> others;
+  std::vector<std::atomic<pid_t>> tids(6);
+  for (size_t i = 0; i < 6; ++i) {
+    others.emplace_back([&, i] {
+      tids[i] = static_cast<pid_t>(syscall(SYS_gettid));
+      touch(10 * (i + 1));
+    });
+  }
+  const bool queued = WaitFor([&] {
+    for (auto& t : tids) {
+      if (t.load() == 0 || !BlockedInUserfault(t.load())) return false;
+    }
+    return true;
+  });
+  store.Release();
+  first.join();
+  for (auto& t : others) t.join();
+  ASSERT_TRUE(queued) << "the 6 faults never queued on the userfaultfd";
+  EXPECT_EQ(ok.load(), 7u);
+  const PagerStats st = pager->Stats();
+  if (batch) {
+    EXPECT_GE(st.fault_batches, 1u);
+    EXPECT_GE(st.fault_batch_pages, 6u);
+  } else {
+    EXPECT_EQ(st.fault_batches, 0u);
+  }
+  EXPECT_EQ(st.fill_errors, 0u);
+}
+
+TEST(PagerTest, FaultsQueuedAtOneWakeUpAreReadTogether) { QueuedFaultsTest(true); }
+TEST(PagerTest, FaultsQueuedAtOneWakeUpOneByOneWithoutBatching) { QueuedFaultsTest(false); }
 
 }  // namespace
 }  // namespace tessera::kernel_shim

@@ -22,7 +22,7 @@ TEST(BenchPrograms, QuickRunsEveryProgramAndOutputsMatch) {
                         600000, /*keep_stderr=*/false);
   ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
   std::istringstream in(out.stdout_text);
-  std::set<std::string> programs;
+  std::set<std::string> programs, tiers;
   int targets = 0;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -37,6 +37,19 @@ TEST(BenchPrograms, QuickRunsEveryProgramAndOutputsMatch) {
       ASSERT_TRUE(j.contains(key)) << key << " missing: " << line;
     }
     programs.insert(j["program"].get<std::string>());
+    // Every `tessera run` row says what the runs did; with the tier on, its hits.
+    const std::string tier = j.value("compressed_tier", "");
+    tiers.insert(tier);
+    ASSERT_TRUE(j["faults"].is_number() && j["store_reads"].is_number() &&
+                j["store_writes"].is_number() && j["fault_p99_us"].is_number())
+        << line;
+    EXPECT_GT(j["faults"].get<double>(), 0) << line;
+    if (tier == "auto") {
+      ASSERT_TRUE(j["tier_hits"].is_number()) << line;
+      EXPECT_GT(j["tier_hits"].get<double>(), 0) << "the tier served no fault: " << line;
+    } else {
+      EXPECT_TRUE(j["tier_hits"].is_null()) << "tier off, yet tier hits: " << line;
+    }
     EXPECT_EQ(j["local_memory"], "50%") << line;
     EXPECT_EQ(j["layout"], "group") << "--quick runs the store's default layout: " << line;
     ASSERT_TRUE(j["identical"].is_boolean()) << line;
@@ -49,6 +62,7 @@ TEST(BenchPrograms, QuickRunsEveryProgramAndOutputsMatch) {
     EXPECT_NEAR(ratio, tessera_s / local_s, 1e-6 * ratio) << line;
   }
   EXPECT_EQ(programs, (std::set<std::string>{"workload", "sort"})) << out.stdout_text;
+  EXPECT_EQ(tiers, (std::set<std::string>{"off", "auto"})) << out.stdout_text;
   EXPECT_GE(targets, 3) << out.stdout_text;
 }
 
@@ -56,7 +70,9 @@ TEST(BenchPrograms, BadFlagsAreUsageErrors) {
   for (auto flags : std::vector<std::vector<std::string>>{{"--programs", "nosuch"},
                                                           {"--local_memory", "150%"},
                                                           {"--layouts", "striped"},
-                                                          {"--runs", "0"}}) {
+                                                          {"--runs", "0"},
+                                                          {"--compressed_tier", "fast"},
+                                                          {"--compressed_tier", ""}}) {
     std::vector<std::string> argv = {BinDir() + "/tessera", "bench", "programs", "--noswap"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     EXPECT_EQ(RunCommand(argv).exit_code, 2) << flags[0] << " " << flags[1];

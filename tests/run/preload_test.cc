@@ -26,9 +26,11 @@ using testing::TempDir;
 std::string Probe() { return BinDir() + "/tessera-preload-probe"; }
 
 CommandOutcome RunPaged(const std::vector<std::string>& probe_args, const std::string& json = "",
-                        const std::string& local = "6M") {
+                        const std::string& local = "6M",
+                        const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {BinDir() + "/tessera", "run", "--local-memory", local,
                                    "--region", "1G", "--k", "2", "--r", "1", "--spares", "0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   if (!json.empty()) {
     argv.push_back("--stats-json");
     argv.push_back(json);
@@ -68,6 +70,25 @@ TEST(Preload, ForkWithoutExecGivesTheChildAFullCopy) {
   // 32 MB of heap at 6 MB local: most of it is remote when the program forks.
   auto out = RunPaged({"fork", "32"});
   EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+}
+
+// The same with the compressed tier in the path (the probe's pages are random bytes: the tier
+// sends them straight to the store): a forked child still gets every page, discards reach the
+// store.
+TEST(Preload, ForkAndMmapSemanticsHoldWithTheCompressedTier) {
+  TempDir tmp;
+  const std::vector<std::string> tier = {"--compressed-tier", "2M"};
+  auto fork = RunPaged({"fork", "32"}, tmp.path() + "/fork.json", "6M", tier);
+  EXPECT_EQ(fork.exit_code, 0) << fork.stdout_text;
+  const std::string f = ReadFile(tmp.path() + "/fork.json");
+  EXPECT_GT(JsonInt(f, "tier_stored") + JsonInt(f, "tier_incompressible"), 0)
+      << "no page reached the tier: " << f;
+  auto mm = RunPaged({"mmap"}, tmp.path() + "/mmap.json", "6M", tier);
+  ASSERT_EQ(mm.exit_code, 0) << mm.stdout_text;
+  const std::string j = ReadFile(tmp.path() + "/mmap.json");
+  EXPECT_GT(JsonInt(j, "remote_reads"), 0) << j;
+  EXPECT_GT(JsonInt(j, "discarded"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
 }
 
 TEST(Preload, ExecedChildrenArePagedToo) {
@@ -129,6 +150,10 @@ TEST(Run, BadFlagsAreUsageErrors) {
            {t, "run", "--region", "1M", "--", "/bin/true"},
            {t, "run", "--no-such-flag", "--", "/bin/true"},
            {t, "run", "--auth-token-file", "/tmp/x", "--", "/bin/true"},
+           {t, "run", "--compressed-tier", "fast", "--", "/bin/true"},
+           {t, "run", "--compressed-tier", "512K", "--", "/bin/true"},
+           {t, "run", "--local-memory", "64M", "--compressed-tier", "64M", "--", "/bin/true"},
+           {t, "run", "--pager", "swap", "--compressed-tier", "auto", "--", "/bin/true"},
            {t, "run"}}) {
     EXPECT_EQ(RunCommand(args, 30000, true).exit_code, 2) << args[2];
   }

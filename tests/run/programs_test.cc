@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -66,7 +67,8 @@ std::unique_ptr<client::LocalCluster> StartCluster() {
 
 // `tessera run --local-memory 50% ... --` (on `cluster` when given, else embedded).
 std::vector<std::string> RunPrefix(const std::string& json, client::LocalCluster* cluster,
-                                   const std::string& live = "") {
+                                   const std::string& live = "",
+                                   const std::vector<std::string>& extra = {}) {
   std::vector<std::string> a = {BinDir() + "/tessera", "run", "--local-memory", "50%",
                                 "--k", std::to_string(kK), "--r", std::to_string(kR),
                                 "--stats-json", json, "--region", "4G"};
@@ -75,6 +77,7 @@ std::vector<std::string> RunPrefix(const std::string& json, client::LocalCluster
                        cluster->token_path()});
   }
   if (!live.empty()) a.insert(a.end(), {"--live-stats-file", live});
+  a.insert(a.end(), extra.begin(), extra.end());
   a.push_back("--");
   return a;
 }
@@ -133,17 +136,40 @@ TEST(Programs, PythonAtHalfLocalMemoryMatchesUnpaged) {
   ExpectPagedCleanly(tmp.path() + "/s.json", false);
 }
 
-TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) {
+// Polls the shim's live stats (rewritten twice a second) until `key` reaches `min`; fails if
+// the program ends first or 240 s pass.
+::testing::AssertionResult WaitForLiveStat(Subprocess* p, const std::string& live,
+                                           const std::string& key, uint64_t min) {
+  Deadline d = Deadline::AfterMs(240000);
+  while (!d.Expired() && !p->Poll()) {
+    if (kernel_shim::ParseRunStats(ReadFile(live))[key] >= min) {
+      return ::testing::AssertionSuccess();
+    }
+    usleep(20000);  // polling the live stats file
+  }
+  return ::testing::AssertionFailure() << key << " never reached " << min
+                                       << " before the program ended";
+}
+
+// python3 on a cluster the test owns (`tessera run` with `extra` flags): r memservers are
+// SIGKILLed once it printed "half" and, when `stat` is given, once the shim's live stats show
+// at least `min` of it; the output must still be the unpaged run's. `check` then reads the
+// --stats-json.
+void PythonKillTest(const std::vector<std::string>& extra, const std::string& stat = "",
+                    uint64_t min = 0,
+                    const std::function<void(const std::string&)>& check = nullptr) {
   const std::string want = PythonUnpaged();
   auto cluster = StartCluster();
   ASSERT_NE(cluster, nullptr);
   TempDir tmp;
-  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get());
+  const std::string live = tmp.path() + "/live";
+  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live, extra);
   argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
   auto p = Subprocess::Start(argv, {.capture_stdout = true});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
   ASSERT_TRUE(half.ok()) << half.status().ToString();
+  if (!stat.empty()) ASSERT_TRUE(WaitForLiveStat(&*p, live, stat, min));
   KillR(cluster.get());
   auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
@@ -152,6 +178,40 @@ TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) {
   ASSERT_TRUE(st.ok());
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << *st;
   ExpectPagedCleanly(tmp.path() + "/s.json", true);
+  if (check) check(tmp.path() + "/s.json");
+}
+
+TEST(Programs, PythonSurvivesRMemserversKilledHalfWay) { PythonKillTest({}); }
+
+// With the compressed tier: faults on pages in the tier are served locally, every page is
+// written back, and after r memservers are SIGKILLed (once write-back has stored pages on them)
+// the pages the tier dropped are still read back from the survivors.
+const std::vector<std::string> kTierOn = {"--compressed-tier", "auto"};
+
+void ExpectTierServed(const std::string& json_path) {
+  const std::string j = ReadFile(json_path);
+  EXPECT_GT(JsonInt(j, "tier_hits"), 0) << "no fault was served from the tier: " << j;
+  EXPECT_GT(JsonInt(j, "tier_misses"), 0) << "no page came from the memservers: " << j;
+  EXPECT_GT(JsonInt(j, "tier_writebacks"), 0) << "the tier wrote nothing back: " << j;
+  EXPECT_GT(JsonInt(j, "store_reads"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "tier_writeback_errors"), 0) << j;
+}
+
+TEST(Programs, PythonWithCompressedTierMatchesUnpaged) {
+  const std::string want = PythonUnpaged();
+  TempDir tmp;
+  auto argv = RunPrefix(tmp.path() + "/s.json", nullptr, "", kTierOn);
+  argv.insert(argv.end(), {kPython, kDir + "/workload.py", kRecords});
+  auto out = RunCommand(argv, 300000, true);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_EQ(LastLineWith(out.stdout_text, "tessera-workload: records"), want);
+  ExpectPagedCleanly(tmp.path() + "/s.json", false);
+  ExpectTierServed(tmp.path() + "/s.json");
+}
+
+TEST(Programs, PythonWithCompressedTierSurvivesRMemserversKilledAfterWriteBack) {
+  // Once the live stats show pages written back (the shim rewrites them twice a second).
+  PythonKillTest(kTierOn, "tier_writebacks", 1000, ExpectTierServed);
 }
 
 // ---- GNU sort ---------------------------------------------------------------------------------
@@ -169,7 +229,9 @@ void WriteSortInput(const std::string& path, size_t lines) {
   std::fclose(f);
 }
 
-void SortTest(bool kill) {
+// GNU sort; with `kill`, r memservers are SIGKILLed once 2000 pages (8 MB) were written to them
+// (by the tier's write-back when `tier`).
+void SortTest(bool kill, bool tier = false) {
   setenv("LC_ALL", "C", 1);
   TempDir tmp;
   const std::string in = tmp.path() + "/in", want = tmp.path() + "/want", got = tmp.path() + "/got";
@@ -182,23 +244,13 @@ void SortTest(bool kill) {
     ASSERT_NE(cluster, nullptr);
   }
   const std::string live = tmp.path() + "/live";
-  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live);
+  auto argv = RunPrefix(tmp.path() + "/s.json", cluster.get(), live,
+                        tier ? kTierOn : std::vector<std::string>{});
   argv.insert(argv.end(), {"/usr/bin/sort", "-S", "100M", in, "-o", got});
   auto p = Subprocess::Start(argv, {.capture_stdout = true});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   if (kill) {
-    // Half way: once 2000 pages (8 MB) were written to the memservers.
-    Deadline d = Deadline::AfterMs(240000);
-    bool reached = false;
-    while (!d.Expired() && !p->Poll()) {
-      auto s = kernel_shim::ParseRunStats(ReadFile(live));
-      if (s["remote_writes"] >= 2000) {
-        reached = true;
-        break;
-      }
-      usleep(20000);  // polling the live stats file
-    }
-    ASSERT_TRUE(reached) << "sort never wrote 2000 pages remotely before it ended";
+    ASSERT_TRUE(WaitForLiveStat(&*p, live, tier ? "tier_writebacks" : "remote_writes", 2000));
     KillR(cluster.get());
   }
   auto st = p->Wait(Deadline::AfterMs(240000));
@@ -208,10 +260,14 @@ void SortTest(bool kill) {
   EXPECT_EQ(a.size(), b.size());
   EXPECT_TRUE(a == b) << "sorted output differs from the unpaged sort";
   ExpectPagedCleanly(tmp.path() + "/s.json", kill);
+  if (tier) ExpectTierServed(tmp.path() + "/s.json");
 }
 
 TEST(Programs, SortAtHalfLocalMemoryMatchesUnpaged) { SortTest(false); }
 TEST(Programs, SortSurvivesRMemserversKilledHalfWay) { SortTest(true); }
+TEST(Programs, SortWithCompressedTierSurvivesRMemserversKilledAfterWriteBack) {
+  SortTest(true, true);
+}
 
 // ---- redis-server ---------------------------------------------------------------------------
 constexpr int kKeys = 60000;
