@@ -36,6 +36,16 @@ Result<pid_t> NextAggregator(Subprocess* p) {
   return static_cast<pid_t>(std::stol(line->substr(15)));
 }
 
+// Three memservers of 64 MiB in 1 MiB slabs: the aggregation server's checkpoint store.
+client::LocalClusterOptions ThreeServers() {
+  client::LocalClusterOptions co;
+  co.bin_dir = BinDir();
+  co.servers = 3;
+  co.capacity = "64M";
+  co.slab_size = "1M";
+  return co;
+}
+
 Result<Service> StartService(const client::LocalCluster* store, const std::string& token) {
   std::vector<std::string> argv = {BinDir() + "/tessera-paramsvc-serve", "--port=0", "--cores=2",
                                    "--log_level=warning", "--auth_token_file=" + token};
@@ -73,12 +83,7 @@ JobSpec IntJob() {
 float F(uint64_t v, uint32_t w) { return static_cast<float>((v + 2 * w) % 5); }
 
 TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCheckpoint) {
-  client::LocalClusterOptions co;
-  co.bin_dir = BinDir();
-  co.servers = 3;
-  co.capacity = "64M";
-  co.slab_size = "1M";
-  auto cluster = client::LocalCluster::Start(co);
+  auto cluster = client::LocalCluster::Start(ThreeServers());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto svc = StartService(cluster->get(), (*cluster)->token_path());
   ASSERT_TRUE(svc.ok()) << svc.status();
@@ -196,12 +201,7 @@ TEST(ParamsvcIntegration, AggregationServerSigkilledResumesFromItsErasureCodedCh
 // A learning rate set with SET_LR survives a restart of the aggregation server: the restored
 // job starts from its spec's lr, and the client sends its own again when it reconnects.
 TEST(ParamsvcIntegration, LearningRateIsSentAgainAfterTheAggregationServerRestarts) {
-  client::LocalClusterOptions co;
-  co.bin_dir = BinDir();
-  co.servers = 3;
-  co.capacity = "64M";
-  co.slab_size = "1M";
-  auto cluster = client::LocalCluster::Start(co);
+  auto cluster = client::LocalCluster::Start(ThreeServers());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto svc = StartService(cluster->get(), (*cluster)->token_path());
   ASSERT_TRUE(svc.ok()) << svc.status();
@@ -256,11 +256,7 @@ int64_t SlabsUsed(const client::LocalCluster& c) {
 // The checkpoint store's slabs of a SIGKILLed `tessera paramsvc serve` are reclaimed by the
 // memservers once its lease (--orphan_grace) has run out.
 TEST(ParamsvcIntegration, SigkilledServeLeavesNoSlabBehindOnceItsLeaseExpired) {
-  client::LocalClusterOptions co;
-  co.bin_dir = BinDir();
-  co.servers = 3;
-  co.capacity = "64M";
-  co.slab_size = "1M";
+  client::LocalClusterOptions co = ThreeServers();
   co.extra_flags = {"--orphan_grace=1s", "--monitor_interval=100ms"};
   auto cluster = client::LocalCluster::Start(co);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
