@@ -25,8 +25,8 @@ ClusterFlags ReadClusterFlags(const CliSpec& spec) {
     UsageError(spec, "--cluster-name goes with --etcd");
   }
   if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty() && FLAGS_etcd.empty()) {
-    UsageError(spec,
-               "--auth-token-file goes with --cluster or --etcd (an embedded cluster makes its own)");
+    UsageError(spec, "--auth-token-file goes with --cluster or --etcd (an embedded cluster "
+                     "makes its own)");
   }
   return ClusterFlags{FLAGS_cluster, FLAGS_etcd, FLAGS_cluster_name, FLAGS_auth_token_file};
 }

@@ -26,6 +26,7 @@
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
+#include "common/prometheus.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "fabric/auth.h"
@@ -93,6 +94,25 @@ void OnSignal(int sig) {
 }
 
 std::string Human(uint64_t bytes) { return tessera::FormatSize(bytes); }
+
+// The NBD front end's own metrics, beside the page store's (apps/cli/store_metrics.h).
+std::string NbdMetrics(const nbd::NbdServerStats& n, size_t active) {
+  PrometheusWriter w;
+  w.Counter("tessera_nbd_connections_total", "NBD connections accepted.", n.connections);
+  w.Gauge("tessera_nbd_connections", "NBD connections open now.", static_cast<double>(active));
+  w.Counter("tessera_nbd_requests_total", "NBD requests served.", n.requests);
+  w.Counter("tessera_nbd_request_errors_total", "NBD requests answered with an error.",
+            n.errors_replied);
+  w.Counter("tessera_nbd_bytes_read_total", "Bytes NBD clients read.", n.bytes_read);
+  w.Counter("tessera_nbd_bytes_written_total", "Bytes NBD clients wrote.", n.bytes_written);
+  w.Counter("tessera_nbd_trimmed_pages_total", "Pages trimmed by TRIM and WRITE_ZEROES.",
+            n.trimmed_pages);
+  w.Counter("tessera_nbd_rmw_pages_total",
+            "Edge pages of unaligned requests served by read-modify-write.", n.rmw_pages);
+  w.Counter("tessera_nbd_retried_ops_total",
+            "Page operations resubmitted after failing with Unavailable.", n.retried_ops);
+  return w.str();
+}
 
 int Main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
@@ -190,7 +210,8 @@ int Main(int argc, char** argv) {
     lo.servers = sf.EmbeddedServers();
     // Each server holds 1/k of the pages it is given splits of; every server may get splits
     // of any page, so give each room for total/k plus slab rounding and the spare's share.
-    const uint64_t per_server_mb = total_pages * client::kPageSize / static_cast<uint64_t>(sf.k) / (1 << 20);
+    const uint64_t per_server_mb =
+        total_pages * client::kPageSize / static_cast<uint64_t>(sf.k) / (1 << 20);
     lo.capacity = std::to_string(per_server_mb * 2 + 16) + "M";
     lo.slab_size = "1M";
     std::fprintf(stderr, "tessera nbd: starting %zu memservers on loopback...\n", lo.servers);
@@ -278,16 +299,15 @@ int Main(int argc, char** argv) {
               static_cast<unsigned long long>(total_pages));
   std::unique_ptr<memserver::MetricsHttpServer> metrics;
   if (sf.metrics_port >= 0) {
-    client::PageStore* s = store.get();
-    auto m = memserver::MetricsHttpServer::Start(
-        "127.0.0.1", static_cast<uint16_t>(sf.metrics_port),
-        [s] { return cli::BuildInfoMetrics("nbd") + cli::StoreMetrics(s->name(), s->Stats()); });
+    nbd::NbdServer* n = &server;
+    auto m = cli::ServeClientMetrics("127.0.0.1", sf.metrics_port, "nbd", store.get(), [n] {
+      return NbdMetrics(n->Stats(), n->active_connections());
+    });
     if (!m.ok()) {
       std::fprintf(stderr, "tessera nbd: metrics: %s\n", m.status().ToString().c_str());
       return 1;
     }
     metrics = std::move(*m);
-    std::printf("metrics on 127.0.0.1:%u\n", static_cast<unsigned>(metrics->port()));
   }
   for (const auto& e : so.exports) {
     const std::string uri = FLAGS_unix.empty() ? uri_base + e.name

@@ -229,17 +229,12 @@ int main(int argc, char** argv) {
   // The supervisor's metrics: its build and its checkpoint store (destroyed before it).
   std::unique_ptr<memserver::MetricsHttpServer> metrics;
   if (sf.metrics_port >= 0) {
-    auto m = memserver::MetricsHttpServer::Start(
-        FLAGS_listen, static_cast<uint16_t>(sf.metrics_port), [store_ptr] {
-          return cli::BuildInfoMetrics("paramsvc") +
-                 (store_ptr ? cli::StoreMetrics(store_ptr->name(), store_ptr->Stats()) : "");
-        });
+    auto m = cli::ServeClientMetrics(FLAGS_listen, sf.metrics_port, "paramsvc", store_ptr);
     if (!m.ok()) {
       std::fprintf(stderr, "tessera paramsvc serve: metrics: %s\n", m.status().ToString().c_str());
       return 1;
     }
     metrics = std::move(*m);
-    std::printf("metrics on %s:%u\n", FLAGS_listen.c_str(), static_cast<unsigned>(metrics->port()));
   }
   std::fflush(stdout);
 

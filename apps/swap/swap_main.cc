@@ -49,6 +49,7 @@
 #include "client/page_store.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/prometheus.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "fabric/control_client.h"
@@ -242,6 +243,27 @@ uint64_t MemTotal() {
   return 0;
 }
 
+// The swap file's own metrics, beside the page store's (apps/cli/store_metrics.h).
+std::string SwapMetrics(const kernel_shim::SwapFileStats& f) {
+  PrometheusWriter w;
+  w.Header("tessera_swap_requests_total", "counter", "FUSE read and write requests served.");
+  w.Sample("tessera_swap_requests_total", static_cast<double>(f.read_requests), "op=\"read\"");
+  w.Sample("tessera_swap_requests_total", static_cast<double>(f.write_requests), "op=\"write\"");
+  w.Header("tessera_swap_request_errors_total", "counter", "Requests answered with EIO.");
+  w.Sample("tessera_swap_request_errors_total", static_cast<double>(f.read_errors),
+           "op=\"read\"");
+  w.Sample("tessera_swap_request_errors_total", static_cast<double>(f.write_errors),
+           "op=\"write\"");
+  w.Header("tessera_swap_pages_total", "counter", "Pages swapped in (read) and out (write).");
+  w.Sample("tessera_swap_pages_total", static_cast<double>(f.pages_read), "op=\"read\"");
+  w.Sample("tessera_swap_pages_total", static_cast<double>(f.pages_written), "op=\"write\"");
+  w.Counter("tessera_swap_partial_page_ops_total", "Requests that covered part of a page.",
+            f.partial_page_ops);
+  w.Counter("tessera_swap_lost_pages_total",
+            "Pages whose read failed with DataLoss (their processes get SIGBUS).", f.lost_pages);
+  return w.str();
+}
+
 int Serve(uint64_t size) {
   LeaveMemoryCgroup();
   // Everything mapped now and later stays resident: a swap-in never waits on the daemon's own
@@ -302,18 +324,6 @@ int Serve(uint64_t size) {
     follower = std::move(*f);
   }
 
-  // --metrics-port: the store's client metrics, the memory server's endpoint code (stopped
-  // before the store it reads). `on` passes the line on.
-  std::unique_ptr<memserver::MetricsHttpServer> metrics;
-  if (g_store.metrics_port >= 0) {
-    client::PageStore* s = store.get();
-    auto m = memserver::MetricsHttpServer::Start(
-        "127.0.0.1", static_cast<uint16_t>(g_store.metrics_port),
-        [s] { return cli::BuildInfoMetrics("swap") + cli::StoreMetrics(s->name(), s->Stats()); });
-    if (!m.ok()) return Fail("metrics: " + m.status().ToString());
-    metrics = std::move(*m);
-    std::printf("metrics on 127.0.0.1:%u\n", static_cast<unsigned>(metrics->port()));
-  }
   kernel_shim::SwapFileOptions so;
   so.mountpoint = MountDir();
   so.size_bytes = size;
@@ -322,6 +332,16 @@ int Serve(uint64_t size) {
   auto server_or = kernel_shim::SwapFileServer::Create(store.get(), so);
   if (!server_or.ok()) return Fail(server_or.status().ToString());
   kernel_shim::SwapFileServer& server = **server_or;
+  // --metrics-port: the store's client metrics and the swap file's, the memory server's
+  // endpoint code (stopped before what it reads). `on` passes the line on.
+  std::unique_ptr<memserver::MetricsHttpServer> metrics;
+  if (g_store.metrics_port >= 0) {
+    kernel_shim::SwapFileServer* f = &server;
+    auto m = cli::ServeClientMetrics("127.0.0.1", g_store.metrics_port, "swap", store.get(),
+                                     [f] { return SwapMetrics(f->Stats()); });
+    if (!m.ok()) return Fail("metrics: " + m.status().ToString());
+    metrics = std::move(*m);
+  }
   if (Status st = server.Mount(); !st.ok()) return Fail(st.ToString());
   g_server = &server;
   struct sigaction sa {};
