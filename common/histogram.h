@@ -35,6 +35,9 @@ class LatencyHistogram {
   uint64_t min() const { return count_ ? min_ : 0; }
   uint64_t max() const { return max_; }
   double mean() const { return count_ ? static_cast<double>(sum_) / count_ : 0.0; }
+  uint64_t sum() const { return sum_; }
+  // Values recorded in bucket b (0 <= b < kBuckets; see BucketOf).
+  uint64_t bucket_count(int b) const { return counts_[b]; }
   // The value at quantile q in [0, 1] (0.5 = median, 0.99 = p99); 0 when empty.
   uint64_t Percentile(double q) const;
   uint64_t p50() const { return Percentile(0.50); }

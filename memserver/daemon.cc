@@ -42,6 +42,7 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   ho.headroom_bytes = options.headroom_bytes;
   ho.orphan_grace_ns = options.orphan_grace_ns;
   ho.max_slabs_per_client = options.max_slabs_per_client;
+  ho.build_info_metrics = options.build_info_metrics;
   d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
   TESSERA_ASSIGN_OR_RETURN(d->kv_, KvService::Create(d->pool_.get(), options.offload));
   d->handler_->AttachKv(d->kv_.get());

@@ -40,6 +40,7 @@ struct DaemonOptions {
   int io_threads = 1;
   bool reuse_port = false;  // fabric::ServerOptions::reuse_port.
   int metrics_port = -1;  // -1: no metrics endpoint; 0: ephemeral.
+  std::string build_info_metrics;  // Served first on the metrics endpoint (tessera_build_info).
   bool fault_injection = false;  // Off unless asked for (--fault_injection).
   std::string meminfo_path = "/proc/meminfo";
   uint64_t monitor_interval_ns = 200ull * 1000000;

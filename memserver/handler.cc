@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/prometheus.h"
 #include "common/units.h"
 
 namespace tessera::memserver {
@@ -526,68 +527,64 @@ std::string MemServerHandler::PrometheusText() {
   ResourceMonitor* m = monitor_.load(std::memory_order_acquire);
   ResourceMonitor::Stats ms = m ? m->stats() : ResourceMonitor::Stats{};
   fabric::Server* server = server_.load(std::memory_order_acquire);
-  std::ostringstream o;
-  auto metric = [&](const char* name, const char* type, const char* help) {
-    o << "# HELP tessera_memserver_" << name << " " << help << "\n";
-    o << "# TYPE tessera_memserver_" << name << " " << type << "\n";
+  PrometheusWriter w;
+  auto by_op = [&](const char* name, const char* help, auto value_of) {
+    w.Header(name, "counter", help);
+    for (int i = 0; i < ServerMetrics::kOps; ++i) {
+      const auto op = static_cast<OpSlot>(i);
+      w.Sample(name, static_cast<double>(value_of(op)),
+               "op=\"" + std::string(OpSlotName(op)) + "\"");
+    }
   };
-  metric("ops_total", "counter", "Requests handled, by op.");
-  for (int i = 0; i < ServerMetrics::kOps; ++i) {
-    o << "tessera_memserver_ops_total{op=\"" << OpSlotName(static_cast<OpSlot>(i)) << "\"} "
-      << metrics_.ops(static_cast<OpSlot>(i)) << "\n";
-  }
-  metric("errors_total", "counter", "Requests answered with an error, by op.");
-  for (int i = 0; i < ServerMetrics::kOps; ++i) {
-    o << "tessera_memserver_errors_total{op=\"" << OpSlotName(static_cast<OpSlot>(i)) << "\"} "
-      << metrics_.errors(static_cast<OpSlot>(i)) << "\n";
-  }
-  metric("bytes_read_total", "counter", "Bytes served to READ requests.");
-  o << "tessera_memserver_bytes_read_total " << metrics_.bytes_read() << "\n";
-  metric("bytes_written_total", "counter", "Bytes accepted from WRITE requests.");
-  o << "tessera_memserver_bytes_written_total " << metrics_.bytes_written() << "\n";
-  metric("slabs", "gauge", "Slabs by state; limit is what may be allocated now.");
-  o << "tessera_memserver_slabs{state=\"allocated\"} " << c.allocated_slabs << "\n";
-  o << "tessera_memserver_slabs{state=\"evicting\"} " << c.evicting_slabs << "\n";
-  o << "tessera_memserver_slabs{state=\"limit\"} " << c.limit_slabs << "\n";
-  o << "tessera_memserver_slabs{state=\"max\"} " << c.max_slabs << "\n";
+  by_op("tessera_memserver_ops_total", "Requests handled, by op.",
+        [&](OpSlot op) { return metrics_.ops(op); });
+  by_op("tessera_memserver_errors_total", "Requests answered with an error, by op.",
+        [&](OpSlot op) { return metrics_.errors(op); });
+  w.Counter("tessera_memserver_bytes_read_total", "Bytes served to READ requests.",
+            metrics_.bytes_read());
+  w.Counter("tessera_memserver_bytes_written_total", "Bytes accepted from WRITE requests.",
+            metrics_.bytes_written());
+  w.Header("tessera_memserver_slabs", "gauge",
+           "Slabs by state; limit is what may be allocated now.");
+  w.Sample("tessera_memserver_slabs", static_cast<double>(c.allocated_slabs),
+           "state=\"allocated\"");
+  w.Sample("tessera_memserver_slabs", static_cast<double>(c.evicting_slabs),
+           "state=\"evicting\"");
+  w.Sample("tessera_memserver_slabs", static_cast<double>(c.limit_slabs), "state=\"limit\"");
+  w.Sample("tessera_memserver_slabs", static_cast<double>(c.max_slabs), "state=\"max\"");
+  w.Ratio("tessera_memserver_slab_usage_ratio",
+          "Allocated slabs / the slabs that may be allocated now (0..1).", c.allocated_slabs,
+          c.limit_slabs);
   const LeaseStats ls = lease_stats();
-  metric("orphaned_owners", "gauge",
-         "Clients holding slabs with no open connection (their lease is running out).");
-  o << "tessera_memserver_orphaned_owners " << ls.orphaned_owners << "\n";
-  metric("orphan_owners_reclaimed_total", "counter",
-         "Clients whose slabs were freed after --orphan_grace without a connection.");
-  o << "tessera_memserver_orphan_owners_reclaimed_total " << ls.owners_reclaimed << "\n";
-  metric("orphan_slabs_reclaimed_total", "counter", "Slabs freed by expired client leases.");
-  o << "tessera_memserver_orphan_slabs_reclaimed_total " << ls.slabs_reclaimed << "\n";
-  metric("slab_size_bytes", "gauge", "Size of one slab.");
-  o << "tessera_memserver_slab_size_bytes " << pool_->slab_bytes() << "\n";
-  metric("capacity_bytes", "gauge", "Configured capacity.");
-  o << "tessera_memserver_capacity_bytes " << pool_->capacity_bytes() << "\n";
-  metric("host_available_bytes", "gauge", "Smoothed MemAvailable of the host.");
-  o << "tessera_memserver_host_available_bytes " << ms.smoothed_available_bytes << "\n";
-  metric("evictions_total", "counter", "Slabs freed by the resource monitor at their deadline.");
-  o << "tessera_memserver_evictions_total " << ms.evictions << "\n";
-  metric("eviction_notices_total", "counter", "Eviction notices sent to slab owners.");
-  o << "tessera_memserver_eviction_notices_total " << ms.notices_sent << "\n";
-  metric("connections", "gauge", "Open client connections.");
-  o << "tessera_memserver_connections " << (server ? server->connection_count() : 0) << "\n";
-  metric("load_permille", "gauge", "CPU load of the daemon, permille of the machine.");
-  o << "tessera_memserver_load_permille " << metrics_.load_permille() << "\n";
-  metric("faulted_ops_total", "counter", "Requests delayed, hung or dropped by injected faults.");
-  o << "tessera_memserver_faulted_ops_total " << metrics_.faulted_ops() << "\n";
-  metric("service_seconds", "summary", "Time the handler spent per request.");
-  const auto& h = metrics_.service();
-  for (double q : {0.5, 0.99, 0.999}) {
-    char line[96];
-    std::snprintf(line, sizeof(line), "tessera_memserver_service_seconds{quantile=\"%g\"} %.9f\n",
-                  q, static_cast<double>(h.Percentile(q)) / 1e9);
-    o << line;
-  }
-  char sum[64];
-  std::snprintf(sum, sizeof(sum), "%.9f", static_cast<double>(h.sum()) / 1e9);
-  o << "tessera_memserver_service_seconds_sum " << sum << "\n";
-  o << "tessera_memserver_service_seconds_count " << h.count() << "\n";
-  return o.str();
+  w.Gauge("tessera_memserver_orphaned_owners",
+          "Clients holding slabs with no open connection (their lease is running out).",
+          static_cast<double>(ls.orphaned_owners));
+  w.Counter("tessera_memserver_orphan_owners_reclaimed_total",
+            "Clients whose slabs were freed after --orphan_grace without a connection.",
+            ls.owners_reclaimed);
+  w.Counter("tessera_memserver_orphan_slabs_reclaimed_total",
+            "Slabs freed by expired client leases.", ls.slabs_reclaimed);
+  w.Gauge("tessera_memserver_slab_size_bytes", "Size of one slab.",
+          static_cast<double>(pool_->slab_bytes()));
+  w.Gauge("tessera_memserver_capacity_bytes", "Configured capacity.",
+          static_cast<double>(pool_->capacity_bytes()));
+  w.Gauge("tessera_memserver_host_available_bytes", "Smoothed MemAvailable of the host.",
+          static_cast<double>(ms.smoothed_available_bytes));
+  w.Counter("tessera_memserver_evictions_total",
+            "Slabs freed by the resource monitor at their deadline.", ms.evictions);
+  w.Counter("tessera_memserver_eviction_notices_total", "Eviction notices sent to slab owners.",
+            ms.notices_sent);
+  w.Gauge("tessera_memserver_connections", "Open client connections.",
+          static_cast<double>(server ? server->connection_count() : 0));
+  w.Gauge("tessera_memserver_load_ratio", "CPU load of the daemon, share (0..1) of the machine.",
+          static_cast<double>(metrics_.load_permille()) / 1000.0);
+  w.Counter("tessera_memserver_faulted_ops_total",
+            "Requests delayed, hung or dropped by injected faults.", metrics_.faulted_ops());
+  const AtomicLatencyHistogram& h = metrics_.service();
+  w.LatencyHistogramSeconds("tessera_memserver_service_seconds",
+                            "Time the handler spent per request.",
+                            [&h](int b) { return h.bucket_count(b); }, h.sum());
+  return options_.build_info_metrics + w.str();
 }
 
 }  // namespace tessera::memserver

@@ -58,6 +58,9 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
     // Most slabs the owners of one client id (all processes of one credential) may hold; an
     // ALLOC beyond it fails with ResourceExhausted. 0: no quota.
     uint64_t max_slabs_per_client = 0;
+    // Prometheus text put before the metrics of every scrape: tessera_build_info, from the
+    // main, which knows the build (common/prometheus.h).
+    std::string build_info_metrics;
   };
   struct LeaseStats {
     uint64_t orphaned_owners = 0;   // Owners now holding slabs with no connection open.

@@ -28,6 +28,8 @@ class AtomicLatencyHistogram {
   }
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   uint64_t sum() const { return sum_.load(std::memory_order_relaxed); }
+  // Values recorded in bucket b (LatencyHistogram's layout).
+  uint64_t bucket_count(int b) const { return counts_[b].load(std::memory_order_relaxed); }
   // Value at quantile q (bucket midpoint), 0 when empty.
   uint64_t Percentile(double q) const;
 

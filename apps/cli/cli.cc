@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apps/cli/version.h"
@@ -42,6 +43,23 @@ std::string KebabFlags(const char* text) {
   return out;
 }
 
+bool Shared(const CliSpec& spec, const std::string& name) {
+  for (const auto& s : spec.shared_flags) {
+    if (s == name) return true;
+  }
+  return false;
+}
+
+// A flag of this tool: defined in its main file, shared with it, or --log_level.
+bool Mine(const CliSpec& spec, const gflags::CommandLineFlagInfo& f) {
+  return f.filename == spec.main_file || f.name == "log_level" || Shared(spec, f.name);
+}
+
+std::string Kebab(std::string name) {
+  for (char& c : name) c = c == '_' ? '-' : c;
+  return name;
+}
+
 void PrintUsage(const CliSpec& spec, FILE* out) {
   std::fprintf(out, "usage: %s %s\n\n%s\n", spec.name, KebabFlags(spec.synopsis).c_str(),
                KebabFlags(spec.description).c_str());
@@ -49,18 +67,21 @@ void PrintUsage(const CliSpec& spec, FILE* out) {
   gflags::GetAllFlags(&flags);
   bool header = false;
   for (const auto& f : flags) {
-    bool mine = f.filename == spec.main_file || f.name == "log_level";
-    if (!mine) continue;
+    if (!Mine(spec, f)) continue;
     if (!header) {
       std::fprintf(out, "\nflags:\n");
       header = true;
     }
     std::string def = f.type == "string" ? "\"" + f.default_value + "\"" : f.default_value;
     // Shown kebab-case; the snake_case spelling works too (NormalizeFlagNames).
-    std::string name = f.name;
-    for (char& c : name) c = c == '_' ? '-' : c;
-    std::fprintf(out, "  --%s (%s) default %s\n      %s\n", name.c_str(), f.type.c_str(),
-                 def.c_str(), KebabFlags(f.description.c_str()).c_str());
+    std::string also;
+    for (const auto& [old_name, current] : spec.aliases) {
+      if (current == f.name) also += (also.empty() ? " (also --" : ", --") + Kebab(old_name);
+    }
+    if (!also.empty()) also += ")";
+    std::fprintf(out, "  --%s%s (%s) default %s\n      %s\n", Kebab(f.name).c_str(),
+                 also.c_str(), f.type.c_str(), def.c_str(),
+                 KebabFlags(f.description.c_str()).c_str());
   }
 }
 
@@ -73,9 +94,9 @@ void UsageError(const CliSpec& spec, const std::string& message) {
 }
 
 // Flags are declared snake_case (gflags); a user may write them kebab-case too:
-// --auth-token-file is --auth_token_file. Only flag names change, never values, and nothing
-// after "--".
-static void NormalizeFlagNames(int argc, char** argv) {
+// --auth-token-file is --auth_token_file, and an older name (CliSpec::aliases) is its current
+// one. Only flag names change, never values, and nothing after "--".
+static void NormalizeFlagNames(const CliSpec& spec, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     if (std::strcmp(a, "--") == 0) break;
@@ -83,16 +104,21 @@ static void NormalizeFlagNames(int argc, char** argv) {
     const char* name = a + (a[1] == '-' ? 2 : 1);
     const char* end = std::strchr(name, '=');
     size_t len = end ? static_cast<size_t>(end - name) : std::strlen(name);
-    if (std::memchr(name, '-', len) == nullptr) continue;
+    std::string flag(name, len);
+    for (char& c : flag) c = c == '-' ? '_' : c;
+    for (const auto& [old_name, current] : spec.aliases) {
+      if (flag == old_name) flag = current;
+    }
+    if (flag == std::string_view(name, len)) continue;
     std::string fixed(a, static_cast<size_t>(name - a));
-    for (size_t j = 0; j < len; ++j) fixed += name[j] == '-' ? '_' : name[j];
+    fixed += flag;
     if (end) fixed += end;
     argv[i] = ::strdup(fixed.c_str());  // Lives as long as the process, as argv does.
   }
 }
 
 void InitCli(const CliSpec& spec, int* argc, char*** argv) {
-  NormalizeFlagNames(*argc, *argv);
+  NormalizeFlagNames(spec, *argc, *argv);
   gflags::SetUsageMessage(std::string(spec.name) + " " + KebabFlags(spec.synopsis));
   // Validate flag names before gflags sees them, so an unknown flag prints our usage.
   std::vector<gflags::CommandLineFlagInfo> flags;
@@ -100,6 +126,7 @@ void InitCli(const CliSpec& spec, int* argc, char*** argv) {
   std::set<std::string> known;
   std::set<std::string> bools;
   for (const auto& f : flags) {
+    if (!Mine(spec, f)) continue;  // Another tool's shared flag linked in: not this one's.
     known.insert(f.name);
     if (f.type == "bool") bools.insert(f.name);
   }

@@ -16,4 +16,8 @@ const char* Features();  // Space-separated, e.g. "tcp-io_uring rdma-verbs etcd 
 // What `NAME --version` prints: "NAME VERSION (commit C)\nfeatures: F\n".
 std::string Text(const std::string& name);
 
+// `tessera_build_info{component="COMPONENT",version,commit,features} 1` with HELP and TYPE,
+// for every metrics endpoint (common/prometheus.h).
+std::string PrometheusBuildInfo(const std::string& component);
+
 }  // namespace tessera::version

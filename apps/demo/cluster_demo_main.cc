@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "apps/cli/store_flags.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
@@ -22,9 +23,6 @@
 #include "common/report.h"
 #include "common/subprocess.h"
 
-DEFINE_int32(k, 8, "Data splits per page");
-DEFINE_int32(r, 2, "Parity splits per page (servers that may fail)");
-DEFINE_int32(spares, 2, "Memservers beyond k+r (replacements for regeneration)");
 DEFINE_int32(kill, -1, "Servers to SIGKILL half-way (-1: r)");
 DEFINE_int32(pages, 20000, "Pages written and verified (4 KB each)");
 DEFINE_uint64(seed, 1, "Seed of the page contents");
@@ -39,11 +37,15 @@ using client::PageId;
 
 const cli::CliSpec kSpec = {
     "tessera demo cluster",
-    "[--k 8] [--r 2] [--spares 2] [--kill N] [--pages 20000] [--seed 1] [--json]",
+    "[--k 4] [--r 2] [--layout split|group] [--spares N] [--kill N] [--pages 20000] [--seed 1] "
+    "[--json]",
     "Starts k+r+spares real memservers on loopback, stores pages erasure-coded across them,\n"
     "SIGKILLs r servers that hold splits, and shows that every page still reads back byte for\n"
     "byte, before and after background regeneration. Exits 1 on any wrong byte or error.",
-    __FILE__};
+    __FILE__,
+    0,
+    0,
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags)};
 
 constexpr size_t kBatch = 256;
 
@@ -125,24 +127,20 @@ Pass Run(client::PageStore& store, bool write, const std::vector<PageId>& pages,
 
 int Main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
-  if (FLAGS_r < 1 || FLAGS_r > 4) cli::UsageError(kSpec, "--r must be in 1..4");
-  if (FLAGS_k < 1 || FLAGS_k > 32 || 4096 % FLAGS_k != 0) {
-    cli::UsageError(kSpec, "--k must divide 4096 and be at most 32");
-  }
-  if (FLAGS_spares < 0 || FLAGS_spares > 16) cli::UsageError(kSpec, "--spares must be in 0..16");
-  const int kill = FLAGS_kill < 0 ? FLAGS_r : FLAGS_kill;
-  if (kill > FLAGS_r) {
+  const cli::StoreFlags sf = cli::ReadStoreFlags(kSpec);
+  const int kill = FLAGS_kill < 0 ? sf.r : FLAGS_kill;
+  if (kill > sf.r) {
     cli::UsageError(kSpec, "--kill must be at most r: more lost servers lose data by design");
   }
   if (FLAGS_pages < 1 || FLAGS_pages > (1 << 20)) cli::UsageError(kSpec, "--pages must be in [1, 1048576]");
-  const size_t servers = static_cast<size_t>(FLAGS_k + FLAGS_r + FLAGS_spares);
+  const size_t servers = sf.EmbeddedServers();
   const uint64_t pages = static_cast<uint64_t>(FLAGS_pages);
 
   client::LocalClusterOptions lo;
   lo.bin_dir = SelfExeDir();
   lo.servers = servers;
   // Each server holds about pages * 4 KB * (k+r)/k / (k+r) of splits, plus slab rounding.
-  const uint64_t per_server_mb = pages * kPageSize / static_cast<uint64_t>(FLAGS_k) / (1 << 20);
+  const uint64_t per_server_mb = pages * kPageSize / static_cast<uint64_t>(sf.k) / (1 << 20);
   lo.capacity = std::to_string(std::max<uint64_t>(64, 4 * per_server_mb + 16)) + "M";
   lo.slab_size = "1M";
   std::fprintf(stderr, "tessera demo cluster: starting %zu memservers on loopback...\n", servers);
@@ -155,8 +153,7 @@ int Main(int argc, char** argv) {
   for (const auto& ep : (*cluster)->endpoints()) eo.remote.servers.push_back({ep, ""});
   eo.remote.secret = (*cluster)->secret();
   eo.remote.capacity_pages = pages;
-  eo.k = FLAGS_k;
-  eo.r = FLAGS_r;
+  sf.ApplyTo(&eo);
   auto store_or = client::CreateErasureCodedStore(eo);
   if (!store_or.ok()) {
     std::fprintf(stderr, "tessera demo cluster: %s\n", store_or.status().ToString().c_str());

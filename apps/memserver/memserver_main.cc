@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     UsageError(kSpec, "--metrics_port must be -1 (off) or in [0, 65535]");
   }
   o.metrics_port = FLAGS_metrics_port;
+  o.build_info_metrics = tessera::version::PrometheusBuildInfo("memserver");
   if (FLAGS_io_threads < 1 || FLAGS_io_threads > 64) {
     UsageError(kSpec, "--io_threads must be in [1, 64]");
   }

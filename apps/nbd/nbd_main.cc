@@ -21,10 +21,12 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_flags.h"
 #include "apps/cli/store_metrics.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
+#include "common/prometheus.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "fabric/auth.h"
@@ -36,18 +38,8 @@
 DEFINE_string(size, "", "Size of the export, e.g. 1G (required unless --exports is given)");
 DEFINE_string(name, "tessera", "Name of the export");
 DEFINE_string(exports, "", "Several exports instead of --size/--name: NAME=SIZE,NAME=SIZE,...");
-DEFINE_string(cluster, "", "Cluster file of running memservers (default: start an embedded cluster)");
-DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
-DEFINE_string(etcd, "",
-              "etcd endpoints (HOST:PORT,...): use the servers registered in --cluster_name and "
-              "follow joins and leaves (instead of --cluster)");
-DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
-DEFINE_int32(k, 8, "Data splits per page");
-DEFINE_int32(r, 2, "Parity splits per page (memservers that may fail)");
 DEFINE_string(listen, "127.0.0.1:10809", "TCP address to listen on, HOST:PORT (port 0: ephemeral)");
 DEFINE_string(unix, "", "Listen on this unix socket instead of TCP");
-DEFINE_string(layout, "", "Erasure-coded layout: split or group (default: the store's default)");
-DEFINE_int32(io_threads, 1, "I/O threads of the page store");
 DEFINE_bool(direct_reads, true,
             "Run-to-completion READs (group layout): each connection's reader thread reads the "
             "pages of a READ itself, on its own connections to the servers holding them, with many "
@@ -57,9 +49,6 @@ DEFINE_int32(direct_spin_us, 100,
              "twice the recent reply time, at most this long (0..1000 us; 0: never), before it "
              "sleeps");
 DEFINE_bool(print_cluster, true, "Print the embedded cluster's file and token paths");
-DEFINE_int32(metrics_port, -1,
-             "Prometheus endpoint of the page store's metrics on 127.0.0.1 (GET /metrics); "
-             "0 = ephemeral; -1 = off");
 DEFINE_string(state_file, "",
               "Export state file (one per export set). The export's page map lives only in this "
               "process, so a later run cannot read back what this one stored: the file records "
@@ -78,7 +67,7 @@ const cli::CliSpec kSpec = {
     "--size SIZE [--name EXPORT] | --exports NAME=SIZE,... [--cluster FILE | --etcd ENDPOINTS "
     "--cluster_name NAME] "
     "[--auth_token_file F] "
-    "(--state_file PATH | --ephemeral) [--k 8 --r 2] [--layout split|group] [--nodirect_reads] "
+    "(--state_file PATH | --ephemeral) [--k 4 --r 2] [--layout split|group] [--nodirect_reads] "
     "[--listen HOST:PORT | --unix PATH]",
     "Serves the erasure-coded page store as Network Block Device exports (fixed newstyle,\n"
     "structured replies, READ/WRITE/FUA/FLUSH/TRIM/WRITE_ZEROES, multi-connection). Without\n"
@@ -92,7 +81,11 @@ const cli::CliSpec kSpec = {
     "The device's contents live as long as this process: with --state_file a restart after\n"
     "writes refuses to serve (the blocks cannot be found again) instead of reading zeros;\n"
     "--ephemeral serves a fresh empty device on every start (docs/guides/data-safety.md).",
-    __FILE__};
+    __FILE__,
+    0,
+    0,
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags | cli::kIoFlags |
+                        cli::kMetricsFlags | cli::kClusterFlags)};
 
 int g_signal_pipe = -1;
 void OnSignal(int sig) {
@@ -102,22 +95,31 @@ void OnSignal(int sig) {
 
 std::string Human(uint64_t bytes) { return tessera::FormatSize(bytes); }
 
+// The NBD front end's own metrics, beside the page store's (apps/cli/store_metrics.h).
+std::string NbdMetrics(const nbd::NbdServerStats& n, size_t active) {
+  PrometheusWriter w;
+  w.Counter("tessera_nbd_connections_total", "NBD connections accepted.", n.connections);
+  w.Gauge("tessera_nbd_connections", "NBD connections open now.", static_cast<double>(active));
+  w.Counter("tessera_nbd_requests_total", "NBD requests served.", n.requests);
+  w.Counter("tessera_nbd_request_errors_total", "NBD requests answered with an error.",
+            n.errors_replied);
+  w.Counter("tessera_nbd_bytes_read_total", "Bytes NBD clients read.", n.bytes_read);
+  w.Counter("tessera_nbd_bytes_written_total", "Bytes NBD clients wrote.", n.bytes_written);
+  w.Counter("tessera_nbd_trimmed_pages_total", "Pages trimmed by TRIM and WRITE_ZEROES.",
+            n.trimmed_pages);
+  w.Counter("tessera_nbd_rmw_pages_total",
+            "Edge pages of unaligned requests served by read-modify-write.", n.rmw_pages);
+  w.Counter("tessera_nbd_retried_ops_total",
+            "Page operations resubmitted after failing with Unavailable.", n.retried_ops);
+  return w.str();
+}
+
 int Main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
-  if (FLAGS_r < 1 || FLAGS_r > 4) cli::UsageError(kSpec, "--r must be in 1..4");
-  if (FLAGS_k < 1 || FLAGS_k > 16 || 4096 % FLAGS_k != 0) {
-    cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
-  }
-  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16) cli::UsageError(kSpec, "--io_threads must be in 1..16");
-  if (FLAGS_metrics_port < -1 || FLAGS_metrics_port > 65535) {
-    cli::UsageError(kSpec, "--metrics_port must be -1 (off) or in [0, 65535]");
-  }
+  const cli::StoreFlags sf = cli::ReadStoreFlags(kSpec);
+  const cli::ClusterFlags cf = cli::ReadClusterFlags(kSpec);
   if (FLAGS_direct_spin_us < 0 || FLAGS_direct_spin_us > 1000) {
     cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000");
-  }
-  if (!FLAGS_layout.empty()) {
-    auto l = client::ParseEcLayout(FLAGS_layout);
-    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
   }
 
   if (FLAGS_state_file.empty() == !FLAGS_ephemeral) {
@@ -174,8 +176,8 @@ int Main(int argc, char** argv) {
   }
   if (total_pages > (1ull << 30)) cli::UsageError(kSpec, "exports larger than 4 TiB in total");
   for (auto& e : so.exports) {
-    e.description = "Tessera page store, RS(" + std::to_string(FLAGS_k) + "," +
-                    std::to_string(FLAGS_r) + ")";
+    e.description = "Tessera page store, RS(" + std::to_string(sf.k) + "," +
+                    std::to_string(sf.r) + ")";
   }
 
   // SIGINT/SIGTERM, on whichever thread they land, write their number to a pipe the main
@@ -194,7 +196,7 @@ int Main(int argc, char** argv) {
 
   std::unique_ptr<client::LocalCluster> cluster;
   client::ErasureCodedStoreOptions eo;
-  auto source = cli::ResolveCluster(FLAGS_cluster, FLAGS_etcd, FLAGS_cluster_name);
+  auto source = cli::ResolveCluster(cf.cluster, cf.etcd, cf.cluster_name);
   if (!source.ok() && source.status().code() == StatusCode::kInvalidArgument) {
     cli::UsageError(kSpec, source.status().message());
   }
@@ -203,16 +205,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (!source.ok()) {
-    if (!FLAGS_auth_token_file.empty()) {
-      cli::UsageError(kSpec, "--auth_token_file goes with --cluster or --etcd (the embedded cluster makes its own)");
-    }
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
-    // k+2r, like `tessera run`: after r failures, new slabs still find k+r live servers.
-    lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r);
+    lo.servers = sf.EmbeddedServers();
     // Each server holds 1/k of the pages it is given splits of; every server may get splits
     // of any page, so give each room for total/k plus slab rounding and the spare's share.
-    const uint64_t per_server_mb = total_pages * client::kPageSize / static_cast<uint64_t>(FLAGS_k) / (1 << 20);
+    const uint64_t per_server_mb =
+        total_pages * client::kPageSize / static_cast<uint64_t>(sf.k) / (1 << 20);
     lo.capacity = std::to_string(per_server_mb * 2 + 16) + "M";
     lo.slab_size = "1M";
     std::fprintf(stderr, "tessera nbd: starting %zu memservers on loopback...\n", lo.servers);
@@ -225,7 +224,7 @@ int Main(int argc, char** argv) {
     for (const auto& ep : cluster->endpoints()) eo.remote.servers.push_back({ep, ""});
     eo.remote.secret = cluster->secret();
   } else {
-    auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera nbd");
+    auto cred = fabric::LoadCredential(cf.auth_token_file, "tessera nbd");
     if (!cred.ok()) {
       std::fprintf(stderr, "tessera nbd: %s\n", cred.status().ToString().c_str());
       return 1;
@@ -235,11 +234,8 @@ int Main(int argc, char** argv) {
     eo.remote.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
   }
   eo.remote.capacity_pages = total_pages;
-  eo.remote.io_threads = FLAGS_io_threads;
   eo.remote.direct_reads = FLAGS_direct_reads;
-  eo.k = FLAGS_k;
-  eo.r = FLAGS_r;
-  if (!FLAGS_layout.empty()) eo.layout = *client::ParseEcLayout(FLAGS_layout);  // Checked above.
+  sf.ApplyTo(&eo);
   auto store_or = client::CreateErasureCodedStore(eo);
   if (!store_or.ok()) {
     std::fprintf(stderr, "tessera nbd: %s\n", store_or.status().ToString().c_str());
@@ -256,7 +252,7 @@ int Main(int argc, char** argv) {
     }
     follower = std::move(*f);
     std::fprintf(stderr, "tessera nbd: %zu memservers from etcd cluster '%s', following changes\n",
-                 source->servers.size(), FLAGS_cluster_name.c_str());
+                 source->servers.size(), cf.cluster_name.c_str());
   }
 
   auto server_or = nbd::NbdServer::Create(store.get(), so);
@@ -302,17 +298,16 @@ int Main(int argc, char** argv) {
   std::printf("page store: %s, %llu pages\n", store->name().c_str(),
               static_cast<unsigned long long>(total_pages));
   std::unique_ptr<memserver::MetricsHttpServer> metrics;
-  if (FLAGS_metrics_port >= 0) {
-    client::PageStore* s = store.get();
-    auto m = memserver::MetricsHttpServer::Start(
-        "127.0.0.1", static_cast<uint16_t>(FLAGS_metrics_port),
-        [s] { return cli::BuildInfoMetrics("nbd") + cli::StoreMetrics(s->name(), s->Stats()); });
+  if (sf.metrics_port >= 0) {
+    nbd::NbdServer* n = &server;
+    auto m = cli::ServeClientMetrics("127.0.0.1", sf.metrics_port, "nbd", store.get(), [n] {
+      return NbdMetrics(n->Stats(), n->active_connections());
+    });
     if (!m.ok()) {
       std::fprintf(stderr, "tessera nbd: metrics: %s\n", m.status().ToString().c_str());
       return 1;
     }
     metrics = std::move(*m);
-    std::printf("metrics on 127.0.0.1:%u\n", static_cast<unsigned>(metrics->port()));
   }
   for (const auto& e : so.exports) {
     const std::string uri = FLAGS_unix.empty() ? uri_base + e.name

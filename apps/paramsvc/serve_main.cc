@@ -27,6 +27,7 @@
 #include "apps/paramsvc/checkpoint.h"
 #include "apps/paramsvc/server.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_flags.h"
 #include "apps/cli/store_metrics.h"
 #include "client/remote_store.h"
 #include "common/logging.h"
@@ -50,13 +51,8 @@ DEFINE_string(etcd, "",
               "etcd endpoints (HOST:PORT,...): checkpoint to the memservers registered in "
               "--cluster_name, following joins and leaves (instead of --store)");
 DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
-DEFINE_int32(ec_k, 2, "Checkpoint store: RS data splits");
-DEFINE_int32(ec_r, 1, "Checkpoint store: RS parity splits");
 DEFINE_int32(store_mb, 1024, "Checkpoint store capacity in MiB");
 DEFINE_bool(restart, true, "Restart the aggregation server when it dies");
-DEFINE_int32(metrics_port, -1,
-             "Prometheus endpoint (GET /metrics) of the checkpoint store's metrics, on the "
-             "--listen address; 0 = ephemeral; -1 = off");
 DEFINE_string(role, "supervisor", "Internal: supervisor or aggregator");
 DEFINE_int32(listen_fd, -1, "Internal (aggregator): inherited listening socket");
 DEFINE_int32(link_fd, -1, "Internal (aggregator): checkpoint link to the supervisor");
@@ -73,8 +69,14 @@ const cli::CliSpec kSpec = {
     "Runs the Parameter Service: model aggregation for many training jobs (push/pull, sync,\n"
     "async and bounded-staleness modes), packed onto the fewest of --cores, checkpointed every\n"
     "iteration into the erasure-coded page store on --store. Prints `listening on HOST:PORT`\n"
-    "and `aggregator pid N` (again after each restart). SIGTERM or SIGINT stops it.",
-    __FILE__, 0, 0};
+    "and `aggregator pid N` (again after each restart). SIGTERM or SIGINT stops it. The\n"
+    "checkpoint store takes the store flags of every subcommand (--k, --r, --layout,\n"
+    "--io-threads); --metrics-port serves its client metrics on the --listen address.",
+    __FILE__,
+    0,
+    0,
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kIoFlags | cli::kMetricsFlags),
+    {{"ec_k", "k"}, {"ec_r", "r"}}};
 
 std::atomic<pid_t> g_child{0};
 std::atomic<bool> g_stop{false};
@@ -131,6 +133,7 @@ int RunAggregator(const std::string& secret) {
 int main(int argc, char** argv) {
   const std::vector<std::string> original(argv, argv + argc);
   cli::InitCli(kSpec, &argc, &argv);
+  const cli::StoreFlags sf = cli::ReadStoreFlags(kSpec);
   if (FLAGS_cores < 1 || FLAGS_cores > 256) cli::UsageError(kSpec, "--cores must be in 1..256");
   if (!(FLAGS_target_util > 0 && FLAGS_target_util <= 1)) {
     cli::UsageError(kSpec, "--target_util must be in (0, 1]");
@@ -193,8 +196,7 @@ int main(int argc, char** argv) {
     eo.remote.servers = *servers;
     eo.remote.secret = *secret;
     eo.remote.capacity_pages = static_cast<uint64_t>(FLAGS_store_mb) * 256;
-    eo.k = FLAGS_ec_k;
-    eo.r = FLAGS_ec_r;
+    sf.ApplyTo(&eo);
     auto s = client::CreateErasureCodedStore(eo);
     if (!s.ok()) {
       std::fprintf(stderr, "tessera paramsvc serve: checkpoint store: %s\n",
@@ -226,19 +228,13 @@ int main(int argc, char** argv) {
   std::printf("checkpoints %s\n", have_store ? "on" : "off");
   // The supervisor's metrics: its build and its checkpoint store (destroyed before it).
   std::unique_ptr<memserver::MetricsHttpServer> metrics;
-  if (FLAGS_metrics_port >= 0) {
-    if (FLAGS_metrics_port > 65535) cli::UsageError(kSpec, "--metrics_port must be -1..65535");
-    auto m = memserver::MetricsHttpServer::Start(
-        FLAGS_listen, static_cast<uint16_t>(FLAGS_metrics_port), [store_ptr] {
-          return cli::BuildInfoMetrics("paramsvc") +
-                 (store_ptr ? cli::StoreMetrics(store_ptr->name(), store_ptr->Stats()) : "");
-        });
+  if (sf.metrics_port >= 0) {
+    auto m = cli::ServeClientMetrics(FLAGS_listen, sf.metrics_port, "paramsvc", store_ptr);
     if (!m.ok()) {
       std::fprintf(stderr, "tessera paramsvc serve: metrics: %s\n", m.status().ToString().c_str());
       return 1;
     }
     metrics = std::move(*m);
-    std::printf("metrics on %s:%u\n", FLAGS_listen.c_str(), static_cast<unsigned>(metrics->port()));
   }
   std::fflush(stdout);
 

@@ -37,6 +37,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_flags.h"
 #include "apps/run/swap_pager.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
@@ -50,17 +51,6 @@
 DEFINE_string(local_memory, "50%",
               "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "
               "size (e.g. 256M, 2G); 100% = no limit");
-DEFINE_string(cluster, "", "Cluster file of running memservers (default: start k+2r locally)");
-DEFINE_string(auth_token_file, "", "Credential file (`tessera token issue`) or the cluster secret of --cluster");
-DEFINE_string(etcd, "",
-              "etcd endpoints (HOST:PORT,...): page to the servers registered in --cluster_name "
-              "and follow joins and leaves while the program runs (instead of --cluster)");
-DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
-DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
-DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
-DEFINE_int32(spares, -1,
-             "Embedded cluster only: memservers beyond k+r (-1: r, so that writes still find "
-             "k+r live servers after r failures)");
 DEFINE_string(region, "8G", "Size of the paged region (virtual; bounds the paged heap)");
 DEFINE_string(stats_json, "", "Write the summary as JSON to this file");
 DEFINE_string(live_stats_file, "",
@@ -68,10 +58,6 @@ DEFINE_string(live_stats_file, "",
               "and tests; default: a private temporary file)");
 DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
 DEFINE_bool(summary, true, "Print the summary to stderr at exit");
-DEFINE_string(layout, "",
-              "Erasure-coded layout: split (a page cut into k splits on k+r servers) or group "
-              "(whole pages on one server each, k of them plus r parity pages per stripe); "
-              "default: the page store's default");
 DEFINE_bool(write_traps, true,
             "The victim policy write-protects resident dirty pages as they come round to learn "
             "whether they are written again (--nowrite_traps: only first writes and re-faults "
@@ -129,7 +115,10 @@ const cli::CliSpec kSpec = {
     "found).",
     __FILE__,
     1,
-    -1};
+    -1,
+    // No --io-threads: the paged program's store runs in the preload library, which takes
+    // its settings from the environment tessera run sets, and that has no I/O thread count.
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags | cli::kClusterFlags)};
 
 // `tessera run --etcd`: mirrors a MembershipView into a cluster file (one `HOST:PORT [rack=R]`
 // line per registered server, `# server_id` comments so a restarted server changes the file),
@@ -374,24 +363,16 @@ int Main(int argc, char** argv) {
     argv[i] = strdup(fixed.c_str());
   }
   cli::InitCli(kSpec, &argc, &argv);
-  if (FLAGS_r < 1 || FLAGS_r > 4) cli::UsageError(kSpec, "--r must be in 1..4");
-  if (FLAGS_k < 1 || FLAGS_k > 16 || 4096 % FLAGS_k != 0) {
-    cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
-  }
-  if (FLAGS_spares < -1 || FLAGS_spares > 8) cli::UsageError(kSpec, "--spares must be in -1..8");
+  const cli::StoreFlags sf = cli::ReadStoreFlags(kSpec);
+  const cli::ClusterFlags cf = cli::ReadClusterFlags(kSpec);
   if (FLAGS_fault_spin_us < 0 || FLAGS_fault_spin_us > 1000) {
     cli::UsageError(kSpec, "--fault_spin_us must be in 0..1000");
   }
   if (FLAGS_direct_spin_us < -1 || FLAGS_direct_spin_us > 1000) {
     cli::UsageError(kSpec, "--direct_spin_us must be in 0..1000 (or -1: the default)");
   }
-  if (FLAGS_spares < 0) FLAGS_spares = FLAGS_r;
-  std::string layout_name = std::string(client::EcLayoutName(client::ErasureCodedStoreOptions{}.layout));
-  if (!FLAGS_layout.empty()) {
-    auto l = client::ParseEcLayout(FLAGS_layout);
-    if (!l.ok()) cli::UsageError(kSpec, "--layout: " + l.status().message());
-    layout_name = std::string(client::EcLayoutName(*l));
-  }
+  const std::string layout_name(
+      client::EcLayoutName(sf.layout.value_or(client::ErasureCodedStoreOptions{}.layout)));
   if (!(FLAGS_term_grace >= 0 && FLAGS_term_grace <= 3600)) {
     cli::UsageError(kSpec, "--term-grace must be in [0, 3600] seconds");
   }
@@ -410,15 +391,6 @@ int Main(int argc, char** argv) {
   auto region = ParseSize(FLAGS_region);
   if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
     cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
-  }
-  if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty() && FLAGS_etcd.empty()) {
-    cli::UsageError(kSpec, "--auth-token-file needs --cluster or --etcd");
-  }
-  if (!FLAGS_cluster.empty() && !FLAGS_etcd.empty()) {
-    cli::UsageError(kSpec, "give --cluster FILE or --etcd ENDPOINTS --cluster-name NAME, not both");
-  }
-  if (FLAGS_etcd.empty() && !FLAGS_cluster_name.empty()) {
-    cli::UsageError(kSpec, "--cluster-name goes with --etcd");
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   int not_found_code = 127;
@@ -445,7 +417,7 @@ int Main(int argc, char** argv) {
     so.summary = FLAGS_summary;
     so.term_grace_s = FLAGS_term_grace;
     for (const char* flag :
-         {"cluster", "auth_token_file", "etcd", "cluster_name", "k", "r", "layout"}) {
+         {"cluster", "auth_token_file", "etcd", "cluster_name", "k", "r", "layout", "spares"}) {
       const auto info = gflags::GetCommandLineFlagInfoOrDie(flag);
       if (!info.is_default)
         so.swap_flags.push_back("--" + std::string(flag) + "=" + info.current_value);
@@ -526,23 +498,23 @@ int Main(int argc, char** argv) {
   std::unique_ptr<MembersFile> members_file;
 
   std::unique_ptr<client::LocalCluster> cluster;
-  std::string cluster_file = FLAGS_cluster, token = FLAGS_auth_token_file, where;
-  const int servers_wanted = FLAGS_k + FLAGS_r + FLAGS_spares;
-  if (!FLAGS_etcd.empty()) {
-    auto src = cli::ResolveCluster("", FLAGS_etcd, FLAGS_cluster_name);
+  std::string cluster_file = cf.cluster, token = cf.auth_token_file, where;
+  const size_t servers_wanted = sf.EmbeddedServers();
+  if (!cf.etcd.empty()) {
+    auto src = cli::ResolveCluster("", cf.etcd, cf.cluster_name);
     if (!src.ok() && src.status().code() == StatusCode::kInvalidArgument) {
       cli::UsageError(kSpec, src.status().message());
     }
     if (!src.ok()) {
-      std::fprintf(stderr, "tessera run: --etcd %s: %s\n", FLAGS_etcd.c_str(),
+      std::fprintf(stderr, "tessera run: --etcd %s: %s\n", cf.etcd.c_str(),
                    src.status().ToString().c_str());
       return 1;
     }
-    if (src->servers.size() < static_cast<size_t>(FLAGS_k + FLAGS_r)) {
+    if (src->servers.size() < static_cast<size_t>(sf.k + sf.r)) {
       std::fprintf(stderr,
                    "tessera run: etcd cluster '%s' has %zu registered servers; RS(k,r) needs at "
                    "least k+r = %d\n",
-                   FLAGS_cluster_name.c_str(), src->servers.size(), FLAGS_k + FLAGS_r);
+                   cf.cluster_name.c_str(), src->servers.size(), sf.k + sf.r);
       return 1;
     }
     etcd_source = std::move(*src);
@@ -555,14 +527,14 @@ int Main(int argc, char** argv) {
     members_file = std::move(*mf);
     cluster_file = members_path;
     where = std::to_string(etcd_source->servers.size()) + " memservers of etcd cluster " +
-            FLAGS_cluster_name;
+            cf.cluster_name;
   } else if (cluster_file.empty()) {
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
-    lo.servers = static_cast<size_t>(servers_wanted);
+    lo.servers = servers_wanted;
     // Each server holds 1/k of the region's pages at most (virtual until used), plus slack
     // for regenerated splits of failed servers.
-    const uint64_t per_server_mb = *region / static_cast<uint64_t>(FLAGS_k) / (1 << 20) * 2 + 64;
+    const uint64_t per_server_mb = *region / static_cast<uint64_t>(sf.k) / (1 << 20) * 2 + 64;
     lo.capacity = std::to_string(per_server_mb) + "M";
     lo.slab_size = "1M";
     auto c = client::LocalCluster::Start(lo);
@@ -582,10 +554,10 @@ int Main(int argc, char** argv) {
                    servers.status().ToString().c_str());
       return 2;
     }
-    if (servers->size() < static_cast<size_t>(FLAGS_k + FLAGS_r)) {
+    if (servers->size() < static_cast<size_t>(sf.k + sf.r)) {
       cli::UsageError(kSpec, "--cluster lists " + std::to_string(servers->size()) +
                                  " servers; RS(k,r) needs at least k+r = " +
-                                 std::to_string(FLAGS_k + FLAGS_r));
+                                 std::to_string(sf.k + sf.r));
     }
     where = std::to_string(servers->size()) + " memservers of " + cluster_file;
   }
@@ -593,8 +565,8 @@ int Main(int argc, char** argv) {
   std::vector<std::string> env = {
       std::string(kernel_shim::kEnvCluster) + "=" + cluster_file,
       std::string(kernel_shim::kEnvToken) + "=" + token,
-      std::string(kernel_shim::kEnvK) + "=" + std::to_string(FLAGS_k),
-      std::string(kernel_shim::kEnvR) + "=" + std::to_string(FLAGS_r),
+      std::string(kernel_shim::kEnvK) + "=" + std::to_string(sf.k),
+      std::string(kernel_shim::kEnvR) + "=" + std::to_string(sf.r),
       std::string(kernel_shim::kEnvLocal) + "=" + FLAGS_local_memory,
       std::string(kernel_shim::kEnvCompressedTier) + "=" + FLAGS_compressed_tier,
       std::string(kernel_shim::kEnvRegion) + "=" + std::to_string(*region),
@@ -728,7 +700,7 @@ int Main(int argc, char** argv) {
     std::string limit = FLAGS_local_memory;
     std::fprintf(stderr,
                  "tessera run: %s after %.2f s; RS(%d,%d) %s layout over %s; local memory %s%s\n",
-                 how.c_str(), secs, FLAGS_k, FLAGS_r, layout_name.c_str(), where.c_str(), limit.c_str(),
+                 how.c_str(), secs, sf.k, sf.r, layout_name.c_str(), where.c_str(), limit.c_str(),
                  stats.empty() ? " (no stats: the program ended before the shim wrote any)"
                  : final       ? ""
                                : " (stats: last live snapshot, the program did not exit normally)");
@@ -792,8 +764,8 @@ int Main(int argc, char** argv) {
     out["status"] = how;
     out["elapsed_s"] = secs;
     out["layout"] = layout_name;
-    out["k"] = FLAGS_k;
-    out["r"] = FLAGS_r;
+    out["k"] = sf.k;
+    out["r"] = sf.r;
     out["local_memory"] = FLAGS_local_memory;
     out["compressed_tier"] = FLAGS_compressed_tier;
     out["servers"] = where;

@@ -43,31 +43,25 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
+#include "apps/cli/store_flags.h"
+#include "apps/cli/store_metrics.h"
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/prometheus.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "fabric/control_client.h"
 #include "fabric/credential.h"
 #include "kernel_shim/swap/loop_device.h"
 #include "kernel_shim/swap/swap_file_server.h"
+#include "memserver/http_metrics.h"
 
 DEFINE_string(size, "", "on: size of the swap device, e.g. 8G (required)");
 DEFINE_string(name, "tessera", "Name of the swap device (several may be on at once)");
-DEFINE_string(cluster, "", "Cluster file of running memservers (default: an embedded cluster)");
-DEFINE_string(
-    auth_token_file, "",
-    "Credential file (`tessera token issue`) or the cluster secret of --cluster's servers");
-DEFINE_string(etcd, "", "etcd endpoints (HOST:PORT,...): the servers registered in --cluster_name");
-DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
-DEFINE_int32(k, 4, "Data splits per page (4096 must divide by k)");
-DEFINE_int32(r, 2, "Parity splits per page: memservers that may fail");
-DEFINE_string(layout, "", "Erasure-coded layout: split or group (default: the store's default)");
 DEFINE_int32(priority, -1, "swapon priority 0..32767 (-1: the kernel's default, below others)");
 DEFINE_int32(threads, 4, "FUSE worker threads of the daemon");
-DEFINE_int32(io_threads, 1, "I/O threads of the page store");
 DEFINE_bool(direct_io_loop, true,
             "Ask the loop device for direct I/O on the FUSE file (the file is served with "
             "FOPEN_DIRECT_IO either way, so no page cache is used)");
@@ -80,17 +74,24 @@ namespace {
 const cli::CliSpec kSpec = {
     "tessera swap",
     "on --size SIZE [--cluster FILE | --etcd E --cluster_name N] [--k 4 --r 2] "
-    "[--layout split|group] [--priority N] [--name NAME] | off [--name NAME] | status [--name "
-    "NAME]",
+    "[--layout split|group] [--priority N] [--name NAME] [--metrics_port P] | off [--name NAME] "
+    "| status [--name NAME]",
     "A kernel swap device on the erasure-coded page store: a locked-in-memory daemon serves\n"
     "the store as one FUSE file with direct I/O, a loop device over it is mkswap'd and\n"
     "swapon'd. Every page of every process can then be swapped to remote memory and survives\n"
     "the loss of r memservers. `off` undoes everything (also after a crash of the daemon);\n"
     "`status` shows the device, used pages, the store's health and failures survived. Needs\n"
-    "root, /dev/fuse and loop devices.",
+    "root, /dev/fuse and loop devices. With --metrics-port the daemon serves the store's\n"
+    "client metrics (Prometheus) on 127.0.0.1.",
     __FILE__,
     1,
-    1};
+    1,
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags | cli::kIoFlags |
+                        cli::kMetricsFlags | cli::kClusterFlags)};
+
+// Set by Main from the shared store flags (store_flags.h) before any command runs.
+cli::StoreFlags g_store;
+cli::ClusterFlags g_cluster;
 
 std::string Dir() { return FLAGS_state_dir + "/" + FLAGS_name; }
 std::string MountDir() { return Dir() + "/mnt"; }
@@ -203,7 +204,7 @@ void LeaveMemoryCgroup() {
 // (k+r splits of k pages' data each); an embedded cluster must fit in this machine's RAM.
 Status CheckCapacity(const std::vector<client::RemoteServer>& servers, const std::string& key,
                      uint64_t client_id, uint64_t size) {
-  const double needed = static_cast<double>(size) * (FLAGS_k + FLAGS_r) / FLAGS_k;
+  const double needed = static_cast<double>(size) * (g_store.k + g_store.r) / g_store.k;
   uint64_t lendable = 0;
   size_t answered = 0;
   for (const auto& s : servers) {
@@ -221,14 +222,14 @@ Status CheckCapacity(const std::vector<client::RemoteServer>& servers, const std
     lendable += hb->free_bytes;
     ++answered;
   }
-  if (answered < static_cast<size_t>(FLAGS_k + FLAGS_r)) {
+  if (answered < static_cast<size_t>(g_store.k + g_store.r)) {
     return Unavailable("only ", answered, " of ", servers.size(),
-                       " memservers answered; RS(k,r) needs k+r = ", FLAGS_k + FLAGS_r);
+                       " memservers answered; RS(k,r) needs k+r = ", g_store.k + g_store.r);
   }
   if (needed > static_cast<double>(lendable)) {
     return InvalidArgument("--size ", FormatSize(size), " needs ",
                            FormatSize(static_cast<uint64_t>(needed)), " of remote memory at RS(",
-                           FLAGS_k, ",", FLAGS_r, "), but the cluster's ", answered,
+                           g_store.k, ",", g_store.r, "), but the cluster's ", answered,
                            " memservers lend ", FormatSize(lendable), " in all");
   }
   return Status::Ok();
@@ -242,6 +243,27 @@ uint64_t MemTotal() {
   return 0;
 }
 
+// The swap file's own metrics, beside the page store's (apps/cli/store_metrics.h).
+std::string SwapMetrics(const kernel_shim::SwapFileStats& f) {
+  PrometheusWriter w;
+  w.Header("tessera_swap_requests_total", "counter", "FUSE read and write requests served.");
+  w.Sample("tessera_swap_requests_total", static_cast<double>(f.read_requests), "op=\"read\"");
+  w.Sample("tessera_swap_requests_total", static_cast<double>(f.write_requests), "op=\"write\"");
+  w.Header("tessera_swap_request_errors_total", "counter", "Requests answered with EIO.");
+  w.Sample("tessera_swap_request_errors_total", static_cast<double>(f.read_errors),
+           "op=\"read\"");
+  w.Sample("tessera_swap_request_errors_total", static_cast<double>(f.write_errors),
+           "op=\"write\"");
+  w.Header("tessera_swap_pages_total", "counter", "Pages swapped in (read) and out (write).");
+  w.Sample("tessera_swap_pages_total", static_cast<double>(f.pages_read), "op=\"read\"");
+  w.Sample("tessera_swap_pages_total", static_cast<double>(f.pages_written), "op=\"write\"");
+  w.Counter("tessera_swap_partial_page_ops_total", "Requests that covered part of a page.",
+            f.partial_page_ops);
+  w.Counter("tessera_swap_lost_pages_total",
+            "Pages whose read failed with DataLoss (their processes get SIGBUS).", f.lost_pages);
+  return w.str();
+}
+
 int Serve(uint64_t size) {
   LeaveMemoryCgroup();
   // Everything mapped now and later stays resident: a swap-in never waits on the daemon's own
@@ -252,13 +274,13 @@ int Serve(uint64_t size) {
   }
   std::unique_ptr<client::LocalCluster> cluster;
   client::ErasureCodedStoreOptions eo;
-  auto source = cli::ResolveCluster(FLAGS_cluster, FLAGS_etcd, FLAGS_cluster_name);
+  auto source = cli::ResolveCluster(g_cluster.cluster, g_cluster.etcd, g_cluster.cluster_name);
   if (!source.ok() && source.status().code() != StatusCode::kNotFound) {
     return Fail(source.status().ToString());
   }
   std::string where;
   if (!source.ok()) {
-    const double needed = static_cast<double>(size) * (FLAGS_k + FLAGS_r) / FLAGS_k;
+    const double needed = static_cast<double>(size) * (g_store.k + g_store.r) / g_store.k;
     if (needed > static_cast<double>(MemTotal())) {
       return Fail("--size " + FormatSize(size) + " needs " +
                   FormatSize(static_cast<uint64_t>(needed)) +
@@ -267,8 +289,8 @@ int Serve(uint64_t size) {
     }
     client::LocalClusterOptions lo;
     lo.bin_dir = SelfExeDir();
-    lo.servers = static_cast<size_t>(FLAGS_k + 2 * FLAGS_r);
-    const uint64_t per_server_mb = size / static_cast<uint64_t>(FLAGS_k) / (1 << 20);
+    lo.servers = g_store.EmbeddedServers();
+    const uint64_t per_server_mb = size / static_cast<uint64_t>(g_store.k) / (1 << 20);
     lo.capacity = std::to_string(per_server_mb * 2 + 16) + "M";
     lo.slab_size = "1M";
     auto c = client::LocalCluster::Start(lo);
@@ -279,7 +301,7 @@ int Serve(uint64_t size) {
     where = std::to_string(cluster->size()) + " embedded memservers (cluster file " +
             cluster->cluster_file_path() + ")";
   } else {
-    auto cred = fabric::LoadCredential(FLAGS_auth_token_file, "tessera swap");
+    auto cred = fabric::LoadCredential(g_cluster.auth_token_file, "tessera swap");
     if (!cred.ok()) return Fail(cred.status().ToString());
     eo.remote.servers = source->servers;
     eo.remote.secret = cred->key;
@@ -287,13 +309,11 @@ int Serve(uint64_t size) {
     Status cap = CheckCapacity(source->servers, cred->key, cred->client_id, size);
     if (!cap.ok()) return Fail(cap.ToString());
     where = std::to_string(source->servers.size()) + " memservers of " +
-            (FLAGS_cluster.empty() ? "etcd cluster " + FLAGS_cluster_name : FLAGS_cluster);
+            (g_cluster.cluster.empty() ? "etcd cluster " + g_cluster.cluster_name
+                                       : g_cluster.cluster);
   }
   eo.remote.capacity_pages = size / client::kPageSize;
-  eo.remote.io_threads = FLAGS_io_threads;
-  eo.k = FLAGS_k;
-  eo.r = FLAGS_r;
-  if (!FLAGS_layout.empty()) eo.layout = *client::ParseEcLayout(FLAGS_layout);
+  g_store.ApplyTo(&eo);
   auto store_or = client::CreateErasureCodedStore(eo);
   if (!store_or.ok()) return Fail(store_or.status().ToString());
   std::unique_ptr<client::PageStore> store = std::move(*store_or);
@@ -312,6 +332,16 @@ int Serve(uint64_t size) {
   auto server_or = kernel_shim::SwapFileServer::Create(store.get(), so);
   if (!server_or.ok()) return Fail(server_or.status().ToString());
   kernel_shim::SwapFileServer& server = **server_or;
+  // --metrics-port: the store's client metrics and the swap file's, the memory server's
+  // endpoint code (stopped before what it reads). `on` passes the line on.
+  std::unique_ptr<memserver::MetricsHttpServer> metrics;
+  if (g_store.metrics_port >= 0) {
+    kernel_shim::SwapFileServer* f = &server;
+    auto m = cli::ServeClientMetrics("127.0.0.1", g_store.metrics_port, "swap", store.get(),
+                                     [f] { return SwapMetrics(f->Stats()); });
+    if (!m.ok()) return Fail("metrics: " + m.status().ToString());
+    metrics = std::move(*m);
+  }
   if (Status st = server.Mount(); !st.ok()) return Fail(st.ToString());
   g_server = &server;
   struct sigaction sa {};
@@ -367,6 +397,7 @@ int Serve(uint64_t size) {
   g_server = nullptr;
   stop = true;
   stats_thread.join();
+  metrics.reset();
   Status fl = store->Flush();
   write_stats(true);
   std::fprintf(stderr, "tessera swap: stopped (%s); flush: %s\n", st.ToString().c_str(),
@@ -449,7 +480,8 @@ int On(const std::string& self) {
   // The daemon: this program in `serve` mode, its own session, stderr to the log.
   std::vector<std::string> argv = {self, "serve"};
   for (const char* flag : {"size", "name", "cluster", "auth_token_file", "etcd", "cluster_name",
-                           "k", "r", "layout", "threads", "io_threads", "state_dir", "log_level"}) {
+                           "k", "r", "layout", "spares", "threads", "io_threads", "metrics_port",
+                           "state_dir", "log_level"}) {
     gflags::CommandLineFlagInfo info;
     if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
       argv.push_back("--" + std::string(flag) + "=" + info.current_value);
@@ -483,8 +515,8 @@ int On(const std::string& self) {
     for (const auto& n : notes) msg += "\n  " + n;
     return Fail(msg);
   };
-  // The daemon's `ready` line, bounded.
-  std::string line;
+  // The daemon's `ready` line (after its `metrics on` line with --metrics-port), bounded.
+  std::string line, metrics_line;
   {
     UniqueFd rd(out_pipe[0]);
     const Deadline d = Deadline::AfterMs(static_cast<uint64_t>(FLAGS_start_timeout_s) * 1000);
@@ -495,8 +527,13 @@ int On(const std::string& self) {
       if (d.Expired()) break;
       if (::poll(&pfd, 1, remaining) <= 0) continue;
       if (::read(rd.get(), &c, 1) != 1) break;
-      if (c == '\n') break;
-      line += c;
+      if (c != '\n') {
+        line += c;
+        continue;
+      }
+      if (line.rfind("metrics on ", 0) != 0) break;
+      metrics_line = std::move(line);
+      line.clear();
     }
   }
   if (line.rfind("ready ", 0) != 0) {
@@ -516,7 +553,7 @@ int On(const std::string& self) {
   {
     std::ostringstream st;
     st << "pid " << pid << "\ndevice " << *dev << "\nfile " << file << "\nsize " << *size << "\nk "
-       << FLAGS_k << "\nr " << FLAGS_r << "\npriority " << FLAGS_priority << "\nloop_direct_io "
+       << g_store.k << "\nr " << g_store.r << "\npriority " << FLAGS_priority << "\nloop_direct_io "
        << (direct ? 1 : 0) << "\n";
     if (Status w = WriteAtomically(StatePath(), st.str()); !w.ok()) {
       kernel_shim::DetachLoop(*dev).IgnoreError();
@@ -538,6 +575,7 @@ int On(const std::string& self) {
               FLAGS_name.c_str(), dev->c_str(), FormatSize(*size).c_str(), file.c_str(),
               direct ? "on" : "off (the FUSE file is direct I/O)",
               FLAGS_priority < 0 ? "default" : std::to_string(FLAGS_priority).c_str());
+  if (!metrics_line.empty()) std::printf("%s\n", metrics_line.c_str());
   const KeyValues stats = ReadKeyValues(StatsPath());
   if (stats.count("store")) {
     std::printf("  store %s on %s\n", stats.at("store").c_str(), stats.at("servers").c_str());
@@ -663,22 +701,9 @@ int Main(int argc, char** argv) {
           std::string::npos) {
     cli::UsageError(kSpec, "--name must be 1..48 letters, digits, '-' or '_'");
   }
-  if (FLAGS_r < 1 || FLAGS_r > 4) cli::UsageError(kSpec, "--r must be in 1..4");
-  if (FLAGS_k < 1 || FLAGS_k > 16 || 4096 % FLAGS_k != 0) {
-    cli::UsageError(kSpec, "--k must divide 4096 and be at most 16");
-  }
-  if (!FLAGS_layout.empty() && !client::ParseEcLayout(FLAGS_layout).ok()) {
-    cli::UsageError(kSpec, "--layout must be split or group");
-  }
+  g_store = cli::ReadStoreFlags(kSpec);
+  g_cluster = cli::ReadClusterFlags(kSpec);
   if (FLAGS_threads < 1 || FLAGS_threads > 64) cli::UsageError(kSpec, "--threads must be in 1..64");
-  if (FLAGS_io_threads < 1 || FLAGS_io_threads > 16)
-    cli::UsageError(kSpec, "--io_threads must be in 1..16");
-  if (!FLAGS_cluster.empty() && !FLAGS_etcd.empty()) {
-    cli::UsageError(kSpec, "give --cluster FILE or --etcd, not both");
-  }
-  if (!FLAGS_auth_token_file.empty() && FLAGS_cluster.empty() && FLAGS_etcd.empty()) {
-    cli::UsageError(kSpec, "--auth_token_file goes with --cluster or --etcd");
-  }
   if (cmd == "on") return On(SelfExeDir() + "/tessera-swap");
   if (cmd == "off") return Off();
   if (cmd == "status") return ShowStatus();

@@ -164,7 +164,8 @@ TEST_F(Walkthrough, ParamsvcCheckpointsToTheServersInEtcd) {
   for (const char* rack : {"r1", "r2", "r3"}) servers.push_back(StartMemserver(rack));
   auto serve = Subprocess::Start(
       {testing::BinDir() + "/tessera", "paramsvc", "serve", "--port", "0", "--cores", "1",
-       "--store_mb", "16", "--etcd", etcd_->endpoint(), "--cluster_name", "demo",
+       "--store_mb", "16", "--k", "2", "--r", "1", "--etcd", etcd_->endpoint(),
+       "--cluster_name", "demo",
        "--auth_token_file", token_},
       {.capture_stdout = true, .quiet_stderr = true, .own_process_group = true});
   ASSERT_TRUE(serve.ok()) << serve.status();

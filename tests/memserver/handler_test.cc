@@ -211,6 +211,13 @@ TEST_F(HandlerTest, StatsAndPrometheusText) {
   std::string prom = handler_->PrometheusText();
   EXPECT_NE(prom.find("# TYPE tessera_memserver_ops_total counter\n"), std::string::npos);
   EXPECT_NE(prom.find("tessera_memserver_ops_total{op=\"alloc\"} 1\n"), std::string::npos) << prom;
+  // Latency is a histogram, load a ratio in 0..1.
+  EXPECT_NE(prom.find("# TYPE tessera_memserver_service_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(prom.find("tessera_memserver_service_seconds_bucket{le=\"+Inf\"} "),
+            std::string::npos) << prom;
+  EXPECT_EQ(prom.find("summary"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("tessera_memserver_load_ratio "), std::string::npos) << prom;
+  EXPECT_NE(prom.find("tessera_memserver_slab_usage_ratio 0.25\n"), std::string::npos) << prom;
   auto hb = handler_->Heartbeat(alice_);
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->slabs_used, 1u);

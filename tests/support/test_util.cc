@@ -1,7 +1,12 @@
 #include "tests/support/test_util.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -100,6 +105,38 @@ std::vector<nlohmann::json> JsonRows(const std::string& text, const std::string&
     }
   }
   return out;
+}
+
+std::string HttpGet(uint16_t port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+uint16_t MetricsPortIn(const std::string& text) {
+  const size_t at = text.find("metrics on ");
+  if (at == std::string::npos) return 0;
+  const size_t end = text.find('\n', at);
+  const std::string line = text.substr(at, end == std::string::npos ? end : end - at);
+  const size_t colon = line.rfind(':');
+  if (colon == std::string::npos) return 0;
+  return static_cast<uint16_t>(std::strtoul(line.c_str() + colon + 1, nullptr, 10));
 }
 
 int ListenPort() {

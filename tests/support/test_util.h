@@ -1,6 +1,7 @@
 // Helpers shared by Tessera's tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ std::string ReadFile(const std::string& path);
 // A loopback port for a child process to listen on (fabric::PickListenPort); on error, records
 // a test failure and returns 0.
 int ListenPort();
+
+// The reply to `GET PATH` on 127.0.0.1:PORT (status line, headers and body), read until the
+// server closes (each read bounded by 10 s); "" when nothing answers.
+std::string HttpGet(uint16_t port, const std::string& path);
+
+// The port of a `metrics on HOST:PORT` line in `text`, 0 if there is none.
+uint16_t MetricsPortIn(const std::string& text);
 
 // The integer value of "key" in one JSON object (such as `tessera run --stats-json` writes),
 // parsed with nlohmann-json; -1 if the text is not a JSON object or the key is absent or not an
