@@ -69,7 +69,7 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
 
 Result<std::unique_ptr<memserver::MetricsHttpServer>> ServeClientMetrics(
     const std::string& host, int port, const std::string& component, client::PageStore* store,
-    std::function<std::string()> extra) {
+    std::function<std::string()> extra, FILE* announce) {
   std::string build_info = version::PrometheusBuildInfo(component);
   TESSERA_ASSIGN_OR_RETURN(
       auto server,
@@ -79,7 +79,8 @@ Result<std::unique_ptr<memserver::MetricsHttpServer>> ServeClientMetrics(
             return build_info + (store ? StoreMetrics(store->name(), store->Stats()) : "") +
                    (extra ? extra() : "");
           }));
-  std::printf("metrics on %s:%u\n", host.c_str(), static_cast<unsigned>(server->port()));
+  std::fprintf(announce, "metrics on %s:%u\n", host.c_str(), static_cast<unsigned>(server->port()));
+  std::fflush(announce);
   return server;
 }
 

@@ -7,6 +7,7 @@
 // Threads: pure functions of their arguments; any thread.
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,10 +23,11 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
 
 // A client's --metrics-port: serves tessera_build_info{component}, the metrics of `store` (none
 // when null) and then `extra()` (a front end's own, may be empty) on host:port (0: ephemeral),
-// and prints `metrics on HOST:PORT` on stdout. `store` and what `extra` reads must outlive the
-// returned server; `extra` runs on the server's thread.
+// and prints `metrics on HOST:PORT` on `announce` (stdout; `tessera run` uses stderr, since
+// stdout is its program's). `store` and what `extra` reads must outlive the returned server;
+// `extra` runs on the server's thread.
 Result<std::unique_ptr<memserver::MetricsHttpServer>> ServeClientMetrics(
     const std::string& host, int port, const std::string& component, client::PageStore* store,
-    std::function<std::string()> extra = nullptr);
+    std::function<std::string()> extra = nullptr, FILE* announce = stdout);
 
 }  // namespace tessera::cli

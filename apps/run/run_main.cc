@@ -38,6 +38,8 @@
 #include "apps/cli/cli.h"
 #include "apps/cli/membership_cli.h"
 #include "apps/cli/store_flags.h"
+#include "apps/cli/store_metrics.h"
+#include "apps/run/run_metrics.h"
 #include "apps/run/swap_pager.h"
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
@@ -118,7 +120,8 @@ const cli::CliSpec kSpec = {
     -1,
     // No --io-threads: the paged program's store runs in the preload library, which takes
     // its settings from the environment tessera run sets, and that has no I/O thread count.
-    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags | cli::kClusterFlags)};
+    cli::StoreFlagNames(cli::kCodeFlags | cli::kEmbeddedFlags | cli::kMetricsFlags |
+                        cli::kClusterFlags)};
 
 // `tessera run --etcd`: mirrors a MembershipView into a cluster file (one `HOST:PORT [rack=R]`
 // line per registered server, `# server_id` comments so a restarted server changes the file),
@@ -388,6 +391,11 @@ int Main(int argc, char** argv) {
   if (tier->enabled && FLAGS_pager == "swap") {
     cli::UsageError(kSpec, "--compressed-tier is for --pager uffd (the kernel's swap has zram)");
   }
+  if (sf.metrics_port >= 0 && FLAGS_pager == "swap") {
+    cli::UsageError(kSpec,
+                    "--metrics-port is for --pager uffd (with --pager swap, `tessera swap`'s own "
+                    "metrics are the device's)");
+  }
   auto region = ParseSize(FLAGS_region);
   if (!region.ok() || *region < (64ull << 20) || *region % 4096 != 0 || *region > (1ull << 40)) {
     cli::UsageError(kSpec, "--region must be a size in [64M, 1T], a multiple of 4K");
@@ -607,6 +615,21 @@ int Main(int argc, char** argv) {
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
 
+  // --metrics-port: the pager's live stats as Prometheus text, announced on stderr (stdout is
+  // the program's).
+  std::unique_ptr<memserver::MetricsHttpServer> metrics;
+  if (sf.metrics_port >= 0) {
+    auto m = cli::ServeClientMetrics(
+        "127.0.0.1", sf.metrics_port, "run", nullptr,
+        [live_path] { return run::RunMetrics(kernel_shim::ParseRunStats(ReadFile(live_path))); },
+        stderr);
+    if (!m.ok()) {
+      std::fprintf(stderr, "tessera run: metrics: %s\n", m.status().ToString().c_str());
+      return 1;
+    }
+    metrics = std::move(*m);
+  }
+
   const uint64_t t0 = MonotonicNs();
   const pid_t getpid_before_fork = getpid();
   pid_t pid = fork();
@@ -772,7 +795,11 @@ int Main(int argc, char** argv) {
     out["stats_final"] = final;
     out["statically_linked"] = is_static;
     out["failures_survived"] = failures;
-    for (const auto& [key, v] : stats) out[key] = v;  // uint64 stays uint64.
+    for (const auto& [key, v] : stats) {
+      // The fault latency's histogram buckets are for the metrics endpoint; p50/p99 stay.
+      if (key.rfind(kernel_shim::kFaultBucketPrefix, 0) == 0) continue;
+      out[key] = v;  // uint64 stays uint64.
+    }
     const std::string j =
         out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
     Status st = kernel_shim::WriteFileAtomically(FLAGS_stats_json, j);

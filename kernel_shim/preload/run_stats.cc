@@ -84,6 +84,13 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["fault_latency_count"] = p.fault_latency.count();
   r["fault_p50_ns"] = p.fault_latency.p50();
   r["fault_p99_ns"] = p.fault_latency.p99();
+  // The histogram itself (its non-empty buckets), for `tessera run --metrics-port`.
+  r["fault_latency_sum_ns"] = p.fault_latency.sum();
+  for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+    if (p.fault_latency.bucket_count(b) != 0) {
+      r[std::string(kFaultBucketPrefix) + std::to_string(b)] = p.fault_latency.bucket_count(b);
+    }
+  }
   r["store_reads"] = s.reads;
   r["store_writes"] = s.writes;
   r["store_read_errors"] = s.read_errors;
@@ -92,6 +99,10 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["store_decodes"] = s.decodes;
   r["store_data_loss"] = s.data_loss;
   r["store_server_failures"] = s.server_failures;
+  r["store_server_suspicions"] = s.server_suspicions;
+  r["store_server_recoveries"] = s.server_recoveries;
+  r["store_bytes_sent"] = s.bytes_sent;
+  r["store_bytes_received"] = s.bytes_received;
   r["store_regenerations_done"] = s.regenerations_done;
   r["store_direct_reads"] = s.direct_reads;
   r["store_direct_fallbacks"] = s.direct_fallbacks;

@@ -73,6 +73,9 @@ struct CompressedTierSetting {
 Result<CompressedTierSetting> ParseCompressedTier(std::string_view text);
 
 using RunStats = std::map<std::string, uint64_t>;
+// Keys "fault_latency_b<i>": the count of LatencyHistogram bucket i of the fault latency (only
+// non-empty buckets are written); "fault_latency_sum_ns" is the histogram's sum.
+inline constexpr const char* kFaultBucketPrefix = "fault_latency_b";
 
 // The figures the shim publishes. `final` is 1 in the last snapshot written at exit.
 RunStats CollectRunStats(const PagerStats& pager, const client::PageStoreStats& store,
