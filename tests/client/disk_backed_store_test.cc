@@ -201,6 +201,9 @@ TEST(DiskBackedStoreTest, WritesThePrimaryCannotStoreGoThroughToDisk) {
   ASSERT_TRUE(f.store->ReadPage(4, out.data()).ok());
   EXPECT_EQ(out, Pattern(3));
   EXPECT_EQ(f.store->fallback_reads(), fallbacks);
+  // That write's disk copy is made in the background after the primary acknowledged it: let it
+  // finish before the disk is made to fail, or it fails too and the last Flush reports it.
+  ASSERT_TRUE(f.store->Flush().ok());
   // Both fail: the write fails, naming both causes, and nothing older is served as newer.
   f.primary->FailWritesWith(Unavailable("server of page 4 failed"));
   f.backup->FailWritesWith(IoError("backup: write failed (injected)"));
