@@ -37,7 +37,7 @@ std::set<std::string> Union(std::initializer_list<std::set<std::string>> sets) {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
-      {{"run"}, {"--", "/bin/true"}, Union({kCode, {"spares"}, kCluster})},
+      {{"run"}, {"--", "/bin/true"}, Union({kCode, {"spares", "metrics-port"}, kCluster})},
       {{"nbd"}, {}, Union({kCode, {"spares", "io-threads", "metrics-port"}, kCluster})},
       {{"swap"}, {"status"}, Union({kCode, {"spares", "io-threads", "metrics-port"}, kCluster})},
       {{"demo", "cluster"}, {}, Union({kCode, {"spares"}})},
