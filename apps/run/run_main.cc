@@ -39,6 +39,7 @@
 #include "apps/cli/membership_cli.h"
 #include "apps/cli/store_flags.h"
 #include "apps/cli/store_metrics.h"
+#include "apps/run/exit_status.h"
 #include "apps/run/run_metrics.h"
 #include "apps/run/swap_pager.h"
 #include "client/local_cluster.h"
@@ -686,19 +687,8 @@ int Main(int argc, char** argv) {
   }
   const double secs = (MonotonicNs() - t0) / 1e9;
   if (progress_shown) std::fprintf(stderr, "\r\033[K");
-  int code;
   std::string how;
-  if (WIFEXITED(wstatus)) {
-    code = WEXITSTATUS(wstatus);
-    how = "exit " + std::to_string(code);
-  } else if (WIFSIGNALED(wstatus)) {
-    code = 128 + WTERMSIG(wstatus);
-    how = std::string("killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" +
-          strsignal(WTERMSIG(wstatus)) + ")";
-  } else {
-    code = 1;
-    how = "unknown status";
-  }
+  int code = run::DescribeExit(wstatus, &how);
 
   std::string shim_error;
   bool have_root = false;

@@ -1,5 +1,7 @@
 #include "apps/run/swap_pager.h"
 
+#include "apps/run/exit_status.h"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -167,18 +169,13 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
   const auto ds = ReadKeyValues("/run/tessera-swap/" + name + "/stats");
   swap_off.Off();
 
-  int code = 1;
   std::string how;
-  if (WIFEXITED(wstatus)) {
-    code = WEXITSTATUS(wstatus);
-    how = "exit " + std::to_string(code);
-  } else if (WIFSIGNALED(wstatus)) {
-    code = 128 + WTERMSIG(wstatus);
-    how = std::string("killed by signal ") + std::to_string(WTERMSIG(wstatus)) + " (" +
-          strsignal(WTERMSIG(wstatus)) + ")";
-    if (WTERMSIG(wstatus) == SIGKILL && cs.oom_kills > 0)
-      how += ", OOM-killed in its memory cgroup";
-    if (WTERMSIG(wstatus) == SIGBUS && Num(ds, "lost_pages") > 0) how += ", a lost swap page";
+  int code = DescribeExit(wstatus, &how);
+  if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL && cs.oom_kills > 0) {
+    how += ", OOM-killed in its memory cgroup";
+  }
+  if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGBUS && Num(ds, "lost_pages") > 0) {
+    how += ", a lost swap page";
   }
   const uint64_t failures = Num(ds, "server_failures");
   const uint64_t lost = Num(ds, "lost_pages");
