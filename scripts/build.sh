@@ -12,6 +12,15 @@ case "$flavor" in
   tsan)    dir=build-tsan; extra=(-DTESSERA_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
   *) echo "build.sh: unknown flavor '$flavor' (release, asan, tsan)" >&2; exit 2 ;;
 esac
+# TESSERA_DEBUG_INFO=full|lines|none in the environment sets the CMake option of that name
+# (scripts/test.sh uses lines); a build directory configured otherwise is reconfigured.
+if [ -n "${TESSERA_DEBUG_INFO:-}" ]; then
+  extra+=(-DTESSERA_DEBUG_INFO="$TESSERA_DEBUG_INFO")
+  if [ -f "$dir/CMakeCache.txt" ] &&
+     ! grep -qx "TESSERA_DEBUG_INFO:STRING=$TESSERA_DEBUG_INFO" "$dir/CMakeCache.txt"; then
+    cmake -S . -B "$dir" "-DTESSERA_DEBUG_INFO=$TESSERA_DEBUG_INFO" >/dev/null
+  fi
+fi
 if [ ! -f "$dir/build.ninja" ]; then
   cmake -S . -B "$dir" -G Ninja "${extra[@]}" >/dev/null
 fi

@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs="$(nproc)"
+# Line tables only: enough for backtraces and sanitizer reports, and a much faster cold build.
+export TESSERA_DEBUG_INFO="${TESSERA_DEBUG_INFO:-lines}"
 
 echo "== release build"
 scripts/build.sh release -j "$jobs"
