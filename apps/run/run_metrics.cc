@@ -1,5 +1,7 @@
 #include "apps/run/run_metrics.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 
 #include "common/histogram.h"
@@ -70,8 +72,11 @@ std::string RunMetrics(const kernel_shim::RunStats& s) {
   w.Gauge("tessera_run_tier_charged_bytes",
           "Local memory the compressed tier holds, charged to the budget.",
           static_cast<double>(Get(s, "tier_charged_bytes")));
+  // Resident pages can be over the limit for a moment (a fault maps its pages before the
+  // evictor makes room): the ratio says "all of it" then, and the two gauges above show by how
+  // much.
   w.Ratio("tessera_run_resident_ratio", "Share (0..1) of the budget in use.",
-          Get(s, "resident_pages"), Get(s, "limit_pages"));
+          std::min(Get(s, "resident_pages"), Get(s, "limit_pages")), Get(s, "limit_pages"));
   w.Ratio("tessera_run_tier_hit_ratio", "Share (0..1) of faults served by the compressed tier.",
           Get(s, "tier_hits"), Get(s, "faults"));
   w.Gauge("tessera_run_elapsed_seconds", "Time since the program started.",
