@@ -386,6 +386,8 @@ class DirectReader {
     uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
     uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 1 s).
     uint32_t stuck = 0;        // Requests there that timed out and have not completed yet.
+    uint32_t orphans = 0;      // Requests there whose reads ended without them (late binding).
+    bool dropped = false;      // Its connection was dropped: the next one is a reconnect.
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
   struct Slot {
@@ -470,7 +472,9 @@ class DirectReader {
       } else {
         sl.orphan = true;
         ++orphans_;
+        ++servers_[sl.server].orphans;
       }
+      MaybeLetGo(sl.server);
     }
     r.active = false;
     free_reads_.push_back(ri);
@@ -483,7 +487,10 @@ class DirectReader {
       --stuck_;
       --servers_[sl.server].stuck;
     }
-    if (sl.orphan) --orphans_;
+    if (sl.orphan) {
+      --orphans_;
+      --servers_[sl.server].orphans;
+    }
     sl.busy = sl.handled = sl.stuck = sl.orphan = false;
     free_.push_back(slot);
   }
@@ -517,6 +524,10 @@ class DirectReader {
     }
     sv.conn = *c;
     sv.backoff_ms = 0;
+    if (sv.dropped) {
+      sv.dropped = false;
+      store_->stats_.reconnects.fetch_add(1, std::memory_order_relaxed);
+    }
     sv.slabs.clear();
     return sv.conn;
   }
@@ -533,10 +544,29 @@ class DirectReader {
     return true;
   }
 
+  // The cap on requests one server may hold after their reads ended (stuck or orphaned): a
+  // quarter of the slots. Past it, the server is not answering them (one that answers frees
+  // them as its replies come): the connection goes, which frees every slot it held at once
+  // (RemoteStoreOptions::max_outstanding_per_server is the I/O threads' cap), and a new one is
+  // tried after a moment, once the monitor has the report.
+  void MaybeLetGo(uint32_t server) {
+    Server& sv = servers_[server];
+    if (sv.conn < 0 || sv.stuck + sv.orphans <= std::max<uint32_t>(8, num_slots_ / 4)) return;
+    const std::string why = std::to_string(sv.stuck + sv.orphans) +
+                            " direct reads left there unanswered, the cap per server";
+    store_->stats_.capped_aborts.fetch_add(1, std::memory_order_relaxed);
+    store_->ReportTrouble(server, why);
+    Drop(server);
+    sv.retry_ns = MonotonicNs() + 50'000'000;
+  }
+
   // Closes this thread's connection to the server (its in-flight reads complete as Cancelled).
   void Drop(uint32_t server) {
     Server& sv = servers_[server];
-    if (sv.conn >= 0) (void)t_->Abort(static_cast<fabric::ConnectionId>(sv.conn));
+    if (sv.conn >= 0) {
+      (void)t_->Abort(static_cast<fabric::ConnectionId>(sv.conn));
+      sv.dropped = true;
+    }
     sv.conn = -1;
     sv.slabs.clear();
   }

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,7 @@
 
 #include "client/page_store.h"
 #include "client/remote/health.h"
+#include "client/remote/slab_allocator.h"
 #include "client/remote/slab_freer.h"
 #include "client/remote/stripe_codec.h"
 #include "client/remote_store.h"
@@ -329,7 +331,7 @@ struct SharedStats {
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
       direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
-      reconnects{0}, stale_repairs{0};
+      reconnects{0}, stale_repairs{0}, capped_aborts{0};
 };
 
 class IoThread {
@@ -409,7 +411,54 @@ class IoThread {
   void OnReadSplit(Ctx* c, int split, const Status& st);
   void FinishRead(Ctx* c, Status st);
   // ---- write_path.cc (split layout and copies) ----
+  // Allocates slab `s`'s remote slabs with blocking control calls (the group layout's, whose
+  // stripe buffer cannot wait; the split layout's go through BeginAllocate).
   Status AllocateSlab(Slab& s);
+  // The placement of slab `s` (its id set, its servers counted in the store's load), and, once
+  // every member is allocated, the rest of what makes it usable.
+  Result<std::vector<placement::ServerId>> PlaceSlab(Slab& s);
+  // A new slab's member j (logical slab ls) could not be allocated on servers[j] (`why`): puts
+  // placement's replacement in servers[j], counted in the store's load. False when there is
+  // none. A member is re-placed at most kMaxAllocReplacements times.
+  bool ReplaceNewMember(uint64_t ls, std::vector<placement::ServerId>& servers, int j,
+                        const Status& why);
+  static constexpr int kMaxAllocReplacements = 3;
+  void FinishSlab(Slab& s);
+  // ---- slab_alloc.cc (split layout and copies): slab allocation off this thread ----
+  // Starts allocating slab `s` (its ALLOCs go to allocator_); the write `c` starts once it is
+  // allocated, or fails with the allocation. Queue items that must come after that write
+  // (SlabIndexOf, HoldItem) wait in held_ meanwhile; everything else goes on.
+  void AllocateThenWrite(Slab& s, Ctx* c);
+  struct PendingAlloc {
+    uint32_t slab = kNoSlot;
+    std::vector<placement::ServerId> servers;
+    std::array<uint8_t, kMaxWidth> tries{};  // Replacements made per member.
+    uint64_t asked = 0;   // Members whose ALLOC is out.
+    uint64_t got = 0;     // Members allocated (known to the data transport).
+    Status failed;        // Not ok: the allocation failed; answers still out are given back.
+    std::vector<Ctx*> waiting;  // Writes that start once the slab is allocated.
+  };
+  void AskMember(PendingAlloc& a, int j);
+  // Re-places member j after `why` (false: no replacement left; the allocation failed).
+  bool ReplaceMember(PendingAlloc& a, int j, const Status& why);
+  void OnAllocAnswer(SlabAllocator::Answer& answer);
+  // Ends allocation allocs_[i] once no answer is out: the slab is usable and its writes start,
+  // or what it got is given back and its writes fail.
+  void MaybeEndAlloc(size_t i);
+  // Takes the allocator's answers (from the loop); true when there were any.
+  bool TakeAllocAnswers();
+  // Split layout: the index in slabs_ of page `page`'s slab (this thread's).
+  uint32_t SlabIndexOf(PageId page) const;  // Defined after RemoteStore.
+  // While allocations are out: true when `item` must wait (held_) because it must come after
+  // a write that waits for its slab, or after an item already waiting (a trim, flush or locate
+  // waits for everything before it, and everything after it waits for it).
+  bool MustHold(const QueueItem& item) const;
+  void Hold(const QueueItem& item);
+  // Starts the held items that need not wait any more, in their order. From the loop.
+  void ReleaseHeld();
+  void Dispatch(const QueueItem& item);
+  // Shutdown: ends the allocations still out (their writes fail) and the held items.
+  void EndAllocations();
   void StartWrite(Ctx* c);
   void PostWriteSplits(Ctx* c, uint64_t mask);
   void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
@@ -580,6 +629,15 @@ class IoThread {
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
   std::unique_ptr<SlabFreer> freer_;  // FREE control calls, off this thread.
+  // Split layout and copies: ALLOC control calls, off this thread (null: group layout).
+  std::unique_ptr<SlabAllocator> allocator_;
+  std::vector<PendingAlloc> allocs_;  // Allocations in progress (a few at most).
+  std::vector<SlabAllocator::Answer> answers_;
+  // Queue items waiting for an allocation (MustHold), in their order; per slab index, how many
+  // of them touch it; how many are barriers (trim, flush, locate).
+  std::deque<QueueItem> held_;
+  std::vector<uint32_t> held_per_slab_;
+  uint32_t held_barriers_ = 0;
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;
@@ -591,6 +649,10 @@ class IoThread {
   // Per server: data requests failed with Unavailable since its last good reply. Past
   // kBrokenAfter the data path is reported broken (HealthTracker::Trouble).
   std::vector<uint32_t> errors_in_a_row_;
+  // Per server: requests posted on this thread's data connection and not completed, and the
+  // cap on them (RemoteStoreOptions::max_outstanding_per_server; Post() aborts past it).
+  std::vector<uint32_t> outstanding_;
+  uint32_t outstanding_cap_ = 0;
   static constexpr uint32_t kBrokenAfter = 16;
   struct StaleSplit {
     uint32_t slab, pidx, server;
@@ -894,6 +956,10 @@ class RemoteStore final : public PageStore {
 inline bool IoThread::Usable(uint32_t server) const {
   return server < conn_down_.size() && !local_failed_[server] && !conn_down_[server] &&
          !store_->failed_[server].load(std::memory_order_relaxed);
+}
+
+inline uint32_t IoThread::SlabIndexOf(PageId page) const {
+  return static_cast<uint32_t>(page / store_->pages_per_slab_ / store_->opt_.io_threads);
 }
 
 inline int IoThread::AskPass(uint32_t server, bool settled) const {

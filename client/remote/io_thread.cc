@@ -81,6 +81,7 @@ Status IoThread::ConnectServer(uint32_t i) {
   reconnect_at_.resize(i + 1, 0);
   reconnect_fails_.resize(i + 1, 0);
   errors_in_a_row_.resize(i + 1, 0);
+  outstanding_.resize(i + 1, 0);
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
   late_strikes_.resize(i + 1, 0);
@@ -153,6 +154,7 @@ void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
 
 void IoThread::Run(std::promise<Status>* started) {
   freer_ = std::make_unique<SlabFreer>(store_);
+  if (!lay_.group) allocator_ = std::make_unique<SlabAllocator>(store_, [this] { Wake(); });
   Status st = Connect();
   if (!st.ok()) {
     started->set_value(st);
@@ -197,6 +199,9 @@ void IoThread::Run(std::promise<Status>* started) {
   free_ctx_count_ = static_cast<int>(nctx);
   const uint32_t nreq =
       std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
+  outstanding_cap_ = store_->opt_.max_outstanding_per_server != 0
+                         ? store_->opt_.max_outstanding_per_server
+                         : nctx;
   reqs_ = std::vector<Request>(nreq);
   pending_wrs_.reserve(nreq);
   flushing_.reserve(nreq);
@@ -216,7 +221,9 @@ void IoThread::Run(std::promise<Status>* started) {
   }
   started->set_value(Status::Ok());
   Loop();
-  // Shutdown: fail queued ops, then give in-flight ones a bounded time to finish.
+  // Shutdown: end the slab allocations still out and what waits for them, fail queued ops, then
+  // give in-flight ones a bounded time to finish.
+  EndAllocations();
   QueueItem item;
   while (queue_.pop(item)) {
     if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
@@ -309,6 +316,12 @@ void IoThread::Loop() {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     progress |= n > 0;
     const int before = free_ctx_count_;
+    progress |= TakeAllocAnswers();
+    if (!held_.empty()) {
+      const size_t held = held_.size();
+      ReleaseHeld();
+      progress |= held_.size() != held;
+    }
     progress |= Drain();
     progress |= free_ctx_count_ != before;
     Housekeeping();
@@ -400,21 +413,29 @@ bool IoThread::Drain() {
   bool any = false;
   while (free_ctx_ != nullptr && queue_.pop(item)) {
     any = true;
-    if (item.kind == QueueItem::Kind::kLocate) {
-      item.locate->Done(lay_.group ? GroupLocate(item.locate->page)
-                                   : ServersOf(item.locate->page));
-    } else if (item.kind == QueueItem::Kind::kFlush) {
-      // Group layout: seal the stripe buffer now (the ops before this item are in it).
-      if (lay_.group && !GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);
-      freer_->After(item.trim);  // After the frees of the trims before it, too.
-    } else if (item.kind == QueueItem::Kind::kTrim) {
-      DoTrim(item.trim->first, item.trim->count);
-      freer_->After(item.trim);  // Done once the slabs it released are freed remotely.
+    // While a new slab is being allocated, what must follow its write waits (slab_alloc.cc).
+    if ((!allocs_.empty() || !held_.empty()) && MustHold(item)) {
+      Hold(item);
     } else {
-      StartOp(item.op, item.degraded, item.verify);
+      Dispatch(item);
     }
   }
   return any;
+}
+
+void IoThread::Dispatch(const QueueItem& item) {
+  if (item.kind == QueueItem::Kind::kLocate) {
+    item.locate->Done(lay_.group ? GroupLocate(item.locate->page) : ServersOf(item.locate->page));
+  } else if (item.kind == QueueItem::Kind::kFlush) {
+    // Group layout: seal the stripe buffer now (the ops before this item are in it).
+    if (lay_.group && !GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);
+    freer_->After(item.trim);  // After the frees of the trims before it, too.
+  } else if (item.kind == QueueItem::Kind::kTrim) {
+    DoTrim(item.trim->first, item.trim->count);
+    freer_->After(item.trim);  // Done once the slabs it released are freed remotely.
+  } else {
+    StartOp(item.op, item.degraded, item.verify);
+  }
 }
 
 void IoThread::Complete(PageOp* op, Status st, uint64_t start_ns) {
@@ -474,6 +495,21 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   // remote 0: a group member whose allocation failed (left missing, see AllocateSlab).
   if (server == kNoServer || !Usable(server) || s.remote[split] == 0) return false;
   if (free_req_ >= reqs_.size()) return false;
+  if (outstanding_[server] >= outstanding_cap_) {
+    // Requests pile up at a server that does not answer them: let them all go at once (see
+    // RemoteStoreOptions::max_outstanding_per_server) rather than let it hold this thread's
+    // request slots and buffers until it is failed.
+    store_->stats_.capped_aborts.fetch_add(1, std::memory_order_relaxed);
+    const std::string why =
+        std::to_string(outstanding_[server]) + " requests outstanding, the cap per server";
+    store_->ReportTrouble(server, why);  // Suspect: reads ask it last, reconnects wait for it.
+    ConnLost(server, why);
+    // Not at once, as for a reset connection: give the monitor the moment it needs to take
+    // the report, so that the handshake waits until the server answers again.
+    reconnect_fails_[server] = std::max<uint32_t>(reconnect_fails_[server], 1);
+    reconnect_at_[server] = now_ns_ + 50'000'000;
+    return false;
+  }
   const uint32_t ri = free_req_;
   Request& rq = reqs_[ri];
   free_req_ = rq.next_free;
@@ -500,6 +536,7 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   wr.cookie = ri;
   pending_wrs_.push_back(wr);  // Sent by FlushPosts() at the end of this loop iteration.
   ++c->outstanding;
+  ++outstanding_[server];
   (kind == fabric::OpKind::kWrite ? store_->stats_.bytes_sent : store_->stats_.bytes_received)
       .fetch_add(lay_.split, std::memory_order_relaxed);
   return true;
@@ -541,6 +578,7 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   rq.live = false;
   rq.ctx = nullptr;
   rq.orphan_buf = nullptr;
+  --outstanding_[server];
   rq.next_free = free_req_;
   free_req_ = static_cast<uint32_t>(comp.cookie);
   if (c == nullptr) {

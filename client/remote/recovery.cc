@@ -96,7 +96,13 @@ void IoThread::Reconnect(uint64_t now) {
     if (c.ok()) {
       // The memserver kept our slabs (they belong to the client id, not the connection).
       for (const Slab& s : slabs_) {
-        if (!s.allocated) continue;
+        // Also the members a slab being allocated has got so far (slab_alloc.cc).
+        const uint32_t idx = static_cast<uint32_t>(&s - slabs_.data());
+        if (!s.allocated && std::none_of(allocs_.begin(), allocs_.end(), [idx](const auto& a) {
+              return a.slab == idx;
+            })) {
+          continue;
+        }
         for (int j = 0; j < lay_.width() && st.ok(); ++j) {
           if (s.server[j].load(std::memory_order_relaxed) == i && s.remote_info[j].slab_id != 0) {
             st = t_->AddSlab(*c, s.remote_info[j]);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "client/remote/engine.h"
+#include "client/remote/slab_allocator.h"
 #include "common/logging.h"
 
 namespace tessera::client::remote {
@@ -113,30 +114,18 @@ void SlabFreer::Loop() {
 bool SlabFreer::FreeOne(const Item& item, Deadline deadline) {
   const uint32_t server = item.server;
   if (store_->failed_[server].load(std::memory_order_relaxed)) return false;
-  if (ctl_.size() <= server) ctl_.resize(server + 1);
-  std::unique_ptr<fabric::ControlClient>& c = ctl_[server];
-  if (!c || !c->connected()) {
-    fabric::ConnectOptions co;
-    co.secret = store_->opt_.secret;
-    co.client_id = store_->client_id_;
-    co.deadline = deadline;
-    auto connected = fabric::ControlClient::Connect(store_->server(server).endpoint, co);
-    if (!connected.ok()) {
-      TLOG(DEBUG) << store_->name_ << ": cannot free slab " << item.slab_id << " on "
-                  << store_->server(server).endpoint.ToString() << ": "
-                  << connected.status();
-      store_->ReportTrouble(server, "freeing a slab: " + connected.status().ToString());
-      return true;
-    }
-    c = std::move(*connected);
+  auto c = OwnControl(store_, &ctl_, server, deadline);
+  if (!c.ok()) {
+    // Restarted (NotFound): our slabs died with the old process, and this slab id may be a new
+    // slab of ours there. The monitor finds the restart on its own (the server is failed at
+    // once).
+    if (c.status().code() == StatusCode::kNotFound) return false;
+    TLOG(DEBUG) << store_->name_ << ": cannot free slab " << item.slab_id << " on "
+                << store_->server(server).endpoint.ToString() << ": " << c.status();
+    store_->ReportTrouble(server, "freeing a slab: " + c.status().ToString());
+    return true;
   }
-  const uint64_t known = store_->server_ids_[server].load(std::memory_order_relaxed);
-  if (known != 0 && c->info().server_id != known) {
-    // Restarted: our slabs died with the old process, and this slab id may be a new slab of
-    // ours there. The monitor finds the restart on its own (the server is failed at once).
-    return false;
-  }
-  Status st = c->FreeSlab(item.slab_id, deadline);
+  Status st = (*c)->FreeSlab(item.slab_id, deadline);
   if (st.ok() || st.code() == StatusCode::kNotFound) return false;
   // Not fatal: the data is unreachable from now on; at worst the server reclaims the slab when
   // this client's lease ends.

@@ -11,7 +11,7 @@
 
 namespace tessera::client::remote {
 
-Status IoThread::AllocateSlab(Slab& s) {
+Result<std::vector<placement::ServerId>> IoThread::PlaceSlab(Slab& s) {
   const uint64_t ls = static_cast<uint64_t>(&s - slabs_.data()) * store_->opt_.io_threads +
                       index_;
   std::vector<placement::ServerId> servers;
@@ -42,22 +42,47 @@ Status IoThread::AllocateSlab(Slab& s) {
     for (auto id : servers) store_->load_[id]++;
   }
   s.id = ls;
+  return servers;
+}
+
+bool IoThread::ReplaceNewMember(uint64_t ls, std::vector<placement::ServerId>& servers, int j,
+                                const Status& why) {
+  // servers[j] stays in `servers` until replaced: never chosen again.
+  const uint32_t server = servers[j];
+  std::lock_guard<std::mutex> lock(store_->mu_);
+  auto rep = store_->ReplacementLocked(ls, servers, j);
+  if (!rep.ok()) return false;
+  const uint64_t n = ++alloc_replacements_;
+  if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
+    TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
+               << store_->server(server).endpoint.ToString() << " could not allocate (" << why
+               << "); placing it on " << store_->server(*rep).endpoint.ToString() << " (" << n
+               << " splits re-placed so far on this thread)";
+  }
+  if (store_->load_[server] > 0) store_->load_[server]--;
+  store_->load_[*rep]++;
+  servers[j] = *rep;
+  return true;
+}
+
+Status IoThread::AllocateSlab(Slab& s) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<placement::ServerId> servers, PlaceSlab(s));
+  const uint64_t ls = s.id;
   const size_t pps = store_->pages_per_slab_;
   // A server that does not answer an allocation within the op timeout is declared failed, as
   // for data ops; a split whose server failed or refused (full) is placed on the replacement
   // placement chooses, a few times at most, instead of failing the write.
-  constexpr int kMaxReplacements = 3;
   const uint32_t attempt_ms =
       std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
   int missing = 0;  // Group layout: members left on a failed server (see below).
   for (int j = 0; j < lay_.width(); ++j) {
     Status last;
     bool done = false;
-    for (int attempt = 0; attempt <= kMaxReplacements && !done; ++attempt) {
+    for (int attempt = 0; attempt <= kMaxAllocReplacements && !done; ++attempt) {
       const uint32_t server = servers[j];
       // A suspect server is skipped while there is another choice (it may be stopped: an
       // allocation there would hold this thread until the deadline), tried as the last resort.
-      if (Usable(server) && (!store_->Suspect(server) || attempt == kMaxReplacements)) {
+      if (Usable(server) && (!store_->Suspect(server) || attempt == kMaxAllocReplacements)) {
         auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
         if (r.ok()) {
           s.server[j].store(server, std::memory_order_relaxed);
@@ -74,22 +99,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       } else {
         last = Unavailable("server is failed, suspect or not connected");
       }
-      if (attempt == kMaxReplacements) break;
-      // Re-place split j (servers[j] stays in `servers` until replaced: never chosen again).
-      std::lock_guard<std::mutex> lock(store_->mu_);
-      auto rep = store_->ReplacementLocked(ls, servers, j);
-      if (!rep.ok()) break;
-      const uint64_t n = ++alloc_replacements_;
-      if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
-        TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
-                   << store_->server(server).endpoint.ToString() << " could not allocate ("
-                   << last << "); placing it on "
-                   << store_->server(*rep).endpoint.ToString() << " (" << n
-                   << " splits re-placed so far on this thread)";
-      }
-      if (store_->load_[server] > 0) store_->load_[server]--;
-      store_->load_[*rep]++;
-      servers[j] = *rep;
+      if (attempt == kMaxAllocReplacements || !ReplaceNewMember(ls, servers, j, last)) break;
     }
     if (!done && lay_.group && missing < lay_.r && IsConnectionError(last)) {
       // Group layout: every write may need a new slab, so a cluster that lost servers (and has
@@ -125,6 +135,12 @@ Status IoThread::AllocateSlab(Slab& s) {
                          last.ToString());
     }
   }
+  FinishSlab(s);
+  return Status::Ok();
+}
+
+void IoThread::FinishSlab(Slab& s) {
+  const size_t pps = store_->pages_per_slab_;
   s.free_wanted = false;
   s.allocated = true;
   if (lay_.group) {
@@ -135,7 +151,7 @@ Status IoThread::AllocateSlab(Slab& s) {
     store_->stats_.remote_slabs.fetch_add(static_cast<uint64_t>(lay_.width()),
                                           std::memory_order_relaxed);
     PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
-    return Status::Ok();
+    return;
   }
   s.crc.assign(pps * lay_.width(), 0);
   // Sequences only ever grow (also across a free and a reallocation), so an op context that
@@ -149,11 +165,14 @@ Status IoThread::AllocateSlab(Slab& s) {
   s.allocated = true;
   EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
   PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
-  return Status::Ok();
 }
 
 void IoThread::StartWrite(Ctx* c) {
   Slab& s = slabs_[c->slab];
+  if (!s.allocated && allocator_ != nullptr) {
+    AllocateThenWrite(s, c);  // Started again once the slab is allocated.
+    return;
+  }
   if (!s.allocated) {
     Status st = AllocateSlab(s);
     now_ns_ = MonotonicNs();  // The control calls may have blocked.

@@ -375,5 +375,58 @@ TEST(RemoteStoreTest, FreesToAStoppedServerDoNotHoldUpReads) {
   EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
+// A new slab's allocations are made off the I/O thread (split layout): while every server hangs
+// its ALLOCs (each waits control_timeout_ms), the write that needs the new slab waits, and the
+// reads of the slabs the store already has go on. With the ALLOCs on the I/O thread, the reads
+// waited behind them.
+TEST(RemoteStoreTest, AllocationsFromHungServersDoNotHoldUpReads) {
+  auto cluster = StartCluster(4);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPps = 32, kSlabs = 8;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, kPps * kSlabs, 2, 1);
+  o.remote.io_threads = 1;
+  o.remote.direct_reads = false;  // Every read goes through the I/O thread.
+  o.remote.heartbeat_interval_ms = 600000;
+  o.remote.heartbeat_timeout_ms = 600000;
+  o.remote.op_timeout_ms = 60000;
+  o.remote.control_timeout_ms = 3000;  // Each hung ALLOC waits this long.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  for (PageId p = 0; p < 2 * kPps; ++p) ASSERT_THAT(WriteVersion(store, p, 1), IsOk());
+  ASSERT_THAT(store->Flush(), IsOk());
+  ASSERT_EQ(SumServerStat(*cluster, "slabs_allocated"), 2 * 3u);
+
+  for (size_t i = 0; i < cluster->size(); ++i) {
+    ASSERT_TRUE(cluster->Fault(i, {"hang", "--ops", "alloc"}).ok());
+  }
+  // The first write of logical slab 5, submitted before the reads (the queue is in order).
+  constexpr PageId kNewPage = 5 * kPps;
+  std::vector<uint8_t> data(kPageSize);
+  Fill(kNewPage, 1, data.data());
+  std::atomic<bool> written{false};
+  PageOp op;
+  op.kind = PageOp::Kind::kWrite;
+  op.page = kNewPage;
+  op.buf = data.data();
+  op.user = &written;
+  op.done = [](PageOp* w) { static_cast<std::atomic<bool>*>(w->user)->store(true); };
+  PageOp* ops[] = {&op};
+  ASSERT_THAT(store->Submit(ops), IsOk());
+  ExpectVersion(store, 0, 2 * kPps, 1);
+  EXPECT_FALSE(written.load()) << "the reads waited for the new slab's allocations";
+
+  for (size_t i = 0; i < cluster->size(); ++i) {
+    ASSERT_TRUE(cluster->Fault(i, {"clear"}).ok());
+  }
+  // The hung ALLOCs time out and their members are placed again, on servers that answer now.
+  WaitFor([&] { return written.load(); }, "the write of the new slab");
+  EXPECT_THAT(op.status, IsOk());
+  ExpectVersion(store, kNewPage, kNewPage + 1, 1);
+  ASSERT_THAT(store->Flush(), IsOk());
+  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 3 * 3u);
+  EXPECT_EQ(store->Stats().write_errors, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::client

@@ -1,0 +1,100 @@
+#include "client/remote/slab_allocator.h"
+
+#include "client/remote/engine.h"
+
+namespace tessera::client::remote {
+
+Result<fabric::ControlClient*> OwnControl(RemoteStore* store,
+                                          std::vector<std::unique_ptr<fabric::ControlClient>>* ctl,
+                                          uint32_t server, Deadline deadline) {
+  if (ctl->size() <= server) ctl->resize(server + 1);
+  std::unique_ptr<fabric::ControlClient>& c = (*ctl)[server];
+  if (!c || !c->connected()) {
+    fabric::ConnectOptions co;
+    co.secret = store->opt_.secret;
+    co.client_id = store->client_id_;
+    co.deadline = deadline;
+    TESSERA_ASSIGN_OR_RETURN(c, fabric::ControlClient::Connect(store->server(server).endpoint, co));
+  }
+  const uint64_t known = store->server_ids_[server].load(std::memory_order_relaxed);
+  if (known != 0 && c->info().server_id != known) {
+    // Restarted: our slabs died with the old process. The monitor finds the restart on its own
+    // (the server is failed at once).
+    return NotFound("it was restarted (a new instance answers at its address)");
+  }
+  return c.get();
+}
+
+SlabAllocator::SlabAllocator(RemoteStore* store, std::function<void()> wake)
+    : store_(store), wake_(std::move(wake)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SlabAllocator::~SlabAllocator() { Finish(); }
+
+void SlabAllocator::Alloc(uint64_t tag, uint32_t server, uint32_t timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finishing_) {
+      done_.push_back({tag, server, Cancelled("page store is shutting down")});
+      return;
+    }
+    queue_.push_back({tag, server, timeout_ms});
+  }
+  cv_.notify_one();
+}
+
+bool SlabAllocator::Take(std::vector<Answer>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_.empty()) return false;
+  for (Answer& a : done_) out->push_back(std::move(a));
+  done_.clear();
+  return true;
+}
+
+void SlabAllocator::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finishing_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlabAllocator::Loop() {
+  for (;;) {
+    Ask ask;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return finishing_ || !queue_.empty(); });
+      if (finishing_) {
+        for (const Ask& a : queue_) {
+          done_.push_back({a.tag, a.server, Cancelled("page store is shutting down")});
+        }
+        queue_.clear();
+        break;
+      }
+      ask = queue_.front();
+      queue_.pop_front();
+    }
+    const Deadline deadline = Deadline::AfterMs(ask.timeout_ms);
+    Answer answer{ask.tag, ask.server, Unavailable("not asked")};
+    auto ctl = OwnControl(store_, &ctl_, ask.server, deadline);
+    if (!ctl.ok()) {
+      answer.slab = ctl.status();
+    } else {
+      answer.slab = (*ctl)->AllocSlab({}, deadline);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.push_back(std::move(answer));
+    }
+    wake_();
+  }
+  for (auto& c : ctl_) {
+    if (c && c->connected()) (void)c->Close(Deadline::AfterMs(100));
+  }
+  ctl_.clear();
+}
+
+}  // namespace tessera::client::remote
