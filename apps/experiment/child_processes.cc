@@ -102,6 +102,7 @@ Result<std::unique_ptr<EtcdServer>> EtcdServer::Start(const std::string& log_pat
     TESSERA_ASSIGN_OR_RETURN(uint16_t client_port, fabric::PickListenPort());
     TESSERA_ASSIGN_OR_RETURN(uint16_t peer_port, fabric::PickListenPort());
     e->endpoint_ = "127.0.0.1:" + std::to_string(client_port);
+    e->client_port_ = client_port;
     e->peer_port_ = peer_port;
     last = e->Launch();
     if (last.ok()) return e;
@@ -119,40 +120,23 @@ EtcdServer::~EtcdServer() {
 }
 
 Status EtcdServer::Launch() {
-  const std::string client = "http://" + endpoint_;
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   Subprocess::Options so;
   so.quiet_stderr = true;
   so.own_process_group = true;
-  const std::vector<std::string> argv = {
-      "etcd", "--name=experiment", "--data-dir=" + dir_ + "/data",
-      "--listen-client-urls=" + client, "--advertise-client-urls=" + client,
-      "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-      "--initial-cluster=experiment=" + peer, "--logger=zap", "--log-outputs=" + log_path_};
+  const std::vector<std::string> argv = membership::SingleEtcdArgs(
+      "experiment", dir_ + "/data", client_port_, peer_port_, log_path_);
   TESSERA_RETURN_IF_ERROR(forker_.Run([&]() -> Status {
     auto p = Subprocess::Start(argv, so);
     if (!p.ok()) return p.status();
     proc_ = std::move(*p);
     return Status::Ok();
   }));
-  membership::EtcdOptions o;
-  o.endpoints = {endpoint_};
-  o.connect_timeout_ms = 200;
-  o.request_timeout_ms = 500;
-  TESSERA_ASSIGN_OR_RETURN(auto c, membership::EtcdClient::Create(o));
-  const Deadline d = Deadline::AfterMs(15000);
-  Status st;
-  while (!d.Expired()) {
-    if (proc_.Poll()) {
-      return Unavailable("etcd exited at start (log: ", log_path_,
-                         "): ", ReadWholeFile(log_path_).substr(0, 2000));
-    }
-    auto r = c->Get("/health-probe");
-    if (r.ok()) return Status::Ok();
-    st = r.status();
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // Poll interval, not a sync.
+  Status st = membership::WaitForEtcd(endpoint_, 15000, [&] { return proc_.Poll(); });
+  if (st.code() == StatusCode::kUnavailable) {
+    return Unavailable("etcd exited at start (log: ", log_path_,
+                       "): ", ReadWholeFile(log_path_).substr(0, 2000));
   }
-  return Timeout("etcd did not answer within 15 s: ", st.ToString());
+  return st;
 }
 
 Status EtcdServer::Kill() { return Reap(proc_); }

@@ -62,7 +62,7 @@ class EtcdServer {
   Status Launch();
   ForkThread forker_;
   std::string dir_, log_path_, endpoint_;
-  int peer_port_ = 0;
+  int client_port_ = 0, peer_port_ = 0;
   Subprocess proc_;
 };
 

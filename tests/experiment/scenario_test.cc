@@ -46,9 +46,9 @@ time_scale = 0.5
 pages = 256
 )";
 
-// Replaces the first occurrence of `from` in kGood.
-std::string Edit(const std::string& from, const std::string& to) {
-  std::string s = kGood;
+// Replaces the first occurrence of `from` in `base` (kGood).
+std::string Edit(const std::string& from, const std::string& to, const char* base = kGood) {
+  std::string s = base;
   size_t p = s.find(from);
   EXPECT_NE(p, std::string::npos) << from;
   if (p != std::string::npos) s.replace(p, from.size(), to);
@@ -251,11 +251,7 @@ slabs_back_to_baseline = true
 )";
 
 std::string EditProcesses(const std::string& from, const std::string& to) {
-  std::string s = kProcesses;
-  size_t p = s.find(from);
-  EXPECT_NE(p, std::string::npos) << from;
-  if (p != std::string::npos) s.replace(p, from.size(), to);
-  return s;
+  return Edit(from, to, kProcesses);
 }
 
 TEST(ScenarioTest, EtcdMembershipAndTheClientProcess) {
