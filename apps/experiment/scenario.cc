@@ -412,6 +412,11 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
                                                         std::to_string(s.cluster.memservers) + ")");
   }
 
+  if (s.cluster.membership == "etcd" && s.workload.kind != WorkloadKind::kPagestore) {
+    return rd.Error(rd.Line(*cluster, "membership"),
+                    "membership = \"etcd\" needs a pagestore workload (the store that follows "
+                    "it)");
+  }
   if (const toml::node* f = root.get("fault")) {
     const toml::array* arr = f->as_array();
     if (arr == nullptr || !arr->is_array_of_tables()) {

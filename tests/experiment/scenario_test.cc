@@ -297,6 +297,10 @@ TEST(ScenarioTest, EtcdMembershipAndTheClientProcess) {
                             "action = \"stop\"\ntarget = \"client\""),
               25, "the client can be killed only");
   ExpectError(EditProcesses("client_pages = 64", "client_pages = 4"), 11, "client_pages must be in");
+  // Only the pagestore's store follows the runner's etcd.
+  std::string kv = kProcesses;
+  kv = kv.substr(0, kv.find("[workload]")) + "[workload]\nkind = \"kv\"\nkeys = 100\n";
+  ExpectError(kv, 5, "membership = \"etcd\" needs a pagestore workload");
 }
 
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
