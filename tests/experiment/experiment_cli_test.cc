@@ -198,6 +198,8 @@ TEST(ExperimentCliTest, QuickEtcdOutage) {
   for (const auto& f : run["faults"]) EXPECT_TRUE(f["ok"].get<bool>()) << f.dump();
   EXPECT_GT(run.value("etcd_leaves_followed", -1), 0)
       << "no lease expired: the outage was not longer than the TTL";
+  // Every server that left came back: its next keep-alive registered it again.
+  EXPECT_EQ(run.value("etcd_joins_followed", -1), 8 + run.value("etcd_leaves_followed", -1));
   EXPECT_EQ(run["false_failures"], 0);
   EXPECT_EQ(run["server_failures"], 0);
   EXPECT_EQ(run["data_loss"], 0);

@@ -392,7 +392,10 @@ class PagestoreWorkload : public Workload {
 
   Status Finish(RunContext& ctx, RunResult* r) override {
     if (load_ == nullptr) return Status::Ok();
-    if (follower_ != nullptr) etcd_leaves_ = static_cast<int64_t>(follower_->leaves());
+    if (follower_ != nullptr) {
+      etcd_leaves_ = static_cast<int64_t>(follower_->leaves());
+      etcd_joins_ = static_cast<int64_t>(follower_->joins());
+    }
     follower_.reset();  // Before the store and the view.
     view_.reset();
     if (load_->store() != nullptr) {
@@ -435,7 +438,9 @@ class PagestoreWorkload : public Workload {
     }
     if (etcd_leaves_ >= 0) {
       out->json["etcd_leaves_followed"] = etcd_leaves_;
-      out->md += "- etcd membership: the store followed " + std::to_string(etcd_leaves_) +
+      out->json["etcd_joins_followed"] = etcd_joins_;
+      out->md += "- etcd membership: the store followed " + std::to_string(etcd_joins_) +
+                 " joins (the first registrations included) and " + std::to_string(etcd_leaves_) +
                  " leaves (registrations deleted or leases expired); " +
                  std::to_string(r.false_failures) + " servers declared failed that no fault failed\n";
     }
@@ -507,7 +512,7 @@ class PagestoreWorkload : public Workload {
   // Declared after load_: destroyed before the store (the follower first, then the view).
   std::unique_ptr<membership::MembershipView> view_;
   std::unique_ptr<membership::StoreFollower> follower_;
-  int64_t etcd_leaves_ = -1;
+  int64_t etcd_leaves_ = -1, etcd_joins_ = -1;
   bool census_ = false;
   PageLossResult pages_;
   std::vector<std::vector<size_t>> snapshot_;  // Servers of every page before a failure.
