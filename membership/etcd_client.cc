@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -163,6 +164,42 @@ std::string PrefixEnd(std::string_view prefix) {
     end.pop_back();
   }
   return std::string(1, '\0');
+}
+
+std::vector<std::string> SingleEtcdArgs(const std::string& name, const std::string& data_dir,
+                                        int client_port, int peer_port,
+                                        const std::string& log_path) {
+  const std::string client = "http://127.0.0.1:" + std::to_string(client_port);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
+  return {"etcd",
+          "--name=" + name,
+          "--data-dir=" + data_dir,
+          "--listen-client-urls=" + client,
+          "--advertise-client-urls=" + client,
+          "--listen-peer-urls=" + peer,
+          "--initial-advertise-peer-urls=" + peer,
+          "--initial-cluster=" + name + "=" + peer,
+          "--logger=zap",
+          "--log-outputs=" + log_path};
+}
+
+Status WaitForEtcd(const std::string& endpoint, int timeout_ms,
+                   const std::function<bool()>& exited) {
+  EtcdOptions o;
+  o.endpoints = {endpoint};
+  o.connect_timeout_ms = 200;
+  o.request_timeout_ms = 500;
+  TESSERA_ASSIGN_OR_RETURN(auto c, EtcdClient::Create(o));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  Status st;
+  while (std::chrono::steady_clock::now() < until) {
+    if (exited()) return Unavailable("etcd exited at start");
+    auto r = c->Get("/health-probe");
+    if (r.ok()) return Status::Ok();
+    st = r.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // Poll interval, not a sync.
+  }
+  return Timeout("etcd did not answer within ", timeout_ms, " ms: ", st.ToString());
 }
 
 Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view list) {

@@ -69,6 +69,18 @@ struct WatchEvent {
   KeyValue kv;  // For kDelete only key and mod_revision are set.
 };
 
+// The command line of a single-member etcd (the `etcd` program, Debian's etcd-server) on
+// loopback, for tests, benches and `tessera experiment`: clients at 127.0.0.1:client_port,
+// peers at 127.0.0.1:peer_port, its data in data_dir and its log in log_path.
+std::vector<std::string> SingleEtcdArgs(const std::string& name, const std::string& data_dir,
+                                        int client_port, int peer_port,
+                                        const std::string& log_path);
+// Waits (bounded by timeout_ms, polling every 30 ms) until the etcd at `endpoint` answers a
+// range request. `exited` is asked on every poll: true (the process died) ends the wait with
+// Unavailable. Timeout when it never answered.
+Status WaitForEtcd(const std::string& endpoint, int timeout_ms,
+                   const std::function<bool()>& exited);
+
 // The smallest key greater than every key starting with `prefix` (etcd's range_end for a
 // prefix). "" -> "\0" (every key).
 std::string PrefixEnd(std::string_view prefix);

@@ -3,6 +3,8 @@
 //   tessera experiment run FILE.toml|NAME [--out DIR] [--quick]
 //   tessera experiment list
 //   tessera experiment show NAME
+//   tessera experiment client SPEC.json   (the client process the runner starts, kills and
+//                                          restarts for the fault target `client`)
 //
 // Exit codes: 0 every expectation holds, 1 one fails (or the experiment could not be carried
 // out), 2 a bad scenario file or usage, 130 interrupted (cleanup done).
@@ -20,6 +22,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/experiment/builtin.h"
+#include "apps/experiment/child_processes.h"
 #include "apps/experiment/runner.h"
 #include "apps/experiment/scenario.h"
 #include "apps/experiment/tools.h"
@@ -41,12 +44,13 @@ namespace ex = tessera::experiment;
 
 const tessera::cli::CliSpec kSpec = {
     "tessera experiment",
-    "run FILE.toml|NAME [--out DIR] [--quick] | list | show NAME",
+    "run FILE.toml|NAME [--out DIR] [--quick] | list | show NAME | client SPEC.json",
     "Runs a failure-injection experiment: starts memservers, runs the workload, injects the\n"
     "scenario's faults on schedule, samples metrics every 100 ms and writes DIR/timeline.csv,\n"
     "DIR/timeline.png, DIR/summary.json and DIR/summary.md with a verdict. `list` shows the\n"
     "built-in scenarios (Hydra's resilience experiments), `show NAME` prints one as TOML.\n"
-    "Exit 0 when every expectation holds, 1 when one fails, 2 for a bad scenario file.",
+    "Exit 0 when every expectation holds, 1 when one fails, 2 for a bad scenario file.\n"
+    "`client SPEC.json` is the client process a run starts for the fault target `client`.",
     __FILE__,
     1,
     2};
@@ -170,9 +174,13 @@ int main(int argc, char** argv) {
     std::fputs(b->text, stdout);
     return 0;
   }
+  if (cmd == "client") {
+    if (argc != 3) tessera::cli::UsageError(kSpec, "client needs a SPEC.json");
+    return ex::RunClientProcess(argv[2]);
+  }
   if (cmd == "run") {
     if (argc != 3) tessera::cli::UsageError(kSpec, "run needs a scenario FILE.toml or NAME");
     return Run(argv[2]);
   }
-  tessera::cli::UsageError(kSpec, "unknown command '" + cmd + "' (run, list, show)");
+  tessera::cli::UsageError(kSpec, "unknown command '" + cmd + "' (run, list, show, client)");
 }

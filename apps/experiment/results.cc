@@ -99,6 +99,7 @@ json ResultJson(const RunResult& r) {
   j["corruptions_detected"] = r.corruptions_detected;
   j["corruptions_repaired"] = r.corruptions_repaired;
   j["server_failures"] = r.server_failures;
+  if (r.false_failures >= 0) j["false_failures"] = r.false_failures;
   j["regenerations_done"] = r.regenerations_done;
   j["degraded_reads"] = r.degraded_reads;
   j["regenerated_after_s"] = r.regenerated_after_s;
@@ -335,6 +336,12 @@ void Judge(const ExpectSpec& e, const RunResult& r, const RunResult* healthy,
                                     std::to_string(r.pages.slabs_baseline) + " after the fill (" +
                                     r.pages.slabs_note + ")",
         same == *e.slabs_back_to_baseline);
+  }
+  if (e.false_failures) {
+    add("false_failures", "= " + std::to_string(*e.false_failures),
+        r.false_failures < 0 ? "not counted"
+                             : std::to_string(r.false_failures) + " of the servers no fault failed",
+        r.false_failures == *e.false_failures);
   }
   if (e.max_loss_error_vs_prediction) {
     const double err =

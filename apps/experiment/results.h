@@ -62,6 +62,10 @@ struct PageLossResult {
   // slabs_back_to_baseline: slab census after the fill and at the end (-1: not taken).
   int64_t slabs_baseline = -1, slabs_end = -1;
   std::string slabs_note;
+  // With an orphan grace: when (NowS()) the end census first saw no orphaned owner (the slabs
+  // of every killed client reclaimed); -1: not waited for.
+  double orphans_cleared_at = -1;
+  uint64_t orphan_slabs_reclaimed = 0;  // Sum of the servers' STATS at the end.
 };
 
 // One run of a scenario (a variant, or the healthy baseline).
@@ -84,6 +88,9 @@ struct RunResult {
   uint64_t corruptions_detected = 0, corruptions_repaired = 0;
   double regenerated_after_s = -1;  // -1: not measured / never.
   uint64_t server_failures = 0, regenerations_done = 0, degraded_reads = 0;
+  // Servers the store declared failed that no fault failed for good (a stopped server, a
+  // healthy one failed on an etcd lease expiry); -1: not counted.
+  int64_t false_failures = -1;
   PageLossResult pages;
   // Loss prediction (`tessera sim placement`).
   double predicted_fraction = -1;

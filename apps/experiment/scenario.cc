@@ -14,7 +14,7 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
       rd.Keys(t, "[cluster]",
               {"memservers", "racks", "layout", "k", "r", "delta", "l", "placement", "capacity",
                "slab_size", "op_timeout_ms", "heartbeat_timeout_ms", "max_inflight_pages",
-               "hosts"}));
+               "hosts", "membership", "etcd_ttl_s", "orphan_grace"}));
   if (!t.contains("memservers")) return rd.Error(t.source(), "[cluster] needs memservers");
   TRY_ASSIGN(c->memservers, rd.Int(t, "memservers", 1, 64));
   TRY_ASSIGN(c->racks, rd.Int(t, "racks", 0, 64));
@@ -32,6 +32,22 @@ Status ParseCluster(const Reader& rd, const toml::table& t, ClusterSpec* c) {
   std::string hosts;
   TRY_ASSIGN(hosts, rd.Str(t, "hosts", {"loopback", "netns"}));
   if (!hosts.empty()) c->hosts = hosts;
+  TRY_ASSIGN(c->membership, rd.Str(t, "membership", {"static", "etcd"}));
+  TRY_ASSIGN(c->etcd_ttl_s, rd.Int(t, "etcd_ttl_s", 2, 60));
+  if (t.contains("etcd_ttl_s") && c->membership != "etcd") {
+    return rd.Error(rd.Line(t, "etcd_ttl_s"), "etcd_ttl_s applies to membership = \"etcd\" only");
+  }
+  if (c->membership == "etcd" && c->racks > 0) {
+    return rd.Error(rd.Line(t, "racks"),
+                    "racks with membership = \"etcd\": the runner's memservers register without "
+                    "rack labels");
+  }
+  TRY_ASSIGN(c->orphan_grace, rd.Str(t, "orphan_grace"));
+  if (c->orphan_grace != "0" && !IsDuration(c->orphan_grace)) {
+    return rd.Error(rd.Line(t, "orphan_grace"),
+                    "orphan_grace must be \"0\" or a duration like 2s, got '" + c->orphan_grace +
+                        "'");
+  }
   if (4096 % c->k != 0) return rd.Error(rd.Line(t, "k"), "k must divide 4096 (1, 2, 4, 8, 16)");
   if (c->k + c->r > 20) return rd.Error(rd.Line(t, "r"), "k + r must be at most 20");
   if (c->k + c->r > c->memservers) {
@@ -57,8 +73,10 @@ Result<Target> ParseTarget(const Reader& rd, const toml::node& n) {
   if (!s) return rd.Error(n.source(), "target must be a string like \"server:2\"");
   Target t;
   t.text = *s;
-  if (*s == "aggregator") {
-    t.kind = TargetKind::kAggregator;
+  if (*s == "aggregator" || *s == "etcd" || *s == "client") {
+    t.kind = *s == "aggregator" ? TargetKind::kAggregator
+             : *s == "etcd"     ? TargetKind::kEtcd
+                                : TargetKind::kClient;
     return t;
   }
   size_t colon = s->find(':');
@@ -74,7 +92,9 @@ Result<Target> ParseTarget(const Reader& rd, const toml::node& n) {
     t.kind = TargetKind::kPage;
   else {
     return rd.Error(n.source(),
-                    "bad target '" + *s + "' (server:N, random:N, rack:N or page:P, N 0-based)");
+                    "bad target '" + *s +
+                        "' (server:N, random:N, rack:N, page:P, N 0-based; aggregator, etcd, "
+                        "client)");
   }
   if (num.empty() || num.size() > 12 ||
       !std::all_of(num.begin(), num.end(), [](char c) { return std::isdigit(c); })) {
@@ -92,7 +112,8 @@ Status ParseExpect(const Reader& rd, const toml::table& t, const std::string& wh
                "max_p99_ratio_during_faults", "min_throughput_ratio_during_faults",
                "regenerated_within_s", "max_slowdown_vs_healthy", "corruptions_repaired_all",
                "data_loss_exactly_affected", "max_loss_error_vs_prediction", "p99_below_variant",
-               "throughput_above_variant", "fewer_lost_than_variant", "slabs_back_to_baseline"}));
+               "throughput_above_variant", "fewer_lost_than_variant", "slabs_back_to_baseline",
+               "false_failures"}));
   auto set_int = [&](const char* k, std::optional<int64_t>* out) -> Status {
     auto r = rd.Int(t, k, 0, int64_t{1} << 40);
     if (!r.ok()) return r.status();
@@ -113,6 +134,7 @@ Status ParseExpect(const Reader& rd, const toml::table& t, const std::string& wh
   };
   TESSERA_RETURN_IF_ERROR(set_int("data_loss", &e->data_loss));
   TESSERA_RETURN_IF_ERROR(set_int("wrong_bytes", &e->wrong_bytes));
+  TESSERA_RETURN_IF_ERROR(set_int("false_failures", &e->false_failures));
   TESSERA_RETURN_IF_ERROR(set_bool("identical_output", &e->identical_output));
   TESSERA_RETURN_IF_ERROR(
       set_num("max_p99_us_during_faults", 1, 1e9, &e->max_p99_us_during_faults));
@@ -160,6 +182,8 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e, 
                                "max_loss_error_vs_prediction", WorkloadKind::kPagestore));
   TESSERA_RETURN_IF_ERROR(need(e.slabs_back_to_baseline.has_value(), "slabs_back_to_baseline",
                                WorkloadKind::kPagestore));
+  TESSERA_RETURN_IF_ERROR(
+      need(e.false_failures.has_value(), "false_failures", WorkloadKind::kPagestore));
   return Status::Ok();
 }
 
@@ -253,6 +277,28 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
         return rd.Error(tn->source(), "the aggregator can be killed, stopped or resumed only");
       }
       break;
+    case TargetKind::kEtcd:
+      if (s.cluster.membership != "etcd") {
+        return rd.Error(tn->source(),
+                        "target etcd needs [cluster] membership = \"etcd\" (the runner's etcd)");
+      }
+      if (f->action != FaultAction::kKill && f->action != FaultAction::kStop &&
+          f->action != FaultAction::kResume) {
+        return rd.Error(tn->source(), "etcd can be killed, stopped or resumed only");
+      }
+      break;
+    case TargetKind::kClient:
+      if (s.workload.kind != WorkloadKind::kPagestore || s.workload.pagestore.client_pages == 0) {
+        return rd.Error(tn->source(),
+                        "target client needs a pagestore workload with client_pages (the "
+                        "client process it kills)");
+      }
+      if (f->action != FaultAction::kKill) {
+        return rd.Error(tn->source(),
+                        "the client can be killed only (it is restarted at once, as a new "
+                        "process)");
+      }
+      break;
     case TargetKind::kPage:
       if (s.workload.kind != WorkloadKind::kPagestore) {
         return rd.Error(tn->source(), "target page:P needs a pagestore workload");
@@ -274,11 +320,12 @@ Status ParseFault(const Reader& rd, const toml::table& t, const Scenario& s, Fau
                                              : "delay must be a duration like 500us, 1ms, 2s");
   }
   TRY_ASSIGN(f->duration_s, rd.Num(t, "duration_s", 0.01, 1e6));
+  const bool etcd_kill = f->action == FaultAction::kKill && f->target.kind == TargetKind::kEtcd;
   if (t.contains("duration_s") &&
       !(f->action == FaultAction::kStop || f->action == FaultAction::kDelay ||
-        f->action == FaultAction::kDrop || f->action == FaultAction::kPartition)) {
+        f->action == FaultAction::kDrop || f->action == FaultAction::kPartition || etcd_kill)) {
     return rd.Error(rd.Line(t, "duration_s"),
-                    "duration_s applies to stop, delay, drop and partition only");
+                    "duration_s applies to stop, delay, drop, partition and a kill of etcd only");
   }
   TRY_ASSIGN(f->bits, rd.Int(t, "bits", 1, 1 << 20));
   if (t.contains("bits") && f->action != FaultAction::kBitflip) {
@@ -365,6 +412,11 @@ Result<Scenario> ParseScenario(const std::string& text, const std::string& origi
                                                         std::to_string(s.cluster.memservers) + ")");
   }
 
+  if (s.cluster.membership == "etcd" && s.workload.kind != WorkloadKind::kPagestore) {
+    return rd.Error(rd.Line(*cluster, "membership"),
+                    "membership = \"etcd\" needs a pagestore workload (the store that follows "
+                    "it)");
+  }
   if (const toml::node* f = root.get("fault")) {
     const toml::array* arr = f->as_array();
     if (arr == nullptr || !arr->is_array_of_tables()) {
@@ -530,6 +582,8 @@ Scenario ApplyQuick(const Scenario& s) {
       if (q2.slabs_back_to_baseline && (!only_present || e->slabs_back_to_baseline)) {
         e->slabs_back_to_baseline = q2.slabs_back_to_baseline;
       }
+      if (q2.false_failures && (!only_present || e->false_failures))
+        e->false_failures = q2.false_failures;
     };
     merge(&q.expect, false);
     for (VariantSpec& v : q.variants) merge(&v.expect, true);

@@ -44,6 +44,14 @@ struct ClusterSpec {
   // loopback, or netns: each memserver a host of its own, in a network namespace on a bridge
   // (client/hosts.h); a partition then takes the host's link down.
   std::string hosts = "loopback";
+  // static: the store is given the cluster's server list. etcd: the runner starts an etcd of
+  // its own, every memserver registers in it under a lease of etcd_ttl_s, and the pagestore's
+  // store follows that membership (membership::StoreFollower); the fault target `etcd` needs it.
+  std::string membership = "static";
+  int etcd_ttl_s = 3;
+  // The memservers' --orphan_grace: an owner (client process) with no connection for this long
+  // loses its slabs. "0": never (the runner's default: nothing is reclaimed behind a client).
+  std::string orphan_grace = "0";
 };
 
 // The kinds of workload, parsed once from `kind = "..."`; each kind has its own options below
@@ -67,6 +75,9 @@ struct PagestoreOptions {
   uint64_t ops = 0;           // 0: run until duration_s.
   bool verify_at_end = true;  // Read back and check every page when the load ends.
   int verify_passes = 1;      // Extra final passes (bit-flip scrubbing needs > 1).
+  // Pages of the client process (`tessera experiment client`) the fault target `client` kills
+  // and restarts; 0: no client process.
+  uint64_t client_pages = 0;
 };
 
 // kind = paramsvc: `workers` training workers push deterministic gradients of one fp32 tensor
@@ -120,7 +131,9 @@ enum class FaultAction {
 };
 const char* FaultActionName(FaultAction a);
 
-enum class TargetKind { kServer, kRandom, kRack, kPage, kAggregator };
+// kEtcd: the runner's etcd ([cluster] membership = "etcd"); kClient: the client process of a
+// pagestore workload with client_pages.
+enum class TargetKind { kServer, kRandom, kRack, kPage, kAggregator, kEtcd, kClient };
 struct Target {
   TargetKind kind = TargetKind::kServer;
   uint64_t n = 0;  // server index, random count, rack index, page id.
@@ -134,7 +147,9 @@ struct FaultSpec {
   Target target;
   int count = 0;              // page:P: how many of the page's servers (0 = all).
   std::string delay = "1ms";  // delay
-  double duration_s = 0;      // stop/delay/drop/partition: undone after this long (0 = never).
+  // stop/delay/drop/partition, and kill of etcd (restarted on its data): undone after this
+  // long (0 = never).
+  double duration_s = 0;
   int bits = 8;               // bitflip
   int slabs = 1;              // evict
   int line = 0;               // Line of the [[fault]] table in the file.
@@ -160,6 +175,8 @@ struct ExpectSpec {
   // pagestore: the slabs allocated over the running memservers at the end (regeneration done)
   // equal those right after the pages were written (apps/experiment/slab_census.h).
   std::optional<bool> slabs_back_to_baseline;
+  // pagestore: servers the store declared failed although no fault failed them for good.
+  std::optional<int64_t> false_failures;
   std::string p99_below_variant;         // read p99 during faults below that variant's.
   std::string throughput_above_variant;  // lowest 300 ms throughput during faults above.
   std::string fewer_lost_than_variant;   // fewer pages lost than that variant.

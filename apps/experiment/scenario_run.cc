@@ -11,10 +11,13 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "apps/experiment/child_processes.h"
 #include "apps/experiment/partition.h"
 #include "apps/experiment/tools.h"
 #include "apps/experiment/workload.h"
@@ -47,6 +50,7 @@ class ScenarioRun {
     res_.regenerated_after_s = regen_after_.load();
     SummarizeSamples(load_end_t_, &res_);
     workload_->Report(res_, &res_.report);
+    if (client_ != nullptr) ReportClient();
     partition_.HealAll();
     return std::move(res_);
   }
@@ -65,7 +69,15 @@ class ScenarioRun {
     lo.capacity = c_.capacity;
     lo.slab_size = c_.slab_size;
     lo.fault_injection = true;
-    lo.extra_flags = {"--orphan_grace=0"};
+    lo.extra_flags = {"--orphan_grace=" + c_.orphan_grace};
+    if (c_.membership == "etcd") {
+      // The runner's own etcd, first: every memserver registers in it under a lease.
+      TESSERA_ASSIGN_OR_RETURN(etcd_, EtcdServer::Start(dir_ + "/etcd.log"));
+      lo.extra_flags.push_back("--etcd=" + etcd_->endpoint());
+      lo.extra_flags.push_back(std::string("--cluster_name=") + RunContext::kEtcdClusterName);
+      lo.extra_flags.push_back("--etcd_ttl=" + std::to_string(c_.etcd_ttl_s) + "s");
+      ctx_.SetEtcd(etcd_->endpoint());
+    }
     lo.hosts = c_.hosts == "netns" ? client::HostsMode::kNetns : client::HostsMode::kLoopback;
     TESSERA_ASSIGN_OR_RETURN(cluster_, client::LocalCluster::Start(lo));
     res_.hosts = client::HostsModeName(cluster_->hosts());
@@ -113,7 +125,9 @@ class ScenarioRun {
         break;
       }
       case TargetKind::kAggregator:
-        break;  // Not a memserver: FireFault acts on its pid.
+      case TargetKind::kEtcd:
+      case TargetKind::kClient:
+        break;  // Not a memserver: FireFault acts on the process.
       case TargetKind::kPage:
         if (workload_->store() != nullptr) {
           auto r = client::ServersOfPage(*workload_->store(), f.target.n);
@@ -206,7 +220,109 @@ class ScenarioRun {
     std::vector<size_t> servers;
     double until;  // Seconds since t0; inf = to the end.
     bool undo;     // Undo at `until`.
+    bool etcd = false;  // On the runner's etcd, not on servers.
   };
+
+  // The client process (a pagestore workload with client_pages): started once the workload
+  // has written its pages and taken its slab census, so the census counts none of its slabs.
+  Status StartClient() {
+    const PagestoreOptions& w = s_.workload.pagestore;
+    nlohmann::json spec = {{"token_file", cluster_->token_path()},
+                           {"pages", w.client_pages},
+                           {"seed", s_.seed * 7 + 3},
+                           {"k", c_.k},
+                           {"r", c_.r},
+                           {"delta", c_.delta},
+                           {"l", c_.l},
+                           {"layout", c_.layout},
+                           {"placement", c_.placement},
+                           {"op_timeout_ms", c_.op_timeout_ms},
+                           {"heartbeat_timeout_ms", c_.heartbeat_timeout_ms}};
+    nlohmann::json eps = nlohmann::json::array();
+    for (const auto& e : cluster_->endpoints()) eps.push_back(e.ToString());
+    spec["servers"] = eps;
+    TESSERA_ASSIGN_OR_RETURN(
+        client_, ClientProcess::Start(o_.bin_dir, spec.dump(2) + "\n", dir_ + "/client.json"));
+    return Status::Ok();
+  }
+
+  void ReportClient() {
+    nlohmann::json c = {{"pages", s_.workload.pagestore.client_pages}, {"kills", client_->kills()}};
+    std::string md = "- client process: " + std::to_string(client_->kills()) + " SIGKILLs, each "
+                     "followed by a fresh process";
+    if (client_outcome_) {
+      c["final_pages_checked"] = client_outcome_->checked;
+      c["final_lost"] = client_outcome_->lost;
+      c["final_wrong_bytes"] = client_outcome_->wrong_bytes;
+      c["final_read_errors"] = client_outcome_->read_errors;
+      md += "; the final one read back " + std::to_string(client_outcome_->checked) + " of " +
+            std::to_string(client_outcome_->pages) + " pages: " +
+            std::to_string(client_outcome_->lost) + " lost, " +
+            std::to_string(client_outcome_->wrong_bytes) + " wrong bytes";
+    }
+    if (last_client_kill_at_ >= 0 && res_.pages.orphans_cleared_at >= 0) {
+      const double s = res_.pages.orphans_cleared_at - last_client_kill_at_;
+      c["orphans_reclaimed_s_after_last_kill"] = s;
+      md += "; every killed client's slabs reclaimed " + Fmt(s, 2) + " s after the last kill";
+    }
+    res_.report.json["client_process"] = c;
+    res_.report.md += md + "\n";
+  }
+
+  // A fault on the runner's etcd or on the client process.
+  void FireProcessFault(const FaultSpec& f, double t, FaultRecord* rec) {
+    Status st;
+    Active a{f.action, {}, t, false};
+    if (f.target.kind == TargetKind::kClient) {
+      last_client_kill_at_ = NowS();
+      st = client_ != nullptr ? client_->KillAndRestart()
+                              : Unavailable("no client process is running");
+      if (client_ != nullptr) {
+        rec->note = "client process SIGKILLed and started again (" +
+                    std::to_string(client_->kills()) + " kills so far)";
+      }
+    } else {
+      a.etcd = true;
+      switch (f.action) {
+        case FaultAction::kKill:
+          st = etcd_->Kill();
+          a.until = f.duration_s > 0 ? t + f.duration_s : kInf;
+          break;
+        case FaultAction::kStop:
+          st = etcd_->Stop();
+          a.until = f.duration_s > 0 ? t + f.duration_s : kInf;
+          break;
+        default:  // resume: ends the stop windows of etcd.
+          st = etcd_->Cont();
+          for (Active& x : active_) {
+            if (x.etcd && x.action == FaultAction::kStop) {
+              x.until = std::min(x.until, t);
+              x.undo = false;
+            }
+          }
+          break;
+      }
+      a.undo = f.duration_s > 0;
+      if (f.action == FaultAction::kKill && f.duration_s > 0) {
+        rec->note = "restarted on the same data and port after " + Fmt(f.duration_s, 2) + " s";
+      }
+    }
+    if (!st.ok()) {
+      rec->ok = false;
+      rec->note += (rec->note.empty() ? "" : "; ") + st.ToString();
+    }
+    active_.push_back(a);
+    std::lock_guard<std::mutex> l(mu_);
+    res_.faults.push_back(*rec);
+    last_fault_text_ = rec->what;
+  }
+
+  // Undo of a timed fault on etcd: a killed etcd is started again on its data, a stopped one
+  // resumed.
+  Status UndoEtcd(FaultAction a) {
+    if (etcd_ == nullptr) return Status::Ok();
+    return a == FaultAction::kKill ? etcd_->Restart() : etcd_->Cont();
+  }
 
   bool IsPermanentFailure(FaultAction a, const FaultSpec& f) const {
     return a == FaultAction::kKill || a == FaultAction::kRestart ||
@@ -222,6 +338,10 @@ class ScenarioRun {
     if (f.action == FaultAction::kDelay) rec.what += " " + f.delay;
     if (f.action == FaultAction::kBitflip) rec.what += " bits=" + std::to_string(f.bits);
     if (f.duration_s > 0) rec.what += " for " + Fmt(f.duration_s, 2) + " s";
+    if (f.target.kind == TargetKind::kEtcd || f.target.kind == TargetKind::kClient) {
+      FireProcessFault(f, t, &rec);
+      return;
+    }
     if (f.target.kind == TargetKind::kAggregator) {
       const pid_t pid = workload_->companion_pid();
       const int sig = f.action == FaultAction::kKill   ? SIGKILL
@@ -309,7 +429,10 @@ class ScenarioRun {
     bool any_active = false;
     for (Active& a : active_) {
       if (a.undo && t >= a.until) {
-        if (a.servers.empty() && aggregator_stopped_ > 0) {
+        Status etcd_undo;
+        if (a.etcd) {
+          etcd_undo = UndoEtcd(a.action);
+        } else if (a.servers.empty() && aggregator_stopped_ > 0) {
           ::kill(aggregator_stopped_, SIGCONT);
           aggregator_stopped_ = 0;
         }
@@ -318,8 +441,12 @@ class ScenarioRun {
         std::lock_guard<std::mutex> l(mu_);
         FaultRecord rec;
         rec.t = t;
-        rec.what = std::string("end of ") + FaultActionName(a.action);
+        rec.what = std::string("end of ") + FaultActionName(a.action) + (a.etcd ? " etcd" : "");
         rec.servers = a.servers;
+        if (!etcd_undo.ok()) {
+          rec.ok = false;
+          rec.note = etcd_undo.ToString();
+        }
         res_.faults.push_back(rec);
       }
       if (t < a.until) any_active = true;
@@ -371,6 +498,7 @@ class ScenarioRun {
     // Timed faults still in place are undone before the cluster goes away.
     for (Active& a : active_) {
       if (a.undo) {
+        if (a.etcd) UndoEtcd(a.action).IgnoreError();
         for (size_t i : a.servers) Undo(a.action, i).IgnoreError();
         a.undo = false;
       }
@@ -485,6 +613,10 @@ class ScenarioRun {
         std::fprintf(stderr, "[%s] partition: %s\n", res_.name.c_str(), mode.c_str());
     }
     Status st = workload_->Start(ctx_);
+    if (st.ok() && s_.workload.kind == WorkloadKind::kPagestore &&
+        s_.workload.pagestore.client_pages > 0) {
+      st = StartClient();
+    }
     if (st.ok() && ctx_.cancelled()) st = Cancelled("cancelled");
     if (!st.ok()) {
       workload_->Finish(ctx_, &res_).IgnoreError();
@@ -508,11 +640,23 @@ class ScenarioRun {
     }
     sched_stop_.store(true);
     if (sched.joinable()) sched.join();
+    if (st.ok() && !ctx_.cancelled() && client_ != nullptr) {
+      // The final client process checks its pages and frees its slabs before the census.
+      auto o = client_->Finish();
+      if (o.ok()) client_outcome_ = *o;
+      st = o.status();
+    }
     if (st.ok() && !ctx_.cancelled()) st = workload_->Verify(ctx_, &res_);
     sampler_stop_.store(true);
     sampler.join();
     TakeSample();
     Status fin = workload_->Finish(ctx_, &res_);
+    if (client_outcome_) {  // Its pages count with the workload's.
+      res_.data_loss += client_outcome_->lost;
+      res_.wrong_bytes += client_outcome_->wrong_bytes;
+      res_.read_errors += client_outcome_->read_errors;
+      res_.reads_checked += client_outcome_->checked;
+    }
     return st.ok() ? fin : st;
   }
 
@@ -529,7 +673,11 @@ class ScenarioRun {
   std::string dir_;
   Partition partition_;
   Status partition_ready_ = Unsupported("partition not prepared");
+  std::unique_ptr<EtcdServer> etcd_;  // Outlives the memservers registered in it.
   std::unique_ptr<client::LocalCluster> cluster_;
+  std::unique_ptr<ClientProcess> client_;  // Killed before the memservers go.
+  std::optional<ClientOutcome> client_outcome_;
+  double last_client_kill_at_ = -1;  // NowS() of the last SIGKILL of the client process.
   std::vector<client::RemoteServer> servers_;
   RunContext ctx_;
   // Destroyed before the context and the cluster: it frees its slabs, stops its service.

@@ -1,5 +1,7 @@
 // One run of a scenario (a variant, or the healthy baseline): a fresh LocalCluster of real
-// memserver processes with fault injection on, the scenario's workload (workload.h) on it,
+// memserver processes with fault injection on (registered in an etcd of the run's own with
+// [cluster] membership = "etcd"), the scenario's workload (workload.h) on it, with a client
+// process beside it for a pagestore workload with client_pages (child_processes.h),
 // the faults fired on schedule or on the workload's events (and undone after their
 // duration), and a sample of the metrics every 100 ms (the workload's throughput and latency,
 // degraded reads, regenerations pending, data loss, memserver CPU and RSS from /proc).

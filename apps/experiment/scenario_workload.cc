@@ -18,7 +18,7 @@ constexpr std::initializer_list<const char*> kWorkloadKeys = {
     "kind",          "command",       "local_memory", "pages",      "qd",       "read_ratio", "ops",
     "verify_at_end", "verify_passes", "workers",      "iterations", "elements", "mode",
     "keys",          "value_size",    "replicas",     "clients",    "put_ratio", "invoke_ratio",
-    "hops"};
+    "hops",          "client_pages"};
 
 }  // namespace
 
@@ -79,6 +79,9 @@ Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::stri
   if (ops >= 0) w->ops = static_cast<uint64_t>(ops);
   TRY_ASSIGN(w->verify_at_end, rd.Bool(t, "verify_at_end"));
   TRY_ASSIGN(w->pagestore.verify_passes, rd.Int(t, "verify_passes", 1, 10));
+  int64_t client_pages = -1;
+  TRY_ASSIGN(client_pages, rd.Int(t, "client_pages", 16, 1 << 20));
+  if (client_pages > 0) w->pagestore.client_pages = static_cast<uint64_t>(client_pages);
   TRY_ASSIGN(w->paramsvc.workers, rd.Int(t, "workers", 1, 16));
   int64_t iterations = -1;
   TRY_ASSIGN(iterations, rd.Int(t, "iterations", 1, int64_t{1} << 32));
@@ -116,7 +119,7 @@ Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadKeys&
                     "command and local_memory apply to kind = \"run\" only");
   }
   if (kind != K::kPagestore) {
-    for (const char* k : {"pages", "qd", "read_ratio", "verify_passes"}) {
+    for (const char* k : {"pages", "qd", "read_ratio", "verify_passes", "client_pages"}) {
       if (t.contains(k)) {
         return rd.Error(rd.Line(t, k), std::string(k) + " applies to kind = \"pagestore\" only");
       }

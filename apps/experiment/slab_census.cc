@@ -41,6 +41,10 @@ Result<SlabCensus> TakeSlabCensus(client::LocalCluster& cluster, int timeout_ms)
     auto n = StatValue(*text, "slabs_allocated");
     if (!n.ok()) return n.status().WithContext("slab census: server " + std::to_string(i));
     c.allocated += *n;
+    auto orphans = StatValue(*text, "orphaned_owners");
+    auto reclaimed = StatValue(*text, "orphan_slabs_reclaimed");
+    if (orphans.ok()) c.orphaned_owners += *orphans;
+    if (reclaimed.ok()) c.orphan_slabs_reclaimed += *reclaimed;
     c.servers++;
     c.per_server +=
         (c.per_server.empty() ? "" : " ") + std::to_string(i) + ":" + std::to_string(*n);

@@ -95,6 +95,12 @@ class RunContext {
     cluster_file_ = std::move(file);
   }
 
+  // The runner's etcd ([cluster] membership = "etcd"; "" otherwise): the memservers register
+  // under kEtcdClusterName there. Set by the runner before Start.
+  const std::string& etcd_endpoint() const { return etcd_endpoint_; }
+  void SetEtcd(std::string endpoint) { etcd_endpoint_ = std::move(endpoint); }
+  static constexpr const char* kEtcdClusterName = "experiment";
+
   // 0 before any fault, 1 while one is active, 2 after the faults.
   int phase() const { return phase_.load(); }
   void set_phase(int p) { phase_.store(p); }
@@ -117,6 +123,7 @@ class RunContext {
   client::LocalCluster* cluster_ = nullptr;
   std::vector<client::RemoteServer> servers_;
   std::string cluster_file_;
+  std::string etcd_endpoint_;
   std::atomic<int> phase_{0};
   mutable std::mutex mu_;
   std::vector<std::string> events_;

@@ -46,9 +46,9 @@ time_scale = 0.5
 pages = 256
 )";
 
-// Replaces the first occurrence of `from` in kGood.
-std::string Edit(const std::string& from, const std::string& to) {
-  std::string s = kGood;
+// Replaces the first occurrence of `from` in `base` (kGood).
+std::string Edit(const std::string& from, const std::string& to, const char* base = kGood) {
+  std::string s = base;
   size_t p = s.find(from);
   EXPECT_NE(p, std::string::npos) << from;
   if (p != std::string::npos) s.replace(p, from.size(), to);
@@ -218,8 +218,93 @@ TEST(ScenarioTest, HostsAreLoopbackOrNetns) {
   ExpectError(Edit("[cluster]\n", "[cluster]\nhosts = \"moon\"\n"), 5, "hosts");
 }
 
+// [cluster] membership = "etcd" and the fault target etcd; the client process of a pagestore
+// workload and the fault target client; orphan_grace; the false_failures expectation.
+const char* kProcesses = R"(name = "p"
+duration_s = 10
+[cluster]
+memservers = 8
+membership = "etcd"
+etcd_ttl_s = 2
+orphan_grace = "2s"
+[workload]
+kind = "pagestore"
+pages = 1024
+client_pages = 64
+[[fault]]
+at_s = 1
+action = "stop"
+target = "etcd"
+duration_s = 3
+[[fault]]
+at_s = 5
+action = "kill"
+target = "etcd"
+duration_s = 3
+[[fault]]
+at_s = 6
+action = "kill"
+target = "client"
+[expect]
+false_failures = 0
+slabs_back_to_baseline = true
+)";
+
+std::string EditProcesses(const std::string& from, const std::string& to) {
+  return Edit(from, to, kProcesses);
+}
+
+TEST(ScenarioTest, EtcdMembershipAndTheClientProcess) {
+  auto r = ParseScenario(kProcesses, "f.toml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->cluster.membership, "etcd");
+  EXPECT_EQ(r->cluster.etcd_ttl_s, 2);
+  EXPECT_EQ(r->cluster.orphan_grace, "2s");
+  EXPECT_EQ(r->workload.pagestore.client_pages, 64u);
+  EXPECT_EQ(r->faults[0].target.kind, TargetKind::kEtcd);
+  EXPECT_EQ(r->faults[1].action, FaultAction::kKill);
+  EXPECT_DOUBLE_EQ(r->faults[1].duration_s, 3);
+  EXPECT_EQ(r->faults[2].target.kind, TargetKind::kClient);
+  EXPECT_EQ(r->expect.false_failures, 0);
+  // The defaults: static membership, no orphan lease, no client process.
+  auto g = ParseScenario(kGood, "f.toml");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->cluster.membership, "static");
+  EXPECT_EQ(g->cluster.orphan_grace, "0");
+  EXPECT_EQ(g->workload.pagestore.client_pages, 0u);
+
+  ExpectError(EditProcesses("membership = \"etcd\"", "membership = \"zookeeper\""), 5,
+              "membership must be one of static, etcd");
+  ExpectError(EditProcesses("membership = \"etcd\"\n", ""), 5,
+              "etcd_ttl_s applies to membership = \"etcd\" only");
+  ExpectError(EditProcesses("etcd_ttl_s = 2", "etcd_ttl_s = 1"), 6, "etcd_ttl_s must be in [2, 60]");
+  ExpectError(EditProcesses("etcd_ttl_s = 2", "racks = 2"), 6, "register without rack labels");
+  ExpectError(EditProcesses("orphan_grace = \"2s\"", "orphan_grace = \"soon\""), 7,
+              "orphan_grace must be");
+  // The target etcd needs the runner's etcd, and is killed, stopped or resumed only.
+  ExpectError(EditProcesses("membership = \"etcd\"\netcd_ttl_s = 2\n", ""), 13,
+              "target etcd needs [cluster] membership = \"etcd\"");
+  ExpectError(EditProcesses("action = \"stop\"", "action = \"bitflip\""), 15,
+              "etcd can be killed, stopped or resumed only");
+  // duration_s with kill: of etcd only (a killed server is not brought back by a timer).
+  ExpectError(EditProcesses("action = \"kill\"\ntarget = \"etcd\"", "action = \"kill\"\ntarget = \"server:1\""),
+              21, "duration_s applies to stop, delay, drop, partition and a kill of etcd only");
+  // The target client needs client_pages, and is only killed.
+  ExpectError(EditProcesses("client_pages = 64\n", ""), 24, "target client needs a pagestore workload");
+  ExpectError(EditProcesses("target = \"client\"", "target = \"client\"\nduration_s = 1"), 26,
+              "duration_s applies to");
+  ExpectError(EditProcesses("action = \"kill\"\ntarget = \"client\"",
+                            "action = \"stop\"\ntarget = \"client\""),
+              25, "the client can be killed only");
+  ExpectError(EditProcesses("client_pages = 64", "client_pages = 4"), 11, "client_pages must be in");
+  // Only the pagestore's store follows the runner's etcd.
+  std::string kv = kProcesses;
+  kv = kv.substr(0, kv.find("[workload]")) + "[workload]\nkind = \"kv\"\nkeys = 100\n";
+  ExpectError(kv, 5, "membership = \"etcd\" needs a pagestore workload");
+}
+
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
-  ASSERT_EQ(BuiltinScenarios().size(), 9u);
+  ASSERT_EQ(BuiltinScenarios().size(), 11u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
     auto r = ParseScenario(b.text, b.name);
     ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();

@@ -49,38 +49,20 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
 EtcdProcess::~EtcdProcess() { (void)Kill(); }
 
 Status EtcdProcess::Launch() {
-  const std::string client = "http://" + endpoint_;
-  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   Subprocess::Options so;
   so.quiet_stderr = true;
   so.own_process_group = true;
-  TESSERA_ASSIGN_OR_RETURN(
-      proc_, Subprocess::Start({kEtcd, "--name=test", "--data-dir=" + dir_.path() + "/data",
-                                "--listen-client-urls=" + client,
-                                "--advertise-client-urls=" + client,
-                                "--listen-peer-urls=" + peer,
-                                "--initial-advertise-peer-urls=" + peer,
-                                "--initial-cluster=test=" + peer, "--logger=zap",
-                                "--log-outputs=" + dir_.path() + "/etcd.log"},
-                               so));
-  membership::EtcdOptions o;
-  o.endpoints = {endpoint_};
-  o.connect_timeout_ms = 200;
-  o.request_timeout_ms = 500;
-  TESSERA_ASSIGN_OR_RETURN(auto c, membership::EtcdClient::Create(o));
-  const Deadline d = Deadline::AfterMs(15000);
-  Status st;
-  while (!d.Expired()) {
-    if (!proc_.running() || proc_.Poll()) {
-      return Unavailable("etcd exited at start (log: ", dir_.path(), "/etcd.log): ",
-                         ReadFile(dir_.path() + "/etcd.log").substr(0, 2000));
-    }
-    auto r = c->Get("/health-probe");
-    if (r.ok()) return Status::Ok();
-    st = r.status();
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // Poll interval, not a sync.
+  std::vector<std::string> argv = membership::SingleEtcdArgs(
+      "test", dir_.path() + "/data", client_port_, peer_port_, dir_.path() + "/etcd.log");
+  argv[0] = kEtcd;
+  TESSERA_ASSIGN_OR_RETURN(proc_, Subprocess::Start(argv, so));
+  Status st = membership::WaitForEtcd(endpoint_, 15000,
+                                      [&] { return !proc_.running() || proc_.Poll(); });
+  if (st.code() == StatusCode::kUnavailable) {
+    return Unavailable("etcd exited at start (log: ", dir_.path(), "/etcd.log): ",
+                       ReadFile(dir_.path() + "/etcd.log").substr(0, 2000));
   }
-  return Timeout("etcd did not answer within 15 s: ", st.ToString());
+  return st;
 }
 
 Status EtcdProcess::Kill() {

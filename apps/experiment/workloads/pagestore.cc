@@ -3,7 +3,9 @@
 // checking every byte it reads against the content of the page's last acknowledged write; the
 // final passes read every page once more. It is the only kind that knows which pages live on
 // which servers: `page:P` targets, `restart` (the store joins the fresh server), the loss
-// prediction and the slab census are its own.
+// prediction and the slab census are its own. With [cluster] membership = "etcd" its store
+// follows the memservers' registrations in the runner's etcd (membership::StoreFollower), as a
+// client started with --etcd does.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +18,8 @@
 #include "apps/experiment/slab_census.h"
 #include "apps/experiment/workload.h"
 #include "common/clock.h"
+#include "common/units.h"
+#include "membership/membership.h"
 
 namespace tessera::experiment {
 namespace {
@@ -310,7 +314,23 @@ class PagestoreWorkload : public Workload {
     eo.delta = c.delta;
     TESSERA_ASSIGN_OR_RETURN(eo.layout, client::ParseEcLayout(c.layout));
     load_ = std::make_unique<PageLoad>(w_, s.seed, &ctx);
+    if (!ctx.etcd_endpoint().empty()) {
+      // Every memserver registered first; the store starts with the cluster's order (so that
+      // server:N, page:P and the census name the same servers) and follows etcd from then on.
+      membership::EtcdOptions mo;
+      mo.endpoints = {ctx.etcd_endpoint()};
+      TESSERA_ASSIGN_OR_RETURN(view_,
+                               membership::MembershipView::Start(mo, RunContext::kEtcdClusterName));
+      const size_t want = ctx.servers().size();
+      if (!view_->WaitFor([&](const auto& m) { return m.size() == want; }, 15000)) {
+        return Timeout("only ", view_->Members().size(), " of ", want,
+                       " memservers registered in etcd within 15 s");
+      }
+    }
     TESSERA_RETURN_IF_ERROR(load_->Open(eo));
+    if (view_ != nullptr) {
+      TESSERA_ASSIGN_OR_RETURN(follower_, membership::StoreFollower::Start(view_.get(), load_->store()));
+    }
     TESSERA_RETURN_IF_ERROR(load_->Fill().WithContext("writing the pages"));
     census_ = ctx.expect().slabs_back_to_baseline.has_value();
     if (census_ && !ctx.cancelled()) {
@@ -370,9 +390,16 @@ class PagestoreWorkload : public Workload {
     return st;
   }
 
-  Status Finish(RunContext&, RunResult* r) override {
+  Status Finish(RunContext& ctx, RunResult* r) override {
     if (load_ == nullptr) return Status::Ok();
+    if (follower_ != nullptr) {
+      etcd_leaves_ = static_cast<int64_t>(follower_->leaves());
+      etcd_joins_ = static_cast<int64_t>(follower_->joins());
+    }
+    follower_.reset();  // Before the store and the view.
+    view_.reset();
     if (load_->store() != nullptr) {
+      r->false_failures = FalseFailures(ctx);
       auto x = load_->store()->Stats();
       r->corruptions_detected = x.corruptions_detected;
       r->corruptions_repaired = x.corruptions_repaired;
@@ -407,6 +434,15 @@ class PagestoreWorkload : public Workload {
     if (r.pages.slabs_baseline >= 0) {
       out->json["slabs_after_fill"] = r.pages.slabs_baseline;
       out->json["slabs_at_end"] = r.pages.slabs_end;
+      out->json["orphan_slabs_reclaimed"] = r.pages.orphan_slabs_reclaimed;
+    }
+    if (etcd_leaves_ >= 0) {
+      out->json["etcd_leaves_followed"] = etcd_leaves_;
+      out->json["etcd_joins_followed"] = etcd_joins_;
+      out->md += "- etcd membership: the store followed " + std::to_string(etcd_joins_) +
+                 " joins (the first registrations included) and " + std::to_string(etcd_leaves_) +
+                 " leaves (registrations deleted or leases expired); " +
+                 std::to_string(r.false_failures) + " servers declared failed that no fault failed\n";
     }
   }
 
@@ -428,13 +464,55 @@ class PagestoreWorkload : public Workload {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Poll interval.
     }
     TESSERA_ASSIGN_OR_RETURN(SlabCensus census, TakeSlabCensus(ctx.cluster()));
+    // With an orphan grace, the slabs of killed clients are reclaimed by the memservers once
+    // it runs out (checked every --monitor_interval, 200 ms): wait for that, bounded.
+    const std::string& grace = ctx.cluster_spec().orphan_grace;
+    if (grace != "0") {
+      const uint64_t grace_ms = ParseDurationNs(grace).value_or(0) / 1000000;
+      const Deadline od = Deadline::AfterMs(grace_ms + 10000);
+      while (census.orphaned_owners > 0 && !od.Expired() && !ctx.cancelled()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Poll interval.
+        TESSERA_ASSIGN_OR_RETURN(census, TakeSlabCensus(ctx.cluster()));
+      }
+      if (census.orphaned_owners == 0) pages_.orphans_cleared_at = NowS();
+      if (census.orphaned_owners > 0) {
+        pages_.slabs_note += "; " + std::to_string(census.orphaned_owners) +
+                             " orphaned owners still hold slabs " + std::to_string(grace_ms + 10000) +
+                             " ms on";
+      }
+    }
+    pages_.orphan_slabs_reclaimed = census.orphan_slabs_reclaimed;
     pages_.slabs_end = static_cast<int64_t>(census.allocated);
     pages_.slabs_note += "; at the end: " + census.per_server;
     return Status::Ok();
   }
 
+  // Servers of the store marked failed whose endpoint is a cluster server no fault failed for
+  // good (kill, restart, a partition without end).
+  int64_t FalseFailures(RunContext& ctx) const {
+    auto servers = client::RemoteServersOf(*load_->store());
+    auto failed = client::RemoteServersFailed(*load_->store());
+    if (!servers.ok() || !failed.ok()) return -1;
+    const auto& eps = ctx.cluster().endpoints();
+    int64_t n = 0;
+    for (size_t j = 0; j < servers->size() && j < failed->size(); ++j) {
+      if (!(*failed)[j]) continue;
+      for (size_t i = 0; i < eps.size(); ++i) {
+        if (eps[i].ToString() == (*servers)[j].endpoint.ToString() &&
+            ctx.failed_servers().count(i) == 0) {
+          ++n;
+        }
+      }
+    }
+    return n;
+  }
+
   PagestoreOptions w_;
   std::unique_ptr<PageLoad> load_;
+  // Declared after load_: destroyed before the store (the follower first, then the view).
+  std::unique_ptr<membership::MembershipView> view_;
+  std::unique_ptr<membership::StoreFollower> follower_;
+  int64_t etcd_leaves_ = -1, etcd_joins_ = -1;
   bool census_ = false;
   PageLossResult pages_;
   std::vector<std::vector<size_t>> snapshot_;  // Servers of every page before a failure.
