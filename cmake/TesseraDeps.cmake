@@ -1,5 +1,7 @@
-# Finds Tessera's dependencies. Each one comes from a Debian package; a missing one stops
-# configure with the package name to install (scripts/setup.sh installs them all).
+# Finds Tessera's dependencies. Each one comes from a Debian package (scripts/setup.sh installs
+# them all). A required one that is missing stops configure with the package name to install;
+# an optional one (rdma-core) turns its feature off with a configure message, and the feature
+# says at run time that this build is without it.
 find_package(PkgConfig REQUIRED)
 
 function(tessera_require_pkg target pcname debpkg)
@@ -24,8 +26,32 @@ endfunction()
 
 tessera_require_pkg(ISAL libisal libisal-dev)
 tessera_require_pkg(URING liburing liburing-dev)
-tessera_require_pkg(IBVERBS libibverbs libibverbs-dev)
-tessera_require_pkg(RDMACM librdmacm librdmacm-dev)
+
+# RDMA verbs (rdma-core): optional. Without it the fabric has the TCP transport only, and
+# `--transport=rdma` says the build has no verbs. AUTO: on when the packages are found; ON:
+# required; OFF: built without.
+set(TESSERA_RDMA AUTO CACHE STRING "RDMA verbs transport (rdma-core): AUTO, ON or OFF")
+set_property(CACHE TESSERA_RDMA PROPERTY STRINGS AUTO ON OFF)
+set(TESSERA_WITH_RDMA OFF)
+if(TESSERA_RDMA STREQUAL "ON")
+  tessera_require_pkg(IBVERBS libibverbs libibverbs-dev)
+  tessera_require_pkg(RDMACM librdmacm librdmacm-dev)
+  set(TESSERA_WITH_RDMA ON)
+elseif(TESSERA_RDMA STREQUAL "AUTO")
+  pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
+  pkg_check_modules(RDMACM QUIET IMPORTED_TARGET librdmacm)
+  if(IBVERBS_FOUND AND RDMACM_FOUND)
+    set(TESSERA_WITH_RDMA ON)
+  endif()
+elseif(NOT TESSERA_RDMA STREQUAL "OFF")
+  message(FATAL_ERROR "TESSERA_RDMA is '${TESSERA_RDMA}': AUTO, ON or OFF")
+endif()
+if(TESSERA_WITH_RDMA)
+  message(STATUS "RDMA verbs transport: on (rdma-core)")
+else()
+  message(STATUS "RDMA verbs transport: off (TESSERA_RDMA=${TESSERA_RDMA}; install 'libibverbs-dev' "
+                 "and 'librdmacm-dev' for it): TCP on io_uring only")
+endif()
 # SHA-256 / HMAC-SHA256 of the fabric handshake (fabric/auth.h says why nettle, not libcrypto).
 tessera_require_pkg(NETTLE nettle nettle-dev)
 # LZ4 compresses the pager's local tier (kernel_shim/pager/compressed_tier.h).
@@ -85,7 +111,11 @@ if(NOT CURL_FOUND)
 endif()
 
 # What `tessera --version` lists as enabled.
-set(TESSERA_FEATURES "tcp-io_uring rdma-verbs etcd")
+set(TESSERA_FEATURES "tcp-io_uring")
+if(TESSERA_WITH_RDMA)
+  string(APPEND TESSERA_FEATURES " rdma-verbs")
+endif()
+string(APPEND TESSERA_FEATURES " etcd")
 if(TESSERA_BUILD_BENCH)
   string(APPEND TESSERA_FEATURES " bench")
 endif()

@@ -65,6 +65,11 @@ foreach(dir common coding placement fabric memserver client membership apps/kaya
 endforeach()
 install(EXPORT TesseraTargets NAMESPACE tessera::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera COMPONENT dev)
+set(TESSERA_CONFIG_PKG_DEPS "ISAL:libisal URING:liburing")
+if(TESSERA_WITH_RDMA)
+  string(APPEND TESSERA_CONFIG_PKG_DEPS " IBVERBS:libibverbs RDMACM:librdmacm")
+endif()
+string(APPEND TESSERA_CONFIG_PKG_DEPS " NETTLE:nettle CURL:libcurl")
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TesseraConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/TesseraConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera)
