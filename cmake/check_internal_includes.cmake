@@ -1,12 +1,14 @@
 # Fails when a file includes another folder's internal header.
 #
-#   cmake -DROOT=<source tree> [-DALLOWLIST=<file>] [-DEXCLUDE=<dir>;...] -P check_internal_includes.cmake
+#   cmake -DROOT=<source tree> [-DALLOWLIST=<file>] [-DEXCLUDE=<dir>;...] \
+#         -P check_internal_includes.cmake
 #
 # A header is internal when its leading comment block (the `//` lines before anything else)
 # says "Internal to <folder>/" (for example "// Internal to fabric/: the socket helpers ...").
-# Only files under <folder>/ may include it, and the folder's own tests under
-# tests/<top-level folder>/ (white-box unit tests). Includes are written from the repository
-# root ("fabric/socket.h"), so an include names the header's path.
+# Only files under <folder>/ may include it, and the folder's own tests: tests/<name>/ for any
+# name in the folder's path (tests/fabric/ for fabric/, tests/nbd/ for kernel_shim/nbd/,
+# tests/paramsvc/ for apps/paramsvc/), white-box unit tests. Includes are written from the
+# repository root ("fabric/socket.h"), so an include names the header's path.
 #
 # ALLOWLIST (default ROOT/tests/layers/internal_includes_allowlist.txt, when present) holds
 # exceptions, one a line: "<including file> <internal header>  # why". An entry that no longer
@@ -95,10 +97,20 @@ foreach(_f ${_files})
     endif()
     string(MAKE_C_IDENTIFIER "${_h}" _key)
     set(_dir "${_owner_${_key}}")
-    string(REGEX REPLACE "/.*" "" _top "${_dir}")
     string(FIND "${_f}" "${_dir}" _in_dir)
-    string(FIND "${_f}" "tests/${_top}/" _in_tests)
-    if(_in_dir EQUAL 0 OR _in_tests EQUAL 0)
+    if(_in_dir EQUAL 0)
+      continue()
+    endif()
+    # The folder's tests: tests/<name>/ for a name in its path.
+    string(REPLACE "/" ";" _names "${_dir}")
+    set(_in_tests FALSE)
+    foreach(_name ${_names})
+      string(FIND "${_f}" "tests/${_name}/" _at)
+      if(_at EQUAL 0)
+        set(_in_tests TRUE)
+      endif()
+    endforeach()
+    if(_in_tests)
       continue()
     endif()
     if("${_f} ${_h}" IN_LIST _allowed)
@@ -110,7 +122,8 @@ foreach(_f ${_files})
 endforeach()
 foreach(_e ${_allowed})
   if(NOT _e IN_LIST _used_allowed)
-    list(APPEND _errors "${ALLOWLIST}: '${_e}' matches no include of an internal header any more: remove it")
+    list(APPEND _errors
+         "${ALLOWLIST}: '${_e}' matches no include of an internal header any more: remove it")
   endif()
 endforeach()
 
@@ -119,8 +132,8 @@ list(LENGTH _files _n_files)
 if(_errors)
   list(JOIN _errors "\n  " _msg)
   message(FATAL_ERROR "Internal headers included from outside their folder (a header whose "
-                      "leading comment says 'Internal to <folder>/' is for <folder>/ and "
-                      "tests/<its top folder>/ only; docs/concepts/architecture.md):\n  ${_msg}")
+                      "leading comment says 'Internal to <folder>/' is for <folder>/ and its "
+                      "tests/<name>/ only; docs/concepts/architecture.md):\n  ${_msg}")
 endif()
 message(STATUS "check_internal_includes: ${_n_files} files, ${_n_internal} internal headers, "
                "no include of an internal header from outside its folder")
