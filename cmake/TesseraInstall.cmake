@@ -16,18 +16,16 @@ set(_libexec ${CMAKE_INSTALL_LIBEXECDIR}/tessera)
 set(_docdir ${CMAKE_INSTALL_DATAROOTDIR}/doc/tessera)
 
 # Every executable of apps/ and bench/ named tessera-*: the subcommands and their helpers.
+# (tessera_collect_targets: cmake/TesseraLayers.cmake.)
 function(tessera_collect_executables dir out)
+  set(_targets)
+  tessera_collect_targets(${dir} _targets)
   set(_found ${${out}})
-  get_property(_targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t ${_targets})
     get_target_property(_type ${t} TYPE)
     if(_type STREQUAL "EXECUTABLE" AND t MATCHES "^tessera-")
       list(APPEND _found ${t})
     endif()
-  endforeach()
-  get_property(_subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
-  foreach(d ${_subdirs})
-    tessera_collect_executables(${d} _found)
   endforeach()
   set(${out} ${_found} PARENT_SCOPE)
 endfunction()
@@ -65,6 +63,11 @@ foreach(dir common coding placement fabric memserver client membership apps/kaya
 endforeach()
 install(EXPORT TesseraTargets NAMESPACE tessera::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera COMPONENT dev)
+set(TESSERA_CONFIG_PKG_DEPS "ISAL:libisal URING:liburing")
+if(TESSERA_WITH_RDMA)
+  string(APPEND TESSERA_CONFIG_PKG_DEPS " IBVERBS:libibverbs RDMACM:librdmacm")
+endif()
+string(APPEND TESSERA_CONFIG_PKG_DEPS " NETTLE:nettle CURL:libcurl")
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TesseraConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/TesseraConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera)

@@ -19,6 +19,7 @@
 #include "fabric/auth.h"
 #include "fabric/credential.h"
 #include "fabric/byte_buffer.h"
+#include "fabric/connect.h"
 #include "fabric/transport.h"
 #include "fabric/wire.h"
 
@@ -59,24 +60,11 @@ class ClientHandshake {
   State state_ = State::kStart;
 };
 
-// What an authenticated client connection learnt from the server.
-struct ClientLogin {
-  uint64_t server_id = 0;
-  AuthOkResponse auth_ok;
-};
-
 // Runs ClientHandshake over `fd` (connected, non-blocking) within options.deadline.
+// (ClientLogin, ClientSocket and ConnectAndAuthenticate, which runs it over a new socket, are
+// public: fabric/connect.h.)
 Result<ClientLogin> RunClientHandshake(int fd, const Endpoint& endpoint,
                                        const ConnectOptions& options);
-
-// A connected, authenticated socket to a server: ConnectTcp + RunClientHandshake. The socket
-// stays non-blocking.
-struct ClientSocket {
-  UniqueFd fd;
-  ClientLogin login;
-};
-Result<ClientSocket> ConnectAndAuthenticate(const Endpoint& endpoint,
-                                            const ConnectOptions& options);
 
 // What the server half needs from its server.
 struct ServerHandshakeConfig {

@@ -15,32 +15,23 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/status.h"
+#include "fabric/connect.h"
 #include "fabric/transport.h"
 #include "fabric/wire.h"
 
 namespace tessera::fabric {
 
-// A non-blocking TCP socket connected to `endpoint` (TCP_NODELAY set) within `deadline`.
-// Unavailable when refused or unresolvable, Timeout at the deadline.
-Result<UniqueFd> ConnectTcp(const Endpoint& endpoint, Deadline deadline);
+// ConnectTcp, PickListenPort, SetNoDelay and SetBlocking are public: fabric/connect.h.
 
 // A listening TCP socket bound to host:port (SO_REUSEADDR; SO_REUSEPORT when `reuseport`),
 // blocking, close-on-exec.
 Result<UniqueFd> BindListener(const std::string& host, uint16_t port, bool reuseport);
-// A loopback port for another process (etcd, redis, a restarted server) to listen on: free now,
-// and below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), so that no
-// outgoing connection on the host is given it before that process binds it. A port taken by
-// bind(port 0) and closed again is in that range and can be taken in between.
-Result<uint16_t> PickListenPort();
 // The local port of a bound socket (0 if unknown).
 uint16_t BoundPort(int fd);
 // "1.2.3.4:5" / "[::1]:5" for an AF_INET/AF_INET6 address, "unknown" otherwise.
 std::string FormatAddress(const sockaddr_storage& address);
 // FormatAddress(getpeername(fd)).
 std::string PeerAddress(int fd);
-
-void SetNoDelay(int fd);
-Status SetBlocking(int fd, bool blocking);
 
 // Waits until `fd` has one of `events` (POLLIN/POLLOUT) or the deadline (Timeout naming `what`).
 Status WaitFd(int fd, short events, Deadline deadline, const char* what);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "placement/membership.h"
+#include "placement/membership_snapshot.h"
 
 namespace tessera::placement {
 

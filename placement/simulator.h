@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "placement/membership.h"
+#include "placement/membership_snapshot.h"
 #include "placement/placement.h"
 
 namespace tessera::placement {

@@ -10,7 +10,7 @@
 
 #include "client/remote_store.h"
 #include "common/status.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 
 namespace tessera::cli {
 

@@ -1,6 +1,6 @@
 // The scenario parser's reader of TOML tables: typed values with ranges and choices, and
-// errors that name the file and line. Internal to the scenario parser (scenario.cc,
-// scenario_workload.cc).
+// errors that name the file and line. Internal to apps/experiment/: the scenario parser
+// (scenario.cc, scenario_workload.cc).
 //
 // Threads: a Reader is used by one thread.
 #pragma once

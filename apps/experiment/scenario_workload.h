@@ -1,5 +1,6 @@
 // The [workload] table of a scenario: its keys as read, the checks of which keys belong to
-// which kind, and the kind's options made of them. Internal to the scenario parser.
+// which kind, and the kind's options made of them. Internal to apps/experiment/: the scenario
+// parser.
 //
 // Threads: free functions; any thread.
 #pragma once

@@ -10,9 +10,8 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "fabric/connect.h"
 #include "fabric/frame_reader.h"
-#include "fabric/handshake.h"
-#include "fabric/socket.h"
 
 namespace kayak {
 

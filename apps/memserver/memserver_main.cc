@@ -13,7 +13,7 @@
 #include "common/logging.h"
 #include "common/units.h"
 #include "membership/etcd_client.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 #include "fabric/auth.h"
 #include "fabric/transport.h"
 #include "memserver/daemon.h"

@@ -49,7 +49,7 @@
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "kernel_shim/preload/run_stats.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 
 DEFINE_string(local_memory, "50%",
               "Local memory for the program's paged heap: P% of its peak footprint, or a fixed "

@@ -20,7 +20,7 @@
 #include "fabric/cluster_file.h"
 #include "fabric/control_client.h"
 #include "membership/etcd_client.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 
 DEFINE_string(auth_token_file, "",
               "Credential file (`tessera token issue`) or the cluster secret; empty: the "

@@ -18,7 +18,7 @@
 #include "client/local_cluster.h"
 #include "client/page_store.h"
 #include "common/clock.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 #include "tests/support/cpu_load.h"
 
 namespace tessera::bench {

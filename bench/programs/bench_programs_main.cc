@@ -45,7 +45,7 @@
 #include "common/report.h"
 #include "common/subprocess.h"
 #include "common/units.h"
-#include "fabric/socket.h"
+#include "fabric/connect.h"
 #include "kernel_shim/swap/memory_cgroup.h"
 
 DEFINE_bool(quick, false,

@@ -50,7 +50,7 @@
 #include "common/histogram.h"
 #include "fabric/control_client.h"
 #include "fabric/transport.h"
-#include "placement/membership.h"
+#include "placement/membership_snapshot.h"
 
 namespace tessera::client::remote {
 

@@ -12,7 +12,7 @@
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 #include "tests/support/etcd_process.h"
 #include "tests/support/test_util.h"
 

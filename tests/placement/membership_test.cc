@@ -1,5 +1,5 @@
 // MembershipSnapshot: validation of outside input and derived snapshots.
-#include "placement/membership.h"
+#include "placement/membership_snapshot.h"
 
 #include <gtest/gtest.h>
 

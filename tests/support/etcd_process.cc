@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/clock.h"
-#include "fabric/socket.h"
+#include "fabric/connect.h"
 #include "membership/etcd_client.h"
 
 namespace tessera::testing {

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "common/subprocess.h"
-#include "fabric/socket.h"
+#include "fabric/connect.h"
 
 namespace tessera::testing {
 

@@ -19,7 +19,7 @@
 #include "apps/experiment/workload.h"
 #include "common/clock.h"
 #include "common/units.h"
-#include "membership/membership.h"
+#include "membership/etcd_view.h"
 
 namespace tessera::experiment {
 namespace {

@@ -28,10 +28,9 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "fabric/connect.h"
 #include "fabric/control_client.h"
 #include "fabric/credential.h"
-#include "fabric/handshake.h"
-#include "fabric/socket.h"
 #include "memserver/daemon.h"
 
 namespace {

@@ -1,5 +1,5 @@
-// Registration, MembershipView and StoreFollower (see membership.h).
-#include "membership/membership.h"
+// Registration, MembershipView and StoreFollower (see etcd_view.h).
+#include "membership/etcd_view.h"
 
 #include <chrono>
 #include <cstring>

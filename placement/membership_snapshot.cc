@@ -1,4 +1,4 @@
-#include "placement/membership.h"
+#include "placement/membership_snapshot.h"
 
 #include <algorithm>
 
