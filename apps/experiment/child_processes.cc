@@ -18,7 +18,7 @@
 #include "apps/experiment/workload.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
-#include "fabric/socket.h"
+#include "fabric/connect.h"
 #include "membership/etcd_client.h"
 
 namespace tessera::experiment {
