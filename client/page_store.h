@@ -71,8 +71,6 @@ struct PageStoreStats {
   uint64_t server_suspicions = 0;
   uint64_t server_recoveries = 0;
   uint64_t reconnects = 0;
-  // Data connections aborted because one server held max_outstanding_per_server requests.
-  uint64_t capped_aborts = 0;
   uint64_t stale_repairs = 0;
   // Logical slabs whose remote slabs were given back (trimmed empty); their FREE calls are
   // made off the I/O threads, so the servers may still hold them for a moment.

@@ -179,14 +179,6 @@ struct RemoteStoreOptions {
   uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
   int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.
   uint32_t max_inflight_pages = 256;  // Pages in flight per I/O thread (8..16384).
-  // Requests one I/O thread may have outstanding at one server (0: max_inflight_pages + 16, the
-  // thread's op contexts; else 8..65536). An op has at most one request at a server, so a server
-  // that answers never holds more than the contexts; only requests left at a server that does
-  // not answer (late reads let go by their finished ops) pile up past that. Past the cap the
-  // data connection is aborted: every request it held completes as Cancelled (reads ask other
-  // members, writes leave their split stale), which returns every request slot and buffer it
-  // held, and the connection is re-established like any lost one (PageStoreStats::capped_aborts).
-  uint32_t max_outstanding_per_server = 0;
   // After its last bit of work an I/O thread keeps polling (completions, new ops) for this long
   // before it sleeps (0..1000). Sleeping means the next op or reply has to wake it, which costs
   // tens of microseconds on a virtual machine; polling costs CPU the servers on a shared box

@@ -34,9 +34,6 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
   w.Counter("tessera_client_server_failures_total", "Memory servers declared failed.",
             s.server_failures);
   w.Counter("tessera_client_reconnects_total", "Data connections re-established.", s.reconnects);
-  w.Counter("tessera_client_capped_aborts_total",
-            "Data connections aborted at the cap on requests outstanding at one server.",
-            s.capped_aborts);
   w.Counter("tessera_client_stale_repairs_total",
             "Pieces a write could not store at once, rewritten once their server was back.",
             s.stale_repairs);

@@ -386,7 +386,6 @@ class DirectReader {
     uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
     uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 1 s).
     uint32_t stuck = 0;        // Requests there that timed out and have not completed yet.
-    uint32_t orphans = 0;      // Requests there whose reads ended without them (late binding).
     bool dropped = false;      // Its connection was dropped: the next one is a reconnect.
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
@@ -472,9 +471,7 @@ class DirectReader {
       } else {
         sl.orphan = true;
         ++orphans_;
-        ++servers_[sl.server].orphans;
       }
-      MaybeLetGo(sl.server);
     }
     r.active = false;
     free_reads_.push_back(ri);
@@ -487,10 +484,7 @@ class DirectReader {
       --stuck_;
       --servers_[sl.server].stuck;
     }
-    if (sl.orphan) {
-      --orphans_;
-      --servers_[sl.server].orphans;
-    }
+    if (sl.orphan) --orphans_;
     sl.busy = sl.handled = sl.stuck = sl.orphan = false;
     free_.push_back(slot);
   }
@@ -542,22 +536,6 @@ class DirectReader {
     if (!t_->AddSlab(conn, r).ok()) return false;
     sv.slabs.insert(r.slab_id);
     return true;
-  }
-
-  // The cap on requests one server may hold after their reads ended (stuck or orphaned): a
-  // quarter of the slots. Past it, the server is not answering them (one that answers frees
-  // them as its replies come): the connection goes, which frees every slot it held at once
-  // (RemoteStoreOptions::max_outstanding_per_server is the I/O threads' cap), and a new one is
-  // tried after a moment, once the monitor has the report.
-  void MaybeLetGo(uint32_t server) {
-    Server& sv = servers_[server];
-    if (sv.conn < 0 || sv.stuck + sv.orphans <= std::max<uint32_t>(8, num_slots_ / 4)) return;
-    const std::string why = std::to_string(sv.stuck + sv.orphans) +
-                            " direct reads left there unanswered, the cap per server";
-    store_->stats_.capped_aborts.fetch_add(1, std::memory_order_relaxed);
-    store_->ReportTrouble(server, why);
-    Drop(server);
-    sv.retry_ns = MonotonicNs() + 50'000'000;
   }
 
   // Closes this thread's connection to the server (its in-flight reads complete as Cancelled).

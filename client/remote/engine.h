@@ -331,7 +331,7 @@ struct SharedStats {
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
       direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
-      reconnects{0}, stale_repairs{0}, capped_aborts{0};
+      reconnects{0}, stale_repairs{0};
 };
 
 class IoThread {
@@ -649,10 +649,6 @@ class IoThread {
   // Per server: data requests failed with Unavailable since its last good reply. Past
   // kBrokenAfter the data path is reported broken (HealthTracker::Trouble).
   std::vector<uint32_t> errors_in_a_row_;
-  // Per server: requests posted on this thread's data connection and not completed, and the
-  // cap on them (RemoteStoreOptions::max_outstanding_per_server; Post() aborts past it).
-  std::vector<uint32_t> outstanding_;
-  uint32_t outstanding_cap_ = 0;
   static constexpr uint32_t kBrokenAfter = 16;
   struct StaleSplit {
     uint32_t slab, pidx, server;

@@ -81,7 +81,6 @@ Status IoThread::ConnectServer(uint32_t i) {
   reconnect_at_.resize(i + 1, 0);
   reconnect_fails_.resize(i + 1, 0);
   errors_in_a_row_.resize(i + 1, 0);
-  outstanding_.resize(i + 1, 0);
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
   late_strikes_.resize(i + 1, 0);
@@ -199,9 +198,6 @@ void IoThread::Run(std::promise<Status>* started) {
   free_ctx_count_ = static_cast<int>(nctx);
   const uint32_t nreq =
       std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
-  outstanding_cap_ = store_->opt_.max_outstanding_per_server != 0
-                         ? store_->opt_.max_outstanding_per_server
-                         : nctx;
   reqs_ = std::vector<Request>(nreq);
   pending_wrs_.reserve(nreq);
   flushing_.reserve(nreq);
@@ -495,21 +491,6 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   // remote 0: a group member whose allocation failed (left missing, see AllocateSlab).
   if (server == kNoServer || !Usable(server) || s.remote[split] == 0) return false;
   if (free_req_ >= reqs_.size()) return false;
-  if (outstanding_[server] >= outstanding_cap_) {
-    // Requests pile up at a server that does not answer them: let them all go at once (see
-    // RemoteStoreOptions::max_outstanding_per_server) rather than let it hold this thread's
-    // request slots and buffers until it is failed.
-    store_->stats_.capped_aborts.fetch_add(1, std::memory_order_relaxed);
-    const std::string why =
-        std::to_string(outstanding_[server]) + " requests outstanding, the cap per server";
-    store_->ReportTrouble(server, why);  // Suspect: reads ask it last, reconnects wait for it.
-    ConnLost(server, why);
-    // Not at once, as for a reset connection: give the monitor the moment it needs to take
-    // the report, so that the handshake waits until the server answers again.
-    reconnect_fails_[server] = std::max<uint32_t>(reconnect_fails_[server], 1);
-    reconnect_at_[server] = now_ns_ + 50'000'000;
-    return false;
-  }
   const uint32_t ri = free_req_;
   Request& rq = reqs_[ri];
   free_req_ = rq.next_free;
@@ -536,7 +517,6 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   wr.cookie = ri;
   pending_wrs_.push_back(wr);  // Sent by FlushPosts() at the end of this loop iteration.
   ++c->outstanding;
-  ++outstanding_[server];
   (kind == fabric::OpKind::kWrite ? store_->stats_.bytes_sent : store_->stats_.bytes_received)
       .fetch_add(lay_.split, std::memory_order_relaxed);
   return true;
@@ -578,7 +558,6 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   rq.live = false;
   rq.ctx = nullptr;
   rq.orphan_buf = nullptr;
-  --outstanding_[server];
   rq.next_free = free_req_;
   free_req_ = static_cast<uint32_t>(comp.cookie);
   if (c == nullptr) {

@@ -23,10 +23,6 @@ Status RemoteStore::Init() {
   if (o.max_inflight_pages < 8 || o.max_inflight_pages > 16384) {
     return InvalidArgument("max_inflight_pages must be 8..16384");
   }
-  if (o.max_outstanding_per_server != 0 &&
-      (o.max_outstanding_per_server < 8 || o.max_outstanding_per_server > 65536)) {
-    return InvalidArgument("max_outstanding_per_server must be 0 (automatic) or 8..65536");
-  }
   if (o.capacity_pages == 0) return InvalidArgument("capacity_pages must be > 0");
   if (o.poll_us > 1000) return InvalidArgument("poll_us must be 0..1000");
   if (o.direct_spin_us > 1000) return InvalidArgument("direct_spin_us must be 0..1000");
@@ -225,7 +221,6 @@ PageStoreStats RemoteStore::Stats() const {
   s.server_suspicions = stats_.server_suspicions.load();
   s.server_recoveries = stats_.server_recoveries.load();
   s.reconnects = stats_.reconnects.load();
-  s.capped_aborts = stats_.capped_aborts.load();
   s.stale_repairs = stats_.stale_repairs.load();
   s.slabs_released = stats_.slabs_freed.load();
   s.regenerations_done = stats_.regenerations_done.load();

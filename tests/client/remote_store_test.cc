@@ -45,11 +45,9 @@ std::string LayoutParamName(const ::testing::TestParamInfo<EcLayout>& info) {
 // The stopped-server tests' store over `c`: RS(4,2), delta 1, 24 op contexts
 // (max_inflight_pages 8), op and heartbeat timeouts of 20 s (longer than such a test may take),
 // every page written and flushed. nullptr (with a test failure) if it cannot be made.
-std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pages, EcLayout layout,
-                                              bool direct_reads = true) {
+std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pages, EcLayout layout) {
   ErasureCodedStoreOptions o = EcOptions(c, pages, 4, 2, layout);
   o.delta = 1;
-  o.remote.direct_reads = direct_reads;
   o.remote.max_inflight_pages = 8;
   o.remote.op_timeout_ms = 20000;
   o.remote.heartbeat_timeout_ms = 20000;
@@ -434,62 +432,6 @@ TEST_P(EcLayoutTest, StoppedStragglerDoesNotHoldOpContexts) {
   EXPECT_LT(secs, 10.0) << "512 reads with a stopped server; the op timeout is 20 s";
   EXPECT_EQ(store->Stats().server_failures, 0u);
   EXPECT_EQ(store->Stats().data_loss, 0u);
-}
-
-// A server whose read path hangs but which answers heartbeats and writes is never silent (every
-// write reply resets that), so reads keep asking it and their requests pile up there: each
-// keeps a spare buffer once its read is over, and with those gone (64), finished reads keep
-// their op contexts (24 here) and the store stalls until the op timeout (20 s). The cap on
-// requests outstanding at one server (by default the thread's op contexts, which a server that
-// answers never exceeds) aborts that connection instead, which returns every slot and buffer it
-// held, and re-establishes it. Direct readers (reads on the caller's thread) have the same cap
-// on the requests their ended reads left at one server.
-class HungReadPathTest : public ::testing::TestWithParam<std::tuple<EcLayout, bool>> {};
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, HungReadPathTest,
-    ::testing::Combine(::testing::Values(EcLayout::kSplit, EcLayout::kGroup), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<std::tuple<EcLayout, bool>>& info) {
-      return std::string(EcLayoutName(std::get<0>(info.param))) +
-             (std::get<1>(info.param) ? "_direct" : "_io_thread");
-    });
-
-TEST_P(HungReadPathTest, RequestsPilingUpAtAHungServerAreLetGoAtTheCap) {
-  auto cluster = StartCluster(6);
-  ASSERT_NE(cluster, nullptr);
-  constexpr uint64_t kPages = 256;
-  auto owned =
-      StoppedServerStore(*cluster, kPages, std::get<0>(GetParam()), std::get<1>(GetParam()));
-  ASSERT_NE(owned, nullptr);
-  PageStore* store = owned.get();
-  auto servers = ServersOfPage(*store, 0);
-  ASSERT_TRUE(servers.ok());
-  const size_t hung = (*servers)[0];
-  ASSERT_TRUE(cluster->Fault(hung, {"hang", "--ops", "read"}).ok());
-  std::vector<uint32_t> versions(kPages, 1);
-  constexpr int kRounds = 400;
-  const uint64_t t0 = MonotonicNs();
-  uint8_t buf[kPageSize];
-  for (int i = 0; i < kRounds; ++i) {
-    const PageId w = static_cast<PageId>(i) % kPages;
-    Status ws = WriteVersion(store, w, ++versions[w]);
-    ASSERT_TRUE(ws.ok()) << "write " << i << ", page " << w << ": " << ws;
-    const PageId p = static_cast<PageId>(i * 7 + 3) % kPages;
-    Status st = store->ReadPage(p, buf);
-    ASSERT_TRUE(st.ok()) << "read " << i << ", page " << p << ": " << st;
-    ASSERT_TRUE(Matches(p, versions[p], buf)) << "page " << p;
-  }
-  const double secs = static_cast<double>(MonotonicNs() - t0) / 1e9;
-  ASSERT_TRUE(cluster->Fault(hung, {"clear"}).ok());
-  EXPECT_LT(secs, 10.0) << kRounds << " writes and reads with a hung read path; the op timeout "
-                        << "is 20 s";
-  const PageStoreStats st = store->Stats();
-
-  EXPECT_GE(st.capped_aborts, 1u) << "the requests never reached the cap";
-  EXPECT_GE(st.reconnects, 1u);
-  EXPECT_EQ(st.server_failures, 0u);
-  EXPECT_EQ(st.data_loss, 0u);
-  ASSERT_TRUE(store->Flush().ok());
-  VerifyAll(store, versions);
 }
 
 // The state StoppedStragglerDoesNotHoldOpContexts stalled in now and then on a loaded machine,
