@@ -356,13 +356,9 @@ void CheckpointKeeper::Serve(int fd) {
         if (it == jobs_.end()) break;
         it->second.staged_move = 0;
         it->second.staged_from.clear();
-        // The job was here before and moved away: its tombstone goes.
-        for (auto m = moved_.begin(); m != moved_.end();) {
-          m = m->second.name == it->second.spec.name ? moved_.erase(m) : std::next(m);
-        }
         break;
       }
-      case kMoved: {
+      case kMoved: {  // A job moved away (or an old id of a job back here, sent again)
         MovedRecord r;
         if (!DecodeMoved(b, &r)) return;
         std::lock_guard<std::mutex> l(mu_);

@@ -20,6 +20,7 @@ Status ReplyError(const Header& h, const std::vector<uint8_t>& payload) {
   const int code = h.status;
   // A move this call does not follow: like a lost connection, a reconnect joins it again.
   if (code == kStatusMoved) return Unavailable("the job moved to ", msg);
+  if (code == kStatusArriving) return Unavailable(msg);
   if (code <= 0 || code > static_cast<int>(StatusCode::kIoError)) {
     return ProtocolError("reply with unknown status ", code, ": ", msg);
   }
@@ -132,6 +133,7 @@ Status Client::Join(const JobSpec& spec, uint32_t rank) {
   const auto enc = spec.Encode();
   std::vector<uint8_t> rep;
   bool moved = following_;
+  const Deadline arriving = Deadline::AfterMs(static_cast<uint64_t>(opt_.op_timeout_ms));
   for (int hop = 0;; ++hop) {
     const uint64_t rid = next_rid_++;
     Status s = Send(Op::kRegister, 0, rid, enc);
@@ -139,6 +141,11 @@ Status Client::Join(const JobSpec& spec, uint32_t rank) {
     Header h;
     s = Await(rid, &h, &rep);
     if (!s.ok()) return s;
+    if (h.status == kStatusArriving && !arriving.Expired()) {  // Its move commits shortly.
+      --hop;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Retry pacing, not sync.
+      continue;
+    }
     if (h.status == kStatusMoved) {  // The job (or, while draining, a new job) is elsewhere.
       if (hop >= kMaxHops) return Unavailable("job '", spec.name, "' moved more than ", kMaxHops, " times in a row");
       s = Redial(std::string(rep.begin(), rep.end()));

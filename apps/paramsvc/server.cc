@@ -350,7 +350,9 @@ Status Server::RestoreMoved(const MovedRecord& r) {
   }
   impl_->moved[r.job] = r;
   if (!impl_->job_by_name.count(r.name)) impl_->moved_by_name[r.name] = r.job;
-  impl_->unacked[r.job] = true;  // Sent again: the restart may have come before D heard it.
+  // Sent again: the restart may have come before D heard it (not to itself: an old id of a
+  // job that came back here).
+  if (r.to != impl_->advertise) impl_->unacked[r.job] = true;
   impl_->next_job = std::max(impl_->next_job, r.job + 1);
   impl_->mover_cv.notify_all();
   return Status::Ok();

@@ -104,9 +104,12 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
     if (s.code() == StatusCode::kNotFound && AnswerMoved(conn, h)) return;
     fail(s);
   };
+  // A staged copy (a move arriving): kStatusArriving, which clients retry.
   auto arriving = [&](const Job& job) {
-    return Unavailable("job '", job.spec.name, "' is arriving from ", job.peer, " (move ",
-                       job.move_id, "); retry");
+    const std::string m = "job '" + job.spec.name + "' is arriving from " + job.peer +
+                          " (move " + std::to_string(job.move_id) + "); retry";
+    conn->Queue({Header{op, kStatusArriving, 0, h.job, h.request_id},
+                 std::vector<uint8_t>(m.begin(), m.end()), nullptr});
   };
   auto need_admin = [&]() {
     if (conn->admin.load()) return true;
@@ -124,8 +127,10 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto spec = JobSpec::Decode(payload);
       if (!spec.ok()) return fail(spec.status());
       std::string moved_to;
-      auto layout = Register(std::move(*spec), &moved_to);
+      std::shared_ptr<Job> staged;
+      auto layout = Register(std::move(*spec), &moved_to, &staged);
       if (!moved_to.empty()) return conn->SendMoved(op, 0, h.request_id, moved_to);
+      if (staged) return arriving(*staged);
       if (!layout.ok()) return fail(layout.status());
       const auto bytes = layout->Encode();
       conn->Send(op, layout->job, h.request_id, bytes);
@@ -137,7 +142,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto jp = Resolve(h.job, r->partition);
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       if (r->worker >= job->spec.workers) {
         return fail(InvalidArgument("worker ", r->worker, " but job '", job->spec.name, "' has ",
                                     job->spec.workers, " workers"));
@@ -169,7 +174,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto jp = Resolve(h.job, r->partition);
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       if (r->dtype != p->dtype && r->dtype != DType::kF32) {
         return fail(InvalidArgument("pull of tensor '", job->spec.tensors[p->info.tensor].name,
                                     "' (", DTypeName(p->dtype), ") as ", DTypeName(r->dtype),
@@ -192,7 +197,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto jp = Resolve(h.job, r->partition);
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       if ((r->dtype != p->dtype && r->dtype != DType::kF32) || r->count != p->info.count) {
         return fail(InvalidArgument("initial values for partition ", r->partition, ": ", r->count,
                                     " ", DTypeName(r->dtype), " elements, expected ", p->info.count,
@@ -215,7 +220,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       if (!r.ok()) return fail(r.status());
       std::shared_ptr<Job> job = FindJob(h.job);
       if (!job) return lost(NotFound("unknown job ", h.job));
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       if (r->worker >= job->spec.workers) {
         return fail(InvalidArgument("worker ", r->worker, " but job '", job->spec.name, "' has ",
                                     job->spec.workers, " workers"));
@@ -252,7 +257,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
     case Op::kRelease: {
       std::shared_ptr<Job> job = FindJob(h.job);
       if (!job) return lost(NotFound("unknown job ", h.job));
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       {
         // A job that is moving departs from where the move leaves it.
         std::lock_guard<std::mutex> pl(job->pmu);
@@ -294,7 +299,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       if (!r.ok()) return fail(r.status());
       std::shared_ptr<Job> job = FindJob(h.job);
       if (!job) return lost(NotFound("unknown job ", h.job));
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       {
         // Under pmu: either every partition has the lr before a handoff snapshot, or the
         // request is parked (and sent again to where the job goes).
@@ -325,7 +330,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto jp = Resolve(h.job, Get32(payload.data()));
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       std::vector<uint8_t> out;
       {
         std::lock_guard<std::mutex> l(p->mu);
@@ -340,7 +345,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
       auto jp = Resolve(h.job, Get32(payload.data()));
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
-      if (job->place.load() == Job::kStaged) return fail(arriving(*job));
+      if (job->place.load() == Job::kStaged) return arriving(*job);
       auto st = DecodePartitionState({payload.data() + 4, payload.size() - 4}, p->info.count);
       if (!st.ok()) return fail(InvalidArgument("PUT_STATE of partition ", p->index, ": ", st.status().message()));
       const OptimizerSpec& o = job->spec.optimizer;
@@ -440,14 +445,15 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
   fail(ProtocolError("unknown op ", int{op}));
 }
 
-Result<JobLayout> Server::Impl::Register(JobSpec spec, std::string* moved_to) {
+Result<JobLayout> Server::Impl::Register(JobSpec spec, std::string* moved_to,
+                                         std::shared_ptr<Job>* staged) {
   std::lock_guard<std::mutex> l(jobs_mu);
   auto it = job_by_name.find(spec.name);
   if (it != job_by_name.end()) {
     const auto& job = jobs.at(it->second);
     if (job->place.load() == Job::kStaged) {
-      return Unavailable("job '", spec.name, "' is arriving from ", job->peer, " (move ",
-                         job->move_id, "); retry");
+      *staged = job;
+      return Unavailable("job '", spec.name, "' is arriving");
     }
     if (!job->spec.SameModel(spec)) {
       return AlreadyExists("job '", spec.name,

@@ -289,8 +289,9 @@ struct Server::Impl {
   void ConnLoop(std::shared_ptr<Conn> conn);
   Result<std::pair<std::shared_ptr<Job>, Partition*>> Resolve(uint32_t job_id, uint32_t part);
   void Handle(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
-  // `moved_to` set: the job moved away (or the server drains): answer kStatusMoved.
-  Result<JobLayout> Register(JobSpec spec, std::string* moved_to);
+  // `moved_to` set: the job moved away (or the server drains): answer kStatusMoved;
+  // `staged` set: the job is arriving here: answer kStatusArriving.
+  Result<JobLayout> Register(JobSpec spec, std::string* moved_to, std::shared_ptr<Job>* staged);
   // jobs_mu held.
   Result<std::shared_ptr<Job>> MakeJob(uint32_t id, JobSpec spec,
                                        std::vector<PartitionState> states);

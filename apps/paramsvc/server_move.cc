@@ -424,11 +424,15 @@ Result<bool> Server::Impl::ImportPrepareOp(uint32_t job_id, const std::vector<ui
 
 void Server::Impl::ActivateStaged(const std::shared_ptr<Job>& job) {
   if (opt.checkpoint) opt.checkpoint->ActivateJob(job->id);
-  // The job was here before: its tombstone goes.
-  if (auto mv = moved_by_name.find(job->spec.name); mv != moved_by_name.end()) {
-    moved.erase(mv->second);
-    unacked.erase(mv->second);
-    moved_by_name.erase(mv);
+  // The job was here before, under other ids: a client may still name one of them (it did
+  // not hear of the moves in between). Those ids now lead here, where it joins the job again
+  // by name.
+  moved_by_name.erase(job->spec.name);
+  for (auto& [id, r] : moved) {
+    if (r.name != job->spec.name || r.to == advertise) continue;
+    r.to = advertise;
+    unacked.erase(id);
+    if (opt.checkpoint) opt.checkpoint->SaveMoved(r);
   }
   job->place = Job::kActive;
   TLOG(INFO) << "paramsvc: job '" << job->spec.name << "' (job " << job->id

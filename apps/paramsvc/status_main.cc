@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
                 job.value("moves", 0ULL));
   }
   for (const auto& m : j.value("moved", nlohmann::json::array())) {
+    if (m.value("to", std::string()) == j.value("advertise", std::string("?"))) {
+      std::printf("old id: job %d '%s' came back and is here under another id\n",
+                  m.value("job", 0), m.value("name", std::string()).c_str());
+      continue;
+    }
     std::printf("moved away: job %d '%s' -> %s (move %llu%s)\n", m.value("job", 0),
                 m.value("name", std::string()).c_str(), m.value("to", std::string()).c_str(),
                 m.value("move_id", 0ULL),

@@ -7,7 +7,8 @@
 // A reply carries the request's op and request_id. A reply with status != 0 carries the error
 // message as its payload, except status kStatusMoved (256, outside StatusCode): the request's
 // job lives on another server now and the payload is that server's "HOST:PORT"; the request
-// was not applied here (see "Moves between servers" in server.h). Every field of every message is checked by the Decode functions
+// was not applied here (see "Moves between servers" in server.h). kStatusArriving (257): the
+// job is arriving here by a move not committed yet; not applied, send it again shortly. Every field of every message is checked by the Decode functions
 // below (a frame that fails them gets a ProtocolError/InvalidArgument reply naming the field,
 // and a frame whose header is bad closes the connection: its length cannot be trusted).
 //
@@ -39,6 +40,9 @@ inline constexpr uint32_t kMaxPartitionBytes = 64u << 20;
 inline constexpr uint32_t kMaxStatePayload = 3 * kMaxPartitionBytes + (64u << 10);
 // The reply status of a request whose job moved to another server (payload "HOST:PORT").
 inline constexpr uint16_t kStatusMoved = 256;
+// The reply status of a request for a job that is arriving here by a move not committed yet
+// (payload: a message); the request was not applied: send it again shortly.
+inline constexpr uint16_t kStatusArriving = 257;
 inline constexpr uint32_t kMaxWorkers = 1024;
 inline constexpr uint32_t kMaxTensors = 65536;
 inline constexpr uint64_t kMaxModelBytes = 16ull << 30;
