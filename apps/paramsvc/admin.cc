@@ -71,12 +71,14 @@ Result<std::unique_ptr<Client>> ConnectAdmin(const std::string& endpoint, const 
   return c;
 }
 
-Result<std::string> ServiceStatus(const std::string& endpoint, const AdminOptions& o) {
+Result<json> ServiceStatus(const std::string& endpoint, const AdminOptions& o) {
   auto c = ConnectAdmin(endpoint, o, o.timeout_ms);
   if (!c.ok()) return c.status();
   auto s = (*c)->StatusJson();
   if (!s.ok()) return s.status().WithContext(endpoint);
-  return s;
+  json j = json::parse(*s, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return ProtocolError(endpoint, " sent malformed JSON");
+  return j;
 }
 
 Result<std::string> LocateJob(const std::vector<std::string>& servers, const std::string& name,
@@ -88,13 +90,12 @@ Result<std::string> LocateJob(const std::vector<std::string>& servers, const std
     const std::string& ep = todo[i];
     if (std::find(seen.begin(), seen.end(), ep) != seen.end()) continue;
     seen.push_back(ep);
-    auto text = ServiceStatus(ep, o);
-    if (!text.ok()) {
-      last = text.status();
+    auto st = ServiceStatus(ep, o);
+    if (!st.ok()) {
+      last = st.status();
       continue;
     }
-    const json j = json::parse(*text, nullptr, false);
-    if (j.is_discarded()) continue;
+    const json& j = *st;
     for (const auto& job : j.value("jobs", json::array())) {
       if (job.value("name", std::string()) == name && job.value("place", std::string()) != "staged") {
         return ep;
@@ -136,10 +137,10 @@ MoveOutcome RunMove(const std::string& source, const std::string& name, const st
   const Deadline d = Deadline::AfterMs(60000);
   Status last = r.status();
   while (!d.Expired()) {
-    auto text = ServiceStatus(source, o);
-    if (text.ok()) {
-      const json j = json::parse(*text, nullptr, false);
-      if (!j.is_discarded()) {
+    auto st = ServiceStatus(source, o);
+    if (st.ok()) {
+      const json& j = *st;
+      {
         for (const auto& m : j.value("moved", json::array())) {
           if (m.value("name", std::string()) == name && m.value("to", std::string()) == to) {
             out.moved = true;
@@ -161,7 +162,7 @@ MoveOutcome RunMove(const std::string& source, const std::string& name, const st
         return out;
       }
     }
-    last = text.status();
+    last = st.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // Retry pacing, not sync.
   }
   out.message = "the source went down mid-move and is still down (" + last.ToString() +

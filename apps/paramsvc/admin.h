@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,8 @@ std::vector<std::string> SplitList(const std::string& text);
 // An admin connection to the service at "HOST:PORT" whose replies may take op_timeout_ms.
 Result<std::unique_ptr<Client>> ConnectAdmin(const std::string& endpoint, const AdminOptions& o,
                                              int op_timeout_ms);
-// The service's STATUS JSON text.
-Result<std::string> ServiceStatus(const std::string& endpoint, const AdminOptions& o);
+// The service's STATUS, parsed (ProtocolError when it is not JSON).
+Result<nlohmann::json> ServiceStatus(const std::string& endpoint, const AdminOptions& o);
 
 // The service holding job `name` (not a staged copy): looked for in `servers`, following the
 // tombstones of moved jobs (up to 8). NotFound when none has it.

@@ -59,31 +59,27 @@ int main(int argc, char** argv) {
   }
   // What each destination holds already, in model bytes; then the source's jobs, largest first.
   std::map<std::string, uint64_t> held;
-  for (const auto& d : dests) {
-    auto text = ServiceStatus(d, o);
-    if (!text.ok()) {
-      std::fprintf(stderr, "tessera paramsvc drain: %s\n", text.status().ToString().c_str());
+  std::map<std::string, json> status;
+  for (const auto& e : dests) {
+    auto st = ServiceStatus(e, o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "tessera paramsvc drain: %s\n", st.status().ToString().c_str());
       return 1;
     }
-    const json j = json::parse(*text, nullptr, false);
+    status[e] = std::move(*st);
+  }
+  for (const auto& d : dests) {
     uint64_t bytes = 0;
-    if (!j.is_discarded()) {
-      for (const auto& job : j.value("jobs", json::array())) bytes += job.value("model_bytes", 0ULL);
-    }
+    for (const auto& job : status[d].value("jobs", json::array())) bytes += job.value("model_bytes", 0ULL);
     held[d] = bytes;
   }
-  auto text = ServiceStatus(source, o);
-  if (!text.ok()) {
-    std::fprintf(stderr, "tessera paramsvc drain: %s\n", text.status().ToString().c_str());
-    return 1;
-  }
-  const json sj = json::parse(*text, nullptr, false);
-  if (sj.is_discarded()) {
-    std::fprintf(stderr, "tessera paramsvc drain: %s sent malformed JSON\n", source.c_str());
+  auto sj = ServiceStatus(source, o);
+  if (!sj.ok()) {
+    std::fprintf(stderr, "tessera paramsvc drain: %s\n", sj.status().ToString().c_str());
     return 1;
   }
   std::vector<std::pair<uint64_t, std::string>> jobs;
-  for (const auto& job : sj.value("jobs", json::array())) {
+  for (const auto& job : sj->value("jobs", json::array())) {
     jobs.emplace_back(job.value("model_bytes", 0ULL), job.value("name", std::string()));
   }
   std::sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {

@@ -49,16 +49,12 @@ int main(int argc, char** argv) {
   const AdminOptions& o = af.admin;
   std::vector<ServerLoad> servers;
   for (const auto& e : eps) {
-    auto text = ServiceStatus(e, o);
-    if (!text.ok()) {
-      std::fprintf(stderr, "tessera paramsvc rebalance: %s\n", text.status().ToString().c_str());
+    auto st = ServiceStatus(e, o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "tessera paramsvc rebalance: %s\n", st.status().ToString().c_str());
       return 1;
     }
-    const json j = json::parse(*text, nullptr, false);
-    if (j.is_discarded()) {
-      std::fprintf(stderr, "tessera paramsvc rebalance: %s sent malformed JSON\n", e.c_str());
-      return 1;
-    }
+    const json& j = *st;
     ServerLoad s;
     s.name = e;
     s.capacity = j.value("max_cores", 1) * j.value("target_utilisation", 0.6);

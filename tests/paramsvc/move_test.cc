@@ -18,6 +18,7 @@
 #include "apps/paramsvc/client.h"
 #include "client/local_cluster.h"
 #include "common/subprocess.h"
+#include "tests/paramsvc/serve_process.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::paramsvc {
@@ -27,19 +28,6 @@ using tessera::testing::BinDir;
 using tessera::testing::RunTessera;
 using json = nlohmann::json;
 
-struct Service {
-  Subprocess proc;
-  uint16_t port = 0;
-  pid_t aggregator = 0;
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
-};
-
-Result<pid_t> NextAggregator(Subprocess* p) {
-  auto line = p->WaitForLine("aggregator pid ", Deadline::AfterMs(30000));
-  if (!line.ok()) return line.status();
-  return static_cast<pid_t>(std::stol(line->substr(15)));
-}
-
 // Waits for the line a service prints when a move reaches `phase` (--move_hold_file).
 Status WaitForPhase(Subprocess* p, const std::string& phase) {
   const Deadline d = Deadline::AfterMs(60000);
@@ -48,38 +36,6 @@ Status WaitForPhase(Subprocess* p, const std::string& phase) {
     if (!line.ok()) return line.status().WithContext("waiting for phase " + phase);
     if (line->ends_with("': " + phase)) return Status::Ok();
   }
-}
-
-client::LocalClusterOptions ThreeServers() {
-  client::LocalClusterOptions co;
-  co.bin_dir = BinDir();
-  co.servers = 3;
-  co.capacity = "64M";
-  co.slab_size = "1M";
-  return co;
-}
-
-// `tessera paramsvc serve` checkpointing into the cluster (RS(2,1)); a move holds at the
-// phase `hold_file` names (empty: no hold file).
-Result<Service> StartService(const client::LocalCluster& store, const std::string& hold_file = "") {
-  std::vector<std::string> argv = {BinDir() + "/tessera-paramsvc-serve", "--port=0", "--cores=2",
-                                   "--log_level=warning", "--auth_token_file=" + store.token_path(),
-                                   "--store=" + store.cluster_file_path(), "--ec_k=2", "--ec_r=1",
-                                   "--store_mb=64"};
-  if (!hold_file.empty()) argv.push_back("--move_hold_file=" + hold_file);
-  Subprocess::Options o;
-  o.capture_stdout = true;
-  auto p = Subprocess::Start(argv, o);
-  if (!p.ok()) return p.status();
-  Service s;
-  s.proc = std::move(*p);
-  auto line = s.proc.WaitForLine("listening on ", Deadline::AfterMs(30000));
-  if (!line.ok()) return line.status();
-  s.port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
-  auto agg = NextAggregator(&s.proc);
-  if (!agg.ok()) return agg.status();
-  s.aggregator = *agg;
-  return s;
 }
 
 JobSpec Spec(const std::string& name) {
@@ -260,10 +216,13 @@ void StartPair(Pair* p, bool with_holds = false) {
   auto cluster = client::LocalCluster::Start(ThreeServers());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   p->cluster = std::move(*cluster);
-  auto a = StartService(*p->cluster, with_holds ? p->hold_a() : "");
+  auto hold = [&](const std::string& f) {
+    return with_holds ? std::vector<std::string>{"--move_hold_file=" + f} : std::vector<std::string>{};
+  };
+  auto a = StartService(p->cluster.get(), p->cluster->token_path(), hold(p->hold_a()));
   ASSERT_TRUE(a.ok()) << a.status();
   p->a = std::move(*a);
-  auto b = StartService(*p->cluster, with_holds ? p->hold_b() : "");
+  auto b = StartService(p->cluster.get(), p->cluster->token_path(), hold(p->hold_b()));
   ASSERT_TRUE(b.ok()) << b.status();
   p->b = std::move(*b);
 }
