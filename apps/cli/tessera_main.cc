@@ -46,6 +46,9 @@ const Subcommand kSubcommands[] = {
     {"bench failover", "failure detection, regeneration, read p99 under faults, load and etcd outages"},
     {"paramsvc serve", "run the Parameter Service (model aggregation) on a memserver host"},
     {"paramsvc status", "show a Parameter Service's jobs, cores and counters"},
+    {"paramsvc move", "move a training job to another Parameter Service while it trains"},
+    {"paramsvc drain", "move every job off a Parameter Service and send new ones elsewhere"},
+    {"paramsvc rebalance", "move jobs off overloaded Parameter Services by measured load"},
     {"bench paramsvc", "Parameter Service: summation, packing, vs gloo allreduce, staleness"},
     {"bench kayak", "KV vs RPC offload chosen adaptively under a p99 SLO, vs Redis GET/FCALL"},
 };
@@ -73,7 +76,7 @@ bool PrintGroupHelp(FILE* out, const std::string& dir, const std::string& group)
                    group.c_str());
       any = true;
     }
-    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-18s %s\n", s.words, s.help);
+    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-20s %s\n", s.words, s.help);
   }
   if (any) {
     std::fprintf(out, "\n`tessera %s SUBCOMMAND --help` shows the flags of one subcommand.\n",
@@ -98,7 +101,7 @@ void PrintHelp(FILE* out, const std::string& dir) {
                "Tessera: erasure-coded, failure-resilient remote memory.\n\n"
                "subcommands:\n");
   for (const auto& s : kSubcommands) {
-    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-18s %s\n", s.words, s.help);
+    if (IsExecutable(ToolPath(dir, s.words))) std::fprintf(out, "  %-20s %s\n", s.words, s.help);
   }
   std::fprintf(out, "\n`tessera SUBCOMMAND --help` shows the flags of one subcommand.\n");
 }

@@ -2,6 +2,7 @@
 // with a C FFI. One handle per worker; a handle is not thread-safe. Errors: functions return 0
 // on success, a negative StatusCode on failure; tps_last_error() gives the message of the last
 // failure on this thread.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -116,12 +117,81 @@ int tps_release(void* h) {
   return s.ok() ? 0 : Fail(s);
 }
 
-// Fills counters[7]: pushes, applied, dropped, late, max_staleness, rollbacks, reconnects.
+// Fills counters[8]: pushes, applied, dropped, late, max_staleness, rollbacks, reconnects,
+// redirects.
 void tps_counters(void* h, unsigned long long* out) {
   const auto& c = static_cast<Handle*>(h)->client->counters();
-  const unsigned long long v[7] = {c.pushes, c.applied, c.dropped, c.late, c.max_staleness,
-                                   c.rollbacks, c.reconnects};
+  const unsigned long long v[8] = {c.pushes, c.applied, c.dropped, c.late, c.max_staleness,
+                                   c.rollbacks, c.reconnects, c.redirects};
   std::memcpy(out, v, sizeof(v));
+}
+
+// The server the client talks to now (it changes when the job moves): "HOST:PORT" into buf.
+void tps_endpoint(void* h, char* buf, int len) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  const std::string e = c->host() + ":" + std::to_string(c->port());
+  if (len > 0) {
+    const size_t n = std::min<size_t>(e.size(), static_cast<size_t>(len - 1));
+    std::memcpy(buf, e.data(), n);
+    buf[n] = '\0';
+  }
+}
+
+int tps_num_partitions(void* h) {
+  return static_cast<int>(static_cast<Handle*>(h)->client->layout().partitions.size());
+}
+
+// The job's optimizer state into per-tensor fp32 buffers of elements() values each: params[t]
+// (the service's fp32 parameters), mom[t] (SGD momentum or Adam's m) and mom2[t] (Adam's v);
+// a null buffer is skipped. has_mom[t] / has_mom2[t]: whether any partition of tensor t keeps
+// that state (a partition without it leaves its elements untouched: the caller zeroes them).
+// versions[i] and steps[i] per partition (tps_num_partitions).
+int tps_get_state(void* h, float* const* params, float* const* mom, float* const* mom2,
+                  int* has_mom, int* has_mom2, unsigned long long* versions,
+                  unsigned long long* steps) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  std::vector<tessera::paramsvc::PartitionState> st;
+  tessera::Status s = c->GetState(&st);
+  if (!s.ok()) return Fail(s);
+  const size_t nt = c->spec().tensors.size();
+  for (size_t t = 0; t < nt; ++t) has_mom[t] = has_mom2[t] = 0;
+  for (size_t i = 0; i < st.size(); ++i) {
+    const auto& pi = c->layout().partitions[i];
+    auto copy = [&](float* const* dst, const std::vector<float>& v, int* has) {
+      if (v.empty()) return;
+      if (has) has[pi.tensor] = 1;
+      if (dst && dst[pi.tensor]) std::memcpy(dst[pi.tensor] + pi.offset, v.data(), 4ull * pi.count);
+    };
+    copy(params, st[i].param, nullptr);
+    copy(mom, st[i].mom, has_mom);
+    copy(mom2, st[i].mom2, has_mom2);
+    versions[i] = st[i].version;
+    steps[i] = st[i].steps;
+  }
+  return 0;
+}
+
+// Restores the job's state (at an iteration boundary): per-tensor fp32 params[t], and mom[t] /
+// mom2[t] or null (no such state), per-partition versions and steps.
+int tps_put_state(void* h, const float* const* params, const float* const* mom,
+                  const float* const* mom2, const unsigned long long* versions,
+                  const unsigned long long* steps) {
+  auto* c = static_cast<Handle*>(h)->client.get();
+  std::vector<tessera::paramsvc::PartitionState> st(c->layout().partitions.size());
+  for (size_t i = 0; i < st.size(); ++i) {
+    const auto& pi = c->layout().partitions[i];
+    auto take = [&](const float* const* src, std::vector<float>* v) {
+      if (!src || !src[pi.tensor]) return;
+      v->assign(src[pi.tensor] + pi.offset, src[pi.tensor] + pi.offset + pi.count);
+    };
+    take(params, &st[i].param);
+    take(mom, &st[i].mom);
+    take(mom2, &st[i].mom2);
+    st[i].version = versions[i];
+    st[i].steps = steps[i];
+  }
+  tessera::Status s = c->PutState(st);
+  return s.ok() ? 0 : Fail(s);
 }
 
 unsigned long long tps_min_version(void* h) { return static_cast<Handle*>(h)->client->min_version(); }

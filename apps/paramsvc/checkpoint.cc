@@ -12,6 +12,18 @@
 namespace tessera::paramsvc {
 namespace {
 
+// The link's messages: u32 length (type + body) | u8 type | body.
+//   kJob       u32 job | u32 spec length | spec | u64 staged move (0: none) | str source
+//   kDrop      u32 job
+//   kPart      u32 job | u32 partition | EncodePartitionState
+//   kActivate  u32 job (a staged copy became the job)
+//   kMoved     u32 job | u64 move | str name | str to (a tombstone; the job's pages go)
+//   kDrain     u8 on | str redirect
+//   kSync      u32 job -> kSyncAck u8 durable
+//   kRestoreRequest -> kRestoreJob* (u32 job | u32 spec length | spec | u32 partitions |
+//                      (u32 length | state)* | u64 staged move | str source),
+//                      kRestoreMoved* (as kMoved), kRestoreDrain (as kDrain), kRestoreEnd
+// (str: u16 length | bytes.)
 enum MsgType : uint8_t {
   kJob = 1,
   kDrop = 2,
@@ -19,6 +31,13 @@ enum MsgType : uint8_t {
   kRestoreRequest = 4,
   kRestoreJob = 5,
   kRestoreEnd = 6,
+  kActivate = 7,
+  kMoved = 8,
+  kDrain = 9,
+  kSync = 10,
+  kSyncAck = 11,
+  kRestoreMoved = 12,
+  kRestoreDrain = 13,
 };
 constexpr uint32_t kMaxMsg = 512u << 20;
 
@@ -70,6 +89,52 @@ Status RecvOn(int fd, uint8_t* type, std::vector<uint8_t>* body) {
   return body->empty() ? Status::Ok() : ReadAllFd(fd, body->data(), body->size());
 }
 
+void PutStr(std::vector<uint8_t>* out, const std::string& v) {
+  uint8_t n[2];
+  Put16(n, static_cast<uint16_t>(v.size()));
+  out->insert(out->end(), n, n + 2);
+  out->insert(out->end(), v.begin(), v.end());
+}
+
+bool GetStr(std::span<const uint8_t> b, size_t* off, std::string* v) {
+  if (b.size() < *off + 2) return false;
+  const uint16_t n = Get16(b.data() + *off);
+  if (b.size() < *off + 2 + n) return false;
+  v->assign(reinterpret_cast<const char*>(b.data() + *off + 2), n);
+  *off += 2 + n;
+  return true;
+}
+
+std::vector<uint8_t> EncodeMoved(const MovedRecord& r) {
+  std::vector<uint8_t> out(12);
+  Put32(out.data(), r.job);
+  Put64(out.data() + 4, r.move_id);
+  PutStr(&out, r.name);
+  PutStr(&out, r.to);
+  return out;
+}
+
+bool DecodeMoved(std::span<const uint8_t> b, MovedRecord* r) {
+  if (b.size() < 12) return false;
+  r->job = Get32(b.data());
+  r->move_id = Get64(b.data() + 4);
+  size_t off = 12;
+  return GetStr(b, &off, &r->name) && GetStr(b, &off, &r->to) && off == b.size();
+}
+
+std::vector<uint8_t> EncodeDrain(bool on, const std::string& redirect) {
+  std::vector<uint8_t> out{static_cast<uint8_t>(on ? 1 : 0)};
+  PutStr(&out, redirect);
+  return out;
+}
+
+bool DecodeDrain(std::span<const uint8_t> b, bool* on, std::string* redirect) {
+  if (b.empty() || b[0] > 1) return false;
+  *on = b[0] == 1;
+  size_t off = 1;
+  return GetStr(b, &off, redirect) && off == b.size();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- CheckpointLink
@@ -80,9 +145,47 @@ void CheckpointLink::SendMsg(uint8_t type, std::span<const uint8_t> a, std::span
 }
 
 void CheckpointLink::SaveJob(uint32_t job, const JobSpec& spec) {
+  SaveStagedJob(job, spec, 0, {});
+}
+
+void CheckpointLink::SaveStagedJob(uint32_t job, const JobSpec& spec, uint64_t move_id,
+                                   const std::string& source) {
+  const auto sp = spec.Encode();
+  std::vector<uint8_t> msg(8);
+  Put32(msg.data(), job);
+  Put32(msg.data() + 4, static_cast<uint32_t>(sp.size()));
+  msg.insert(msg.end(), sp.begin(), sp.end());
+  uint8_t mv[8];
+  Put64(mv, move_id);
+  msg.insert(msg.end(), mv, mv + 8);
+  PutStr(&msg, source);
+  SendMsg(kJob, msg);
+}
+
+void CheckpointLink::ActivateJob(uint32_t job) {
   uint8_t id[4];
   Put32(id, job);
-  SendMsg(kJob, id, spec.Encode());
+  SendMsg(kActivate, id);
+}
+
+void CheckpointLink::SaveMoved(const MovedRecord& r) { SendMsg(kMoved, EncodeMoved(r)); }
+
+void CheckpointLink::SaveDrain(bool on, const std::string& redirect) {
+  SendMsg(kDrain, EncodeDrain(on, redirect));
+}
+
+Result<bool> CheckpointLink::Sync(uint32_t job) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint8_t id[4];
+  Put32(id, job);
+  Status s = SendOn(fd_.get(), kSync, id, {});
+  if (!s.ok()) return s;
+  uint8_t type = 0;
+  std::vector<uint8_t> b;
+  s = RecvOn(fd_.get(), &type, &b);
+  if (!s.ok()) return s;
+  if (type != kSyncAck || b.size() != 1) return ProtocolError("unexpected checkpoint link reply");
+  return b[0] == 1;
 }
 
 void CheckpointLink::DropJob(uint32_t job) {
@@ -109,6 +212,21 @@ Result<int> CheckpointLink::Restore(Server* server) {
     s = RecvOn(fd_.get(), &type, &b);
     if (!s.ok()) return s;
     if (type == kRestoreEnd) return jobs;
+    if (type == kRestoreMoved) {
+      MovedRecord r;
+      if (!DecodeMoved(b, &r)) return ProtocolError("bad restore message (moved)");
+      s = server->RestoreMoved(r);
+      if (!s.ok()) return s;
+      TLOG(INFO) << "paramsvc: job " << r.job << " ('" << r.name << "') moved to " << r.to;
+      continue;
+    }
+    if (type == kRestoreDrain) {
+      bool on = false;
+      std::string to;
+      if (!DecodeDrain(b, &on, &to)) return ProtocolError("bad restore message (drain)");
+      server->RestoreDrain(on, to);
+      continue;
+    }
     if (type != kRestoreJob || b.size() < 12) return ProtocolError("unexpected restore message");
     const uint32_t job = Get32(b.data());
     const uint32_t spec_len = Get32(b.data() + 4);
@@ -137,15 +255,20 @@ Result<int> CheckpointLink::Restore(Server* server) {
       }
       off += len;
     }
+    if (b.size() < off + 8) return ProtocolError("short restore message");
+    const uint64_t staged_move = Get64(b.data() + off);
+    off += 8;
+    std::string source;
+    if (!GetStr(b, &off, &source) || off != b.size()) return ProtocolError("bad restore message");
     uint64_t vmin = UINT64_MAX, vmax = 0;
     for (const auto& st : states) {
       vmin = std::min(vmin, st.version);
       vmax = std::max(vmax, st.version);
     }
-    s = server->RestoreJob(job, *spec, std::move(states));
+    s = server->RestoreJob(job, *spec, std::move(states), staged_move, source);
     if (!s.ok()) return s;
     TLOG(INFO) << "paramsvc: restored job " << job << " ('" << spec->name << "') from its checkpoint at versions "
-               << vmin << ".." << vmax;
+               << vmin << ".." << vmax << (staged_move ? " (a staged copy of a move; asking its source)" : "");
     ++jobs;
   }
 }
@@ -195,13 +318,26 @@ void CheckpointKeeper::Serve(int fd) {
         }
         break;
       case kJob: {
-        if (b.size() < 4) return;
-        auto spec = JobSpec::Decode({b.data() + 4, b.size() - 4});
+        if (b.size() < 8) return;
+        const uint32_t spec_len = Get32(b.data() + 4);
+        if (b.size() < 8ull + spec_len + 8) return;
+        auto spec = JobSpec::Decode({b.data() + 8, spec_len});
         if (!spec.ok()) return;
+        size_t off = 8 + spec_len;
+        const uint64_t staged = Get64(b.data() + off);
+        off += 8;
+        std::string source;
+        if (!GetStr(b, &off, &source) || off != b.size()) return;
         std::lock_guard<std::mutex> l(mu_);
         JobEntry& j = jobs_[Get32(b.data())];
+        TrimJob(j);
         j.spec = *spec;
-        j.parts.assign(PartitionModel(*spec).size(), PartEntry{});
+        const size_t n = PartitionModel(*spec).size();
+        j.parts.assign(n, PartEntry{});
+        j.received.assign(n, 0);
+        j.has.assign(n, 0);
+        j.staged_move = staged;
+        j.staged_from = source;
         break;
       }
       case kDrop: {
@@ -209,14 +345,45 @@ void CheckpointKeeper::Serve(int fd) {
         std::lock_guard<std::mutex> l(mu_);
         auto it = jobs_.find(Get32(b.data()));
         if (it == jobs_.end()) break;
-        if (store_) {
-          for (auto& p : it->second.parts) {
-            for (auto& sl : p.slots) {
-              if (sl.pages) store_->Trim(sl.first_page, sl.pages).IgnoreError();
-            }
-          }
-        }
+        TrimJob(it->second);
         jobs_.erase(it);
+        break;
+      }
+      case kActivate: {
+        if (b.size() != 4) return;
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = jobs_.find(Get32(b.data()));
+        if (it == jobs_.end()) break;
+        it->second.staged_move = 0;
+        it->second.staged_from.clear();
+        break;
+      }
+      case kMoved: {  // A job moved away (or an old id of a job back here, sent again)
+        MovedRecord r;
+        if (!DecodeMoved(b, &r)) return;
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = jobs_.find(r.job);
+        if (it != jobs_.end()) {
+          TrimJob(it->second);
+          jobs_.erase(it);
+        }
+        moved_[r.job] = r;
+        break;
+      }
+      case kDrain: {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!DecodeDrain(b, &drain_, &drain_to_)) return;
+        break;
+      }
+      case kSync: {
+        if (b.size() != 4) return;
+        Drain();
+        uint8_t durable = 0;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          durable = Get32(b.data()) == 0 || Durable(Get32(b.data())) ? 1 : 0;
+        }
+        if (!SendOn(fd, kSyncAck, {&durable, 1}, {}).ok()) return;
         break;
       }
       case kPart: {
@@ -225,9 +392,11 @@ void CheckpointKeeper::Serve(int fd) {
         const uint32_t part = Get32(b.data() + 4);
         std::lock_guard<std::mutex> l(mu_);
         stats_.saves_received++;
-        if (!store_) break;
         auto it = jobs_.find(job);
         if (it == jobs_.end() || part >= it->second.parts.size()) break;
+        it->second.received[part] = Get64(b.data() + 8);
+        it->second.has[part] = 1;
+        if (!store_) break;
         PartEntry& e = it->second.parts[part];
         if (e.pending) stats_.saves_superseded++;
         e.pending = true;
@@ -314,6 +483,27 @@ void CheckpointKeeper::WriterLoop() {
   }
 }
 
+void CheckpointKeeper::TrimJob(JobEntry& j) {
+  if (!store_) return;
+  for (auto& p : j.parts) {
+    for (auto& sl : p.slots) {
+      if (sl.pages) store_->Trim(sl.first_page, sl.pages).IgnoreError();
+    }
+  }
+}
+
+bool CheckpointKeeper::Durable(uint32_t job) {
+  if (!store_) return false;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  const JobEntry& j = it->second;
+  for (size_t i = 0; i < j.parts.size(); ++i) {
+    const PartEntry& e = j.parts[i];
+    if (!j.has[i] || e.pending || e.current < 0 || e.version != j.received[i]) return false;
+  }
+  return true;
+}
+
 Status CheckpointKeeper::SendRestore(int fd) {
   std::unique_lock<std::mutex> l(mu_);
   if (store_) {
@@ -347,11 +537,24 @@ Status CheckpointKeeper::SendRestore(int fd) {
         msg.insert(msg.end(), n, n + 4);
         msg.insert(msg.end(), data.begin(), data.end());
       }
+      uint8_t mv[8];
+      Put64(mv, j.staged_move);
+      msg.insert(msg.end(), mv, mv + 8);
+      PutStr(&msg, j.staged_from);
       Status s = SendOn(fd, kRestoreJob, msg, {});
       if (!s.ok()) return s;
       TLOG(WARNING) << "paramsvc supervisor: restored job " << jid << " ('" << j.spec.name
-                    << "') from the erasure-coded store at versions " << vmin << ".." << vmax;
+                    << "') from the erasure-coded store at versions " << vmin << ".." << vmax
+                    << (j.staged_move ? " (a staged copy of a move arriving)" : "");
     }
+  }
+  for (const auto& [_, r] : moved_) {
+    Status s = SendOn(fd, kRestoreMoved, EncodeMoved(r), {});
+    if (!s.ok()) return s;
+  }
+  if (drain_) {
+    Status s = SendOn(fd, kRestoreDrain, EncodeDrain(drain_, drain_to_), {});
+    if (!s.ok()) return s;
   }
   return SendOn(fd, kRestoreEnd, {}, {});
 }

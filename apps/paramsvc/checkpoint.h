@@ -13,6 +13,12 @@
 // starts a replacement on the same listening socket and streams every job back from the store
 // (read through the page store, SHA-256 checked); clients reconnect and resynchronise.
 //
+// Moves between servers (server.h): the supervisor also keeps, in its index, which jobs are
+// staged copies of a move arriving (restored staged, so they ask their source), the
+// tombstones of jobs that moved away (restored instead of the job: the commit point of a move
+// is the supervisor receiving that record) and the drain flag. Sync() is the aggregation
+// server's way to know the supervisor holds everything it sent, and the store every write.
+//
 // Iterations lost: per partition, the updates applied after its last completed checkpoint
 // write: the one being written plus those applied meanwhile, i.e. 1 + ceil(write time /
 // iteration time) at most (1-2 when a write is faster than an iteration). Measured by the
@@ -49,8 +55,14 @@ class CheckpointLink : public CheckpointSink {
   void SaveJob(uint32_t job, const JobSpec& spec) override;
   void DropJob(uint32_t job) override;
   void SavePartition(uint32_t job, uint32_t partition, const PartitionState& state) override;
-  // Asks the supervisor for every checkpointed job and restores them into `server`.
-  // Returns the number of jobs restored.
+  void SaveStagedJob(uint32_t job, const JobSpec& spec, uint64_t move_id,
+                     const std::string& source) override;
+  void ActivateJob(uint32_t job) override;
+  void SaveMoved(const MovedRecord& r) override;
+  void SaveDrain(bool on, const std::string& redirect) override;
+  Result<bool> Sync(uint32_t job) override;
+  // Asks the supervisor for every checkpointed job (and tombstone, and the drain flag) and
+  // restores them into `server`. Returns the number of jobs restored.
   Result<int> Restore(Server* server);
   uint64_t send_errors() const { return send_errors_; }
 
@@ -101,15 +113,25 @@ class CheckpointKeeper {
   struct JobEntry {
     JobSpec spec;
     std::vector<PartEntry> parts;
+    std::vector<uint64_t> received;  // Per partition: the last version received (Sync)
+    std::vector<uint8_t> has;        // Per partition: a state was received
+    uint64_t staged_move = 0;        // A staged copy of this move (0: the job itself)
+    std::string staged_from;
   };
   void WriterLoop();
   Status Allocate(PartEntry* e, uint64_t bytes);
   Status SendRestore(int fd);
+  // Whether every partition of `job` is durable at the version last received (mu_ held).
+  bool Durable(uint32_t job);
+  void TrimJob(JobEntry& j);  // mu_ held
 
   std::unique_ptr<client::PageStore> store_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint32_t, JobEntry> jobs_;
+  std::map<uint32_t, MovedRecord> moved_;
+  bool drain_ = false;
+  std::string drain_to_;
   uint64_t next_page_ = 0;
   bool stop_ = false;
   int writing_ = 0;

@@ -10,6 +10,7 @@
 #include "apps/paramsvc/io.h"
 #include "common/clock.h"
 #include "fabric/auth.h"
+#include "fabric/transport.h"
 
 namespace tessera::paramsvc {
 namespace {
@@ -17,6 +18,9 @@ namespace {
 Status ReplyError(const Header& h, const std::vector<uint8_t>& payload) {
   std::string msg(payload.begin(), payload.end());
   const int code = h.status;
+  // A move this call does not follow: like a lost connection, a reconnect joins it again.
+  if (code == kStatusMoved) return Unavailable("the job moved to ", msg);
+  if (code == kStatusArriving) return Unavailable(msg);
   if (code <= 0 || code > static_cast<int>(StatusCode::kIoError)) {
     return ProtocolError("reply with unknown status ", code, ": ", msg);
   }
@@ -127,9 +131,35 @@ Status Client::Join(const JobSpec& spec, uint32_t rank) {
   if (!v.ok()) return v;
   if (rank >= spec.workers) return InvalidArgument("rank ", rank, " of ", spec.workers, " workers");
   const auto enc = spec.Encode();
-  auto rep = Call(Op::kRegister, 0, enc);
-  if (!rep.ok()) return rep.status();
-  auto lay = JobLayout::Decode(*rep);
+  std::vector<uint8_t> rep;
+  bool moved = following_;
+  const Deadline arriving = Deadline::AfterMs(static_cast<uint64_t>(opt_.op_timeout_ms));
+  for (int hop = 0;; ++hop) {
+    const uint64_t rid = next_rid_++;
+    Status s = Send(Op::kRegister, 0, rid, enc);
+    if (!s.ok()) return s;
+    Header h;
+    s = Await(rid, &h, &rep);
+    if (!s.ok()) return s;
+    if (h.status == kStatusArriving && !arriving.Expired()) {  // Its move commits shortly.
+      --hop;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Retry pacing, not sync.
+      continue;
+    }
+    if (h.status == kStatusMoved) {  // The job (or, while draining, a new job) is elsewhere.
+      if (hop >= kMaxHops) return Unavailable("job '", spec.name, "' moved more than ", kMaxHops, " times in a row");
+      s = Redial(std::string(rep.begin(), rep.end()));
+      if (!s.ok()) return s;
+      moved = true;
+      continue;
+    }
+    if (h.status != 0) return ReplyError(h, rep);
+    break;
+  }
+  // Another server than the one that gave the layout (the job moved, maybe on an earlier
+  // attempt): its own job id is expected.
+  if (joined_ && (opt_.host != layout_host_ || opt_.port != layout_port_)) moved = true;
+  auto lay = JobLayout::Decode(rep);
   if (!lay.ok()) return lay.status();
   const auto want = PartitionModel(spec);
   if (lay->partitions.size() != want.size()) {
@@ -142,7 +172,7 @@ Status Client::Join(const JobSpec& spec, uint32_t rank) {
       return ProtocolError("partition ", i, " of the service's layout differs from the spec's");
     }
   }
-  if (joined_ && lay->job != layout_.job) {
+  if (joined_ && lay->job != layout_.job && !moved) {
     // A restarted service gave the job a new id: its state did not survive.
     layout_ = *lay;
     return DataLoss("the service no longer has job '", spec.name, "' (restarted without its checkpoint)");
@@ -150,12 +180,64 @@ Status Client::Join(const JobSpec& spec, uint32_t rank) {
   spec_ = spec;
   rank_ = rank;
   layout_ = *lay;
+  layout_host_ = opt_.host;
+  layout_port_ = opt_.port;
   if (!joined_) {
     versions_.assign(layout_.partitions.size(), 0);
     pushed_version_.assign(layout_.partitions.size(), UINT64_MAX);
   }
   joined_ = true;
   return Status::Ok();
+}
+
+Status Client::Redial(const std::string& to) {
+  if (Status e = CheckEndpointText(to, "a moved reply's server"); !e.ok()) {
+    return ProtocolError(e.message());
+  }
+  auto ep = fabric::ParseEndpoint(to);
+  if (!ep.ok()) return ProtocolError("a moved reply's server: ", ep.status().message());
+  opt_.host = ep->host;
+  opt_.port = ep->port;
+  fd_.Reset();
+  counters_.redirects++;
+  return Dial();
+}
+
+Status Client::Follow(const std::string& to) {
+  Status s = Redial(to);
+  const Deadline d = Deadline::AfterMs(static_cast<uint64_t>(std::max(opt_.reconnect_ms, opt_.op_timeout_ms)));
+  while (true) {
+    if (s.ok() && joined_) {
+      following_ = true;
+      s = Join(spec_, rank_);
+      following_ = false;
+      if (s.ok() && lr_ >= 0) s = CallSetLr(lr_);
+    }
+    if (s.ok()) return s;
+    // Unavailable: the destination is not up yet, or its copy of the job not committed yet.
+    if (!Broken(s) || d.Expired()) return s.WithContext("following job '" + spec_.name + "' to " + to);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Retry pacing, not sync.
+    s = Dial();
+  }
+}
+
+Result<std::vector<uint8_t>> Client::JobCall(Op op, std::span<const uint8_t> payload) {
+  for (int hop = 0;; ++hop) {
+    const uint64_t rid = next_rid_++;
+    Status s = Send(op, layout_.job, rid, payload);
+    if (!s.ok()) return s;
+    Header h;
+    std::vector<uint8_t> rep;
+    s = Await(rid, &h, &rep);
+    if (!s.ok()) return s;
+    if (h.status == kStatusMoved && joined_ && hop < kMaxHops) {
+      s = Follow(std::string(rep.begin(), rep.end()));
+      if (!s.ok()) return s;
+      continue;  // Not applied where it went: send it again where the job is now.
+    }
+    if (h.status != 0) return ReplyError(h, rep);
+    return rep;
+  }
 }
 
 uint64_t Client::min_version() const {
@@ -188,39 +270,56 @@ Status Client::SetParams(std::span<const void* const> params) {
   if (params.size() != spec_.tensors.size()) {
     return InvalidArgument(params.size(), " tensors given, the job has ", spec_.tensors.size());
   }
-  std::vector<uint64_t> rids;
-  for (uint32_t i = 0; i < layout_.partitions.size(); ++i) {
-    const auto& pi = layout_.partitions[i];
-    const DType dt = spec_.tensors[pi.tensor].dtype;
-    SetParamsRequest r{i, dt, pi.count, {}};
-    uint8_t fixed[SetParamsRequest::kFixed];
-    r.EncodeFixed(fixed);
-    const auto* base = static_cast<const uint8_t*>(params[pi.tensor]) + pi.offset * DTypeSize(dt);
-    const uint64_t rid = next_rid_++;
-    Status s = Send(Op::kSetParams, layout_.job, rid, fixed, {base, pi.count * DTypeSize(dt)});
-    if (!s.ok()) return s;
-    rids.push_back(rid);
-  }
+  std::vector<uint8_t> todo(layout_.partitions.size(), 1);
   Status first;
-  for (uint64_t rid : rids) {
-    Header h;
-    std::vector<uint8_t> p;
-    Status s = Await(rid, &h, &p);
+  for (int hop = 0;; ++hop) {
+    std::vector<std::pair<uint32_t, uint64_t>> rids;
+    for (uint32_t i = 0; i < layout_.partitions.size(); ++i) {
+      if (!todo[i]) continue;
+      const auto& pi = layout_.partitions[i];
+      const DType dt = spec_.tensors[pi.tensor].dtype;
+      SetParamsRequest r{i, dt, pi.count, {}};
+      uint8_t fixed[SetParamsRequest::kFixed];
+      r.EncodeFixed(fixed);
+      const auto* base = static_cast<const uint8_t*>(params[pi.tensor]) + pi.offset * DTypeSize(dt);
+      const uint64_t rid = next_rid_++;
+      Status s = Send(Op::kSetParams, layout_.job, rid, fixed, {base, pi.count * DTypeSize(dt)});
+      if (!s.ok()) return s;
+      rids.emplace_back(i, rid);
+    }
+    std::string moved_to;
+    for (auto [i, rid] : rids) {
+      Header h;
+      std::vector<uint8_t> p;
+      Status s = Await(rid, &h, &p);
+      if (!s.ok()) return s;
+      todo[i] = 0;
+      if (h.status == kStatusMoved) {
+        todo[i] = 1;
+        moved_to.assign(p.begin(), p.end());
+      } else if (h.status != 0 && first.ok()) {
+        first = ReplyError(h, p);
+      }
+    }
+    if (moved_to.empty()) return first;
+    if (hop >= kMaxHops) return Unavailable("job '", spec_.name, "' moved more than ", kMaxHops, " times in a row");
+    Status s = Follow(moved_to);
     if (!s.ok()) return s;
-    if (h.status != 0 && first.ok()) first = ReplyError(h, p);
   }
-  return first;
 }
 
-Status Client::PushAll(std::span<const void* const> grads, std::vector<uint8_t>* refused) {
+Status Client::PushAll(std::span<const void* const> grads, const std::vector<uint8_t>* only,
+                       std::vector<uint8_t>* out, std::string* moved_to) {
   if (!joined_) return InvalidArgument("Join first");
   if (grads.size() != spec_.tensors.size()) {
     return InvalidArgument(grads.size(), " tensors given, the job has ", spec_.tensors.size());
   }
   const size_t n = layout_.partitions.size();
-  refused->assign(n, 0);
-  std::vector<uint64_t> rids(n);
+  out->resize(n, kDone);
+  std::vector<uint64_t> rids(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
+    if (only && !(*only)[i]) continue;
+    (*out)[i] = kDone;
     const auto& pi = layout_.partitions[i];
     const DType dt = spec_.tensors[pi.tensor].dtype;
     PushRequest r;
@@ -238,15 +337,21 @@ Status Client::PushAll(std::span<const void* const> grads, std::vector<uint8_t>*
   }
   Status first;
   for (uint32_t i = 0; i < n; ++i) {
+    if (rids[i] == 0) continue;
     Header h;
     std::vector<uint8_t> p;
     Status s = Await(rids[i], &h, &p);
     if (!s.ok()) return s;
+    if (h.status == kStatusMoved) {  // Not applied there: sent again where the job went.
+      (*out)[i] = kMovedAway;
+      moved_to->assign(p.begin(), p.end());
+      continue;
+    }
     counters_.pushes++;
     if (h.status != 0) {
       Status e = ReplyError(h, p);
       if (e.code() == StatusCode::kOutOfRange) {
-        (*refused)[i] = 1;  // The model moved under us (restore): resynchronise.
+        (*out)[i] = kRefused;  // The model moved under us (restore): resynchronise.
         continue;
       }
       if (first.ok()) first = e;
@@ -265,13 +370,17 @@ Status Client::PushAll(std::span<const void* const> grads, std::vector<uint8_t>*
   return first;
 }
 
-Status Client::PullAll(std::span<void* const> params, const std::vector<uint64_t>& min_versions) {
+Status Client::PullAll(std::span<void* const> params, const std::vector<uint64_t>& min_versions,
+                       const std::vector<uint8_t>* only, std::string* moved_to,
+                       std::vector<uint8_t>* out) {
   if (params.size() != spec_.tensors.size()) {
     return InvalidArgument(params.size(), " tensors given, the job has ", spec_.tensors.size());
   }
   const size_t n = layout_.partitions.size();
-  std::vector<uint64_t> rids(n);
+  if (out) out->assign(n, kDone);
+  std::vector<uint64_t> rids(n, 0);
   for (uint32_t i = 0; i < n; ++i) {
+    if (only && !(*only)[i]) continue;
     const auto& pi = layout_.partitions[i];
     PullRequest r;
     r.partition = i;
@@ -287,9 +396,15 @@ Status Client::PullAll(std::span<void* const> params, const std::vector<uint64_t
   Status first;
   std::vector<uint8_t>& p = pull_buf_;  // Reused: no allocation per MB-sized reply
   for (uint32_t i = 0; i < n; ++i) {
+    if (rids[i] == 0) continue;
     Header h;
     Status s = Await(rids[i], &h, &p);
     if (!s.ok()) return s;
+    if (h.status == kStatusMoved && moved_to && out) {
+      (*out)[i] = kMovedAway;
+      moved_to->assign(p.begin(), p.end());
+      continue;
+    }
     if (h.status != 0) {
       if (first.ok()) first = ReplyError(h, p);
       continue;
@@ -308,11 +423,43 @@ Status Client::PullAll(std::span<void* const> params, const std::vector<uint64_t
   return first;
 }
 
+Status Client::PushFollowing(std::span<const void* const> grads, std::vector<uint8_t>* out) {
+  std::string to;
+  out->clear();
+  Status s = PushAll(grads, nullptr, out, &to);
+  for (int hop = 0; s.ok() && !to.empty(); ++hop) {
+    if (hop >= kMaxHops) return Unavailable("job '", spec_.name, "' moved more than ", kMaxHops, " times in a row");
+    s = Follow(to);
+    if (!s.ok()) return s;
+    std::vector<uint8_t> again(out->size());
+    for (size_t i = 0; i < out->size(); ++i) again[i] = (*out)[i] == kMovedAway;
+    to.clear();
+    s = PushAll(grads, &again, out, &to);
+  }
+  return s;
+}
+
+Status Client::PullFollowing(std::span<void* const> params, const std::vector<uint64_t>& min_versions) {
+  std::string to;
+  std::vector<uint8_t> out;
+  Status s = PullAll(params, min_versions, nullptr, &to, &out);
+  for (int hop = 0; s.ok() && !to.empty(); ++hop) {
+    if (hop >= kMaxHops) return Unavailable("job '", spec_.name, "' moved more than ", kMaxHops, " times in a row");
+    s = Follow(to);
+    if (!s.ok()) return s;
+    std::vector<uint8_t> again(out.size());
+    for (size_t i = 0; i < out.size(); ++i) again[i] = out[i] == kMovedAway;
+    to.clear();
+    s = PullAll(params, min_versions, &again, &to, &out);
+  }
+  return s;
+}
+
 Status Client::Resync(std::span<void* const> params) {
   counters_.rollbacks++;
   std::vector<uint64_t> zero(layout_.partitions.size(), 0);
   std::vector<uint64_t> before = versions_;
-  Status s = PullAll(params, zero);
+  Status s = PullFollowing(params, zero);
   if (!s.ok()) return s;
   bool all_zero = true, had = false;
   for (size_t i = 0; i < versions_.size(); ++i) {
@@ -327,8 +474,8 @@ Status Client::Resync(std::span<void* const> params) {
 }
 
 Status Client::Push(std::span<const void* const> grads) {
-  std::vector<uint8_t> refused;
-  Status s = PushAll(grads, &refused);
+  std::vector<uint8_t> out;
+  Status s = PushFollowing(grads, &out);
   if (Broken(s)) return Reconnect(s);
   return s;
 }
@@ -340,7 +487,7 @@ Status Client::Pull(std::span<void* const> params, bool wait) {
       if (pushed_version_[i] != UINT64_MAX) mins[i] = pushed_version_[i] + 1;
     }
   }
-  Status s = PullAll(params, mins);
+  Status s = PullFollowing(params, mins);
   if (Broken(s)) {
     Status r = Reconnect(s);
     if (!r.ok()) return r;
@@ -350,21 +497,21 @@ Status Client::Pull(std::span<void* const> params, bool wait) {
 }
 
 Status Client::PushPull(std::span<const void* const> grads, std::span<void* const> params) {
-  std::vector<uint8_t> refused;
-  Status s = PushAll(grads, &refused);
+  std::vector<uint8_t> out;
+  Status s = PushFollowing(grads, &out);
   if (Broken(s)) {
     Status r = Reconnect(s);
     if (!r.ok()) return r;
     return Resync(params);
   }
   if (!s.ok()) return s;
-  const bool any_refused = std::any_of(refused.begin(), refused.end(), [](uint8_t x) { return x; });
+  const bool any_refused = std::any_of(out.begin(), out.end(), [](uint8_t x) { return x == kRefused; });
   std::vector<uint64_t> mins(layout_.partitions.size(), 0);
   for (size_t i = 0; i < mins.size(); ++i) {
-    if (spec_.mode == Mode::kSync && !refused[i]) mins[i] = versions_[i] + 1;
+    if (spec_.mode == Mode::kSync && out[i] != kRefused) mins[i] = versions_[i] + 1;
   }
   if (any_refused) counters_.rollbacks++;
-  s = PullAll(params, mins);
+  s = PullFollowing(params, mins);
   if (Broken(s)) {
     Status r = Reconnect(s);
     if (!r.ok()) return r;
@@ -377,11 +524,11 @@ Status Client::Barrier(uint64_t iteration) {
   BarrierRequest r{rank_, static_cast<uint32_t>(opt_.op_timeout_ms), iteration};
   uint8_t b[BarrierRequest::kWireSize];
   r.EncodeTo(b);
-  auto rep = Call(Op::kBarrier, layout_.job, b);
+  auto rep = JobCall(Op::kBarrier, b);
   if (!rep.ok() && Broken(rep.status())) {
     Status s = Reconnect(rep.status());
     if (!s.ok()) return s;
-    rep = Call(Op::kBarrier, layout_.job, b);
+    rep = JobCall(Op::kBarrier, b);
   }
   return rep.ok() ? Status::Ok() : rep.status();
 }
@@ -396,19 +543,71 @@ Status Client::CallSetLr(float lr) {
 
 Status Client::SetLr(float lr) {
   if (!joined_) return InvalidArgument("Join first");
-  Status s = CallSetLr(lr);
+  SetLrRequest r{lr};
+  uint8_t b[SetLrRequest::kWireSize];
+  r.EncodeTo(b);
+  Status s = JobCall(Op::kSetLr, b).status();
   if (Broken(s)) {
-    Status r = Reconnect(s);  // Sends lr_ again when it was set before.
-    if (!r.ok()) return r;
-    s = CallSetLr(lr);
+    Status rc = Reconnect(s);  // Sends lr_ again when it was set before.
+    if (!rc.ok()) return rc;
+    s = JobCall(Op::kSetLr, b).status();
   }
   if (s.ok()) lr_ = lr;
   return s;
 }
 
 Status Client::Release() {
-  auto rep = Call(Op::kRelease, layout_.job, {});
+  auto rep = JobCall(Op::kRelease, {});
   return rep.ok() ? Status::Ok() : rep.status();
+}
+
+Status Client::GetState(std::vector<PartitionState>* out) {
+  if (!joined_) return InvalidArgument("Join first");
+  out->clear();
+  for (uint32_t i = 0; i < layout_.partitions.size(); ++i) {
+    uint8_t b[4];
+    Put32(b, i);
+    auto rep = JobCall(Op::kGetState, b);
+    if (!rep.ok() && Broken(rep.status())) {
+      Status s = Reconnect(rep.status());
+      if (!s.ok()) return s;
+      rep = JobCall(Op::kGetState, b);
+    }
+    if (!rep.ok()) return rep.status();
+    auto st = DecodePartitionState(*rep, layout_.partitions[i].count);
+    if (!st.ok()) return st.status();
+    out->push_back(std::move(*st));
+  }
+  return Status::Ok();
+}
+
+Status Client::PutState(const std::vector<PartitionState>& states) {
+  if (!joined_) return InvalidArgument("Join first");
+  if (states.size() != layout_.partitions.size()) {
+    return InvalidArgument(states.size(), " partition states for ", layout_.partitions.size(),
+                           " partitions");
+  }
+  for (uint32_t i = 0; i < states.size(); ++i) {
+    const uint32_t n = layout_.partitions[i].count;
+    const PartitionState& st = states[i];
+    if (st.param.size() != n || (!st.mom.empty() && st.mom.size() != n) ||
+        (!st.mom2.empty() && st.mom2.size() != n)) {
+      return InvalidArgument("partition ", i, ": its state has ", st.param.size(),
+                             " elements, the partition ", n);
+    }
+    std::vector<uint8_t> b(4);
+    Put32(b.data(), i);
+    const auto enc = EncodePartitionState(st);
+    b.insert(b.end(), enc.begin(), enc.end());
+    auto rep = JobCall(Op::kPutState, b);
+    if (!rep.ok() && Broken(rep.status())) {
+      Status s = Reconnect(rep.status());
+      if (!s.ok()) return s;
+      rep = JobCall(Op::kPutState, b);
+    }
+    if (!rep.ok()) return rep.status();
+  }
+  return Status::Ok();
 }
 
 Result<std::string> Client::StatusJson() {
@@ -422,6 +621,20 @@ Status Client::Migrate(uint32_t partition, uint32_t core) {
   uint8_t b[MigrateRequest::kWireSize];
   r.EncodeTo(b);
   auto rep = Call(Op::kMigrate, layout_.job, b);
+  return rep.ok() ? Status::Ok() : rep.status();
+}
+
+Result<std::string> Client::MoveJob(const std::string& name, const std::string& to,
+                                    uint32_t boundary_timeout_ms, bool allow_volatile) {
+  MoveJobRequest r{name, to, boundary_timeout_ms, allow_volatile};
+  auto rep = Call(Op::kMoveJob, 0, r.Encode());
+  if (!rep.ok()) return rep.status();
+  return std::string(rep->begin(), rep->end());
+}
+
+Status Client::Drain(bool on, const std::string& redirect) {
+  DrainRequest r{on, redirect};
+  auto rep = Call(Op::kDrain, 0, r.Encode());
   return rep.ok() ? Status::Ok() : rep.status();
 }
 

@@ -17,6 +17,15 @@
 // it. A push the service refuses because the model version moved back (OutOfRange) is handled
 // the same way. DataLoss when the service came back without the job's state.
 //
+// Moves: when the job moved to another server (server.h "Moves between servers"), the old
+// server answers kStatusMoved "HOST:PORT" to every request of the job it did not apply. The
+// client then connects there (following up to 8 moves in a row), joins the job again by name
+// (a staged copy answers Unavailable until its move commits; the client retries for
+// max(reconnect_ms, op_timeout_ms)), sends its learning rate again, and sends exactly the
+// requests that were answered kStatusMoved: pushes the old server applied are not sent twice,
+// pushes it did not apply are not lost, and nothing is rolled back. redirects() counts moves
+// followed; host()/port() say where the client is now.
+//
 // Threads: one Client per worker thread; not thread-safe per object.
 #pragma once
 
@@ -27,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/paramsvc/server.h"
 #include "apps/paramsvc/wire.h"
 #include "common/fd.h"
 #include "common/status.h"
@@ -51,6 +61,7 @@ struct ClientCounters {
   uint64_t max_staleness = 0;
   uint64_t rollbacks = 0;    // Iterations discarded by a resynchronisation
   uint64_t reconnects = 0;
+  uint64_t redirects = 0;    // Moves of the job to another server followed
 };
 
 class Client {
@@ -81,26 +92,63 @@ class Client {
 
   // Releases the job (it departs; its state is freed on the service).
   Status Release();
+
+  // The job's state on the service, one PartitionState per partition of layout() (parameters
+  // in fp32, optimizer state, versions, steps), e.g. for a PyTorch state_dict; and back, at an
+  // iteration boundary (no round open): the service's parameters, optimizer state, versions
+  // and steps become these (every worker should pull afterwards).
+  Status GetState(std::vector<PartitionState>* out);
+  Status PutState(const std::vector<PartitionState>& states);
+
   // Admin: STATUS json; move a partition to a core at its next boundary.
   Result<std::string> StatusJson();
   Status Migrate(uint32_t partition, uint32_t core);
+  // Admin (an admin credential): move job `name` from this server to `to` (MOVE_JOB; the
+  // JSON report of the move, or why it aborted, the job then staying here); drain (new jobs
+  // go to `redirect`, or are refused when it is empty) or stop draining.
+  Result<std::string> MoveJob(const std::string& name, const std::string& to,
+                              uint32_t boundary_timeout_ms, bool allow_volatile);
+  Status Drain(bool on, const std::string& redirect);
   // Sends a raw request and returns the reply payload or its error (tests, tools).
   Result<std::vector<uint8_t>> Call(Op op, uint32_t job, std::span<const uint8_t> payload);
 
   uint64_t version(uint32_t partition) const { return versions_[partition]; }
   uint64_t min_version() const;
   const ClientCounters& counters() const { return counters_; }
+  // False once a transport error closed the connection (a reply error leaves it open).
+  bool connected() const { return static_cast<bool>(fd_); }
+  const std::string& host() const { return opt_.host; }
+  uint16_t port() const { return opt_.port; }
 
  private:
+  // A partition's outcome in a batch of pushes or pulls.
+  enum Outcome : uint8_t { kDone = 0, kRefused = 1, kMovedAway = 2 };
+  static constexpr int kMaxHops = 8;
+
   explicit Client(ClientOptions o) : opt_(std::move(o)) {}
   Status Dial();
   Status Reconnect(const Status& why);
+  // Connects to `to` instead (a kStatusMoved reply), without joining.
+  Status Redial(const std::string& to);
+  // Follows the job to `to`: connects, joins it again (retrying while it is still arriving),
+  // sends the learning rate again.
+  Status Follow(const std::string& to);
   Status Send(Op op, uint32_t job, uint64_t rid, std::span<const uint8_t> a,
               std::span<const uint8_t> b = {});
   // Reads replies until one with `rid` arrives (replies come in order per request kind only).
   Status Await(uint64_t rid, Header* h, std::vector<uint8_t>* payload);
-  Status PushAll(std::span<const void* const> grads, std::vector<uint8_t>* refused);
-  Status PullAll(std::span<void* const> params, const std::vector<uint64_t>& min_versions);
+  // A request of the job that follows moves (sent again where the job went).
+  Result<std::vector<uint8_t>> JobCall(Op op, std::span<const uint8_t> payload);
+  // Batches over the partitions whose `only` entry is set (all when null); `out` gets each
+  // partition's Outcome, `moved_to` the server of a kMovedAway.
+  Status PushAll(std::span<const void* const> grads, const std::vector<uint8_t>* only,
+                 std::vector<uint8_t>* out, std::string* moved_to);
+  Status PullAll(std::span<void* const> params, const std::vector<uint64_t>& min_versions,
+                 const std::vector<uint8_t>* only, std::string* moved_to,
+                 std::vector<uint8_t>* out);
+  // The same, following the job wherever it moved until every partition was answered.
+  Status PushFollowing(std::span<const void* const> grads, std::vector<uint8_t>* out);
+  Status PullFollowing(std::span<void* const> params, const std::vector<uint64_t>& min_versions);
   Status Resync(std::span<void* const> params);
   Status CallSetLr(float lr);
 
@@ -110,8 +158,11 @@ class Client {
   JobSpec spec_;
   uint32_t rank_ = 0;
   bool joined_ = false;
+  bool following_ = false;  // Join may give the job another id (it moved)
   float lr_ = -1.0f;  // The last SetLr (< 0: none)
   JobLayout layout_;
+  std::string layout_host_;  // The server layout_ came from
+  uint16_t layout_port_ = 0;
   std::vector<uint64_t> versions_;
   std::vector<uint64_t> pushed_version_;  // Version of this worker's last push (UINT64_MAX: none)
   ClientCounters counters_;

@@ -66,4 +66,46 @@ PackResult PackPartitions(const std::vector<PackItem>& items, double target, int
   return r;
 }
 
+std::vector<PlannedMove> PlanJobMoves(std::vector<ServerLoad> servers, double above,
+                                      int max_moves) {
+  std::vector<PlannedMove> plan;
+  if (servers.size() < 2) return plan;
+  std::vector<double> load(servers.size(), 0);
+  for (size_t i = 0; i < servers.size(); ++i) {
+    if (!(servers[i].capacity > 0)) servers[i].capacity = 1e-9;
+    for (const auto& [_, l] : servers[i].jobs) load[i] += l;
+  }
+  auto util = [&](size_t i) { return load[i] / servers[i].capacity; };
+  for (int k = 0; k < max_moves; ++k) {
+    size_t src = 0, dst = 0;
+    for (size_t i = 1; i < servers.size(); ++i) {
+      if (util(i) > util(src)) src = i;
+      if (util(i) < util(dst)) dst = i;
+    }
+    if (src == dst || util(src) <= above) break;
+    const double before = util(src);
+    int best = -1;
+    double best_max = before;
+    for (size_t j = 0; j < servers[src].jobs.size(); ++j) {
+      const double l = servers[src].jobs[j].second;
+      if (!(l > 0)) continue;
+      const double us = (load[src] - l) / servers[src].capacity;
+      const double ud = (load[dst] + l) / servers[dst].capacity;
+      const double m = std::max(us, ud);
+      if (m < best_max - 1e-9) {
+        best_max = m;
+        best = static_cast<int>(j);
+      }
+    }
+    if (best < 0) break;
+    auto job = servers[src].jobs[best];
+    servers[src].jobs.erase(servers[src].jobs.begin() + best);
+    servers[dst].jobs.push_back(job);
+    load[src] -= job.second;
+    load[dst] += job.second;
+    plan.push_back({job.first, static_cast<int>(src), static_cast<int>(dst), job.second});
+  }
+  return plan;
+}
+
 }  // namespace tessera::paramsvc

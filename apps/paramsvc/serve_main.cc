@@ -53,6 +53,13 @@ DEFINE_string(etcd, "",
 DEFINE_string(cluster_name, "", "Cluster registered in etcd (with --etcd)");
 DEFINE_int32(store_mb, 1024, "Checkpoint store capacity in MiB");
 DEFINE_bool(restart, true, "Restart the aggregation server when it dies");
+DEFINE_string(advertise, "",
+              "HOST:PORT other servers and clients reach this service at (moves between "
+              "servers; `tessera paramsvc move`); empty: --listen and the port, unless "
+              "--listen is 0.0.0.0");
+DEFINE_string(move_hold_file, "",
+              "Testing (fault injection): print each phase of a move between servers on "
+              "stdout, and hold it while this file's first line names that phase");
 DEFINE_string(role, "supervisor", "Internal: supervisor or aggregator");
 DEFINE_int32(listen_fd, -1, "Internal (aggregator): inherited listening socket");
 DEFINE_int32(link_fd, -1, "Internal (aggregator): checkpoint link to the supervisor");
@@ -71,7 +78,9 @@ const cli::CliSpec kSpec = {
     "iteration into the erasure-coded page store on --store. Prints `listening on HOST:PORT`\n"
     "and `aggregator pid N` (again after each restart). SIGTERM or SIGINT stops it. The\n"
     "checkpoint store takes the store flags of every subcommand (--k, --r, --layout,\n"
-    "--io-threads); --metrics-port serves its client metrics on the --listen address.",
+    "--io-threads); --metrics-port serves its client metrics on the --listen address.\n"
+    "Jobs move between services with `tessera paramsvc move`, `drain` and `rebalance`;\n"
+    "give --advertise when --listen is 0.0.0.0.",
     __FILE__,
     0,
     0,
@@ -109,6 +118,8 @@ int RunAggregator(const std::string& secret) {
   o.nice = FLAGS_nice;
   o.checkpoint = FLAGS_store.empty() ? nullptr : &link;  // The supervisor keeps them in --store.
   o.accept_on_start = false;
+  o.advertise = FLAGS_advertise;
+  o.move_hold_file = FLAGS_move_hold_file;
   auto server = Server::Start(o, UniqueFd(FLAGS_listen_fd));
   if (!server.ok()) {
     std::fprintf(stderr, "tessera paramsvc serve: %s\n", server.status().ToString().c_str());
@@ -144,6 +155,11 @@ int main(int argc, char** argv) {
   if (FLAGS_nice < 0 || FLAGS_nice > 19) cli::UsageError(kSpec, "--nice must be in 0..19");
   if (FLAGS_port < 0 || FLAGS_port > 65535) cli::UsageError(kSpec, "--port must be in 0..65535");
   if (FLAGS_store_mb < 1) cli::UsageError(kSpec, "--store_mb must be positive");
+  if (!FLAGS_advertise.empty()) {
+    if (Status e = CheckEndpointText(FLAGS_advertise, "--advertise"); !e.ok()) {
+      cli::UsageError(kSpec, e.message());
+    }
+  }
   auto secret = fabric::LoadAuthSecret(FLAGS_auth_token_file, "tessera paramsvc serve");
   if (!secret.ok()) {
     std::fprintf(stderr, "tessera paramsvc serve: %s\n", secret.status().ToString().c_str());

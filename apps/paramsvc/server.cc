@@ -59,8 +59,49 @@ Result<PartitionState> DecodePartitionState(std::span<const uint8_t> b, uint32_t
   return s;
 }
 
+std::vector<uint8_t> EncodeCounters(const JobCounters& c) {
+  const uint64_t v[] = {c.pushes,  c.applied,       c.pending,       c.dropped,
+                        c.late_aggregated, c.rejected, c.updates, c.staleness_max,
+                        c.staleness_sum,   c.migrations, c.parked};
+  constexpr size_t kN = sizeof(v) / sizeof(v[0]);
+  std::vector<uint8_t> out(8 * kN + 4 + 8 * c.staleness_hist.size());
+  for (size_t i = 0; i < kN; ++i) Put64(out.data() + 8 * i, v[i]);
+  Put32(out.data() + 8 * kN, static_cast<uint32_t>(c.staleness_hist.size()));
+  for (size_t i = 0; i < c.staleness_hist.size(); ++i) {
+    Put64(out.data() + 8 * kN + 4 + 8 * i, c.staleness_hist[i]);
+  }
+  return out;
+}
+
+Status DecodeCounters(std::span<const uint8_t> b, JobCounters* c) {
+  constexpr size_t kN = 11;
+  if (b.size() < 8 * kN + 4) return ProtocolError("counters of ", b.size(), " bytes");
+  uint64_t* f[] = {&c->pushes,  &c->applied,       &c->pending,       &c->dropped,
+                   &c->late_aggregated, &c->rejected, &c->updates, &c->staleness_max,
+                   &c->staleness_sum,   &c->migrations, &c->parked};
+  for (size_t i = 0; i < kN; ++i) *f[i] = Get64(b.data() + 8 * i);
+  const uint32_t n = Get32(b.data() + 8 * kN);
+  if (n > 2048 || b.size() != 8 * kN + 4 + 8ull * n) {
+    return ProtocolError("counters: a histogram of ", n, " buckets in ", b.size(), " bytes");
+  }
+  c->staleness_hist.resize(n);
+  for (uint32_t i = 0; i < n; ++i) c->staleness_hist[i] = Get64(b.data() + 8 * kN + 4 + 8 * i);
+  return Status::Ok();
+}
+
 namespace {
 using json = nlohmann::json;
+
+const char* PlaceName(uint8_t p) {
+  switch (p) {
+    case server_internal::Job::kActive: return "active";
+    case server_internal::Job::kFreezing: return "freezing";
+    case server_internal::Job::kHandoff: return "handoff";
+    case server_internal::Job::kMoved: return "moved";
+    case server_internal::Job::kStaged: return "staged";
+  }
+  return "?";
+}
 }  // namespace
 
 using namespace server_internal;  // NOLINT(build/namespaces): this file builds them
@@ -77,6 +118,18 @@ std::string Server::Impl::StatusJson() {
   j["core_seconds"] = static_cast<double>(core_us.load()) / 1e6;
   j["ns_per_byte"] = ns_per_byte;
   j["checkpoints"] = opt.checkpoint != nullptr;
+  j["advertise"] = advertise;
+  {
+    std::lock_guard<std::mutex> l(jobs_mu);
+    j["draining"] = draining;
+    j["drain_to"] = drain_to;
+    json mv = json::array();
+    for (const auto& [id, r] : moved) {
+      mv.push_back({{"job", id}, {"name", r.name}, {"to", r.to}, {"move_id", r.move_id},
+                    {"acknowledged", unacked.count(id) == 0}});
+    }
+    j["moved"] = mv;
+  }
   json cs = json::array();
   for (size_t i = 0; i < cores.size(); ++i) {
     std::lock_guard<std::mutex> l(cores[i]->mu);
@@ -103,6 +156,14 @@ std::string Server::Impl::StatusJson() {
     }
     js.push_back({{"job", job->id},
                   {"name", job->spec.name},
+                  {"place", PlaceName(job->place.load())},
+                  {"moves", job->moves.load()},
+                  {"parked", c.parked},
+                  {"model_bytes", [&] {
+                     uint64_t b = 0;
+                     for (auto& p : job->parts) b += 4ull * p->info.count;
+                     return b;
+                   }()},
                   {"workers", job->spec.workers},
                   {"mode", ModeName(job->spec.mode)},
                   {"staleness_bound", job->spec.staleness},
@@ -140,6 +201,7 @@ JobCounters Server::Impl::Sum(Job& job) {
     s.staleness_max = std::max(s.staleness_max, c.staleness_max);
     s.staleness_sum += c.staleness_sum;
     s.migrations += c.migrations;
+    s.parked += c.parked;
     if (s.staleness_hist.size() < c.staleness_hist.size()) {
       s.staleness_hist.resize(c.staleness_hist.size(), 0);
     }
@@ -195,6 +257,16 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
     if (!fabric::RandomBytes(r).ok()) return Internal("no randomness");
     impl->server_id = Get64(r) | 1;
   }
+  impl->advertise = options.advertise;
+  if (impl->advertise.empty()) {
+    char host[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
+    if (a.sin_addr.s_addr != htonl(INADDR_ANY)) {
+      impl->advertise = std::string(host) + ":" + std::to_string(impl->port);
+    }
+  } else if (Status e = CheckEndpointText(impl->advertise, "advertise"); !e.ok()) {
+    return e;
+  }
   impl->max_cores = options.max_cores;
   impl->elastic = options.elastic;
   impl->active = options.elastic ? 0 : options.max_cores;
@@ -205,6 +277,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
   }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
   if (options.checkpoint) impl->ckpt = std::thread([raw] { raw->CheckpointLoop(); });
+  impl->mover = std::thread([raw] { raw->MoverLoop(); });
   if (options.accept_on_start) impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
@@ -220,6 +293,11 @@ Server::~Server() {
   if (m.timer.joinable()) m.timer.join();
   m.ckpt_cv.notify_all();
   if (m.ckpt.joinable()) m.ckpt.join();
+  {
+    std::lock_guard<std::mutex> l(m.mover_mu);
+  }
+  m.mover_cv.notify_all();
+  if (m.mover.joinable()) m.mover.join();
   for (auto& c : m.cores) {
     { std::lock_guard<std::mutex> l(c->mu); }
     c->cv.notify_all();
@@ -242,19 +320,48 @@ void Server::StartAccepting() {
   if (!raw->acceptor.joinable()) raw->acceptor = std::thread([raw] { raw->AcceptLoop(); });
 }
 
-Status Server::RestoreJob(uint32_t job, const JobSpec& spec, std::vector<PartitionState> states) {
+Status Server::RestoreJob(uint32_t job, const JobSpec& spec, std::vector<PartitionState> states,
+                          uint64_t staged_move, const std::string& source) {
   Status v = spec.Validate();
   if (!v.ok()) return v;
   std::lock_guard<std::mutex> l(impl_->jobs_mu);
-  if (impl_->jobs.count(job) || impl_->job_by_name.count(spec.name)) {
+  if (impl_->jobs.count(job) || impl_->job_by_name.count(spec.name) || impl_->moved.count(job)) {
     return AlreadyExists("job ", job, " ('", spec.name, "') exists");
   }
   auto j = impl_->MakeJob(job, spec, std::move(states));
   if (!j.ok()) return j.status();
+  if (staged_move != 0) {
+    (*j)->place = Impl::Job::kStaged;
+    (*j)->move_id = staged_move;
+    (*j)->peer = source;
+    (*j)->prepared = true;
+    (*j)->staged_touch_ns = 0;  // Ask the source at once.
+  }
   impl_->jobs[job] = *j;
   impl_->job_by_name[spec.name] = job;
   impl_->next_job = std::max(impl_->next_job, job + 1);
   return Status::Ok();
+}
+
+Status Server::RestoreMoved(const MovedRecord& r) {
+  std::lock_guard<std::mutex> l(impl_->jobs_mu);
+  if (impl_->jobs.count(r.job) || impl_->moved.count(r.job)) {
+    return AlreadyExists("job ", r.job, " ('", r.name, "') exists");
+  }
+  impl_->moved[r.job] = r;
+  if (!impl_->job_by_name.count(r.name)) impl_->moved_by_name[r.name] = r.job;
+  // Sent again: the restart may have come before D heard it (not to itself: an old id of a
+  // job that came back here).
+  if (r.to != impl_->advertise) impl_->unacked[r.job] = true;
+  impl_->next_job = std::max(impl_->next_job, r.job + 1);
+  impl_->mover_cv.notify_all();
+  return Status::Ok();
+}
+
+void Server::RestoreDrain(bool on, const std::string& redirect) {
+  std::lock_guard<std::mutex> l(impl_->jobs_mu);
+  impl_->draining = on;
+  impl_->drain_to = on ? redirect : std::string();
 }
 
 std::string Server::StatusJson() const { return impl_->StatusJson(); }

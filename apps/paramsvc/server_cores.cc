@@ -85,6 +85,7 @@ void Server::Impl::ApplyUpdate(Partition& p, float scale) {
   }
   ServeWaiters(p);
   NotifyCheckpoint();
+  if (p.job->place.load() == Job::kFreezing) p.job->move_cv.notify_all();  // A boundary, maybe
 }
 
 // Pull replies of one version share one snapshot of the parameters (in the requested
@@ -126,6 +127,19 @@ void Server::Impl::ProcessPush(Task& t) {
   const uint8_t op = static_cast<uint8_t>(Op::kPush);
   PushReply rep;
   std::lock_guard<std::mutex> l(p.mu);
+  if (const uint8_t pl = t.job->place.load(); pl != Job::kActive) {
+    // Moving to another server: a push that would open a round waits for the move's outcome
+    // (so the partition stays at its boundary); one that joins an open round is applied here,
+    // so the round can close.
+    const bool boundary = p.round_pushes == 0 && p.late_pushes == 0;
+    if (pl != Job::kFreezing || boundary) {
+      Header h{op, 0, static_cast<uint32_t>(t.frame.size()), t.job->id, t.rid};
+      if (ParkOrAnswer(*t.job, t.conn, h, &t.frame, /*handoff_only=*/false)) {
+        p.c.parked++;
+        return;
+      }
+    }
+  }
   p.bytes += r.data.size();
   const uint64_t V = p.st.version;
   if (r.version > V) {
@@ -224,6 +238,11 @@ void Server::Impl::ProcessPush(Task& t) {
 void Server::Impl::ProcessPull(Task& t) {
   Partition& p = *t.p;
   std::lock_guard<std::mutex> l(p.mu);
+  // Under p.mu: a committing move answers the waiters it finds under p.mu after kMoved.
+  if (t.job->place.load() == Job::kMoved) {
+    t.conn->SendMoved(static_cast<uint8_t>(Op::kPull), t.job->id, t.rid, t.job->peer);
+    return;
+  }
   if (p.st.version >= t.pull.min_version) {
     SendPull(p, t.conn, t.rid, t.pull.dtype);
     return;
@@ -235,6 +254,13 @@ void Server::Impl::ProcessSet(Task& t) {
   Partition& p = *t.p;
   std::lock_guard<std::mutex> l(p.mu);
   const uint8_t op = static_cast<uint8_t>(Op::kSetParams);
+  if (t.job->place.load() != Job::kActive) {
+    Header h{op, 0, static_cast<uint32_t>(t.frame.size()), t.job->id, t.rid};
+    if (ParkOrAnswer(*t.job, t.conn, h, &t.frame, /*handoff_only=*/false)) {
+      p.c.parked++;
+      return;
+    }
+  }
   if (p.st.version != 0 || p.round_pushes != 0 || p.late_pushes != 0) {
     t.conn->SendError(op, t.job->id, t.rid,
                       AlreadyExists("partition ", p.index, " is at version ", p.st.version,
@@ -275,11 +301,13 @@ void Server::Impl::CoreLoop(int me) {
     // Busy time is this thread's CPU time, not wall time: on a shared host a preempted core
     // would otherwise look loaded and the packer would grab cores it does not need.
     const uint64_t t0 = ThreadCpuNs();
+    const uint8_t op = static_cast<uint8_t>(t->kind == Task::kPush   ? Op::kPush
+                                            : t->kind == Task::kPull ? Op::kPull
+                                                                     : Op::kSetParams);
     if (t->job->released.load()) {
-      t->conn->SendError(static_cast<uint8_t>(t->kind == Task::kPush   ? Op::kPush
-                                              : t->kind == Task::kPull ? Op::kPull
-                                                                       : Op::kSetParams),
-                         t->job->id, t->rid, NotFound("job ", t->job->id, " was released"));
+      t->conn->SendError(op, t->job->id, t->rid, NotFound("job ", t->job->id, " was released"));
+    } else if (t->job->place.load() == Job::kMoved) {
+      t->conn->SendMoved(op, t->job->id, t->rid, t->job->peer);
     } else if (t->kind == Task::kPush) {
       ProcessPush(*t);
     } else if (t->kind == Task::kPull) {

@@ -40,6 +40,7 @@ struct Conn {
   };
   UniqueFd fd;
   std::atomic<bool> dead{false};
+  std::atomic<bool> admin{false};  // Authenticated with an admin credential (moves, drain)
   std::mutex qmu;
   std::condition_variable qcv;
   std::deque<Out> out;
@@ -65,6 +66,11 @@ struct Conn {
     const std::string& m = s.message();
     Queue({Header{op, static_cast<uint16_t>(s.code()), 0, job, rid},
            std::vector<uint8_t>(m.begin(), m.end()), nullptr});
+  }
+  // The request's job lives on `to` now (wire.h kStatusMoved); the request was not applied.
+  void SendMoved(uint8_t op, uint32_t job, uint64_t rid, const std::string& to) {
+    Queue({Header{op, kStatusMoved, 0, job, rid}, std::vector<uint8_t>(to.begin(), to.end()),
+           nullptr});
   }
   void WriterLoop() {
     while (true) {
@@ -140,11 +146,41 @@ struct BarrierWaiter {
   uint64_t deadline_ns = 0;
 };
 
+// A request held while its job moves to another server (server.h "Moves between servers"):
+// answered kStatusMoved when the move commits, handled as if it had just arrived when it
+// aborts.
+struct Parked {
+  std::shared_ptr<Conn> conn;
+  Header h;
+  std::vector<uint8_t> payload;
+};
+
 struct Job {
   uint32_t id = 0;
   JobSpec spec;
   std::vector<std::unique_ptr<Partition>> parts;
   std::atomic<bool> released{false};
+
+  // Moves between servers (server_move.cc). Lock order: pmu, then a partition's mu, then
+  // parked_mu (a leaf). `place` changes under pmu (and parked_mu for kActive and kMoved, and
+  // every partition's mu for kHandoff); anyone may read it.
+  enum Place : uint8_t {
+    kActive = 0,    // Served here
+    kFreezing = 1,  // Moving out: pushes that would open a round are parked
+    kHandoff = 2,   // Moving out, snapshot taken: every state-changing request is parked
+    kMoved = 3,     // Moved out (committed): requests get kStatusMoved `peer`
+    kStaged = 4,    // Moving in: a copy that answers Unavailable until IMPORT_COMMIT
+  };
+  std::atomic<uint8_t> place{kActive};
+  std::mutex pmu;
+  std::condition_variable move_cv;  // A round closed while freezing
+  uint64_t move_id = 0;             // The move under way (out) or that staged this copy (in)
+  std::string peer;                 // Out: the destination; staged: the source
+  bool prepared = false;            // Staged: complete and persisted (IMPORT_PREPARE)
+  std::atomic<uint64_t> staged_touch_ns{0};  // Staged: the last word from the source
+  std::atomic<uint64_t> moves{0};   // Moves between servers this job made
+  std::mutex parked_mu;
+  std::vector<Parked> parked;
   std::mutex bmu;
   struct Barrier {
     std::vector<uint8_t> seen;
@@ -219,6 +255,18 @@ struct Server::Impl {
   std::condition_variable ckpt_cv;
   bool ckpt_pending = false;
 
+  // Moves between servers (server_move.cc); jobs_mu guards these maps and flags.
+  std::string advertise;                            // This server's HOST:PORT ("" unknown)
+  std::map<uint32_t, MovedRecord> moved;            // Tombstones by job id
+  std::map<std::string, uint32_t> moved_by_name;
+  std::map<uint32_t, bool> unacked;                 // Tombstones D has not acknowledged
+  std::map<uint64_t, std::string> outgoing;         // Moves under way: id -> job name
+  bool draining = false;
+  std::string drain_to;
+  std::thread mover;
+  std::mutex mover_mu;
+  std::condition_variable mover_cv;
+
   // ---- aggregation cores (server_cores.cc) ----
   std::shared_ptr<Job> FindJob(uint32_t id);
   void Enqueue(int core, std::unique_ptr<Task> t);
@@ -241,11 +289,40 @@ struct Server::Impl {
   void ConnLoop(std::shared_ptr<Conn> conn);
   Result<std::pair<std::shared_ptr<Job>, Partition*>> Resolve(uint32_t job_id, uint32_t part);
   void Handle(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
-  Result<JobLayout> Register(JobSpec spec);
+  // `moved_to` set: the job moved away (or the server drains): answer kStatusMoved;
+  // `staged` set: the job is arriving here: answer kStatusArriving.
+  Result<JobLayout> Register(JobSpec spec, std::string* moved_to, std::shared_ptr<Job>* staged);
   // jobs_mu held.
   Result<std::shared_ptr<Job>> MakeJob(uint32_t id, JobSpec spec,
                                        std::vector<PartitionState> states);
   void AcceptLoop();
+
+  // ---- moves between servers (server_move.cc) ----
+  // Answers a request for a job id this server does not have: kStatusMoved when a tombstone
+  // names it. False when there is none (the caller sends its NotFound).
+  bool AnswerMoved(const std::shared_ptr<Conn>& conn, const Header& h);
+  // Parks a request of `job` when a move is under way (kFreezing too unless handoff_only),
+  // answers kStatusMoved when the job moved out; false: handle it now. Takes parked_mu only
+  // (callers may hold a partition's mu, or pmu).
+  bool ParkOrAnswer(Job& job, const std::shared_ptr<Conn>& conn, const Header& h,
+                    std::vector<uint8_t>* payload, bool handoff_only);
+  Result<std::string> MoveOut(const MoveJobRequest& req);
+  void Unfreeze(Job& job);
+  // The commit point passed: the tombstone replaces the job; parked requests, pull and barrier
+  // waiters get kStatusMoved.
+  void CommitOut(const std::shared_ptr<Job>& job, const MovedRecord& rec);
+  Result<std::vector<uint8_t>> ImportBeginOp(const std::vector<uint8_t>& payload);
+  Status ImportPartOp(uint32_t job, const std::vector<uint8_t>& payload);
+  Result<bool> ImportPrepareOp(uint32_t job, const std::vector<uint8_t>& payload);
+  Status ImportCommitOp(const MoveRef& ref);
+  void ImportAbortOp(const MoveRef& ref);
+  MoveState MoveStatusOp(const MoveRef& ref);
+  // The staged copy `job` becomes the job (jobs_mu held).
+  void ActivateStaged(const std::shared_ptr<Job>& job);
+  // The staged copy is dropped (jobs_mu held).
+  void DropStaged(const std::shared_ptr<Job>& job);
+  void MoverLoop();
+  void PhaseHold(uint64_t move_id, const std::string& job, const char* phase);
 
   // ---- timers, packing, checkpoints (server_timers.cc) ----
   void TimerLoop();

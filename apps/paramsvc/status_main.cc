@@ -18,8 +18,9 @@ DEFINE_int32(timeout_ms, 5000, "Bound on connecting and on the reply");
 namespace {
 const tessera::cli::CliSpec kSpec = {
     "tessera paramsvc status", "HOST:PORT [--json] [--auth_token_file F]",
-    "Shows a Parameter Service's jobs (mode, versions, pushes, drops, staleness), its cores\n"
-    "(active, busy time) and whether it checkpoints.",
+    "Shows a Parameter Service's jobs (mode, versions, pushes, drops, staleness, where each\n"
+    "is in a move between services), its cores (active, busy time), whether it checkpoints\n"
+    "or drains, and the jobs that moved away from it (to where).",
     __FILE__, 1, 1};
 }
 
@@ -65,19 +66,37 @@ int main(int argc, char** argv) {
               j.value("elastic", false) ? "elastic" : "static", j.value("target_utilisation", 0.0),
               j.value("kernel_target", std::string("?")).c_str(),
               j.value("checkpoints", false) ? "on" : "off", j.value("core_seconds", 0.0));
-  std::printf("%-5s %-20s %-8s %-8s %-10s %-10s %-8s %-8s %-9s %-10s\n", "job", "name", "workers",
-              "mode", "versions", "pushes", "dropped", "late", "stale_max", "migrations");
+  if (j.value("draining", false)) {
+    const std::string to = j.value("drain_to", std::string());
+    std::printf("draining: takes no new job%s%s\n", to.empty() ? "" : "; new jobs go to ",
+                to.c_str());
+  }
+  std::printf("%-5s %-20s %-8s %-8s %-10s %-10s %-8s %-8s %-9s %-10s %-9s %-5s\n", "job", "name",
+              "workers", "mode", "versions", "pushes", "dropped", "late", "stale_max",
+              "migrations", "place", "moves");
   for (const auto& job : j["jobs"]) {
     std::string mode = job.value("mode", std::string("?"));
     if (mode == "bounded") mode += "(" + std::to_string(job.value("staleness_bound", 0)) + ")";
     const std::string versions = std::to_string(job.value("version_min", 0ULL)) + ".." +
                                  std::to_string(job.value("version_max", 0ULL));
-    std::printf("%-5d %-20s %-8d %-8s %-10s %-10llu %-8llu %-8llu %-9llu %-10llu\n",
+    std::printf("%-5d %-20s %-8d %-8s %-10s %-10llu %-8llu %-8llu %-9llu %-10llu %-9s %-5llu\n",
                 job.value("job", 0), job.value("name", std::string()).c_str(),
                 job.value("workers", 0), mode.c_str(), versions.c_str(),
                 job.value("pushes", 0ULL), job.value("dropped", 0ULL),
                 job.value("late_aggregated", 0ULL), job.value("staleness_max", 0ULL),
-                job.value("migrations", 0ULL));
+                job.value("migrations", 0ULL), job.value("place", std::string("active")).c_str(),
+                job.value("moves", 0ULL));
+  }
+  for (const auto& m : j.value("moved", nlohmann::json::array())) {
+    if (m.value("to", std::string()) == j.value("advertise", std::string("?"))) {
+      std::printf("old id: job %d '%s' came back and is here under another id\n",
+                  m.value("job", 0), m.value("name", std::string()).c_str());
+      continue;
+    }
+    std::printf("moved away: job %d '%s' -> %s (move %llu%s)\n", m.value("job", 0),
+                m.value("name", std::string()).c_str(), m.value("to", std::string()).c_str(),
+                m.value("move_id", 0ULL),
+                m.value("acknowledged", true) ? "" : ", not acknowledged yet");
   }
   return 0;
 }

@@ -121,8 +121,29 @@ const char* OpName(uint8_t op) {
     case Op::kMigrate: return "MIGRATE";
     case Op::kCores: return "CORES";
     case Op::kSetLr: return "SET_LR";
+    case Op::kMoveJob: return "MOVE_JOB";
+    case Op::kImportBegin: return "IMPORT_BEGIN";
+    case Op::kImportPart: return "IMPORT_PART";
+    case Op::kImportPrepare: return "IMPORT_PREPARE";
+    case Op::kImportCommit: return "IMPORT_COMMIT";
+    case Op::kImportAbort: return "IMPORT_ABORT";
+    case Op::kMoveStatus: return "MOVE_STATUS";
+    case Op::kDrain: return "DRAIN";
+    case Op::kGetState: return "GET_STATE";
+    case Op::kPutState: return "PUT_STATE";
   }
   return "UNKNOWN";
+}
+
+uint32_t MaxPayload(uint8_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::kImportPart:
+    case Op::kGetState:
+    case Op::kPutState:
+      return kMaxStatePayload;
+    default:
+      return kMaxPayload;
+  }
 }
 
 void EncodeHeader(const Header& h, uint8_t* out) {
@@ -151,9 +172,9 @@ Result<Header> DecodeHeader(std::span<const uint8_t> b) {
     return ProtocolError("unknown op ", int{h.op});
   }
   h.payload_len = Get32(b.data() + 8);
-  if (h.payload_len > kMaxPayload) {
+  if (h.payload_len > MaxPayload(h.op)) {
     return ProtocolError(OpName(h.op), " payload of ", h.payload_len, " bytes exceeds the limit of ",
-                         kMaxPayload);
+                         MaxPayload(h.op));
   }
   h.job = Get32(b.data() + 12);
   h.request_id = Get64(b.data() + 16);
@@ -537,6 +558,166 @@ Result<CoresRequest> CoresRequest::Decode(std::span<const uint8_t> b) {
   if (r.max_cores < 1 || r.max_cores > 256) return InvalidArgument("CORES max_cores ", r.max_cores, " not in 1..256");
   if (r.elastic > 1) return InvalidArgument("CORES elastic must be 0 or 1");
   return r;
+}
+
+Status CheckEndpointText(std::string_view text, const char* what) {
+  const size_t colon = text.rfind(':');
+  if (text.empty() || text.size() > kMaxNameLength || colon == std::string_view::npos ||
+      colon == 0 || colon + 1 == text.size()) {
+    return InvalidArgument(what, " '", std::string(text), "' is not HOST:PORT");
+  }
+  uint32_t port = 0;
+  for (char c : text.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535) {
+      return InvalidArgument(what, " '", std::string(text), "' has a bad port");
+    }
+    port = port * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (port == 0 || port > 65535) {
+    return InvalidArgument(what, " '", std::string(text), "' has a port outside 1..65535");
+  }
+  for (char c : text.substr(0, colon)) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == '/' || c == 0x7f) {
+      return InvalidArgument(what, " '", std::string(text), "' has a bad host");
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<uint8_t> MoveJobRequest::Encode() const {
+  Writer w;
+  w.Str(job);
+  w.Str(to);
+  w.U32(boundary_timeout_ms);
+  w.U8(allow_volatile ? 1 : 0);
+  return w.Take();
+}
+
+Result<MoveJobRequest> MoveJobRequest::Decode(std::span<const uint8_t> b) {
+  Reader r(b);
+  MoveJobRequest m;
+  m.job = r.Str("job name");
+  m.to = r.Str("destination");
+  m.boundary_timeout_ms = r.U32("boundary_timeout_ms");
+  const uint8_t flags = r.U8("flags");
+  Status st = r.Finish("MOVE_JOB");
+  if (!st.ok()) return st;
+  if (m.job.empty()) return InvalidArgument("MOVE_JOB: no job name");
+  if (Status e = CheckEndpointText(m.to, "MOVE_JOB destination"); !e.ok()) return e;
+  if (m.boundary_timeout_ms < 100 || m.boundary_timeout_ms > 600000) {
+    return InvalidArgument("MOVE_JOB boundary_timeout_ms ", m.boundary_timeout_ms,
+                           " not in 100..600000");
+  }
+  if (flags > 1) return InvalidArgument("MOVE_JOB: unknown flags ", int{flags});
+  m.allow_volatile = flags == 1;
+  return m;
+}
+
+std::vector<uint8_t> ImportBegin::Encode() const {
+  Writer w;
+  w.U64(move_id);
+  w.Str(source);
+  std::vector<uint8_t> out = w.Take();
+  const auto sp = spec.Encode();
+  out.insert(out.end(), sp.begin(), sp.end());
+  return out;
+}
+
+Result<ImportBegin> ImportBegin::Decode(std::span<const uint8_t> b) {
+  Reader r(b);
+  ImportBegin m;
+  m.move_id = r.U64("move id");
+  m.source = r.Str("source");
+  if (!r.err().ok()) return r.err();
+  if (m.move_id == 0) return InvalidArgument("IMPORT_BEGIN: move id 0");
+  if (Status e = CheckEndpointText(m.source, "IMPORT_BEGIN source"); !e.ok()) return e;
+  auto spec = JobSpec::Decode(b.subspan(r.pos()));
+  if (!spec.ok()) return spec.status();
+  m.spec = std::move(*spec);
+  return m;
+}
+
+std::vector<uint8_t> ImportPart::EncodeFixed(uint64_t move_id, uint32_t partition,
+                                             uint32_t state_len) {
+  std::vector<uint8_t> out(16);
+  Put64(out.data(), move_id);
+  Put32(out.data() + 8, partition);
+  Put32(out.data() + 12, state_len);
+  return out;
+}
+
+Result<ImportPart> ImportPart::Decode(std::span<const uint8_t> b) {
+  if (b.size() < 16) return ProtocolError("IMPORT_PART is ", b.size(), " bytes, at least 16");
+  ImportPart m;
+  m.move_id = Get64(b.data());
+  m.partition = Get32(b.data() + 8);
+  const uint32_t len = Get32(b.data() + 12);
+  if (b.size() - 16 < len) {
+    return ProtocolError("IMPORT_PART: a state of ", len, " bytes in ", b.size() - 16);
+  }
+  m.state = b.subspan(16, len);
+  m.counters = b.subspan(16 + len);
+  return m;
+}
+
+void ImportPrepare::EncodeTo(uint8_t* out) const {
+  Put64(out, move_id);
+  uint32_t bits;
+  std::memcpy(&bits, &lr, 4);
+  Put32(out + 8, bits);
+  Put64(out + 12, moves);
+}
+
+Result<ImportPrepare> ImportPrepare::Decode(std::span<const uint8_t> b) {
+  Status s = CheckFixed(b, kWireSize, "IMPORT_PREPARE");
+  if (!s.ok()) return s;
+  ImportPrepare m;
+  m.move_id = Get64(b.data());
+  const uint32_t bits = Get32(b.data() + 8);
+  std::memcpy(&m.lr, &bits, 4);
+  m.moves = Get64(b.data() + 12);
+  if (!std::isfinite(m.lr) || m.lr < 0) return InvalidArgument("IMPORT_PREPARE lr ", m.lr);
+  return m;
+}
+
+std::vector<uint8_t> MoveRef::Encode() const {
+  Writer w;
+  w.U64(move_id);
+  w.Str(job);
+  return w.Take();
+}
+
+Result<MoveRef> MoveRef::Decode(std::span<const uint8_t> b) {
+  Reader r(b);
+  MoveRef m;
+  m.move_id = r.U64("move id");
+  m.job = r.Str("job name");
+  Status st = r.Finish("move reference");
+  if (!st.ok()) return st;
+  if (m.move_id == 0 || m.job.empty()) return InvalidArgument("move reference without an id or a job");
+  return m;
+}
+
+std::vector<uint8_t> DrainRequest::Encode() const {
+  Writer w;
+  w.U8(on ? 1 : 0);
+  w.Str(redirect);
+  return w.Take();
+}
+
+Result<DrainRequest> DrainRequest::Decode(std::span<const uint8_t> b) {
+  Reader r(b);
+  DrainRequest m;
+  const uint8_t on = r.U8("on");
+  m.redirect = r.Str("redirect");
+  Status st = r.Finish("DRAIN");
+  if (!st.ok()) return st;
+  if (on > 1) return InvalidArgument("DRAIN: on must be 0 or 1");
+  m.on = on == 1;
+  if (!m.redirect.empty()) {
+    if (Status e = CheckEndpointText(m.redirect, "DRAIN redirect"); !e.ok()) return e;
+  }
+  return m;
 }
 
 void SetLrRequest::EncodeTo(uint8_t* out) const {

@@ -5,7 +5,10 @@
 //   u32 magic 'TPSV' | u8 version (1) | u8 op | u16 status (replies; 0 in requests)
 //   u32 payload_len (<= kMaxPayload) | u32 job (0: none) | u64 request_id
 // A reply carries the request's op and request_id. A reply with status != 0 carries the error
-// message as its payload. Every field of every message is checked by the Decode functions
+// message as its payload, except status kStatusMoved (256, outside StatusCode): the request's
+// job lives on another server now and the payload is that server's "HOST:PORT"; the request
+// was not applied here (see "Moves between servers" in server.h). kStatusArriving (257): the
+// job is arriving here by a move not committed yet; not applied, send it again shortly. Every field of every message is checked by the Decode functions
 // below (a frame that fails them gets a ProtocolError/InvalidArgument reply naming the field,
 // and a frame whose header is bad closes the connection: its length cannot be trusted).
 //
@@ -32,6 +35,14 @@ inline constexpr uint8_t kWireVersion = 1;
 inline constexpr size_t kHeaderSize = 24;
 inline constexpr uint32_t kMaxPayload = (64u << 20) + 4096;  // A 64 MiB partition plus fields.
 inline constexpr uint32_t kMaxPartitionBytes = 64u << 20;
+// A partition's whole state (parameters, two optimizer buffers, counters): IMPORT_PART,
+// PUT_STATE and GET_STATE's reply.
+inline constexpr uint32_t kMaxStatePayload = 3 * kMaxPartitionBytes + (64u << 10);
+// The reply status of a request whose job moved to another server (payload "HOST:PORT").
+inline constexpr uint16_t kStatusMoved = 256;
+// The reply status of a request for a job that is arriving here by a move not committed yet
+// (payload: a message); the request was not applied: send it again shortly.
+inline constexpr uint16_t kStatusArriving = 257;
 inline constexpr uint32_t kMaxWorkers = 1024;
 inline constexpr uint32_t kMaxTensors = 65536;
 inline constexpr uint64_t kMaxModelBytes = 16ull << 30;
@@ -51,8 +62,22 @@ enum class Op : uint8_t {
   kMigrate = 10,   // MigrateRequest -> empty: move a partition to a core at its next boundary
   kCores = 11,     // CoresRequest -> empty: change the service's core budget
   kSetLr = 12,     // SetLrRequest -> empty: the job's learning rate from its next round on
+  // Moves between servers (admin credentials only; server.h "Moves between servers").
+  kMoveJob = 13,       // MoveJobRequest -> JSON report: move a job to another server (operator)
+  kImportBegin = 14,   // ImportBegin -> u32 job: a staged copy of a job arriving (server to server)
+  kImportPart = 15,    // ImportPart -> empty: one partition's state into the staged copy
+  kImportPrepare = 16, // ImportPrepare -> u8 durable: the staged copy is complete and persisted
+  kImportCommit = 17,  // MoveRef -> empty: the staged copy becomes the job
+  kImportAbort = 18,   // MoveRef -> empty: the staged copy is dropped
+  kMoveStatus = 19,    // MoveRef -> u8 MoveState: what the source decided (destination asks)
+  kDrain = 20,         // DrainRequest -> empty: new jobs go elsewhere (operator)
+  // A job's optimizer state (e.g. a PyTorch state_dict).
+  kGetState = 21,      // u32 partition -> PartitionState bytes (server.h)
+  kPutState = 22,      // u32 partition + PartitionState bytes -> empty: at an iteration boundary
 };
 const char* OpName(uint8_t op);
+// The largest payload a frame of `op` may carry (kMaxStatePayload for the state ops).
+uint32_t MaxPayload(uint8_t op);
 
 struct Header {
   uint8_t op = 0;
@@ -201,6 +226,68 @@ struct SetLrRequest {
   void EncodeTo(uint8_t* out) const;
   static Result<SetLrRequest> Decode(std::span<const uint8_t> b);
 };
+
+// Moves between servers (server.h).
+struct MoveJobRequest {
+  std::string job;                     // The job's name
+  std::string to;                      // Destination "HOST:PORT"
+  uint32_t boundary_timeout_ms = 30000;  // Bound on waiting for an iteration boundary (100..600000)
+  bool allow_volatile = false;         // Move to a destination without checkpoints
+  std::vector<uint8_t> Encode() const;
+  static Result<MoveJobRequest> Decode(std::span<const uint8_t> b);
+};
+
+struct ImportBegin {
+  uint64_t move_id = 0;   // Non-zero, chosen by the source
+  std::string source;     // The source's advertised "HOST:PORT" (asked with MOVE_STATUS)
+  JobSpec spec;
+  std::vector<uint8_t> Encode() const;
+  static Result<ImportBegin> Decode(std::span<const uint8_t> b);
+};
+
+struct ImportPart {
+  uint64_t move_id = 0;
+  uint32_t partition = 0;
+  std::span<const uint8_t> state;     // EncodePartitionState (server.h)
+  std::span<const uint8_t> counters;  // EncodeCounters (server.h)
+  static std::vector<uint8_t> EncodeFixed(uint64_t move_id, uint32_t partition,
+                                          uint32_t state_len);
+  static Result<ImportPart> Decode(std::span<const uint8_t> b);
+};
+
+struct ImportPrepare {
+  static constexpr size_t kWireSize = 8 + 4 + 8;
+  uint64_t move_id = 0;
+  float lr = 0.0f;        // The job's current learning rate (SET_LR)
+  uint64_t moves = 0;     // Moves the job made so far, this one included
+  void EncodeTo(uint8_t* out) const;
+  static Result<ImportPrepare> Decode(std::span<const uint8_t> b);
+};
+
+// Names one move: IMPORT_COMMIT, IMPORT_ABORT, MOVE_STATUS.
+struct MoveRef {
+  uint64_t move_id = 0;
+  std::string job;  // The job's name
+  std::vector<uint8_t> Encode() const;
+  static Result<MoveRef> Decode(std::span<const uint8_t> b);
+};
+// MOVE_STATUS's answer: what the source knows of a move.
+enum class MoveState : uint8_t {
+  kUnknown = 0,    // Never decided to commit it (aborted, or forgotten by a restart): drop it
+  kPending = 1,    // Still under way: ask again
+  kCommitted = 2,  // The job belongs to the destination: activate it
+};
+
+struct DrainRequest {
+  bool on = true;
+  std::string redirect;  // "HOST:PORT" new jobs are sent to; empty: refused (Unavailable)
+  std::vector<uint8_t> Encode() const;
+  static Result<DrainRequest> Decode(std::span<const uint8_t> b);
+};
+
+// "HOST:PORT" (or "[v6]:PORT"), as an endpoint text of a move or a redirect; InvalidArgument
+// when it is not one.
+Status CheckEndpointText(std::string_view text, const char* what);
 
 struct CoresRequest {
   static constexpr size_t kWireSize = 8;

@@ -72,6 +72,13 @@ def load_library():
     lib.tps_release.argtypes = [vp]
     lib.tps_set_lr.argtypes = [vp, ctypes.c_double]
     lib.tps_counters.argtypes = [vp, ctypes.POINTER(ctypes.c_ulonglong)]
+    lib.tps_endpoint.argtypes = [vp, ctypes.c_char_p, ip]
+    lib.tps_num_partitions.argtypes = [vp]
+    fpp = ctypes.POINTER(ctypes.c_void_p)
+    ullp = ctypes.POINTER(ctypes.c_ulonglong)
+    lib.tps_get_state.argtypes = [vp, fpp, fpp, fpp, ctypes.POINTER(ip), ctypes.POINTER(ip),
+                                  ullp, ullp]
+    lib.tps_put_state.argtypes = [vp, fpp, fpp, fpp, ullp, ullp]
     lib.tps_min_version.restype = ctypes.c_ulonglong
     lib.tps_min_version.argtypes = [vp]
     lib.tps_status.restype = ctypes.c_longlong
@@ -142,10 +149,43 @@ class Client:
         _check(_LIB.tps_release(self._h))
 
     def counters(self):
-        out = (ctypes.c_ulonglong * 7)()
+        out = (ctypes.c_ulonglong * 8)()
         _LIB.tps_counters(self._h, out)
-        keys = ["pushes", "applied", "dropped", "late", "max_staleness", "rollbacks", "reconnects"]
+        keys = ["pushes", "applied", "dropped", "late", "max_staleness", "rollbacks", "reconnects",
+                "redirects"]
         return dict(zip(keys, list(out)))
+
+    def endpoint(self):
+        """The server the client talks to now, "HOST:PORT" (it follows the job's moves)."""
+        buf = ctypes.create_string_buffer(300)
+        _LIB.tps_endpoint(self._h, buf, 300)
+        return buf.value.decode()
+
+    def num_partitions(self):
+        return _LIB.tps_num_partitions(self._h)
+
+    def get_state(self, param_ptrs, mom_ptrs, mom2_ptrs):
+        """The job's state on the service into per-tensor fp32 buffers (raw pointers, None to
+        skip; zero them first): returns (versions, steps) per partition and (has_mom, has_mom2)
+        per tensor."""
+        n = len(param_ptrs)
+        parts = self.num_partitions()
+        has, has2 = (ctypes.c_int * n)(), (ctypes.c_int * n)()
+        versions, steps = (ctypes.c_ulonglong * parts)(), (ctypes.c_ulonglong * parts)()
+        _check(_LIB.tps_get_state(self._h, _ptrs(param_ptrs), _ptrs(mom_ptrs), _ptrs(mom2_ptrs),
+                                  has, has2, versions, steps))
+        return list(versions), list(steps), [bool(x) for x in has], [bool(x) for x in has2]
+
+    def put_state(self, param_ptrs, mom_ptrs, mom2_ptrs, versions, steps):
+        """Restores the job's state on the service at an iteration boundary: per-tensor fp32
+        buffers (mom/mom2 entries None: no such state), per-partition versions and steps."""
+        parts = self.num_partitions()
+        if len(versions) != parts or len(steps) != parts:
+            raise ValueError("put_state: %d partitions, %d versions and %d steps given" %
+                             (parts, len(versions), len(steps)))
+        v = (ctypes.c_ulonglong * parts)(*versions)
+        s = (ctypes.c_ulonglong * parts)(*steps)
+        _check(_LIB.tps_put_state(self._h, _ptrs(param_ptrs), _ptrs(mom_ptrs), _ptrs(mom2_ptrs), v, s))
 
     def min_version(self):
         return _LIB.tps_min_version(self._h)

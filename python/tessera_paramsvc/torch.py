@@ -37,10 +37,22 @@ class ServiceOptimizer(torch.optim.Optimizer):
     weight_decay and the optimizer kind are fixed when the job registers.
 
     The optimizer's state (momentum, Adam's moments) lives on the service, which checkpoints
-    it with the parameters. state_dict() holds the parameter group (lr, the schedulers'
-    initial_lr) and the job's name and version; load_state_dict() restores the group into an
-    optimizer that joined the same job, and the parameters are the service's (a job the
-    service kept training meanwhile resumes where the service has it, with a warning).
+    it with the parameters; state_dict() fetches it and load_state_dict() restores it, so a
+    checkpoint resumes training exactly, on the same service or a fresh one:
+
+    - state_dict() is a torch.optim.SGD (or Adam) state dict: "param_groups" (lr, momentum,
+      the schedulers' initial_lr, ...) and "state" with each parameter's "momentum_buffer"
+      (Adam: "exp_avg", "exp_avg_sq", "step") in fp32, as the service holds them, plus a
+      "service" entry: the job's name, its versions and step counts per partition, and the
+      service's fp32 copy of fp16/bf16 parameters.
+    - load_state_dict(saved), called by every worker of the job after the model's own
+      load_state_dict: rank 0 writes the model's parameters (or the saved fp32 copies), the
+      saved optimizer state, versions and steps to the service (at an iteration boundary: before
+      any worker steps), then all workers meet at a barrier and load the service's parameters.
+      The service's optimizer state is the saved one from then on, even where the service had
+      trained the job further (a warning says so). A state dict of another job is refused; a
+      torch.optim.SGD/Adam state dict (no "service" entry) restores its buffers at the
+      service's current versions.
     """
 
     def __init__(self, model, host, port, secret, *, job, workers, rank, lr, momentum=0.0,
@@ -53,10 +65,22 @@ class ServiceOptimizer(torch.optim.Optimizer):
         for p in params:
             if p.dtype not in _DTYPES or p.device.type != "cpu" or not p.is_contiguous():
                 raise ValueError("ServiceOptimizer needs contiguous CPU fp32/fp16/bf16 parameters")
-        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError("ServiceOptimizer: optimizer must be sgd or adam, not %r" % optimizer)
+        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}
+        # The keys torch.optim.SGD/Adam have, so that a state dict of this optimizer loads into
+        # them too (the service has neither dampening nor Nesterov momentum).
+        extra = ({"dampening": 0, "nesterov": False} if optimizer == "sgd" else
+                 {"betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False})
+        defaults.update(extra)
+        super().__init__(params, defaults)
         self.params = params
         self.job = job
+        self.rank = rank
+        self._kind = optimizer
+        self._loads = 0  # load_state_dict calls: each has a barrier of its own
         self._fixed = {"momentum": momentum, "weight_decay": weight_decay}
+        self._fixed.update(extra)
         self.client = Client(host, port, secret, timeout_ms, reconnect_ms)
         spec = {"name": job, "workers": workers, "mode": mode, "late": late,
                 "optimizer": optimizer, "lr": lr, "momentum": momentum,
@@ -110,26 +134,93 @@ class ServiceOptimizer(torch.optim.Optimizer):
         self.client.push_pull([g.data_ptr() for g in grads], self._param_ptrs)
         return loss
 
+    def _fetch(self):
+        """The service's state: (fp32 parameters, buffers 1 and 2 per tensor, versions and steps
+        per partition, has-buffer flags per tensor)."""
+        flat = lambda: [torch.zeros(p.numel(), dtype=torch.float32) for p in self.params]
+        master, m1, m2 = flat(), flat(), flat()
+        versions, steps, has1, has2 = self.client.get_state(
+            [t.data_ptr() for t in master], [t.data_ptr() for t in m1], [t.data_ptr() for t in m2])
+        return master, m1, m2, versions, steps, has1, has2
+
+    @torch.no_grad()
     def state_dict(self):
         d = super().state_dict()
-        d["service"] = {"job": self.job, "version": self.client.min_version()}
+        master, m1, m2, versions, steps, has1, has2 = self._fetch()
+        state = {}
+        for i, p in enumerate(self.params):
+            if self._kind == "sgd" and has1[i]:
+                state[i] = {"momentum_buffer": m1[i].view_as(p)}
+            elif self._kind == "adam" and has1[i]:
+                state[i] = {"step": torch.tensor(float(max(steps))), "exp_avg": m1[i].view_as(p),
+                            "exp_avg_sq": m2[i].view_as(p)}
+        d["state"] = state
+        d["service"] = {"job": self.job, "version": min(versions), "versions": versions,
+                        "steps": steps,
+                        "master": {i: master[i].view_as(p) for i, p in enumerate(self.params)
+                                   if p.dtype != torch.float32}}
         return d
 
+    def _saved_buffer(self, state, i, key):
+        t = state.get(i, {}).get(key)
+        if t is None:
+            return None
+        t = torch.as_tensor(t).detach().reshape(-1).to(torch.float32).contiguous()
+        if t.numel() != self.params[i].numel():
+            raise ValueError("ServiceOptimizer.load_state_dict: %s of parameter %d has %d "
+                             "elements, the parameter %d" % (key, i, t.numel(),
+                                                            self.params[i].numel()))
+        return t
+
+    @torch.no_grad()
     def load_state_dict(self, state_dict):
         service = state_dict.get("service")
-        if not isinstance(service, dict) or "job" not in service:
-            raise ValueError("not a ServiceOptimizer state dict (no 'service' entry)")
-        if service["job"] != self.job:
+        if service is not None and (not isinstance(service, dict) or "job" not in service):
+            raise ValueError("not a ServiceOptimizer state dict (a bad 'service' entry)")
+        if service is not None and service["job"] != self.job:
             raise ValueError("the state dict is of job %r, this optimizer joined %r" %
                              (service["job"], self.job))
-        super().load_state_dict({k: v for k, v in state_dict.items() if k != "service"})
-        with torch.no_grad():
-            self.client.pull(self._param_ptrs)
-        now = self.client.min_version()
-        if now != service["version"]:
-            warnings.warn("job %r is at version %d on the service, the state dict at %d: "
-                          "training resumes from the service's parameters and optimizer state"
-                          % (self.job, now, service["version"]))
+        if "param_groups" not in state_dict:
+            raise ValueError("not an optimizer state dict (no 'param_groups')")
+        saved = state_dict.get("state", {})
+        if self._kind == "sgd" and any("exp_avg" in v for v in saved.values()):
+            raise ValueError("ServiceOptimizer: an Adam state dict for an sgd job")
+        if self._kind == "adam" and any("momentum_buffer" in v for v in saved.values()):
+            raise ValueError("ServiceOptimizer: an SGD state dict for an adam job")
+        # The groups (lr, initial_lr, ...) here; the optimizer state goes to the service.
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})
+        for group in self.param_groups:  # A state dict from before a key existed
+            for k, v in self.defaults.items():
+                group.setdefault(k, v)
+        self._loads += 1
+        if self.rank == 0:
+            _, _, _, now, now_steps, _, _ = self._fetch()
+            parts = len(now)
+            versions = list(service.get("versions", [])) if service else []
+            steps = list(service.get("steps", [])) if service else []
+            if len(versions) != parts or len(steps) != parts:
+                versions, steps = now, now_steps  # A torch.optim state dict: the service's own
+            master = service.get("master", {}) if service else {}
+            params = []
+            for i, p in enumerate(self.params):
+                m = master.get(i)
+                params.append((torch.as_tensor(m) if m is not None else p.detach())
+                              .reshape(-1).to(torch.float32).contiguous())
+            keep1 = self._kind == "adam" or self._fixed["momentum"] > 0
+            key1 = "momentum_buffer" if self._kind == "sgd" else "exp_avg"
+            m1 = [self._saved_buffer(saved, i, key1) if keep1 else None
+                  for i in range(len(self.params))]
+            m2 = [self._saved_buffer(saved, i, "exp_avg_sq") if self._kind == "adam" else None
+                  for i in range(len(self.params))]
+            if self._kind == "adam" and any((a is None) != (b is None) for a, b in zip(m1, m2)):
+                raise ValueError("ServiceOptimizer.load_state_dict: exp_avg without exp_avg_sq")
+            ptr = lambda ts: [t.data_ptr() if t is not None else None for t in ts]
+            self.client.put_state(ptr(params), ptr(m1), ptr(m2), versions, steps)
+            if min(now) > min(versions):
+                warnings.warn("job %r was at version %d on the service: the state dict's "
+                              "version %d replaces it" % (self.job, min(now), min(versions)))
+        self.client.barrier(_LOAD_BARRIER + self._loads)
+        self.client.pull(self._param_ptrs)
 
     def counters(self):
         return self.client.counters()
@@ -243,6 +334,7 @@ class HookState:
 
 
 _CLOSE_BARRIER = 1 << 62
+_LOAD_BARRIER = 1 << 61  # + the optimizer's load_state_dict count
 
 
 def comm_hook(state, bucket):

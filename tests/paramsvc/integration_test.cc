@@ -15,6 +15,7 @@
 #include "client/hosts.h"
 #include "client/local_cluster.h"
 #include "common/subprocess.h"
+#include "tests/paramsvc/serve_process.h"
 #include "tests/support/test_util.h"
 
 namespace tessera::paramsvc {
@@ -23,52 +24,6 @@ namespace {
 using tessera::testing::BinDir;
 using tessera::testing::RunCommand;
 using tessera::testing::RunTessera;
-
-struct Service {
-  Subprocess proc;
-  uint16_t port = 0;
-  pid_t aggregator = 0;
-};
-
-Result<pid_t> NextAggregator(Subprocess* p) {
-  auto line = p->WaitForLine("aggregator pid ", Deadline::AfterMs(30000));
-  if (!line.ok()) return line.status();
-  return static_cast<pid_t>(std::stol(line->substr(15)));
-}
-
-// Three memservers of 64 MiB in 1 MiB slabs: the aggregation server's checkpoint store.
-client::LocalClusterOptions ThreeServers() {
-  client::LocalClusterOptions co;
-  co.bin_dir = BinDir();
-  co.servers = 3;
-  co.capacity = "64M";
-  co.slab_size = "1M";
-  return co;
-}
-
-Result<Service> StartService(const client::LocalCluster* store, const std::string& token) {
-  std::vector<std::string> argv = {BinDir() + "/tessera-paramsvc-serve", "--port=0", "--cores=2",
-                                   "--log_level=warning", "--auth_token_file=" + token};
-  if (store) {
-    argv.push_back("--store=" + store->cluster_file_path());
-    argv.push_back("--ec_k=2");
-    argv.push_back("--ec_r=1");
-    argv.push_back("--store_mb=64");
-  }
-  Subprocess::Options o;
-  o.capture_stdout = true;
-  auto p = Subprocess::Start(argv, o);
-  if (!p.ok()) return p.status();
-  Service s;
-  s.proc = std::move(*p);
-  auto line = s.proc.WaitForLine("listening on ", Deadline::AfterMs(30000));
-  if (!line.ok()) return line.status();
-  s.port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
-  auto agg = NextAggregator(&s.proc);
-  if (!agg.ok()) return agg.status();
-  s.aggregator = *agg;
-  return s;
-}
 
 JobSpec IntJob() {
   JobSpec s;

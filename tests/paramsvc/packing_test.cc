@@ -46,5 +46,36 @@ TEST(ParamsvcPacking, ShrinksWhenLoadDropsAndOverloadsOnlyBeyondMaxCores) {
   EXPECT_NE(r.core[0], r.core[1]);
 }
 
+TEST(ParamsvcPacking, JobMovesRelieveTheOverloadedServerOntoTheEmptiestOne) {
+  std::vector<ServerLoad> servers = {
+      {"a", 1.0, {{"a1", 0.5}, {"a2", 0.4}, {"a3", 0.3}}},  // 1.2: overloaded
+      {"b", 1.0, {{"b1", 0.3}}},
+      {"c", 1.0, {}},  // Just added
+  };
+  auto plan = PlanJobMoves(servers, 0.8, 8);
+  ASSERT_EQ(plan.size(), 1u);  // Then a is at 0.7, below 0.8.
+  EXPECT_EQ(plan[0].job, "a1");
+  EXPECT_EQ(plan[0].from, 0);
+  EXPECT_EQ(plan[0].to, 2);
+  // Spreading evenly goes on while a move lowers the larger utilisation of the pair.
+  plan = PlanJobMoves(servers, 0.0, 8);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[1].job, "a3");
+  EXPECT_EQ(plan[1].to, 1);
+  EXPECT_EQ(PlanJobMoves(servers, 0.0, 1).size(), 1u);  // At most max_moves.
+  // Capacities differ: a server of 4 cores takes more.
+  std::vector<ServerLoad> sized = {{"small", 0.5, {{"x", 0.4}, {"y", 0.4}}}, {"big", 4.0, {}}};
+  plan = PlanJobMoves(sized, 0.0, 8);
+  ASSERT_EQ(plan.size(), 2u);  // small: 1.6 -> 0.8 -> 0; big: 0 -> 0.1 -> 0.2
+  EXPECT_EQ(plan[1].to, 1);
+  // Nothing to gain: a job that would only overload its destination as much, idle servers,
+  // a single server.
+  std::vector<ServerLoad> lump = {{"a", 1.0, {{"big", 1.5}}}, {"b", 1.0, {}}};
+  EXPECT_TRUE(PlanJobMoves(lump, 0.8, 8).empty());
+  std::vector<ServerLoad> idle = {{"a", 1.0, {{"j", 0.0}}}, {"b", 1.0, {}}};
+  EXPECT_TRUE(PlanJobMoves(idle, 0.0, 8).empty());
+  EXPECT_TRUE(PlanJobMoves({servers[0]}, 0.0, 8).empty());
+}
+
 }  // namespace
 }  // namespace tessera::paramsvc

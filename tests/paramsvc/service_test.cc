@@ -11,6 +11,8 @@
 #include "apps/paramsvc/client.h"
 #include "apps/paramsvc/io.h"
 #include "apps/paramsvc/server.h"
+#include "common/clock.h"
+#include "fabric/credential.h"
 
 namespace tessera::paramsvc {
 namespace {
@@ -92,7 +94,8 @@ void FillGrads(const Client& c, uint32_t w, Tensors* g) {
 
 // Runs `iters` sync iterations of worker w; rank 0 sets every parameter to 250 first.
 void SyncWorker(const Server& srv, const JobSpec& spec, uint32_t w, int iters,
-                std::vector<uint64_t>* final_versions, Tensors* final_params) {
+                std::vector<uint64_t>* final_versions, Tensors* final_params,
+                std::atomic<int>* progress = nullptr) {
   auto c = Connect(srv);
   ASSERT_TRUE(c->Join(spec, w).ok());
   Tensors params(spec), grads(spec);
@@ -109,6 +112,7 @@ void SyncWorker(const Server& srv, const JobSpec& spec, uint32_t w, int iters,
     FillGrads(*c, w, &grads);
     Status s = c->PushPull(grads.cptrs(), pp);
     ASSERT_TRUE(s.ok()) << s;
+    if (progress) ++*progress;
   }
   if (final_versions) {
     final_versions->clear();
@@ -529,6 +533,419 @@ TEST(ParamsvcService, SetLrChangesTheNextStepAndRefusesBadValues) {
   EXPECT_FALSE(rep.ok());
   ASSERT_TRUE(c->PushPull({gp, 1}, {pp, 1}).ok());
   EXPECT_EQ(p[0], -1.5f) << "a refused SET_LR changed the lr";
+}
+
+}  // namespace
+}  // namespace tessera::paramsvc
+
+// ---- Moves between servers (server.h "Moves between servers"), two in-process servers ----
+
+namespace tessera::paramsvc {
+namespace {
+
+std::string Where(const Server& s) { return "127.0.0.1:" + std::to_string(s.port()); }
+
+// Moves job `name` from whichever of `servers` holds it to the other one; returns the index
+// of the server holding it afterwards (the same one when the move failed; `err` says why).
+int MoveOnce(std::vector<std::unique_ptr<Client>>& admins, Server* servers[2], int at,
+             const std::string& name, std::string* err, uint32_t timeout_ms = 10000) {
+  const int to = 1 - at;
+  auto r = admins[at]->MoveJob(name, Where(*servers[to]), timeout_ms, false);
+  if (!r.ok()) {
+    *err = r.status().ToString();
+    return at;
+  }
+  auto j = nlohmann::json::parse(*r);
+  EXPECT_EQ(j["to"], Where(*servers[to]));
+  EXPECT_EQ(j["job"], name);
+  return to;
+}
+
+TEST(ParamsvcMove, SyncJobMovedBackAndForthUnderConcurrentPushesLosesAndDuplicatesNothing) {
+  auto a = StartServer(/*cores=*/2), b = StartServer(/*cores=*/2);
+  Server* servers[2] = {a.get(), b.get()};
+  const JobSpec spec = IntSpec("travelling", 4);
+  constexpr int kIters = 60;
+  std::atomic<int> moves{0}, progress{0};
+  std::vector<uint64_t> versions;
+  Tensors result(spec);
+  std::vector<std::thread> th;
+  for (uint32_t w = 0; w < 4; ++w) {
+    th.emplace_back([&, w] {
+      SyncWorker(*a, spec, w, kIters, w == 0 ? &versions : nullptr, w == 0 ? &result : nullptr,
+                 w == 0 ? &progress : nullptr);
+    });
+  }
+  // The job moves A -> B -> A -> ... while the four workers push, pull, set its initial values
+  // and meet at its barrier: as soon as it exists, then every 8 iterations of worker 0.
+  std::thread mover([&] {
+    std::vector<std::unique_ptr<Client>> admins;
+    admins.push_back(Connect(*a));
+    admins.push_back(Connect(*b));
+    int at = 0;
+    for (int next = 0; next < kIters - 4;) {
+      const Deadline d = Deadline::AfterMs(20000);
+      while (progress.load() < next && !d.Expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // Polling a counter, bounded.
+      }
+      std::string err;
+      const int now = MoveOnce(admins, servers, at, "travelling", &err);
+      if (now == at) {
+        // Not registered yet is the only expected refusal.
+        ASSERT_NE(err.find("no job 'travelling'"), std::string::npos) << err;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      moves++;
+      at = now;
+      next += 8;
+    }
+  });
+  for (auto& t : th) t.join();
+  mover.join();
+  ASSERT_EQ(moves.load(), 7) << "the job did not move as often as asked";  // At 0, 8, ..., 48
+  auto c = Connect(*a);
+  ASSERT_TRUE(c->Join(spec, 0).ok());  // Follows the job from A to wherever it is.
+  const Server& holder = c->port() == a->port() ? *a : *b;
+  ASSERT_EQ(versions, std::vector<uint64_t>(c->layout().partitions.size(), kIters));
+  ExpectExact(*c, versions, result, 4);
+  // The counters travelled with the job: every push applied once, over all the moves.
+  auto ctr = holder.Counters(c->job());
+  ASSERT_TRUE(ctr.ok()) << ctr.status();
+  const uint64_t parts = c->layout().partitions.size();
+  EXPECT_EQ(ctr->applied, 4 * kIters * parts);
+  EXPECT_EQ(ctr->pushes, 4 * kIters * parts);
+  EXPECT_EQ(ctr->updates, kIters * parts);
+  EXPECT_EQ(ctr->pending, 0u);
+  EXPECT_EQ(ctr->rejected, 0u);
+  auto st = nlohmann::json::parse(holder.StatusJson());
+  ASSERT_EQ(st["jobs"].size(), 1u);
+  EXPECT_EQ(st["jobs"][0]["moves"].get<int>(), moves.load());
+  EXPECT_EQ(st["jobs"][0]["place"], "active");
+  // The other server keeps tombstones: its last id of the job leads to the holder (its older
+  // ids, from before the job came back to it, to itself, where a client joins by name).
+  const Server& other = &holder == a.get() ? *b : *a;
+  auto ost = nlohmann::json::parse(other.StatusJson());
+  EXPECT_EQ(ost["jobs"].size(), 0u);
+  int to_holder = 0;
+  for (const auto& m : ost["moved"]) {
+    EXPECT_EQ(m["name"], "travelling");
+    EXPECT_TRUE(m["to"] == Where(holder) || m["to"] == Where(other)) << m;
+    EXPECT_TRUE(m["acknowledged"].get<bool>()) << m;
+    to_holder += m["to"] == Where(holder);
+  }
+  EXPECT_EQ(to_holder, 1) << ost.dump();
+}
+
+// Async and bounded(1): every push accepted is applied exactly once or (bounded) dropped,
+// across moves; a constant gradient of 1 makes the parameter count the applied pushes.
+void CountingWorkers(Mode mode, uint32_t staleness) {
+  auto a = StartServer(2), b = StartServer(2);
+  Server* servers[2] = {a.get(), b.get()};
+  JobSpec spec = OnePartition(std::string("counting-") + ModeName(mode), 3, mode, staleness);
+  constexpr int kIters = 80;
+  std::vector<ClientCounters> cc(3);
+  std::atomic<int> moves{0};
+  {
+    auto c0 = Connect(*a);
+    ASSERT_TRUE(c0->Join(spec, 0).ok());  // Registered before the mover looks for it.
+  }
+  std::vector<std::thread> th;
+  for (uint32_t w = 0; w < 3; ++w) {
+    th.emplace_back([&, w] {
+      auto c = Connect(*a);
+      ASSERT_TRUE(c->Join(spec, w).ok());
+      std::vector<float> g(1024, 1.0f), prm(1024);
+      const void* gp[1] = {g.data()};
+      void* pp[1] = {prm.data()};
+      ASSERT_TRUE(c->Pull(pp, false).ok());
+      // At least kIters pushes each, and on until the job moved 6 times.
+      for (int i = 0; i < kIters || moves.load() < 6; ++i) {
+        Status s = c->PushPull(gp, pp);
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      cc[w] = c->counters();
+    });
+  }
+  std::thread mover([&] {
+    std::vector<std::unique_ptr<Client>> admins;
+    admins.push_back(Connect(*a));
+    admins.push_back(Connect(*b));
+    // Six moves while the workers push (they go on until the sixth): a bounded job's last
+    // round may stay open once they stop, and then it has no boundary to move at.
+    int at = 0;
+    while (moves.load() < 6) {
+      std::string err;
+      const int now = MoveOnce(admins, servers, at, spec.name, &err);
+      ASSERT_NE(now, at) << err;
+      at = now;
+      moves++;
+    }
+  });
+  for (auto& t : th) t.join();
+  mover.join();
+  ASSERT_EQ(moves.load(), 6);
+  auto c = Connect(*a);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  const Server& holder = c->port() == a->port() ? *a : *b;
+  auto ctr = holder.Counters(c->job());
+  ASSERT_TRUE(ctr.ok());
+  uint64_t pushes = 0, accepted = 0, dropped = 0, redirects = 0;
+  for (const auto& x : cc) {
+    pushes += x.pushes;
+    accepted += x.applied;
+    dropped += x.dropped;
+    redirects += x.redirects;
+  }
+  EXPECT_GE(pushes, 3u * kIters);
+  EXPECT_EQ(ctr->pushes, pushes);
+  EXPECT_EQ(ctr->applied + ctr->pending, accepted);
+  EXPECT_EQ(ctr->dropped, dropped);
+  EXPECT_EQ(ctr->rejected, 0u);
+  EXPECT_GT(redirects, 0u) << "no worker followed a move";
+  RawPusher p{c.get(), c->job()};
+  EXPECT_EQ(p.Param(), -static_cast<float>(ctr->applied)) << "an applied push is missing or doubled";
+}
+
+TEST(ParamsvcMove, AsyncJobMovedUnderPushesAppliesEveryPushOnce) { CountingWorkers(Mode::kAsync, 0); }
+
+TEST(ParamsvcMove, BoundedJobMovedUnderPushesAppliesOrDropsEveryPushOnce) {
+  CountingWorkers(Mode::kBounded, 1);
+}
+
+// A round that never closes: the move gives up at its bound, the job stays, and the push it
+// parked meanwhile is applied once it resumes.
+TEST(ParamsvcMove, NoBoundaryWithinTheBoundAbortsAndTheParkedPushIsAppliedHere) {
+  auto a = StartServer(2), b = StartServer(2);
+  JobSpec spec = OnePartition("stuck", 2, Mode::kSync, 0);
+  spec.tensors = {{"w", DType::kF32, {2048}}};  // Two partitions of 1024
+  auto c = Connect(*a);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  auto raw_push = [&](Client* cl, uint32_t worker, uint32_t part, float value) {
+    std::vector<uint8_t> buf(PushRequest::kFixed + 4 * 1024);
+    PushRequest{worker, part, 0, DType::kF32, 1024, {}}.EncodeFixed(buf.data());
+    for (int i = 0; i < 1024; ++i) std::memcpy(buf.data() + PushRequest::kFixed + 4 * i, &value, 4);
+    return cl->Call(Op::kPush, c->job(), buf);
+  };
+  ASSERT_TRUE(raw_push(c.get(), 0, 0, 1.0f).ok());  // Partition 0: a round open, 1 of 2.
+  auto admin = Connect(*a);
+  std::atomic<bool> moving{true};
+  Status move_status;
+  std::thread mover([&] {
+    move_status = admin->MoveJob("stuck", Where(*b), 5000, false).status();
+    moving = false;
+  });
+  // While it freezes, worker 0's push to partition 1 (at a boundary) is parked: no reply yet.
+  auto c2 = Connect(*a);
+  const Deadline d = Deadline::AfterMs(20000);
+  while (nlohmann::json::parse(a->StatusJson())["jobs"][0]["place"] != "freezing" && !d.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // Polling the status, bounded.
+  }
+  ASSERT_TRUE(moving.load()) << "the move gave up before the test could push";
+  auto parked = raw_push(c2.get(), 0, 1, 4.0f);
+  mover.join();
+  EXPECT_EQ(move_status.code(), StatusCode::kTimeout) << move_status;
+  EXPECT_NE(move_status.message().find("partition 0 has a round open with 1 of 2"), std::string::npos)
+      << move_status;
+  ASSERT_TRUE(parked.ok()) << parked.status();  // Answered after the abort: applied here.
+  auto rep = PushReply::Decode(*parked);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->outcome, PushOutcome::kPending);
+  // Worker 1 closes both rounds: each partition = 0 - (worker 0 + worker 1), exactly once.
+  ASSERT_TRUE(raw_push(c.get(), 1, 0, 2.0f).ok());
+  ASSERT_TRUE(raw_push(c.get(), 1, 1, 8.0f).ok());
+  std::vector<float> w(2048);
+  void* pp[1] = {w.data()};
+  ASSERT_TRUE(c->Pull(pp, false).ok());
+  EXPECT_EQ(w[0], -3.0f);
+  EXPECT_EQ(w[1500], -12.0f);
+  auto ctr = a->Counters(c->job());
+  EXPECT_EQ(ctr->applied, 4u);
+  EXPECT_EQ(ctr->parked, 1u);
+  // The destination dropped its staged copy (IMPORT_ABORT); the source never moved the job.
+  auto bst = nlohmann::json::parse(b->StatusJson());
+  EXPECT_EQ(bst["jobs"].size(), 0u) << bst.dump();
+  auto ast = nlohmann::json::parse(a->StatusJson());
+  EXPECT_EQ(ast["jobs"][0]["place"], "active");
+  EXPECT_EQ(ast["moved"].size(), 0u);
+}
+
+TEST(ParamsvcMove, RefusedMovesLeaveTheJobWhereItIs) {
+  auto a = StartServer(2), b = StartServer(2);
+  const JobSpec spec = OnePartition("staying", 1, Mode::kSync, 0);
+  auto c = Connect(*a);
+  ASSERT_TRUE(c->Join(spec, 0).ok());
+  auto admin = Connect(*a);
+  // Nowhere to go, no such job, a bad address, itself.
+  auto r = admin->MoveJob("staying", "127.0.0.1:1", 1000, false);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("destination 127.0.0.1:1"), std::string::npos) << r.status();
+  r = admin->MoveJob("nobody", Where(*b), 1000, false);
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status();
+  r = admin->MoveJob("staying", "no-port", 1000, false);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+  r = admin->MoveJob("staying", Where(*a), 1000, false);
+  EXPECT_NE(r.status().message().find("already on"), std::string::npos) << r.status();
+  // The destination has a job of that name already.
+  auto cb = Connect(*b);
+  ASSERT_TRUE(cb->Join(spec, 0).ok());
+  r = admin->MoveJob("staying", Where(*b), 1000, false);
+  EXPECT_EQ(r.status().code(), StatusCode::kAlreadyExists) << r.status();
+  // A worker's credential may not move jobs, nor stage one.
+  auto cred = fabric::IssueCredential(kSecret, "worker", fabric::Role::kClient);
+  ASSERT_TRUE(cred.ok());
+  ClientOptions o;
+  o.port = a->port();
+  o.secret = cred->key;
+  o.client_id = cred->client_id;
+  auto worker = Client::Connect(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  r = (*worker)->MoveJob("staying", Where(*b), 1000, false);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status();
+  EXPECT_EQ((*worker)->Call(Op::kImportBegin, 0, ImportBegin{7, Where(*a), spec}.Encode()).status().code(),
+            StatusCode::kPermissionDenied);
+  // The job trains on A as before.
+  std::vector<float> g(1024, 1.0f), p(1024);
+  const void* gp[1] = {g.data()};
+  void* pp[1] = {p.data()};
+  ASSERT_TRUE(c->PushPull(gp, pp).ok());
+  EXPECT_EQ(p[0], -1.0f);
+  EXPECT_EQ(c->port(), a->port());
+  auto bst = nlohmann::json::parse(b->StatusJson());
+  EXPECT_EQ(bst["jobs"].size(), 1u);  // Only B's own job of that name.
+}
+
+// Drain: new jobs are sent elsewhere; a moved job's old id and name lead to its new server.
+TEST(ParamsvcMove, DrainSendsNewJobsAwayAndTombstonesLeadToTheJob) {
+  auto a = StartServer(2), b = StartServer(2);
+  auto admin = Connect(*a);
+  ASSERT_TRUE(admin->Drain(true, Where(*b)).ok());
+  auto c = Connect(*a);
+  ASSERT_TRUE(c->Join(OnePartition("fresh", 1, Mode::kSync, 0), 0).ok());
+  EXPECT_EQ(c->port(), b->port()) << "a new job registered on a draining server";
+  EXPECT_EQ(c->counters().redirects, 1u);
+  // Draining without a destination refuses new jobs; existing ones stay.
+  ASSERT_TRUE(admin->Drain(true, "").ok());
+  auto c2 = Connect(*a);
+  EXPECT_EQ(c2->Join(OnePartition("refused", 1, Mode::kSync, 0), 0).code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(admin->Drain(false, "").ok());
+  auto c3 = Connect(*a);
+  ASSERT_TRUE(c3->Join(OnePartition("local", 1, Mode::kSync, 0), 0).ok());
+  EXPECT_EQ(c3->port(), a->port());
+  const uint32_t old_id = c3->job();
+  // Move it; a raw request with the old id gets kStatusMoved B, a join by name follows.
+  auto r = admin->MoveJob("local", Where(*b), 1000, false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto c4 = Connect(*a);
+  uint8_t pr[PullRequest::kWireSize];
+  PullRequest{0, DType::kF32, 0, 100}.EncodeTo(pr);
+  auto rep = c4->Call(Op::kPull, old_id, pr);
+  EXPECT_EQ(rep.status().code(), StatusCode::kUnavailable) << rep.status();
+  EXPECT_NE(rep.status().message().find("moved to " + Where(*b)), std::string::npos) << rep.status();
+  ASSERT_TRUE(c4->Join(OnePartition("local", 1, Mode::kSync, 0), 0).ok());
+  EXPECT_EQ(c4->port(), b->port());
+  // The worker that was on A follows at its next call.
+  std::vector<float> g(1024, 1.0f), p(1024);
+  const void* gp[1] = {g.data()};
+  void* pp[1] = {p.data()};
+  ASSERT_TRUE(c3->PushPull(gp, pp).ok());
+  EXPECT_EQ(c3->port(), b->port());
+  EXPECT_EQ(p[0], -1.0f);
+  EXPECT_EQ(c3->counters().rollbacks, 0u);
+  // Moving it back: A's tombstone of it now leads to A itself (a client naming the old id
+  // joins the job again by name).
+  auto admin_b = Connect(*b);
+  ASSERT_TRUE(admin_b->MoveJob("local", Where(*a), 1000, false).ok());
+  auto ast = nlohmann::json::parse(a->StatusJson());
+  ASSERT_EQ(ast["moved"].size(), 1u) << ast.dump();
+  EXPECT_EQ(ast["moved"][0]["to"], Where(*a));
+  auto c5 = Connect(*a);
+  auto again = c5->Call(Op::kPull, old_id, pr);
+  EXPECT_NE(again.status().message().find("moved to " + Where(*a)), std::string::npos) << again.status();
+  ASSERT_TRUE(c3->PushPull(gp, pp).ok());
+  EXPECT_EQ(c3->port(), a->port());
+  EXPECT_EQ(p[0], -2.0f);
+}
+
+// GET_STATE / PUT_STATE: a job's whole state (momentum included) into a fresh server continues
+// exactly as the original does.
+TEST(ParamsvcMove, StateCarriedToAFreshServerContinuesBitIdentically) {
+  auto a = StartServer(2), b = StartServer(2);
+  JobSpec spec;
+  spec.name = "momentum";
+  spec.workers = 1;
+  spec.optimizer.lr = 0.1f;
+  spec.optimizer.momentum = 0.9f;
+  spec.optimizer.weight_decay = 0.01f;
+  spec.partition_bytes = 4096;
+  spec.tensors = {{"w", DType::kF32, {1500}}, {"h", DType::kF16, {300}}};
+  auto ca = Connect(*a);
+  ASSERT_TRUE(ca->Join(spec, 0).ok());
+  Tensors pa(spec), grads(spec);
+  for (size_t t = 0; t < 2; ++t) {
+    for (uint64_t i = 0; i < spec.tensors[t].elements(); ++i) pa.Set(spec, t, i, 0.5f + 0.001f * i);
+  }
+  ASSERT_TRUE(ca->SetParams(pa.cptrs()).ok());
+  auto step = [&](Client* c, Tensors* params, int it) {
+    for (size_t t = 0; t < 2; ++t) {
+      for (uint64_t i = 0; i < spec.tensors[t].elements(); ++i) {
+        grads.Set(spec, t, i, static_cast<float>((i * 7 + it * 3) % 11) * 0.25f - 1.0f);
+      }
+    }
+    auto pp = params->ptrs();
+    return c->PushPull(grads.cptrs(), pp);
+  };
+  for (int it = 0; it < 5; ++it) ASSERT_TRUE(step(ca.get(), &pa, it).ok());
+  std::vector<PartitionState> saved;
+  ASSERT_TRUE(ca->GetState(&saved).ok());
+  ASSERT_EQ(saved.size(), ca->layout().partitions.size());
+  for (const auto& s : saved) {
+    EXPECT_EQ(s.version, 5u);
+    EXPECT_EQ(s.mom.size(), s.param.size()) << "no momentum in the state";
+  }
+  auto cb = Connect(*b);
+  ASSERT_TRUE(cb->Join(spec, 0).ok());
+  ASSERT_TRUE(cb->PutState(saved).ok());
+  Tensors pb(spec);
+  auto pbp = pb.ptrs();
+  ASSERT_TRUE(cb->Pull(pbp, false).ok());
+  EXPECT_EQ(cb->min_version(), 5u);
+  for (int it = 5; it < 12; ++it) {
+    ASSERT_TRUE(step(ca.get(), &pa, it).ok());
+    ASSERT_TRUE(step(cb.get(), &pb, it).ok());
+  }
+  EXPECT_EQ(pa.bufs, pb.bufs) << "the restored job diverged from the original";
+  std::vector<PartitionState> sa, sb;
+  ASSERT_TRUE(ca->GetState(&sa).ok());
+  ASSERT_TRUE(cb->GetState(&sb).ok());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].param, sb[i].param);
+    EXPECT_EQ(sa[i].mom, sb[i].mom);
+    EXPECT_EQ(sa[i].version, 12u);
+  }
+  // Refusals: a round open; momentum for a job that keeps none; a wrong size.
+  JobSpec two = spec;
+  two.name = "two-workers";
+  two.workers = 2;
+  auto c2 = Connect(*b);
+  ASSERT_TRUE(c2->Join(two, 0).ok());
+  std::vector<PartitionState> fresh;
+  ASSERT_TRUE(c2->GetState(&fresh).ok());
+  std::vector<uint8_t> buf(PushRequest::kFixed + 4 * 1024);
+  PushRequest{0, 0, 0, DType::kF32, 1024, {}}.EncodeFixed(buf.data());
+  ASSERT_TRUE(c2->Call(Op::kPush, c2->job(), buf).ok());
+  Status s = c2->PutState(fresh);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("round open"), std::string::npos) << s;
+  JobSpec plain = spec;
+  plain.name = "plain";
+  plain.optimizer.momentum = 0;
+  auto c3 = Connect(*b);
+  ASSERT_TRUE(c3->Join(plain, 0).ok());
+  s = c3->PutState(saved);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  saved.pop_back();
+  EXPECT_EQ(c3->PutState(saved).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

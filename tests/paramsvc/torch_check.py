@@ -12,9 +12,17 @@ a check fails.
   resume:    ServiceOptimizer trained N steps with a scheduler, against one trained k steps,
              saved (model, optimizer and scheduler state dicts), rebuilt from them in a new
              model and optimizer, and trained the remaining N - k: the same parameters.
+  momentum:  ServiceOptimizer's state_dict carries the momentum buffers: trained k steps on a
+             service, saved through torch.save, resumed on a fresh service (another process)
+             from a new model and optimizer, and trained the remaining N - k: the same
+             parameters as torch.optim.SGD with momentum (within --atol) and bit-identical to
+             an uninterrupted run on the service; the saved buffers are torch's; the state dict
+             loads into torch.optim.SGD too; without the buffers the run diverges. Adam's
+             moments make the same round trip (bit-identical to the uninterrupted run).
   errors:    bad arguments get a ValueError that names the problem.
 """
 import argparse
+import io
 import json
 import os
 import secrets
@@ -205,6 +213,112 @@ def check_resume(a, conn):
     return row
 
 
+def train_plain(m, opt, data):
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+
+
+def flat(m):
+    return torch.cat([p.detach().reshape(-1).clone() for p in m.parameters()])
+
+
+def check_momentum(a, conn):
+    data = batches(a.steps)
+    k = a.steps // 2
+    hp = {"lr": 0.5, "momentum": 0.9, "weight_decay": 0.01}
+
+    def svc(m, c, job, **kw):
+        return tps.ServiceOptimizer(m, c["host"], c["port"], c["secret"], job=job, workers=1,
+                                    rank=0, **dict(hp, **kw))
+
+    # The reference: torch.optim.SGD with momentum; its buffers after k steps.
+    ref = small_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), **hp)
+    train_plain(ref, ref_opt, data[:k])
+    ref_mid = [ref_opt.state[p]["momentum_buffer"].clone() for p in ref.parameters()]
+    train_plain(ref, ref_opt, data[k:])
+    # Uninterrupted on the service.
+    whole = small_model()
+    train_plain(whole, svc(whole, conn, "whole-%s" % secrets.token_hex(4)), data)
+    # k steps on the service, then its state dicts through torch.save, and the service gone.
+    job = "moving-%s" % secrets.token_hex(4)
+    first = small_model()
+    opt = svc(first, conn, job)
+    train_plain(first, opt, data[:k])
+    sd = opt.state_dict()
+    buf_diff = max((sd["state"][i]["momentum_buffer"] - ref_mid[i]).abs().max().item()
+                   for i in range(len(ref_mid)))
+    blob = io.BytesIO()
+    torch.save({"model": first.state_dict(), "opt": sd}, blob)
+    opt.close()
+    fresh, host, port = tessera_paramsvc.serve(a.bin_dir, cores=1, token_file=conn["token"])
+    try:
+        conn2 = dict(conn, host=host, port=port)
+        blob.seek(0)
+        saved = torch.load(blob)
+        # A new process would build everything again: another initial model, then the state.
+        torch.manual_seed(99)
+        second = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+        second.load_state_dict(saved["model"])
+        opt2 = svc(second, conn2, job)
+        opt2.load_state_dict(saved["opt"])
+        train_plain(second, opt2, data[k:])
+        resumed_versions = opt2.state_dict()["service"]["versions"]
+        # Control: the same without the buffers (a fresh job) diverges.
+        third = small_model()
+        third.load_state_dict(saved["model"])
+        stripped = dict(saved["opt"], state={}, service=dict(saved["opt"]["service"]))
+        stripped["service"]["job"] = "control-%s" % secrets.token_hex(4)
+        opt3 = svc(third, conn2, stripped["service"]["job"])
+        opt3.load_state_dict(stripped)
+        train_plain(third, opt3, data[k:])
+        # Adam: its moments make the round trip too.
+        adam_whole = small_model()
+        train_plain(adam_whole, svc(adam_whole, conn, "adam-whole-%s" % secrets.token_hex(4),
+                                    optimizer="adam", lr=0.01, momentum=0.0), data)
+        adam_job = "adam-%s" % secrets.token_hex(4)
+        adam_first = small_model()
+        aopt = svc(adam_first, conn, adam_job, optimizer="adam", lr=0.01, momentum=0.0)
+        train_plain(adam_first, aopt, data[:k])
+        asd = aopt.state_dict()
+        adam_keys = sorted(asd["state"][0].keys()) if asd["state"] else []
+        adam_second = small_model()
+        adam_second.load_state_dict(adam_first.state_dict())
+        aopt2 = svc(adam_second, conn2, adam_job, optimizer="adam", lr=0.01, momentum=0.0)
+        aopt2.load_state_dict(asd)
+        train_plain(adam_second, aopt2, data[k:])
+    finally:
+        fresh.terminate()
+        fresh.wait(timeout=30)
+    # Interop: the service's state dict loads into torch.optim.SGD, which continues like the
+    # reference.
+    fourth = small_model()
+    fourth.load_state_dict(saved["model"])
+    t_opt = torch.optim.SGD(fourth.parameters(), **hp)
+    t_opt.load_state_dict(saved["opt"])
+    train_plain(fourth, t_opt, data[k:])
+    row = {"check": "momentum", "steps": a.steps, "resumed_at": k,
+           "saved_buffers_vs_torch": buf_diff,
+           "resumed_vs_torch": (flat(second) - flat(ref)).abs().max().item(),
+           "resumed_vs_uninterrupted": (flat(second) - flat(whole)).abs().max().item(),
+           "bit_identical": bool(torch.equal(flat(second), flat(whole))),
+           "without_buffers_vs_torch": (flat(third) - flat(ref)).abs().max().item(),
+           "torch_sgd_from_service_state_vs_torch": (flat(fourth) - flat(ref)).abs().max().item(),
+           "resumed_versions": resumed_versions,
+           "adam_keys": adam_keys,
+           "adam_bit_identical": bool(torch.equal(flat(adam_second), flat(adam_whole))),
+           "adam_moved": (flat(adam_second) - flat(small_model())).abs().max().item()}
+    row["ok"] = (buf_diff <= a.atol and row["resumed_vs_torch"] <= a.atol and row["bit_identical"]
+                 and row["without_buffers_vs_torch"] > 100 * a.atol
+                 and row["torch_sgd_from_service_state_vs_torch"] <= a.atol
+                 and resumed_versions == [a.steps] * len(resumed_versions)
+                 and adam_keys == ["exp_avg", "exp_avg_sq", "step"]
+                 and row["adam_bit_identical"] and row["adam_moved"] > 100 * a.atol)
+    return row
+
+
 def check_errors(a, conn):
     def refused(what, fn, words):
         try:
@@ -244,7 +358,7 @@ def check_errors(a, conn):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--check", choices=["hook", "lr", "resume", "errors"], required=True)
+    p.add_argument("--check", choices=["hook", "lr", "resume", "momentum", "errors"], required=True)
     p.add_argument("--bin_dir", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=8)
@@ -258,9 +372,10 @@ def main():
             f.write(secrets.token_hex(24))
         server, host, port = tessera_paramsvc.serve(a.bin_dir, cores=1, token_file=token)
         try:
-            conn = {"host": host, "port": port, "secret": open(token).read().strip()}
+            conn = {"host": host, "port": port, "secret": open(token).read().strip(),
+                    "token": token}
             row = {"hook": check_hook, "lr": check_lr, "resume": check_resume,
-               "errors": check_errors}[a.check](a, conn)
+                   "momentum": check_momentum, "errors": check_errors}[a.check](a, conn)
         finally:
             server.terminate()
             server.wait(timeout=30)

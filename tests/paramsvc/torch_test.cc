@@ -71,6 +71,22 @@ TEST(ParamsvcTorch, StateDictRestoreContinuesToTheUninterruptedParameters) {
   EXPECT_LE(row["max_abs_diff"].get<double>(), 1e-5) << row;
 }
 
+// The momentum buffers travel in the state dict: resumed on a fresh service (another
+// process), training continues as torch.optim.SGD with momentum does (fp32, 1e-5) and
+// bit-identically to an uninterrupted run on the service.
+TEST(ParamsvcTorch, StateDictCarriesMomentumThroughAFreshService) {
+  auto row = RunCheck({"--check=momentum", "--steps=8"});
+  ASSERT_TRUE(row.contains("ok")) << row;
+  EXPECT_TRUE(row["ok"].get<bool>()) << row;
+  EXPECT_LE(row["saved_buffers_vs_torch"].get<double>(), 1e-5) << row;
+  EXPECT_LE(row["resumed_vs_torch"].get<double>(), 1e-5) << row;
+  EXPECT_TRUE(row["bit_identical"].get<bool>()) << row;
+  EXPECT_EQ(row["resumed_vs_uninterrupted"].get<double>(), 0.0) << row;
+  EXPECT_LE(row["torch_sgd_from_service_state_vs_torch"].get<double>(), 1e-5) << row;
+  EXPECT_GT(row["without_buffers_vs_torch"].get<double>(), 1e-3) << "the check does not see momentum: " << row;
+  EXPECT_TRUE(row["adam_bit_identical"].get<bool>()) << row;
+}
+
 TEST(ParamsvcTorch, BadArgumentsGetAValueErrorNamingTheProblem) {
   auto row = RunCheck({"--check=errors"});
   ASSERT_TRUE(row.contains("cases")) << row;
