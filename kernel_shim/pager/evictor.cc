@@ -238,6 +238,8 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
     submit.push_back(&op);
   }
   job->batch = batch;
+  job->pinned.assign(n, 0);
+  if (!submit.empty() && snap_live_.load()) PreserveForChild(&submit, &job->pinned, batch->ops);
   if (!submit.empty()) {
     batch->pending = submit.size();
     batch->refs.fetch_add(static_cast<int>(submit.size()));
@@ -273,11 +275,14 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
                     << "pages stay resident";
       }
       for (size_t i = 0; i < n; ++i) {
-        if (!victims[i].dirty || zero[i]) continue;
+        if (!victims[i].dirty || zero[i] || job->pinned[i]) continue;
         wb_status[i] = batch->done[i] ? batch->ops[i].status
                                       : Timeout("no completion from the store");
       }
     }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (job->pinned[i]) wb_status[i] = ResourceExhausted("kept for a forked child");
   }
   batch->Unref();
   job->batch = nullptr;
@@ -293,7 +298,9 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
       if (!wb_ok) failures++;
       continue;
     }
-    if (victims[i].dirty && !zero[i]) {
+    if (job->pinned[i]) {
+      failures++;  // The cap cannot be kept: eviction backs off (as for failed write-backs).
+    } else if (victims[i].dirty && !zero[i]) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
         failures++;

@@ -29,6 +29,8 @@
 // Threads: see each member's comment; counters are atomics any thread updates.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "client/page_store.h"
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/histogram.h"
 #include "kernel_shim/pager/inactive_list.h"
@@ -95,6 +98,50 @@ inline void AddFootprint(std::atomic<int64_t>& fp, std::atomic<uint64_t>& peak, 
   while (f > 0 && static_cast<uint64_t>(f) > pk && !peak.compare_exchange_weak(pk, f)) {}
 }
 
+// ---- fork (fork.cc) --------------------------------------------------------------------------
+// The snapshot a forked child is served from: one word per page (snap_), as of the fork.
+constexpr uint64_t kSnapZero = 0;    // No data at the fork: the child gets zeros.
+constexpr uint64_t kSnapLocal = 1;   // Only in local memory (its write-back failed): the child
+                                     // holds it mapped and never drops it.
+constexpr uint64_t kSnapPoison = 2;  // The store could not return it: SIGBUS in the child too.
+constexpr uint64_t kSnapId = 3;      // kSnapId + id: the store page holding its bytes.
+// Per-page marks (marks_), parent side.
+constexpr uint8_t kMarkDiscarded = 1;  // Discarded while a fork was being made (the child reads
+                                       // its copy: discarded before the fork means zeros).
+constexpr uint8_t kMarkOwed = 2;       // Its store copy was kept for a child instead of trimmed.
+// The child's page words (ChildShared, shared memory): the state in the child's address space.
+constexpr uint8_t kCAbsent = 0;    // Not mapped in the child; a fault is served from the base.
+constexpr uint8_t kCClean = 1;     // Mapped write-protected, the base's bytes: may be dropped.
+constexpr uint8_t kCDirty = 2;     // Written by the child (or not droppable): stays mapped.
+constexpr uint8_t kCFilling = 3;   // The parent's monitor is mapping it.
+constexpr uint8_t kCDropping = 4;  // The child's evictor is dropping it.
+constexpr uint8_t kCZapping = 5;   // The child is discarding it.
+constexpr uint8_t kCUnpaged = 6;   // The child took it out of paging (plain memory).
+constexpr uint8_t kCStateMask = 7;
+constexpr uint8_t kCSnap = 8;      // Base: the snapshot (else zeros).
+constexpr uint8_t kCPoison = 16;   // Base: poisoned (SIGBUS).
+
+// Shared (MAP_SHARED) between the parent's monitor and one forked child; the page words follow
+// the header at kChildWordsOffset.
+struct ChildShared {
+  std::atomic<uint32_t> ready{0};   // The child has set its words.
+  std::atomic<uint32_t> kick{0};    // Futex word: the monitor wakes the child's evictor.
+  std::atomic<uint32_t> paused{0};  // The child is forking in turn: its evictor waits.
+  std::atomic<uint32_t> evicting{0};
+  std::atomic<uint32_t> warned{0};  // The child said once that it could not keep its cap.
+  std::atomic<int64_t> resident{0};  // Pages mapped in the child's paged region.
+  std::atomic<int64_t> dirty{0};     // Of them, those it may not drop.
+  std::atomic<uint64_t> peak_resident{0};
+  std::atomic<uint64_t> peak_dirty{0};
+  std::atomic<uint64_t> max_page{0};  // One past the highest page the child may have mapped.
+  std::atomic<uint64_t> served{0};    // Missing faults the monitor served.
+  std::atomic<uint64_t> dropped{0};   // Pages the child's evictor dropped.
+  uint64_t cap = 0;                   // The child's resident cap (pages; 0: none).
+  uint64_t pages = 0;
+};
+constexpr size_t kChildWordsOffset = 4096;
+static_assert(sizeof(ChildShared) <= kChildWordsOffset);
+
 class PagerImpl final : public Pager {
  public:
   PagerImpl(uint8_t* base, size_t size, const PagerOptions& o, Uffd uffd, uint64_t* states)
@@ -109,7 +156,7 @@ class PagerImpl final : public Pager {
   Status Unregister(void* addr, size_t len, bool keep_content) override;
   Status Register(void* addr, size_t len) override;
   Status PrepareFork() override;
-  void ParentAfterFork() override;
+  void ParentAfterFork(pid_t child) override;
   void ChildAfterFork() override;
   PagerStats Stats() const override;
 
@@ -215,6 +262,9 @@ class PagerImpl final : public Pager {
     WbBatch* batch = nullptr;  // One reference held by the job.
     Status submit_status;      // Submit() refused the write-backs (no callbacks will come).
     bool submitted = false;
+    // Victims whose write-back was held back: a forked child still reads their store page and
+    // no spare page could take its old bytes (PreserveForChild). Kept resident.
+    std::vector<uint8_t> pinned;
   };
   // Write-protects and copies out the victims and submits their write-backs; does not wait.
   std::unique_ptr<EvictJob> StartEvict(std::vector<Victim> victims);
@@ -233,6 +283,48 @@ class PagerImpl final : public Pager {
   }
   void DrainPolicyEvents();
 
+  // fork (fork.cc; see "fork" in pager.h).
+  // Pages every remote page back in (the fallback: the child gets a full private copy).
+  Status PageEverythingIn();
+  // Writes back every dirty resident page (kept resident, clean and write-protected), so that
+  // every page of the child has its bytes in the store or mapped write-protected.
+  Status WriteBackForFork(const Deadline& deadline);
+  // Builds the snapshot (snap_) and the child's shared area; fork_window_ is set.
+  Status BuildSnapshot(const Deadline& deadline);
+  // The monitor: a UFFD_EVENT_FORK message on uffd_ handed the child's descriptor.
+  void OnForkEvent(int fd);
+  // The monitor's thread: serves the child's faults, notices its end.
+  void ChildLoop();
+  void ServeChildFault(uint64_t addr, uint64_t flags);
+  // Waits while the child's transition on page p (its evictor or a discard) is under way; false
+  // when the child is gone.
+  bool WaitChildWord(std::atomic<uint8_t>& w, uint8_t* out);
+  bool ChildAlive();
+  // The child is gone (or the fork failed): the store pages kept for it are freed.
+  void ReleaseSnapshot();
+  // Before the write-back of victims whose store page the snapshot still names: their old bytes
+  // are copied aside to a spare page first (snap_ follows). Ops that cannot be (no spare page,
+  // the copy failed) are taken out of *submit and flagged in *pinned (kept resident).
+  void PreserveForChild(std::vector<PageOp*>* submit, std::vector<uint8_t>* pinned,
+                        const std::vector<PageOp>& ops);
+  // Trims the store copies of pages [first, first + n) (old: their words before Discard or
+  // Unregister took them), except those a forked child may still read.
+  void TrimForParent(PageId first, size_t n, const std::vector<uint64_t>& old);
+  // While a fork is being made: marks pages whose discard starts now (before their madvise).
+  void MarkForkDiscards(PageId first, size_t n);
+  bool AllocSpare(uint64_t* id);
+  void FreeSpare(uint64_t id);
+  // In a forked child (child_paged_): its side of the protocol.
+  void ChildInit();
+  void ChildEvictLoop();
+  Status ChildDiscard(PageId first, size_t n);
+  void ChildUnpage(PageId first, size_t n);
+  Status ChildPrepareFork();
+  std::atomic<uint8_t>* CWord(PageId p) const {
+    return reinterpret_cast<std::atomic<uint8_t>*>(reinterpret_cast<uint8_t*>(cshared_) +
+                                                   kChildWordsOffset) + p;
+  }
+
   const PagerOptions o_;
   const size_t pages_;
   Uffd uffd_;
@@ -240,7 +332,36 @@ class PagerImpl final : public Pager {
   std::atomic<uint64_t>* states_;
   const bool have_poison_;
   std::atomic<bool> stopping_{false};
-  bool child_ = false;
+  bool child_ = false;        // This copy of the pager lives in a forked child.
+  bool child_paged_ = false;  // ... whose region the parent's monitor serves (ChildInit).
+
+  // fork: one at a time, PrepareFork to ParentAfterFork.
+  std::mutex fork_mu_;
+  bool fork_snapshot_ = false;            // This fork shares pages through the store.
+  std::atomic<bool> fork_window_{false};  // PrepareFork .. ParentAfterFork (discards marked).
+  std::atomic<bool> snap_live_{false};    // A child may read the snapshot's store pages.
+  std::mutex snap_mu_;                    // Orders preserve / trim decisions with the release.
+  std::atomic<uint64_t>* snap_ = nullptr;  // pages_ words (private: the child has a copy).
+  std::atomic<uint8_t>* marks_ = nullptr;  // pages_ marks (private).
+  uint64_t snap_end_ = 0;                 // Pages of the snapshot ([0, snap_end_)).
+  // Spare store pages [pages_, capacity): copies of snapshot pages the parent overwrote.
+  uint64_t spare_total_ = 0;
+  std::mutex spare_mu_;
+  uint64_t spare_next_ = 0;
+  std::vector<uint64_t> spare_free_;
+  // The child (at most one): its shared area, descriptor and pidfd; under child_mu_.
+  std::mutex child_mu_;
+  std::condition_variable child_cv_;
+  ChildShared* cshared_ = nullptr;
+  size_t cshared_bytes_ = 0;
+  bool expect_child_ = false;  // The next UFFD_EVENT_FORK is this fork's child.
+  bool child_active_ = false;  // child_uffd_ is the child's.
+  Uffd child_uffd_;
+  std::atomic<int> child_pidfd_{-1};
+  UniqueFd child_wake_;        // eventfd: ChildLoop re-reads its descriptors (or stops).
+  std::atomic<uint64_t> fork_snapshots_{0}, fork_fallbacks_{0}, fork_preserved_{0},
+      fork_pinned_{0}, fork_child_served_{0}, fork_child_peak_resident_{0},
+      fork_child_peak_dirty_{0}, fork_child_limit_{0}, fork_child_dropped_{0};
 
   std::vector<std::thread>* threads_ = new std::vector<std::thread>();
 

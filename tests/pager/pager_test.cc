@@ -518,7 +518,7 @@ void ForkedChildSeesEveryPage(bool inactive_list) {
     for (size_t p = 0; p < kPages; ++p) bad += CheckPage(b + p * kPage, p, 5) ? 0 : 1;
     _exit(bad == 0 ? 0 : 1);
   }
-  pager->ParentAfterFork();
+  pager->ParentAfterFork(pid);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << status;
