@@ -985,12 +985,12 @@ void PagerImpl::ChildEvictLoop() {
       if (h->resident.load() > cap && !h->warned.exchange(1)) {
         char msg[400];
         std::snprintf(msg, sizeof msg,
-                      "tessera: forked child %d holds %lld MB of its paged heap that it wrote "
-                      "since the fork, more than its local limit of %lld MB: pages a forked "
+                      "tessera: forked child %d holds %.1f MB of its paged heap that it wrote "
+                      "since the fork, more than its local limit of %.1f MB: pages a forked "
                       "child writes cannot be evicted (docs/guides/what-is-paged.md, \"fork\")\n",
                       static_cast<int>(::getpid()),
-                      static_cast<long long>(h->dirty.load() * kPageSize >> 20),
-                      static_cast<long long>(cap * kPageSize >> 20));
+                      static_cast<double>(h->dirty.load()) * kPageSize / (1 << 20),
+                      static_cast<double>(cap) * kPageSize / (1 << 20));
         RawLog(msg);
       }
       timespec ts{0, 10 * 1000 * 1000};

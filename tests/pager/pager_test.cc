@@ -492,8 +492,10 @@ TEST(PagerTest, RetryOptionsAreValidated) {
   EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-// With the inactive list, staged pages are moved back before the fork, and pages shared with
-// the child afterwards cannot move (UFFDIO_MOVE refuses them): they are written back instead.
+// The fork fallback (pager.h, "fork": no spare store pages here): the heap is paged in and the
+// child holds a private copy. With the inactive list, staged pages are moved back before the
+// fork, and pages shared with the child afterwards cannot move (UFFDIO_MOVE refuses them): they
+// are written back instead. pager_fork_test.cc tests forks that share pages through the store.
 void ForkedChildSeesEveryPage(bool inactive_list) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages);
@@ -526,6 +528,9 @@ void ForkedChildSeesEveryPage(bool inactive_list) {
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
+  // A store without spare pages beyond the region (or the inactive list): the fallback.
+  EXPECT_EQ(pager->Stats().fork_fallbacks, 1u);
+  EXPECT_EQ(pager->Stats().fork_snapshots, 0u);
 }
 
 TEST(PagerTest, ForkedChildSeesEveryPage) { ForkedChildSeesEveryPage(false); }
