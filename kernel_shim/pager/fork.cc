@@ -34,6 +34,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +282,13 @@ Status PagerImpl::BuildSnapshot(const Deadline& deadline) {
   auto* h = new (sh) ChildShared();
   h->cap = ResidentCap();
   h->pages = pages_;
+  h->parent_pid = static_cast<int32_t>(::getpid());
+  CloseForkSockets();
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fork_sock_) != 0) {
+    Status st = ErrnoError("socketpair");
+    ::munmap(sh, bytes);
+    return st;
+  }
   {
     std::lock_guard<std::mutex> l(child_mu_);
     cshared_ = h;
@@ -348,6 +356,27 @@ void PagerImpl::OnForkEvent(int fd) {
       child_uffd_ = Uffd::Adopt(fd, uffd_);
       child_active_ = true;
       child_pidfd_ = -1;
+      handoff_requested_ = false;
+      handoff_done_ = false;
+      // The child's own reference (ChildInit receives it): its registration outlives us.
+      char byte = 0;
+      iovec iov{&byte, 1};
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = ctl;
+      msg.msg_controllen = sizeof ctl;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+      if (::sendmsg(fork_sock_[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+        TLOG(WARNING) << "pager: fork: cannot pass the child its userfaultfd (" << strerror(errno)
+                      << "): if this process dies without exiting normally, the child's pages "
+                         "it has not mapped read as zeros";
+      }
       uint64_t one = 1;
       (void)!::write(child_wake_.get(), &one, sizeof one);
       child_cv_.notify_all();
@@ -391,6 +420,7 @@ void PagerImpl::ParentAfterFork(pid_t child) {
       active = child_active_;
       fork_window_.store(false);
     }
+    CloseForkSockets();  // Sent (or not) by now: the child holds its end.
     if (attached) {
       fork_snapshots_.fetch_add(1);
     } else if (!active) {
@@ -406,6 +436,95 @@ void PagerImpl::ParentAfterFork(pid_t child) {
   }
   evict_cv_.notify_one();
   fork_mu_.unlock();
+}
+
+void PagerImpl::CloseForkSockets() {
+  for (int& f : fork_sock_) {
+    if (f >= 0) ::close(f);
+    f = -1;
+  }
+}
+
+void PagerImpl::HandOffChildren() {
+  if (child_) return;
+  std::unique_lock<std::mutex> l(child_mu_);
+  if (!child_active_ || !child_wake_.valid()) return;
+  handoff_requested_ = true;
+  uint64_t one = 1;
+  (void)!::write(child_wake_.get(), &one, sizeof one);
+  child_cv_.wait(l, [&] { return handoff_done_ || !child_active_ || stopping_.load(); });
+}
+
+void PagerImpl::HandOffChild() {
+  ChildShared* h = cshared_;
+  h->paused.store(1);  // Its evictor drops nothing from now on.
+  for (int i = 0; h->evicting.load(); ++i) {
+    SleepUs(100);
+    if (i % 1000 == 999 && !ChildAlive()) return;
+  }
+  const PageId end = std::min<uint64_t>(std::max<uint64_t>(snap_end_, h->max_page.load()), pages_);
+  alignas(64) static thread_local uint8_t buf[kPageSize];
+  uint64_t mapped_pages = 0, lost = 0;
+  for (PageId p = 0; p < end; ++p) {
+    std::atomic<uint8_t>& w = *CWord(p);
+    uint8_t v = w.load();
+    for (;;) {
+      const uint8_t st = v & kCStateMask;
+      if (st == kCZapping) {  // The child is discarding it: it reads zeros after.
+        if (!WaitChildWord(w, &v)) return;
+        continue;
+      }
+      break;
+    }
+    if ((v & kCStateMask) != kCAbsent || !(v & (kCSnap | kCPoison))) continue;
+    if (!w.compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCFilling))) {
+      --p;  // Changed meanwhile (a discard): look again.
+      continue;
+    }
+    const uint8_t base_bits = v & ~kCStateMask;
+    bool poison = (base_bits & kCPoison) != 0;
+    for (uint32_t attempt = 0; !poison; ++attempt) {
+      const uint64_t sv = p < snap_end_ ? snap_[p].load() : kSnapZero;
+      if (sv < kSnapId) {
+        poison = sv != kSnapZero;
+        if (!poison) std::memset(buf, 0, kPageSize);
+        break;
+      }
+      Status st = o_.store->ReadPage(sv - kSnapId, buf);
+      if (st.ok()) break;
+      if (st.code() == StatusCode::kDataLoss || attempt >= 20) {
+        poison = true;
+        break;
+      }
+      if (!ChildAlive()) return;
+      SleepUs(static_cast<long>(std::min<uint64_t>(uint64_t{2} << attempt, 1000) * 1000));
+    }
+    void* pa = Addr(p);
+    if (poison) {
+      ++lost;
+      if (have_poison_) (void)child_uffd_.Poison(pa, kPageSize);
+      w.store(static_cast<uint8_t>(kCPoison | kCAbsent));
+      continue;
+    }
+    // Writable: nothing drops it any more, and no write needs to be seen.
+    size_t mapped = 0;
+    Status st = child_uffd_.Copy(pa, buf, kPageSize, /*writable=*/true, &mapped);
+    if (!st.ok() && st.code() != StatusCode::kAlreadyExists) {
+      w.store(static_cast<uint8_t>(base_bits | kCAbsent));
+      if (!ChildAlive()) return;
+      continue;
+    }
+    w.store(static_cast<uint8_t>(base_bits | kCDirty));
+    h->resident.fetch_add(1);
+    h->dirty.fetch_add(1);
+    ++mapped_pages;
+  }
+  RaisePeak(h->peak_resident, h->resident.load());
+  RaisePeak(h->peak_dirty, h->dirty.load());
+  h->detached.store(1);
+  KickChild(h);
+  TLOG(INFO) << "pager: exiting: mapped the " << mapped_pages << " pages a forked child had not"
+             << (lost ? " (some lost: SIGBUS there)" : "") << "; it serves its own faults now";
 }
 
 bool PagerImpl::ChildAlive() {
@@ -467,6 +586,21 @@ void PagerImpl::ChildLoop() {
       (void)!::read(child_wake_.get(), &v, sizeof v);
     }
     bool gone = pfd >= 0 && (fds[2].revents & POLLIN);
+    bool handoff = false;
+    {
+      std::lock_guard<std::mutex> l(child_mu_);
+      handoff = handoff_requested_;
+    }
+    if (handoff) {
+      if (!gone) HandOffChild();
+      ReleaseSnapshot();  // Our reference goes; the child's own keeps its registration.
+      {
+        std::lock_guard<std::mutex> l(child_mu_);
+        handoff_done_ = true;
+      }
+      child_cv_.notify_all();
+      continue;
+    }
     if (!gone && (fds[0].revents & POLLIN)) {
       for (;;) {
         const ssize_t got = ::read(ufd, msgs, sizeof msgs);
@@ -639,6 +773,7 @@ void PagerImpl::ReleaseSnapshot() {
     if (child_active_) {
       child_uffd_.Close();
       child_active_ = false;
+      child_cv_.notify_all();
     }
     if (child_pidfd_ >= 0) {
       ::close(child_pidfd_);
@@ -860,10 +995,19 @@ void PagerImpl::MarkForkDiscards(PageId first, size_t n) {
 void PagerImpl::ChildAfterFork() {
   if (child_) {  // Forked from a forked child: plain memory here (it was paged in, pager.h).
     child_paged_ = false;
+    for (int* f : {&own_uffd_, &parent_pidfd_}) {
+      if (*f >= 0) ::close(*f);
+      *f = -1;
+    }
     return;
   }
   child_ = true;
-  if (!fork_snapshot_ || cshared_ == nullptr) return;  // The fallback: a full private copy.
+  if (fork_sock_[0] >= 0) ::close(fork_sock_[0]);
+  fork_sock_[0] = -1;
+  if (!fork_snapshot_ || cshared_ == nullptr) {  // The fallback: a full private copy.
+    CloseForkSockets();
+    return;
+  }
   child_paged_ = true;
   ChildInit();
 }
@@ -926,7 +1070,123 @@ void PagerImpl::ChildInit() {
   RaisePeak(h->peak_dirty, dirty);
   h->max_page.store(end);
   h->ready.store(1);
-  if (h->cap > 0) std::thread([this] { ChildEvictLoop(); }).detach();
+  // Our own reference to our userfaultfd, which the parent's monitor sends as it reads the fork
+  // event; and the parent's pidfd, to notice if it dies.
+  pollfd pf{fork_sock_[1], POLLIN, 0};
+  if (fork_sock_[1] >= 0 && ::poll(&pf, 1, 30000) == 1) {
+    char byte;
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof ctl;
+    if (::recvmsg(fork_sock_[1], &msg, MSG_CMSG_CLOEXEC) == 1) {
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        std::memcpy(&own_uffd_, CMSG_DATA(c), sizeof(int));
+      }
+    }
+  }
+  CloseForkSockets();
+  if (own_uffd_ < 0) {
+    RawLog("tessera: forked child: no userfaultfd of its own; if the paging parent dies without "
+           "exiting normally, heap pages this child has not mapped read as zeros\n");
+  }
+  parent_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, h->parent_pid, 0));
+  if (parent_pidfd_ >= 0 && ::getppid() != h->parent_pid) {
+    ::close(parent_pidfd_);  // The parent is gone already (the pid may be another process).
+    parent_pidfd_ = -2;
+  }
+  // The evictor, which also watches the parent.
+  std::thread([this] { ChildEvictLoop(); }).detach();
+}
+
+void PagerImpl::ChildSelfServe() {
+  ChildShared* h = cshared_;
+  const bool orphaned = !h->detached.load();
+  if (orphaned) {
+    char msg[300];
+    std::snprintf(msg, sizeof msg,
+                  "tessera: forked child %d: the paging parent died without handing over the "
+                  "heap; pages this child has not mapped and that only the store held raise "
+                  "SIGBUS\n",
+                  static_cast<int>(::getpid()));
+    RawLog(msg);
+  }
+  if (own_uffd_ < 0) return;
+  Uffd self = Uffd::Adopt(own_uffd_, uffd_);
+  uffd_msg msgs[16];
+  for (;;) {
+    pollfd pf{own_uffd_, POLLIN, 0};
+    if (::poll(&pf, 1, -1) < 0) continue;
+    const ssize_t got = ::read(own_uffd_, msgs, sizeof msgs);
+    if (got <= 0) continue;
+    for (size_t i = 0; i < static_cast<size_t>(got) / sizeof(uffd_msg); ++i) {
+      if (msgs[i].event == UFFD_EVENT_FORK) {
+        ::close(static_cast<int>(msgs[i].arg.fork.ufd));
+        continue;
+      }
+      if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+      const uint64_t addr = msgs[i].arg.pagefault.address;
+      const auto b = reinterpret_cast<uintptr_t>(base());
+      void* const pa = reinterpret_cast<void*>(addr & ~(uint64_t{kPageSize} - 1));
+      if (addr < b || addr >= b + size()) {
+        (void)self.Poison(pa, kPageSize);
+        self.Wake(pa, kPageSize);
+        continue;
+      }
+      std::atomic<uint8_t>& w = *CWord((addr - b) / kPageSize);
+      for (;;) {
+        uint8_t v = w.load();
+        const uint8_t st = v & kCStateMask;
+        if (st == kCZapping || st == kCDropping) {  // Our own threads: brief.
+          sched_yield();
+          continue;
+        }
+        if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
+          if (st == kCClean &&
+              !w.compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCDirty))) {
+            continue;
+          }
+          if (st == kCClean || st == kCDirty) {
+            if (!self.WriteProtect(pa, kPageSize, false).ok()) self.Wake(pa, kPageSize);
+          } else {
+            self.Wake(pa, kPageSize);
+          }
+          break;
+        }
+        if (st != kCAbsent && st != kCFilling) {  // Mapped: a stale message.
+          self.Wake(pa, kPageSize);
+          break;
+        }
+        if (v & (kCSnap | kCPoison)) {
+          // Only the store had it (or the parent died while mapping it): never zeros.
+          size_t mapped = 0;
+          if (st == kCFilling && self.Copy(pa, kZeroRun, kPageSize, false, &mapped).code() ==
+                                     StatusCode::kAlreadyExists) {
+            w.store(static_cast<uint8_t>((v & ~kCStateMask) | kCDirty));  // It was mapped.
+            self.Wake(pa, kPageSize);
+            break;
+          }
+          w.store(static_cast<uint8_t>(kCPoison | kCAbsent));
+          if (!self.Poison(pa, kPageSize).ok()) self.Wake(pa, kPageSize);
+          break;
+        }
+        size_t mapped = 0;
+        Status st2 = self.Copy(pa, kZeroRun, kPageSize, /*writable=*/true, &mapped);
+        if (st2.ok()) {
+          w.store(kCDirty);
+          h->resident.fetch_add(1);
+          h->dirty.fetch_add(1);
+        } else {
+          self.Wake(pa, kPageSize);
+        }
+        break;
+      }
+    }
+  }
 }
 
 void PagerImpl::ChildEvictLoop() {
@@ -935,9 +1195,18 @@ void PagerImpl::ChildEvictLoop() {
   const int64_t target = std::max<int64_t>(1, cap - std::max<int64_t>(1, cap / 20));
   PageId hand = 0;
   for (;;) {
+    bool parent_gone = parent_pidfd_ == -2;
+    if (parent_pidfd_ >= 0) {
+      pollfd pf{parent_pidfd_, POLLIN, 0};
+      parent_gone = ::poll(&pf, 1, 0) > 0;
+    }
+    if (h->detached.load() || parent_gone) {
+      ChildSelfServe();
+      return;
+    }
     const uint32_t k = h->kick.load();
     // At the cap already: make room before the monitor maps more (it waits at the cap).
-    if (h->paused.load() || h->resident.load() < cap) {
+    if (cap == 0 || h->paused.load() || h->resident.load() < cap) {
       timespec ts{0, 20 * 1000 * 1000};
       Futex(&h->kick, FUTEX_WAIT, k, &ts);
       continue;

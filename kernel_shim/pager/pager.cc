@@ -69,6 +69,7 @@ PagerImpl::~PagerImpl() {
     // (it holds the child's private copy of the data).
     return;
   }
+  HandOffChildren();  // A forked child still sharing pages gets them all first.
   stopping_.store(true);
   uint64_t one = 1;
   (void)!::write(stop_fd_.get(), &one, sizeof one);
@@ -85,11 +86,8 @@ PagerImpl::~PagerImpl() {
   }
   child_cv_.notify_all();
   for (auto& t : *threads_) t.join();
-  if (child_active_) {
-    TLOG(ERROR) << "pager: destroyed while a forked child still shares its pages: the child's "
-                   "region stops being paged (reap children before destroying the pager)";
-  }
   ReleaseSnapshot();
+  CloseForkSockets();
   delete threads_;
   // Store callbacks may still be running for fills/prefetches: wait for them (bounded by the
   // store's own timeouts).
@@ -419,7 +417,7 @@ PagerStats PagerImpl::Stats() const {
   s.fork_child_peak_dirty_pages = fork_child_peak_dirty_.load();
   {
     // A child living now: its figures so far.
-    std::lock_guard<std::mutex> cl(const_cast<std::mutex&>(child_mu_));
+    std::lock_guard<std::mutex> cl(child_mu_);
     if (child_active_ && cshared_ != nullptr) {
       s.fork_child_faults += cshared_->served.load();
       s.fork_child_dropped += cshared_->dropped.load();

@@ -67,6 +67,10 @@
 // refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, the inactive
 // list is on, or a previous child still shares pages. A forked child that forks again pages its
 // own heap in first (the grandchild gets plain memory). Pager::Stats counts both kinds of fork.
+// The child holds its own reference to its userfaultfd: when the parent exits it first maps
+// every page the child has not (HandOffChildren), and if it dies without doing so (SIGKILL, a
+// crash), the child serves its own faults: zeros where the snapshot says zeros, SIGBUS (with a
+// line on stderr) where only the store had the bytes.
 // If PrepareFork fails, fork must not happen (the shim fails it with ENOMEM).
 //
 // Threads. All methods are thread-safe. The pager owns its threads (fault handling, eviction)
@@ -255,6 +259,10 @@ class Pager {
   virtual Status PrepareFork() = 0;
   virtual void ParentAfterFork(pid_t child) = 0;
   virtual void ChildAfterFork() = 0;
+  // The process is about to exit (the shim calls it at exit; the destructor does too): a forked
+  // child still sharing pages gets every page it has not mapped, and serves its own faults from
+  // then on. Blocks until that is done (a store read per page the child has not mapped).
+  virtual void HandOffChildren() = 0;
 
   virtual PagerStats Stats() const = 0;
 

@@ -136,8 +136,12 @@ struct ChildShared {
   std::atomic<uint64_t> max_page{0};  // One past the highest page the child may have mapped.
   std::atomic<uint64_t> served{0};    // Missing faults the monitor served.
   std::atomic<uint64_t> dropped{0};   // Pages the child's evictor dropped.
+  // The parent mapped every page the child may need (it is exiting) and stopped serving: the
+  // child serves its remaining faults itself and drops nothing any more.
+  std::atomic<uint32_t> detached{0};
   uint64_t cap = 0;                   // The child's resident cap (pages; 0: none).
   uint64_t pages = 0;
+  int32_t parent_pid = 0;
 };
 constexpr size_t kChildWordsOffset = 4096;
 static_assert(sizeof(ChildShared) <= kChildWordsOffset);
@@ -155,6 +159,7 @@ class PagerImpl final : public Pager {
   Status Discard(void* addr, size_t len) override;
   Status Unregister(void* addr, size_t len, bool keep_content) override;
   Status Register(void* addr, size_t len) override;
+  void HandOffChildren() override;
   Status PrepareFork() override;
   void ParentAfterFork(pid_t child) override;
   void ChildAfterFork() override;
@@ -314,12 +319,20 @@ class PagerImpl final : public Pager {
   void MarkForkDiscards(PageId first, size_t n);
   bool AllocSpare(uint64_t* id);
   void FreeSpare(uint64_t id);
+  // The parent maps every page the child has not and lets it serve itself (ChildLoop, on
+  // handoff_requested_).
+  void HandOffChild();
   // In a forked child (child_paged_): its side of the protocol.
   void ChildInit();
+  // The parent stopped serving (it handed off, or died): the child serves its own faults from
+  // then on, from its own reference to its userfaultfd: zeros where the snapshot says zeros,
+  // SIGBUS where only the store had the bytes, never wrong bytes.
+  void ChildSelfServe();
   void ChildEvictLoop();
   Status ChildDiscard(PageId first, size_t n);
   void ChildUnpage(PageId first, size_t n);
   Status ChildPrepareFork();
+  void CloseForkSockets();
   std::atomic<uint8_t>* CWord(PageId p) const {
     return reinterpret_cast<std::atomic<uint8_t>*>(reinterpret_cast<uint8_t*>(cshared_) +
                                                    kChildWordsOffset) + p;
@@ -350,7 +363,7 @@ class PagerImpl final : public Pager {
   uint64_t spare_next_ = 0;
   std::vector<uint64_t> spare_free_;
   // The child (at most one): its shared area, descriptor and pidfd; under child_mu_.
-  std::mutex child_mu_;
+  mutable std::mutex child_mu_;
   std::condition_variable child_cv_;
   ChildShared* cshared_ = nullptr;
   size_t cshared_bytes_ = 0;
@@ -359,6 +372,14 @@ class PagerImpl final : public Pager {
   Uffd child_uffd_;
   std::atomic<int> child_pidfd_{-1};
   UniqueFd child_wake_;        // eventfd: ChildLoop re-reads its descriptors (or stops).
+  // The child gets its own reference to its userfaultfd over this socketpair ([0] the parent's
+  // end, [1] the child's), so that the registration outlives the parent.
+  int fork_sock_[2] = {-1, -1};
+  bool handoff_requested_ = false;  // Under child_mu_: the process is exiting.
+  bool handoff_done_ = false;
+  // In the child: its own userfaultfd and the parent's pidfd (-1: none).
+  int own_uffd_ = -1;
+  int parent_pidfd_ = -1;
   std::atomic<uint64_t> fork_snapshots_{0}, fork_fallbacks_{0}, fork_preserved_{0},
       fork_pinned_{0}, fork_child_served_{0}, fork_child_peak_resident_{0},
       fork_child_peak_dirty_{0}, fork_child_limit_{0}, fork_child_dropped_{0};

@@ -1149,6 +1149,12 @@ __attribute__((constructor)) void ShimInit() {
 __attribute__((destructor)) void ShimFini() {
   if (!g_active.load() || g_child || getpid() != g_owner_pid) return;
   g_exiting.store(true, std::memory_order_release);
+  {
+    // A forked child still sharing the heap's pages (a daemon's parent exiting) gets every page
+    // it has not mapped before this process, which serves them, goes away.
+    BypassScope bypass;
+    g_pager->HandOffChildren();
+  }
   WriteStats(true);
 }
 

@@ -4,6 +4,8 @@
 // Over MemoryPageStore (the asynchronous in-memory store double) with spare pages beyond the
 // region; pager_integration_test.cc forks over the erasure-coded store on memservers.
 #include <gtest/gtest.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -323,6 +325,85 @@ TEST(PagerForkTest, ForkRacingWithWritesAndDiscards) {
   EXPECT_EQ(rig.pager->Stats().fork_snapshots, 4u);
   EXPECT_EQ(rig.pager->Stats().fill_errors, 0u);
 }
+
+// The paging parent goes away while its child still shares pages. A "middle" process (forked
+// from the test, so that the test can kill it) owns the pager and forks the child; the child
+// reports through a pipe, since its parent is gone when it reads its heap.
+sigjmp_buf g_jmp;
+void OnSigbus(int) { siglongjmp(g_jmp, 1); }
+
+// The child's verdict on its heap once its parent is gone: pages right, pages that raised
+// SIGBUS, pages wrong (zeros or other bytes).
+struct Verdict {
+  uint32_t right = 0, sigbus = 0, wrong = 0;
+};
+
+void OrphanedChild(bool kill_parent) {
+  constexpr size_t kPages = 512, kCap = 32;
+  int result[2], child_ready[2], parent_go[2];
+  ASSERT_EQ(::pipe(result), 0);
+  ASSERT_EQ(::pipe(child_ready), 0);
+  ASSERT_EQ(::pipe(parent_go), 0);
+  const pid_t middle = ::fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    Rig rig(kPages, kCap);
+    if (!rig.pager) ::_exit(2);
+    rig.FillAll(9);
+    if (!WaitFor([&] { return rig.pager->Stats().resident_pages <= kCap; })) ::_exit(3);
+    const pid_t child = Fork(rig.pager.get(), [&] {
+      const pid_t parent = ::getppid();
+      // Map a few pages while the parent serves, then let it go away.
+      for (size_t p = 0; p < 8; ++p) (void)*reinterpret_cast<volatile uint8_t*>(rig.Page(p));
+      Signal(child_ready[1]);
+      while (::getppid() == parent) ::usleep(1000);
+      Verdict v;
+      struct sigaction sa {}, old{};
+      sa.sa_handler = OnSigbus;
+      sigaction(SIGBUS, &sa, &old);
+      for (size_t p = 0; p < kPages; ++p) {
+        if (sigsetjmp(g_jmp, 1) == 0) {
+          if (CheckPage(rig.Page(p), p, 9)) ++v.right;
+          else ++v.wrong;
+        } else {
+          ++v.sigbus;
+        }
+      }
+      (void)!::write(result[1], &v, sizeof v);
+      return 0;
+    });
+    if (child <= 0) ::_exit(4);
+    if (!Await(child_ready[0])) ::_exit(5);
+    if (kill_parent) {
+      Signal(parent_go[1]);
+      ::pause();  // SIGKILLed by the test: no hand-off.
+    }
+    rig.pager.reset();  // Exiting normally: the child gets every page first.
+    ::_exit(0);
+  }
+  if (kill_parent) {
+    ASSERT_TRUE(Await(parent_go[0]));
+    ::kill(middle, SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(middle, &status, 0), middle);
+  if (!kill_parent) ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  Verdict v;
+  ASSERT_EQ(::read(result[0], &v, sizeof v), static_cast<ssize_t>(sizeof v));
+  EXPECT_EQ(v.wrong, 0u) << "the orphaned child read zeros or other bytes";
+  if (kill_parent) {
+    // What it had mapped it keeps; the rest only the store had: SIGBUS.
+    EXPECT_GE(v.right, 8u);
+    EXPECT_GT(v.sigbus, 0u);
+  } else {
+    EXPECT_EQ(v.right, kPages);
+    EXPECT_EQ(v.sigbus, 0u);
+  }
+}
+
+TEST(PagerForkTest, ParentExitingHandsTheChildItsPages) { OrphanedChild(false); }
+
+TEST(PagerForkTest, ParentKilledLeavesTheChildSigbusNeverZeros) { OrphanedChild(true); }
 
 }  // namespace
 }  // namespace tessera::kernel_shim
