@@ -100,6 +100,16 @@ constexpr int kForkTimeoutMs = 120000;
 Status PagerImpl::PrepareFork() {
   if (child_) return ChildPrepareFork();
   fork_mu_.lock();
+  // The child starts with what is resident now: let eviction bring it to the cap first (it may
+  // lag behind a burst of faults by up to the throttle's slack).
+  if (const uint64_t cap = ResidentCap(); cap > 0) {
+    const Deadline settle = Deadline::AfterMs(2000);
+    while (static_cast<uint64_t>(std::max<int64_t>(0, resident_.load())) > cap &&
+           !settle.Expired() && !evict_failing_.load()) {
+      MaybeKickEviction();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   {
     std::unique_lock<std::mutex> l(evict_mu_);
     evict_paused_++;
@@ -1254,9 +1264,9 @@ void PagerImpl::ChildEvictLoop() {
       if (h->resident.load() > cap && !h->warned.exchange(1)) {
         char msg[400];
         std::snprintf(msg, sizeof msg,
-                      "tessera: forked child %d holds %.1f MB of its paged heap that it wrote "
-                      "since the fork, more than its local limit of %.1f MB: pages a forked "
-                      "child writes cannot be evicted (docs/guides/what-is-paged.md, \"fork\")\n",
+                      "tessera: forked child %d has written %.1f MB of its paged heap since "
+                      "the fork and goes over its local limit of %.1f MB: pages a forked child "
+                      "writes cannot be evicted (docs/guides/what-is-paged.md, \"fork\")\n",
                       static_cast<int>(::getpid()),
                       static_cast<double>(h->dirty.load()) * kPageSize / (1 << 20),
                       static_cast<double>(cap) * kPageSize / (1 << 20));

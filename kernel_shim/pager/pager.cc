@@ -1,5 +1,5 @@
 // The userfaultfd pager (see pager.h for the contract, pager_impl.h for how its files divide
-// the work): creation, teardown, Discard, fork and stats.
+// the work): creation, teardown, Discard, registration and stats (fork is fork.cc).
 #include "kernel_shim/pager/pager.h"
 
 #include <fcntl.h>

@@ -1,6 +1,7 @@
 // PagerImpl: the pager's implementation, shared by its files (internal; see pager.h for the
 // contract and page_state.h for the per-page state word):
-//   pager.cc          creation, teardown, Discard, fork, stats;
+//   pager.cc          creation, teardown, Discard, registration, stats;
+//   fork.cc           fork(): the snapshot, the monitor of the child, the child's evictor;
 //   fault_handler.cc  the fault threads: missing and write-protect faults, fills, zero fills;
 //   prefetcher.cc     the stream detector and read-ahead into pager-owned buffers;
 //   evictor.cc        the eviction thread: cap, throttle, pipelined write-back batches;

@@ -387,7 +387,9 @@ void OrphanedChild(bool kill_parent) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(middle, &status, 0), middle);
-  if (!kill_parent) ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  if (!kill_parent) {
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
   Verdict v;
   ASSERT_EQ(::read(result[0], &v, sizeof v), static_cast<ssize_t>(sizeof v));
   EXPECT_EQ(v.wrong, 0u) << "the orphaned child read zeros or other bytes";
