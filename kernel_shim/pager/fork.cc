@@ -285,7 +285,8 @@ Status PagerImpl::BuildSnapshot(const Deadline& deadline) {
     snap_ = static_cast<std::atomic<uint64_t>*>(s);
     marks_ = static_cast<std::atomic<uint8_t>*>(m);
   }
-  const size_t bytes = kChildWordsOffset + (pages_ + kPageSize - 1) / kPageSize * kPageSize;
+  const size_t words_end = kChildWordsOffset + (pages_ + kPageSize - 1) / kPageSize * kPageSize;
+  const size_t bytes = words_end + kChildRingSize * sizeof(uint32_t);
   void* sh = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                     MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (sh == MAP_FAILED) return ErrnoError("mmap of the area shared with the forked child");
@@ -293,6 +294,8 @@ Status PagerImpl::BuildSnapshot(const Deadline& deadline) {
   h->cap = ResidentCap();
   h->pages = pages_;
   h->parent_pid = static_cast<int32_t>(::getpid());
+  h->ring_offset = words_end;
+  h->ring_size = kChildRingSize;
   CloseForkSockets();
   if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fork_sock_) != 0) {
     Status st = ErrnoError("socketpair");
@@ -757,6 +760,7 @@ void PagerImpl::ServeChildFault(uint64_t addr, uint64_t flags) {
   Status st = child_uffd_.Copy(pa, src, kPageSize, /*writable=*/false, &mapped);
   if (st.ok()) {
     w.store(static_cast<uint8_t>(base_bits | kCClean));
+    h->Push(p);
     RaisePeak(h->peak_resident, h->resident.fetch_add(1) + 1);
     h->served.fetch_add(1);
     uint64_t m = h->max_page.load();
@@ -1059,6 +1063,7 @@ void PagerImpl::ChildInit() {
         ++resident;
         if (wp && stored) {
           word = kCSnap | kCClean;
+          h->Push(q);  // The monitor serves nothing before `ready`: one producer.
         } else {
           word = kCDirty;
           ++dirty;
@@ -1204,6 +1209,7 @@ void PagerImpl::ChildEvictLoop() {
   const int64_t cap = static_cast<int64_t>(h->cap);
   const int64_t target = std::max<int64_t>(1, cap - std::max<int64_t>(1, cap / 20));
   PageId hand = 0;
+  uint64_t swept_missed = 0;
   for (;;) {
     bool parent_gone = parent_pidfd_ == -2;
     if (parent_pidfd_ >= 0) {
@@ -1222,7 +1228,50 @@ void PagerImpl::ChildEvictLoop() {
       continue;
     }
     h->evicting.store(1);
-    const PageId end = std::min<uint64_t>(h->max_page.load(), pages_);
+    // Oldest mapped first: the ring.
+    std::atomic<uint32_t>* ring = h->Ring();
+    PageId batch[64];
+    while (h->resident.load() > target && !h->paused.load()) {
+      size_t n = 0;
+      uint64_t tail = h->ring_tail.load(std::memory_order_relaxed);
+      const uint64_t head = h->ring_head.load(std::memory_order_acquire);
+      while (n < 64 && tail < head) {
+        const PageId q = ring[tail % h->ring_size].load(std::memory_order_relaxed);
+        ++tail;
+        std::atomic<uint8_t>* w = CWord(q);
+        uint8_t v = w->load();
+        if ((v & kCStateMask) == kCClean &&
+            w->compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCDropping))) {
+          batch[n++] = q;
+        }
+      }
+      h->ring_tail.store(tail, std::memory_order_release);
+      if (n == 0) break;
+      std::sort(batch, batch + n);
+      size_t dropped = 0;
+      for (size_t k = 0; k < n;) {
+        size_t j = k + 1;
+        while (j < n && batch[j] == batch[j - 1] + 1) ++j;
+        const bool ok = ::madvise(Addr(batch[k]), (j - k) * kPageSize, MADV_DONTNEED) == 0;
+        for (size_t i = k; i < j; ++i) {
+          std::atomic<uint8_t>* w = CWord(batch[i]);
+          const uint8_t v = w->load();
+          w->store(static_cast<uint8_t>((v & ~kCStateMask) | (ok ? kCAbsent : kCDirty)));
+        }
+        if (ok) {
+          dropped += j - k;
+        } else {
+          RaisePeak(h->peak_dirty, h->dirty.fetch_add(static_cast<int64_t>(j - k)) + (j - k));
+        }
+        k = j;
+      }
+      h->resident.fetch_sub(static_cast<int64_t>(dropped));
+      h->dropped.fetch_add(dropped);
+    }
+    // Then the pages the ring missed (it was full), in address order: only if it missed some
+    // since the last whole sweep (otherwise every clean page was in it).
+    const uint64_t missed = h->ring_missed.load();
+    const PageId end = missed != swept_missed ? std::min<uint64_t>(h->max_page.load(), pages_) : 0;
     uint64_t scanned = 0;
     while (end > 0 && h->resident.load() > target && scanned < end && !h->paused.load()) {
       if (hand >= end) hand = 0;
@@ -1258,6 +1307,7 @@ void PagerImpl::ChildEvictLoop() {
         RaisePeak(h->peak_dirty, h->dirty.fetch_add(static_cast<int64_t>(run)) + run);
       }
     }
+    if (end > 0 && scanned >= end) swept_missed = missed;
     h->evicting.store(0);
     if (h->resident.load() >= cap && !h->paused.load()) {
       // A whole sweep found nothing more to drop: what it holds, it wrote.

@@ -143,7 +143,28 @@ struct ChildShared {
   uint64_t cap = 0;                   // The child's resident cap (pages; 0: none).
   uint64_t pages = 0;
   int32_t parent_pid = 0;
+  // The pages mapped clean, in the order they were (the evictor's first victims): a ring of
+  // ring_size page numbers at ring_offset, one producer (the monitor; ChildInit before it) and
+  // one consumer (the child's evictor). Full: a page is not recorded (the sweep finds it).
+  std::atomic<uint64_t> ring_head{0};
+  std::atomic<uint64_t> ring_tail{0};
+  uint64_t ring_offset = 0;
+  uint64_t ring_size = 0;
+  std::atomic<uint32_t>* Ring() {
+    return reinterpret_cast<std::atomic<uint32_t>*>(reinterpret_cast<uint8_t*>(this) + ring_offset);
+  }
+  std::atomic<uint64_t> ring_missed{0};  // Pages not recorded (the ring was full).
+  void Push(uint64_t page) {
+    const uint64_t hd = ring_head.load(std::memory_order_relaxed);
+    if (hd - ring_tail.load(std::memory_order_acquire) >= ring_size) {
+      ring_missed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Ring()[hd % ring_size].store(static_cast<uint32_t>(page), std::memory_order_relaxed);
+    ring_head.store(hd + 1, std::memory_order_release);
+  }
 };
+constexpr uint64_t kChildRingSize = 65536;
 constexpr size_t kChildWordsOffset = 4096;
 static_assert(sizeof(ChildShared) <= kChildWordsOffset);
 
