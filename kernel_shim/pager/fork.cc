@@ -116,12 +116,17 @@ Status PagerImpl::PrepareFork() {
     evict_idle_cv_.wait(l, [&] { return !evict_running_; });
   }
   std::string why;
+  // Without a limit everything is resident: the child's full private copy costs nothing to
+  // make, and sharing through the store would first write the whole heap back.
+  const bool no_limit = LimitPages() == 0;
   bool in_use = false;
   {
     std::lock_guard<std::mutex> l(snap_mu_);
     in_use = snap_ != nullptr && (snap_live_.load() || snap_end_ != 0);
   }
-  if (!uffd_.has_fork_events()) {
+  if (no_limit) {
+    why = "no local-memory limit";
+  } else if (!uffd_.has_fork_events()) {
     why = "the kernel gives this process no userfaultfd fork events (they need CAP_SYS_PTRACE)";
   } else if (!child_wake_.valid()) {
     why = "the store has no spare pages beyond the region";
@@ -143,7 +148,7 @@ Status PagerImpl::PrepareFork() {
   }
   if (!fork_snapshot_) {
     static std::atomic<bool> logged{false};
-    if (!logged.exchange(true)) {
+    if (!no_limit && !logged.exchange(true)) {
       TLOG(WARNING) << "pager: fork: the child cannot share pages through the store (" << why
                     << "): the heap is paged back in first, and parent and child hold it "
                        "all locally for the moment of the fork";

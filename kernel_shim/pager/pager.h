@@ -63,7 +63,8 @@
 //   says so once on stderr. Never zeros or stale bytes: a page is dropped only while
 //   write-protected and known equal to what the snapshot returns.
 // Falls back to paging every remote page back in before the fork (the child then holds a full
-// private copy as plain memory), with the pager object inert in the child, when the kernel
+// private copy as plain memory), with the pager object inert in the child, when there is no
+// limit (everything is resident: nothing to page in, nothing to share), when the kernel
 // refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, the inactive
 // list is on, or a previous child still shares pages. A forked child that forks again pages its
 // own heap in first (the grandchild gets plain memory). Pager::Stats counts both kinds of fork.
