@@ -7,7 +7,8 @@
 // The region. Create() maps one private anonymous region of `region_bytes` (MAP_NORESERVE, so
 // only touched pages cost memory) and registers it with userfaultfd in missing + write-protect
 // mode. Page i of the region is PageId i of the store, so the store's capacity_pages() must
-// cover the region. Every page is in one of these states:
+// cover the region (pages beyond it are spares for forked children: see "fork"). Every page is
+// in one of these states:
 //   never written  - first touch is served with zeros, no store round trip (mapped writable,
 //                    with up to zero_fault_around_pages never-written neighbours; such a page
 //                    still all zeros when evicted is dropped without a write-back);

@@ -378,7 +378,7 @@ class PagerImpl final : public Pager {
   std::mutex snap_mu_;                    // Orders preserve / trim decisions with the release.
   std::atomic<uint64_t>* snap_ = nullptr;  // pages_ words (private: the child has a copy).
   std::atomic<uint8_t>* marks_ = nullptr;  // pages_ marks (private).
-  uint64_t snap_end_ = 0;                 // Pages of the snapshot ([0, snap_end_)).
+  std::atomic<uint64_t> snap_end_{0};    // Pages of the snapshot ([0, snap_end_)).
   // Spare store pages [pages_, capacity): copies of snapshot pages the parent overwrote.
   uint64_t spare_total_ = 0;
   std::mutex spare_mu_;
