@@ -189,6 +189,16 @@ void PagerImpl::WriteDone(PageOp* op) {
   batch->Unref();
 }
 
+void PagerImpl::WriteProtectRuns(const std::vector<PageId>& sorted, const char* what) {
+  for (size_t k = 0; k < sorted.size();) {
+    size_t j = k;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    Status st = uffd_.WriteProtect(Addr(sorted[k]), (j - k + 1) * kPageSize, true);
+    if (!st.ok()) TLOG(ERROR) << "pager: " << what << ": " << st.ToString();
+    k = j + 1;
+  }
+}
+
 std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> victims_in) {
   auto job = std::make_unique<EvictJob>();
   job->victims = std::move(victims_in);
@@ -201,13 +211,7 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
     if (v.dirty && !v.staged) dirty_pages.push_back(v.page);
   }
   std::sort(dirty_pages.begin(), dirty_pages.end());
-  for (size_t k = 0; k < dirty_pages.size();) {
-    size_t j = k;
-    while (j + 1 < dirty_pages.size() && dirty_pages[j + 1] == dirty_pages[j] + 1) ++j;
-    Status st = uffd_.WriteProtect(Addr(dirty_pages[k]), (j - k + 1) * kPageSize, true);
-    if (!st.ok()) TLOG(ERROR) << "pager: write-protecting victims: " << st.ToString();
-    k = j + 1;
-  }
+  WriteProtectRuns(dirty_pages, "write-protecting victims");
   // 2. Copy the dirty pages out (a write after the protection faults and sets kRedirty) and
   //    write them back in one batch.
   auto* batch = new WbBatch();

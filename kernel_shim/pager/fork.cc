@@ -1,7 +1,7 @@
-// fork() in a paged program (see "fork" in pager.h, and docs/guides/what-is-paged.md for why it
-// works this way).
+// fork() in a paged program, the parent's side (see "fork" in pager.h, and
+// docs/guides/what-is-paged.md for why it works this way).
 //
-// Parent side. PrepareFork writes back every dirty resident page and records, per page, where
+// PrepareFork writes back every dirty resident page and records, per page, where
 // the child will find its bytes (snap_: zeros, or a store page). The child inherits the
 // region's registration (UFFD_FEATURE_EVENT_FORK); the fault thread that reads the
 // UFFD_EVENT_FORK message hands the child's descriptor to ChildLoop, which serves the child's
@@ -17,15 +17,8 @@
 // copy: its page table (pagemap: present, uffd-wp), snap_, and kMarkDiscarded (set by Discard
 // before its madvise while a fork is being made).
 //
-// Child side (child_paged_). Its page words (ChildShared, shared memory) say, per page, whether
-// it is mapped and whether it may be dropped: only a page mapped write-protected whose bytes
-// equal what the monitor would serve again (kCClean). ChildEvictLoop drops such pages to keep
-// the child under the cap the parent had at the fork; the monitor's write-protect fault handler
-// makes a page kCDirty before the child's write goes on. Every transition is a CAS on the word,
-// so the evictor never drops a page a write has reached.
-//
-// The child runs no pager threads but its evictor, and code in the child never takes a lock a
-// parent thread may have held at the fork (no logging: raw writes to stderr).
+// The child's side (its page words, its evictor, serving itself once the parent is gone) is
+// fork_child.cc; what both processes share is fork_state.h.
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/userfaultfd.h>
@@ -57,44 +50,6 @@
 #endif
 
 namespace tessera::kernel_shim::internal {
-namespace {
-
-void RawLog(const char* s) {
-  size_t n = std::strlen(s);
-  while (n > 0) {
-    ssize_t w = ::write(2, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-long Futex(std::atomic<uint32_t>* w, int op, uint32_t val, const timespec* ts) {
-  // Not FUTEX_PRIVATE: the word is shared between the parent and the child.
-  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), op, val, ts, nullptr, 0);
-}
-
-void KickChild(ChildShared* h) {
-  h->kick.fetch_add(1);
-  Futex(&h->kick, FUTEX_WAKE, 1, nullptr);
-}
-
-void RaisePeak(std::atomic<uint64_t>& peak, int64_t v) {
-  if (v <= 0) return;
-  uint64_t pk = peak.load();
-  while (static_cast<uint64_t>(v) > pk && !peak.compare_exchange_weak(pk, v)) {
-  }
-}
-
-void SleepUs(long us) {
-  timespec ts{us / 1000000, (us % 1000000) * 1000};
-  ::nanosleep(&ts, nullptr);
-}
-
-constexpr int kForkTimeoutMs = 120000;
-
-}  // namespace
-
 // ---- the parent ---------------------------------------------------------------------------
 
 Status PagerImpl::PrepareFork() {
@@ -210,13 +165,7 @@ Status PagerImpl::WriteBackForFork(const Deadline& deadline) {
       }
     }
   }
-  for (size_t k = 0; k < pages.size();) {
-    size_t j = k;
-    while (j + 1 < pages.size() && pages[j + 1] == pages[j] + 1) ++j;
-    Status st = uffd_.WriteProtect(Addr(pages[k]), (j - k + 1) * kPageSize, true);
-    if (!st.ok()) TLOG(ERROR) << "pager: fork: write-protecting dirty pages: " << st.ToString();
-    k = j + 1;
-  }
+  WriteProtectRuns(pages, "fork: write-protecting dirty pages");
   constexpr size_t kChunk = 256;
   std::vector<uint8_t> bufs(kChunk * kPageSize);
   std::vector<PageOp> ops(kChunk);
@@ -377,20 +326,8 @@ void PagerImpl::OnForkEvent(int fd) {
       handoff_requested_ = false;
       handoff_done_ = false;
       // The child's own reference (ChildInit receives it): its registration outlives us.
-      char byte = 0;
-      iovec iov{&byte, 1};
-      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = ctl;
-      msg.msg_controllen = sizeof ctl;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-      if (::sendmsg(fork_sock_[0], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+      FdMessage m;
+      if (!m.Send(fork_sock_[0], fd)) {
         TLOG(WARNING) << "pager: fork: cannot pass the child its userfaultfd (" << strerror(errno)
                       << "): if this process dies without exiting normally, the child's pages "
                          "it has not mapped read as zeros";
@@ -500,23 +437,13 @@ void PagerImpl::HandOffChild() {
       continue;
     }
     const uint8_t base_bits = v & ~kCStateMask;
-    bool poison = (base_bits & kCPoison) != 0;
-    for (uint32_t attempt = 0; !poison; ++attempt) {
-      const uint64_t sv = p < snap_end_ ? snap_[p].load() : kSnapZero;
-      if (sv < kSnapId) {
-        poison = sv != kSnapZero;
-        if (!poison) std::memset(buf, 0, kPageSize);
-        break;
-      }
-      Status st = o_.store->ReadPage(sv - kSnapId, buf);
-      if (st.ok()) break;
-      if (st.code() == StatusCode::kDataLoss || attempt >= 20) {
-        poison = true;
-        break;
-      }
-      if (!ChildAlive()) return;
-      SleepUs(static_cast<long>(std::min<uint64_t>(uint64_t{2} << attempt, 1000) * 1000));
-    }
+    Status why;
+    // The process is exiting: a page the store does not return within ~20 retries is lost.
+    const SnapRead got =
+        (base_bits & kCPoison) ? SnapRead::kLost : ReadSnapshotPage(p, buf, 20, &why);
+    if (got == SnapRead::kChildGone) return;
+    if (got == SnapRead::kZeros) std::memset(buf, 0, kPageSize);
+    const bool poison = got == SnapRead::kLost;
     void* pa = Addr(p);
     if (poison) {
       ++lost;
@@ -543,6 +470,35 @@ void PagerImpl::HandOffChild() {
   KickChild(h);
   TLOG(INFO) << "pager: exiting: mapped the " << mapped_pages << " pages a forked child had not"
              << (lost ? " (some lost: SIGBUS there)" : "") << "; it serves its own faults now";
+}
+
+PagerImpl::SnapRead PagerImpl::ReadSnapshotPage(PageId p, uint8_t* buf, uint32_t max_retries,
+                                                 Status* why) {
+  uint64_t backoff_ms = std::max<uint64_t>(o_.fill_retry_initial_ms, 2);
+  for (uint32_t attempt = 0;; ++attempt) {
+    const uint64_t sv = p < snap_end_ ? snap_[p].load() : kSnapZero;
+    if (sv == kSnapZero) return SnapRead::kZeros;
+    if (sv < kSnapId) {
+      *why = DataLoss(sv == kSnapLocal ? "not in the store at the fork" : "poisoned");
+      return SnapRead::kLost;
+    }
+    Status st = o_.store->ReadPage(sv - kSnapId, buf);
+    if (st.ok()) {
+      if (snap_[p].load() != sv) continue;  // Copied aside meanwhile: read the copy.
+      return SnapRead::kBytes;
+    }
+    if (st.code() == StatusCode::kDataLoss || (max_retries > 0 && attempt >= max_retries)) {
+      *why = st;
+      return SnapRead::kLost;
+    }
+    if ((attempt & (attempt + 1)) == 0) {
+      TLOG(WARNING) << "pager: reading page " << p << " for the forked child failed ("
+                    << st.ToString() << "); retrying in " << backoff_ms << " ms";
+    }
+    if (!ChildAlive()) return SnapRead::kChildGone;
+    SleepUs(static_cast<long>(backoff_ms * 1000));
+    backoff_ms = std::min<uint64_t>(backoff_ms * 2, o_.fill_retry_max_backoff_ms);
+  }
 }
 
 bool PagerImpl::ChildAlive() {
@@ -715,44 +671,17 @@ void PagerImpl::ServeChildFault(uint64_t addr, uint64_t flags) {
     if (w.compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCFilling))) break;
   }
   const uint8_t base_bits = v & ~kCStateMask;
-  bool poison = (base_bits & kCPoison) != 0;
   Status why = DataLoss("poisoned in the parent");
   const uint8_t* src = kZeroRun;
   alignas(64) static thread_local uint8_t buf[kPageSize];
-  if (!poison && (base_bits & kCSnap)) {
-    uint64_t backoff_ms = 2;
-    for (uint32_t attempt = 0;; ++attempt) {
-      const uint64_t sv = p < snap_end_ ? snap_[p].load() : kSnapZero;
-      if (sv < kSnapId) {
-        if (sv != kSnapZero) {
-          poison = true;
-          why = DataLoss(sv == kSnapLocal ? "not in the store at the fork" : "poisoned");
-        }
-        break;
-      }
-      Status st = o_.store->ReadPage(sv - kSnapId, buf);
-      if (st.ok()) {
-        if (snap_[p].load() != sv) continue;  // Copied aside meanwhile: read the copy.
-        src = buf;
-        break;
-      }
-      if (st.code() == StatusCode::kDataLoss) {
-        poison = true;
-        why = st;
-        break;
-      }
-      if ((attempt & (attempt + 1)) == 0) {
-        TLOG(WARNING) << "pager: reading page " << p << " for the forked child failed ("
-                      << st.ToString() << "); retrying in " << backoff_ms << " ms";
-      }
-      if (!ChildAlive()) {
-        w.store(static_cast<uint8_t>(base_bits | kCAbsent));
-        return;
-      }
-      SleepUs(static_cast<long>(backoff_ms * 1000));
-      backoff_ms = std::min<uint64_t>(backoff_ms * 2, o_.fill_retry_max_backoff_ms);
-    }
+  SnapRead got = (base_bits & kCPoison) ? SnapRead::kLost : SnapRead::kZeros;
+  if (got != SnapRead::kLost && (base_bits & kCSnap)) got = ReadSnapshotPage(p, buf, 0, &why);
+  if (got == SnapRead::kChildGone) {
+    w.store(static_cast<uint8_t>(base_bits | kCAbsent));
+    return;
   }
+  if (got == SnapRead::kBytes) src = buf;
+  const bool poison = got == SnapRead::kLost;
   if (poison) {
     fill_errors_.fetch_add(1);
     TLOG(ERROR) << "pager: page " << p << " of the forked child cannot be read back ("
@@ -1007,405 +936,6 @@ void PagerImpl::TrimForParent(PageId first, size_t n, const std::vector<uint64_t
 void PagerImpl::MarkForkDiscards(PageId first, size_t n) {
   if (!fork_window_.load()) return;
   for (size_t i = 0; i < n; ++i) marks_[first + i].fetch_or(kMarkDiscarded);
-}
-
-// ---- the child ----------------------------------------------------------------------------
-
-void PagerImpl::ChildAfterFork() {
-  if (child_) {  // Forked from a forked child: plain memory here (it was paged in, pager.h).
-    child_paged_ = false;
-    for (int* f : {&own_uffd_, &parent_pidfd_}) {
-      if (*f >= 0) ::close(*f);
-      *f = -1;
-    }
-    return;
-  }
-  child_ = true;
-  if (fork_sock_[0] >= 0) ::close(fork_sock_[0]);
-  fork_sock_[0] = -1;
-  if (!fork_snapshot_ || cshared_ == nullptr) {  // The fallback: a full private copy.
-    CloseForkSockets();
-    return;
-  }
-  child_paged_ = true;
-  ChildInit();
-}
-
-void PagerImpl::ChildInit() {
-  ChildShared* h = cshared_;
-  const uint64_t end = std::min<uint64_t>(max_page_.load(), pages_);
-  // What the kernel copied: present pages, and which are still write-protected.
-  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  constexpr size_t kChunk = 512;
-  uint64_t entries[kChunk];
-  unsigned char incore[kChunk];
-  int64_t resident = 0, dirty = 0;
-  for (PageId p = 0; p < end; p += kChunk) {
-    const size_t m = std::min<uint64_t>(kChunk, end - p);
-    const off_t off =
-        static_cast<off_t>((reinterpret_cast<uintptr_t>(Addr(p)) / kPageSize) * sizeof(uint64_t));
-    const bool have_pm =
-        fd >= 0 && ::pread(fd, entries, m * sizeof(uint64_t), off) ==
-                       static_cast<ssize_t>(m * sizeof(uint64_t));
-    if (!have_pm && ::mincore(Addr(p), m * kPageSize, incore) != 0) {
-      RawLog("tessera: forked child: neither /proc/self/pagemap nor mincore tell which heap "
-             "pages it has; aborting rather than read wrong bytes\n");
-      ::abort();
-    }
-    for (size_t j = 0; j < m; ++j) {
-      const PageId q = p + j;
-      if (St(W(q).load(std::memory_order_relaxed)) == kUnpaged) {
-        CWord(q)->store(kCUnpaged, std::memory_order_relaxed);
-        continue;
-      }
-      const uint64_t v = q < snap_end_ ? snap_[q].load(std::memory_order_relaxed) : kSnapZero;
-      const bool discarded = (marks_[q].load(std::memory_order_relaxed) & kMarkDiscarded) != 0;
-      const bool present = have_pm ? ((entries[j] >> 63) & 1) != 0 : (incore[j] & 1) != 0;
-      const bool wp = have_pm && ((entries[j] >> 57) & 1) != 0;  // PM_UFFD_WP
-      const bool stored = v >= kSnapId && !discarded;
-      uint8_t word;
-      if (present) {
-        ++resident;
-        if (wp && stored) {
-          word = kCSnap | kCClean;
-          h->Push(q);  // The monitor serves nothing before `ready`: one producer.
-        } else {
-          word = kCDirty;
-          ++dirty;
-        }
-      } else if (discarded || v == kSnapZero) {
-        word = kCAbsent;
-      } else if (stored) {
-        word = kCSnap | kCAbsent;
-      } else {
-        word = kCPoison | kCAbsent;  // Poisoned (or, never expected, local and not mapped).
-      }
-      CWord(q)->store(word, std::memory_order_relaxed);
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  h->resident.store(resident);
-  h->dirty.store(dirty);
-  RaisePeak(h->peak_resident, resident);
-  RaisePeak(h->peak_dirty, dirty);
-  h->max_page.store(end);
-  h->ready.store(1);
-  // Our own reference to our userfaultfd, which the parent's monitor sends as it reads the fork
-  // event; and the parent's pidfd, to notice if it dies.
-  pollfd pf{fork_sock_[1], POLLIN, 0};
-  if (fork_sock_[1] >= 0 && ::poll(&pf, 1, 30000) == 1) {
-    char byte;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl;
-    msg.msg_controllen = sizeof ctl;
-    if (::recvmsg(fork_sock_[1], &msg, MSG_CMSG_CLOEXEC) == 1) {
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      if (c != nullptr && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        std::memcpy(&own_uffd_, CMSG_DATA(c), sizeof(int));
-      }
-    }
-  }
-  CloseForkSockets();
-  if (own_uffd_ < 0) {
-    RawLog("tessera: forked child: no userfaultfd of its own; if the paging parent dies without "
-           "exiting normally, heap pages this child has not mapped read as zeros\n");
-  }
-  parent_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, h->parent_pid, 0));
-  if (parent_pidfd_ >= 0 && ::getppid() != h->parent_pid) {
-    ::close(parent_pidfd_);  // The parent is gone already (the pid may be another process).
-    parent_pidfd_ = -2;
-  }
-  // The evictor, which also watches the parent.
-  std::thread([this] { ChildEvictLoop(); }).detach();
-}
-
-void PagerImpl::ChildSelfServe() {
-  ChildShared* h = cshared_;
-  const bool orphaned = !h->detached.load();
-  if (orphaned) {
-    char msg[300];
-    std::snprintf(msg, sizeof msg,
-                  "tessera: forked child %d: the paging parent died without handing over the "
-                  "heap; pages this child has not mapped and that only the store held raise "
-                  "SIGBUS\n",
-                  static_cast<int>(::getpid()));
-    RawLog(msg);
-  }
-  if (own_uffd_ < 0) return;
-  Uffd self = Uffd::Adopt(own_uffd_, uffd_);
-  uffd_msg msgs[16];
-  for (;;) {
-    pollfd pf{own_uffd_, POLLIN, 0};
-    if (::poll(&pf, 1, -1) < 0) continue;
-    const ssize_t got = ::read(own_uffd_, msgs, sizeof msgs);
-    if (got <= 0) continue;
-    for (size_t i = 0; i < static_cast<size_t>(got) / sizeof(uffd_msg); ++i) {
-      if (msgs[i].event == UFFD_EVENT_FORK) {
-        ::close(static_cast<int>(msgs[i].arg.fork.ufd));
-        continue;
-      }
-      if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
-      const uint64_t addr = msgs[i].arg.pagefault.address;
-      const auto b = reinterpret_cast<uintptr_t>(base());
-      void* const pa = reinterpret_cast<void*>(addr & ~(uint64_t{kPageSize} - 1));
-      if (addr < b || addr >= b + size()) {
-        (void)self.Poison(pa, kPageSize);
-        self.Wake(pa, kPageSize);
-        continue;
-      }
-      std::atomic<uint8_t>& w = *CWord((addr - b) / kPageSize);
-      for (;;) {
-        uint8_t v = w.load();
-        const uint8_t st = v & kCStateMask;
-        if (st == kCZapping || st == kCDropping) {  // Our own threads: brief.
-          sched_yield();
-          continue;
-        }
-        if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
-          if (st == kCClean &&
-              !w.compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCDirty))) {
-            continue;
-          }
-          if (st == kCClean || st == kCDirty) {
-            if (!self.WriteProtect(pa, kPageSize, false).ok()) self.Wake(pa, kPageSize);
-          } else {
-            self.Wake(pa, kPageSize);
-          }
-          break;
-        }
-        if (st != kCAbsent && st != kCFilling) {  // Mapped: a stale message.
-          self.Wake(pa, kPageSize);
-          break;
-        }
-        if (v & (kCSnap | kCPoison)) {
-          // Only the store had it (or the parent died while mapping it): never zeros.
-          size_t mapped = 0;
-          if (st == kCFilling && self.Copy(pa, kZeroRun, kPageSize, false, &mapped).code() ==
-                                     StatusCode::kAlreadyExists) {
-            w.store(static_cast<uint8_t>((v & ~kCStateMask) | kCDirty));  // It was mapped.
-            self.Wake(pa, kPageSize);
-            break;
-          }
-          w.store(static_cast<uint8_t>(kCPoison | kCAbsent));
-          if (!self.Poison(pa, kPageSize).ok()) self.Wake(pa, kPageSize);
-          break;
-        }
-        size_t mapped = 0;
-        Status st2 = self.Copy(pa, kZeroRun, kPageSize, /*writable=*/true, &mapped);
-        if (st2.ok()) {
-          w.store(kCDirty);
-          h->resident.fetch_add(1);
-          h->dirty.fetch_add(1);
-        } else {
-          self.Wake(pa, kPageSize);
-        }
-        break;
-      }
-    }
-  }
-}
-
-void PagerImpl::ChildEvictLoop() {
-  ChildShared* h = cshared_;
-  const int64_t cap = static_cast<int64_t>(h->cap);
-  const int64_t target = std::max<int64_t>(1, cap - std::max<int64_t>(1, cap / 20));
-  PageId hand = 0;
-  uint64_t swept_missed = 0;
-  for (;;) {
-    bool parent_gone = parent_pidfd_ == -2;
-    if (parent_pidfd_ >= 0) {
-      pollfd pf{parent_pidfd_, POLLIN, 0};
-      parent_gone = ::poll(&pf, 1, 0) > 0;
-    }
-    if (h->detached.load() || parent_gone) {
-      ChildSelfServe();
-      return;
-    }
-    const uint32_t k = h->kick.load();
-    // At the cap already: make room before the monitor maps more (it waits at the cap).
-    if (cap == 0 || h->paused.load() || h->resident.load() < cap) {
-      timespec ts{0, 20 * 1000 * 1000};
-      Futex(&h->kick, FUTEX_WAIT, k, &ts);
-      continue;
-    }
-    h->evicting.store(1);
-    // Oldest mapped first: the ring.
-    std::atomic<uint32_t>* ring = h->Ring();
-    PageId batch[64];
-    while (h->resident.load() > target && !h->paused.load()) {
-      size_t n = 0;
-      uint64_t tail = h->ring_tail.load(std::memory_order_relaxed);
-      const uint64_t head = h->ring_head.load(std::memory_order_acquire);
-      while (n < 64 && tail < head) {
-        const PageId q = ring[tail % h->ring_size].load(std::memory_order_relaxed);
-        ++tail;
-        std::atomic<uint8_t>* w = CWord(q);
-        uint8_t v = w->load();
-        if ((v & kCStateMask) == kCClean &&
-            w->compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCDropping))) {
-          batch[n++] = q;
-        }
-      }
-      h->ring_tail.store(tail, std::memory_order_release);
-      if (n == 0) break;
-      std::sort(batch, batch + n);
-      size_t dropped = 0;
-      for (size_t k = 0; k < n;) {
-        size_t j = k + 1;
-        while (j < n && batch[j] == batch[j - 1] + 1) ++j;
-        const bool ok = ::madvise(Addr(batch[k]), (j - k) * kPageSize, MADV_DONTNEED) == 0;
-        for (size_t i = k; i < j; ++i) {
-          std::atomic<uint8_t>* w = CWord(batch[i]);
-          const uint8_t v = w->load();
-          w->store(static_cast<uint8_t>((v & ~kCStateMask) | (ok ? kCAbsent : kCDirty)));
-        }
-        if (ok) {
-          dropped += j - k;
-        } else {
-          RaisePeak(h->peak_dirty, h->dirty.fetch_add(static_cast<int64_t>(j - k)) + (j - k));
-        }
-        k = j;
-      }
-      h->resident.fetch_sub(static_cast<int64_t>(dropped));
-      h->dropped.fetch_add(dropped);
-    }
-    // Then the pages the ring missed (it was full), in address order: only if it missed some
-    // since the last whole sweep (otherwise every clean page was in it).
-    const uint64_t missed = h->ring_missed.load();
-    const PageId end = missed != swept_missed ? std::min<uint64_t>(h->max_page.load(), pages_) : 0;
-    uint64_t scanned = 0;
-    while (end > 0 && h->resident.load() > target && scanned < end && !h->paused.load()) {
-      if (hand >= end) hand = 0;
-      const PageId p = hand;
-      size_t run = 0;
-      while (run < 64 && p + run < end) {
-        std::atomic<uint8_t>* w = CWord(p + run);
-        uint8_t v = w->load();
-        if ((v & kCStateMask) != kCClean ||
-            !w->compare_exchange_strong(v, static_cast<uint8_t>((v & ~kCStateMask) | kCDropping))) {
-          break;
-        }
-        ++run;
-      }
-      if (run == 0) {
-        ++scanned;
-        hand = p + 1;
-        continue;
-      }
-      scanned += run;
-      hand = p + run;
-      const bool ok = ::madvise(Addr(p), run * kPageSize, MADV_DONTNEED) == 0;
-      for (size_t i = 0; i < run; ++i) {
-        std::atomic<uint8_t>* w = CWord(p + i);
-        const uint8_t v = w->load();
-        // Not droppable (e.g. mlocked): kept for good.
-        w->store(static_cast<uint8_t>((v & ~kCStateMask) | (ok ? kCAbsent : kCDirty)));
-      }
-      if (ok) {
-        h->resident.fetch_sub(static_cast<int64_t>(run));
-        h->dropped.fetch_add(run);
-      } else {
-        RaisePeak(h->peak_dirty, h->dirty.fetch_add(static_cast<int64_t>(run)) + run);
-      }
-    }
-    if (end > 0 && scanned >= end) swept_missed = missed;
-    h->evicting.store(0);
-    if (h->resident.load() >= cap && !h->paused.load()) {
-      // A whole sweep found nothing more to drop: what it holds, it wrote.
-      if (h->resident.load() > cap && !h->warned.exchange(1)) {
-        char msg[400];
-        std::snprintf(msg, sizeof msg,
-                      "tessera: forked child %d has written %.1f MB of its paged heap since "
-                      "the fork and goes over its local limit of %.1f MB: pages a forked child "
-                      "writes cannot be evicted (docs/guides/what-is-paged.md, \"fork\")\n",
-                      static_cast<int>(::getpid()),
-                      static_cast<double>(h->dirty.load()) * kPageSize / (1 << 20),
-                      static_cast<double>(cap) * kPageSize / (1 << 20));
-        RawLog(msg);
-      }
-      timespec ts{0, 10 * 1000 * 1000};
-      Futex(&h->kick, FUTEX_WAIT, h->kick.load(), &ts);
-    }
-  }
-}
-
-Status PagerImpl::ChildDiscard(PageId first, size_t n) {
-  ChildShared* h = cshared_;
-  int64_t resident = 0, dirty = 0;
-  for (size_t i = 0; i < n; ++i) {
-    std::atomic<uint8_t>* w = CWord(first + i);
-    for (;;) {
-      uint8_t v = w->load();
-      const uint8_t st = v & kCStateMask;
-      if (st == kCUnpaged) break;
-      if (st == kCFilling || st == kCDropping || st == kCZapping) {
-        sched_yield();
-        continue;
-      }
-      if (!w->compare_exchange_weak(v, kCZapping)) continue;
-      resident += (st == kCClean || st == kCDirty) ? 1 : 0;
-      dirty += st == kCDirty ? 1 : 0;
-      break;
-    }
-  }
-  const int rc = ::madvise(Addr(first), n * kPageSize, MADV_DONTNEED);
-  const int err = errno;
-  // Discarded: reads as zeros from now on (the base is zeros, not the snapshot).
-  for (size_t i = 0; i < n; ++i) {
-    std::atomic<uint8_t>* w = CWord(first + i);
-    if ((w->load() & kCStateMask) == kCZapping) w->store(kCAbsent);
-  }
-  h->resident.fetch_sub(resident);
-  h->dirty.fetch_sub(dirty);
-  if (rc != 0) {
-    errno = err;
-    return ErrnoError("madvise(DONTNEED)");
-  }
-  return Status::Ok();
-}
-
-void PagerImpl::ChildUnpage(PageId first, size_t n) {
-  ChildShared* h = cshared_;
-  int64_t resident = 0, dirty = 0;
-  for (size_t i = 0; i < n; ++i) {
-    std::atomic<uint8_t>* w = CWord(first + i);
-    for (;;) {
-      uint8_t v = w->load();
-      const uint8_t st = v & kCStateMask;
-      if (st == kCUnpaged) break;
-      if (st == kCFilling || st == kCDropping || st == kCZapping) {
-        sched_yield();
-        continue;
-      }
-      if (!w->compare_exchange_weak(v, kCUnpaged)) continue;
-      resident += (st == kCClean || st == kCDirty) ? 1 : 0;
-      dirty += st == kCDirty ? 1 : 0;
-      break;
-    }
-  }
-  h->resident.fetch_sub(resident);
-  h->dirty.fetch_sub(dirty);
-}
-
-Status PagerImpl::ChildPrepareFork() {
-  if (!child_paged_) return Status::Ok();
-  // The grandchild gets no registration (ChildLoop closes its descriptor): every page it must
-  // see is mapped here first, and stays mapped until after the fork.
-  ChildShared* h = cshared_;
-  h->paused.store(1);
-  while (h->evicting.load()) sched_yield();
-  const PageId end = std::min<uint64_t>(h->max_page.load(), pages_);
-  for (PageId p = 0; p < end; ++p) {
-    const uint8_t v = CWord(p)->load();
-    if ((v & kCStateMask) == kCAbsent && (v & kCSnap)) {
-      (void)*reinterpret_cast<volatile const uint8_t*>(Addr(p));
-    }
-  }
-  return Status::Ok();
 }
 
 }  // namespace tessera::kernel_shim::internal

@@ -1,7 +1,9 @@
 // PagerImpl: the pager's implementation, shared by its files (internal; see pager.h for the
 // contract and page_state.h for the per-page state word):
 //   pager.cc          creation, teardown, Discard, registration, stats;
-//   fork.cc           fork(): the snapshot, the monitor of the child, the child's evictor;
+//   fork.cc           fork(), the parent: the snapshot, the store pages kept for the child,
+//                     the monitor serving the child's faults (fork_state.h: what they share);
+//   fork_child.cc     fork(), the child: its page words, its evictor;
 //   fault_handler.cc  the fault threads: missing and write-protect faults, fills, zero fills;
 //   prefetcher.cc     the stream detector and read-ahead into pager-owned buffers;
 //   evictor.cc        the eviction thread: cap, throttle, pipelined write-back batches;
@@ -45,6 +47,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/histogram.h"
+#include "kernel_shim/pager/fork_state.h"
 #include "kernel_shim/pager/inactive_list.h"
 #include "kernel_shim/pager/page_state.h"
 #include "kernel_shim/pager/pager.h"
@@ -98,75 +101,6 @@ inline void AddFootprint(std::atomic<int64_t>& fp, std::atomic<uint64_t>& peak, 
   uint64_t pk = peak.load();
   while (f > 0 && static_cast<uint64_t>(f) > pk && !peak.compare_exchange_weak(pk, f)) {}
 }
-
-// ---- fork (fork.cc) --------------------------------------------------------------------------
-// The snapshot a forked child is served from: one word per page (snap_), as of the fork.
-constexpr uint64_t kSnapZero = 0;    // No data at the fork: the child gets zeros.
-constexpr uint64_t kSnapLocal = 1;   // Only in local memory (its write-back failed): the child
-                                     // holds it mapped and never drops it.
-constexpr uint64_t kSnapPoison = 2;  // The store could not return it: SIGBUS in the child too.
-constexpr uint64_t kSnapId = 3;      // kSnapId + id: the store page holding its bytes.
-// Per-page marks (marks_), parent side.
-constexpr uint8_t kMarkDiscarded = 1;  // Discarded while a fork was being made (the child reads
-                                       // its copy: discarded before the fork means zeros).
-constexpr uint8_t kMarkOwed = 2;       // Its store copy was kept for a child instead of trimmed.
-// The child's page words (ChildShared, shared memory): the state in the child's address space.
-constexpr uint8_t kCAbsent = 0;    // Not mapped in the child; a fault is served from the base.
-constexpr uint8_t kCClean = 1;     // Mapped write-protected, the base's bytes: may be dropped.
-constexpr uint8_t kCDirty = 2;     // Written by the child (or not droppable): stays mapped.
-constexpr uint8_t kCFilling = 3;   // The parent's monitor is mapping it.
-constexpr uint8_t kCDropping = 4;  // The child's evictor is dropping it.
-constexpr uint8_t kCZapping = 5;   // The child is discarding it.
-constexpr uint8_t kCUnpaged = 6;   // The child took it out of paging (plain memory).
-constexpr uint8_t kCStateMask = 7;
-constexpr uint8_t kCSnap = 8;      // Base: the snapshot (else zeros).
-constexpr uint8_t kCPoison = 16;   // Base: poisoned (SIGBUS).
-
-// Shared (MAP_SHARED) between the parent's monitor and one forked child; the page words follow
-// the header at kChildWordsOffset.
-struct ChildShared {
-  std::atomic<uint32_t> ready{0};   // The child has set its words.
-  std::atomic<uint32_t> kick{0};    // Futex word: the monitor wakes the child's evictor.
-  std::atomic<uint32_t> paused{0};  // The child is forking in turn: its evictor waits.
-  std::atomic<uint32_t> evicting{0};
-  std::atomic<uint32_t> warned{0};  // The child said once that it could not keep its cap.
-  std::atomic<int64_t> resident{0};  // Pages mapped in the child's paged region.
-  std::atomic<int64_t> dirty{0};     // Of them, those it may not drop.
-  std::atomic<uint64_t> peak_resident{0};
-  std::atomic<uint64_t> peak_dirty{0};
-  std::atomic<uint64_t> max_page{0};  // One past the highest page the child may have mapped.
-  std::atomic<uint64_t> served{0};    // Missing faults the monitor served.
-  std::atomic<uint64_t> dropped{0};   // Pages the child's evictor dropped.
-  // The parent mapped every page the child may need (it is exiting) and stopped serving: the
-  // child serves its remaining faults itself and drops nothing any more.
-  std::atomic<uint32_t> detached{0};
-  uint64_t cap = 0;                   // The child's resident cap (pages; 0: none).
-  uint64_t pages = 0;
-  int32_t parent_pid = 0;
-  // The pages mapped clean, in the order they were (the evictor's first victims): a ring of
-  // ring_size page numbers at ring_offset, one producer (the monitor; ChildInit before it) and
-  // one consumer (the child's evictor). Full: a page is not recorded (the sweep finds it).
-  std::atomic<uint64_t> ring_head{0};
-  std::atomic<uint64_t> ring_tail{0};
-  uint64_t ring_offset = 0;
-  uint64_t ring_size = 0;
-  std::atomic<uint32_t>* Ring() {
-    return reinterpret_cast<std::atomic<uint32_t>*>(reinterpret_cast<uint8_t*>(this) + ring_offset);
-  }
-  std::atomic<uint64_t> ring_missed{0};  // Pages not recorded (the ring was full).
-  void Push(uint64_t page) {
-    const uint64_t hd = ring_head.load(std::memory_order_relaxed);
-    if (hd - ring_tail.load(std::memory_order_acquire) >= ring_size) {
-      ring_missed.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    Ring()[hd % ring_size].store(static_cast<uint32_t>(page), std::memory_order_relaxed);
-    ring_head.store(hd + 1, std::memory_order_release);
-  }
-};
-constexpr uint64_t kChildRingSize = 65536;
-constexpr size_t kChildWordsOffset = 4096;
-static_assert(sizeof(ChildShared) <= kChildWordsOffset);
 
 class PagerImpl final : public Pager {
  public:
@@ -302,6 +236,8 @@ class PagerImpl final : public Pager {
   // Queues a write trap on resident dirty page p (the victim policy's callback); the evictor
   // sets the queued traps after each round of the chooser, runs of pages in one ioctl.
   void ArmWriteTrap(PageId p);
+  // Write-protects the pages (sorted), runs of consecutive pages in one ioctl; logs failures.
+  void WriteProtectRuns(const std::vector<PageId>& sorted, const char* what);
   void FlushWriteTraps();
   std::vector<PageId> traps_pending_;  // Evictor thread only.
   void NoteTouched(PageId p) {
@@ -326,6 +262,11 @@ class PagerImpl final : public Pager {
   // Waits while the child's transition on page p (its evictor or a discard) is under way; false
   // when the child is gone.
   bool WaitChildWord(std::atomic<uint8_t>& w, uint8_t* out);
+  // The snapshot's bytes of page p into buf (a copy-aside made meanwhile is followed). Retries a
+  // failure that is not DataLoss with backoff, at most max_retries times (0: while the child
+  // lives); *why says why a page is lost.
+  enum class SnapRead { kBytes, kZeros, kLost, kChildGone };
+  SnapRead ReadSnapshotPage(PageId p, uint8_t* buf, uint32_t max_retries, Status* why);
   bool ChildAlive();
   // The child is gone (or the fork failed): the store pages kept for it are freed.
   void ReleaseSnapshot();
@@ -353,6 +294,11 @@ class PagerImpl final : public Pager {
   void ChildEvictLoop();
   Status ChildDiscard(PageId first, size_t n);
   void ChildUnpage(PageId first, size_t n);
+  // Takes the child's pages [first, first + n) to state `to` once no transition is under way
+  // (unpaged ones stay so), and takes them out of its counts.
+  void TakeChildPages(PageId first, size_t n, uint8_t to);
+  // The evictor: drops the child's pages (sorted, owned in kCDropping), runs in one madvise.
+  void DropChildPages(const PageId* sorted, size_t n);
   Status ChildPrepareFork();
   void CloseForkSockets();
   std::atomic<uint8_t>* CWord(PageId p) const {

@@ -19,34 +19,19 @@
 #include "client/testing/memory_page_store.h"
 #include "common/clock.h"
 #include "kernel_shim/pager/pager.h"
+#include "tests/pager/page_patterns.h"
 
 namespace tessera::kernel_shim {
 namespace {
 
 using client::testing::MemoryPageStore;
+using testing::CheckPage;
+using testing::FillPage;
 constexpr size_t kPage = 4096;
 
-bool WaitFor(const std::function<bool()>& cond, int ms = 20000) {
-  Deadline d = Deadline::AfterMs(ms);
-  while (!cond()) {
-    if (d.Expired()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
+// Bounded wait, longer than the default: forks on a loaded machine.
+bool WaitFor(const std::function<bool()>& cond) { return testing::WaitFor(cond, 20000); }
 
-uint8_t Pattern(size_t page, size_t off, uint32_t round) {
-  return static_cast<uint8_t>((page * 131 + off * 7 + round * 29 + (off >> 9)) & 0xff);
-}
-void FillPage(uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) p[off] = Pattern(page, off, round);
-}
-bool CheckPage(const uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) {
-    if (p[off] != Pattern(page, off, round)) return false;
-  }
-  return true;
-}
 bool IsZero(const uint8_t* p) {
   for (size_t off = 0; off < kPage; ++off) {
     if (p[off] != 0) return false;

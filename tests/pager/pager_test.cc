@@ -20,22 +20,17 @@
 
 #include "client/testing/memory_page_store.h"
 #include "common/clock.h"
+#include "tests/pager/page_patterns.h"
 
 namespace tessera::kernel_shim {
 namespace {
 
 using client::testing::MemoryPageStore;
+using testing::CheckPage;
+using testing::FillPage;
+using testing::Pattern;
+using testing::WaitFor;
 constexpr size_t kPage = 4096;
-
-// Bounded wait for a condition the pager's threads bring about.
-bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
-  Deadline d = Deadline::AfterMs(ms);
-  while (!cond()) {
-    if (d.Expired()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // A pager over `pages` pages of `store` capped at limit_pages (0: no cap).
 PagerOptions CappedOptions(client::PageStore* store, size_t pages, uint64_t limit_pages,
@@ -58,19 +53,6 @@ std::unique_ptr<Pager> MakePager(MemoryPageStore* store, size_t pages, uint64_t 
   auto r = Pager::Create(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : nullptr;
-}
-
-uint8_t Pattern(size_t page, size_t off, uint32_t round) {
-  return static_cast<uint8_t>((page * 131 + off * 7 + round * 29 + (off >> 9)) & 0xff);
-}
-void FillPage(uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) p[off] = Pattern(page, off, round);
-}
-bool CheckPage(const uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) {
-    if (p[off] != Pattern(page, off, round)) return false;
-  }
-  return true;
 }
 
 TEST(PagerTest, CreateRejectsBadOptions) {
