@@ -759,6 +759,20 @@ int Main(int argc, char** argv) {
                      static_cast<unsigned long long>(Get(stats, "store_reads")),
                      static_cast<unsigned long long>(Get(stats, "store_writes")));
       }
+      if (Get(stats, "fork_snapshots") + Get(stats, "fork_fallbacks") > 0) {
+        // fork() without exec (docs/guides/what-is-paged.md, "fork").
+        std::fprintf(stderr,
+                     "  fork: %llu children shared the heap through the store (child peak "
+                     "resident %s, its limit %s, %s it wrote; %llu pages copied aside, %llu held "
+                     "local for lack of spare store pages), %llu paged the heap in first\n",
+                     static_cast<unsigned long long>(Get(stats, "fork_snapshots")),
+                     Mb(Get(stats, "fork_child_peak_resident_pages")).c_str(),
+                     Mb(Get(stats, "fork_child_limit_pages")).c_str(),
+                     Mb(Get(stats, "fork_child_peak_dirty_pages")).c_str(),
+                     static_cast<unsigned long long>(Get(stats, "fork_preserved")),
+                     static_cast<unsigned long long>(Get(stats, "fork_pinned")),
+                     static_cast<unsigned long long>(Get(stats, "fork_fallbacks")));
+      }
       if (Get(stats, "processes") > 1) {
         std::fprintf(stderr,
                      "  processes paged: %llu (the program and those it started; one "

@@ -61,6 +61,16 @@ std::string RunMetrics(const kernel_shim::RunStats& s) {
        "Payload bytes written to memory servers."},
       {"tessera_run_store_bytes_received_total", "store_bytes_received",
        "Payload bytes read from memory servers."},
+      {"tessera_run_fork_snapshots_total", "fork_snapshots",
+       "fork()s whose child shared the heap's pages through the store."},
+      {"tessera_run_fork_fallbacks_total", "fork_fallbacks",
+       "fork()s that paged the heap in first (the child got a full private copy)."},
+      {"tessera_run_fork_child_faults_total", "fork_child_faults",
+       "Faults of forked children served by this process's pager."},
+      {"tessera_run_fork_preserved_total", "fork_preserved",
+       "Store pages copied aside for a forked child before the parent overwrote them."},
+      {"tessera_run_fork_pinned_total", "fork_pinned",
+       "Write-backs held back for a forked child (no spare store page): pages kept local."},
   };
   for (const Count& c : kCounters) w.Counter(c.name, c.help, Get(s, c.key));
   w.Gauge("tessera_run_resident_pages", "Pages of the paged heap resident now.",

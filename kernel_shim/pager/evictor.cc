@@ -189,6 +189,16 @@ void PagerImpl::WriteDone(PageOp* op) {
   batch->Unref();
 }
 
+void PagerImpl::WriteProtectRuns(const std::vector<PageId>& sorted, const char* what) {
+  for (size_t k = 0; k < sorted.size();) {
+    size_t j = k;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    Status st = uffd_.WriteProtect(Addr(sorted[k]), (j - k + 1) * kPageSize, true);
+    if (!st.ok()) TLOG(ERROR) << "pager: " << what << ": " << st.ToString();
+    k = j + 1;
+  }
+}
+
 std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> victims_in) {
   auto job = std::make_unique<EvictJob>();
   job->victims = std::move(victims_in);
@@ -201,13 +211,7 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
     if (v.dirty && !v.staged) dirty_pages.push_back(v.page);
   }
   std::sort(dirty_pages.begin(), dirty_pages.end());
-  for (size_t k = 0; k < dirty_pages.size();) {
-    size_t j = k;
-    while (j + 1 < dirty_pages.size() && dirty_pages[j + 1] == dirty_pages[j] + 1) ++j;
-    Status st = uffd_.WriteProtect(Addr(dirty_pages[k]), (j - k + 1) * kPageSize, true);
-    if (!st.ok()) TLOG(ERROR) << "pager: write-protecting victims: " << st.ToString();
-    k = j + 1;
-  }
+  WriteProtectRuns(dirty_pages, "write-protecting victims");
   // 2. Copy the dirty pages out (a write after the protection faults and sets kRedirty) and
   //    write them back in one batch.
   auto* batch = new WbBatch();
@@ -238,6 +242,8 @@ std::unique_ptr<PagerImpl::EvictJob> PagerImpl::StartEvict(std::vector<Victim> v
     submit.push_back(&op);
   }
   job->batch = batch;
+  job->pinned.assign(n, 0);
+  if (!submit.empty() && snap_live_.load()) PreserveForChild(&submit, &job->pinned, batch->ops);
   if (!submit.empty()) {
     batch->pending = submit.size();
     batch->refs.fetch_add(static_cast<int>(submit.size()));
@@ -273,11 +279,14 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
                     << "pages stay resident";
       }
       for (size_t i = 0; i < n; ++i) {
-        if (!victims[i].dirty || zero[i]) continue;
+        if (!victims[i].dirty || zero[i] || job->pinned[i]) continue;
         wb_status[i] = batch->done[i] ? batch->ops[i].status
                                       : Timeout("no completion from the store");
       }
     }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (job->pinned[i]) wb_status[i] = ResourceExhausted("kept for a forked child");
   }
   batch->Unref();
   job->batch = nullptr;
@@ -293,7 +302,9 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
       if (!wb_ok) failures++;
       continue;
     }
-    if (victims[i].dirty && !zero[i]) {
+    if (job->pinned[i]) {
+      failures++;  // The cap cannot be kept: eviction backs off (as for failed write-backs).
+    } else if (victims[i].dirty && !zero[i]) {
       if (wb_ok) remote_writes_.fetch_add(1);
       else {
         failures++;

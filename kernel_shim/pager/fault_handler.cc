@@ -176,6 +176,11 @@ void PagerImpl::FaultLoop(int index) {
       missing.clear();
       wps.clear();
       for (size_t i = 0; i < count; ++i) {
+        if (msgs[i].event == UFFD_EVENT_FORK) {
+          // fork() in the parent waits until this message is read: the child's descriptor.
+          OnForkEvent(static_cast<int>(msgs[i].arg.fork.ufd));
+          continue;
+        }
         if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
         uint64_t addr = msgs[i].arg.pagefault.address;
         uintptr_t b = reinterpret_cast<uintptr_t>(base());

@@ -1,5 +1,5 @@
 // The userfaultfd pager (see pager.h for the contract, pager_impl.h for how its files divide
-// the work): creation, teardown, Discard, fork and stats.
+// the work): creation, teardown, Discard, registration and stats (fork is fork.cc).
 #include "kernel_shim/pager/pager.h"
 
 #include <fcntl.h>
@@ -46,8 +46,16 @@ Status PagerImpl::Start() {
     staging_ = static_cast<uint8_t*>(st);
     ring_ = std::make_unique<InactiveRing>(staging_slots_);
   }
+  // fork: store pages beyond the region are spares for the pages a forked child shares.
+  spare_total_ = o_.store->capacity_pages() > pages_ ? o_.store->capacity_pages() - pages_ : 0;
+  if (uffd_.has_fork_events() && spare_total_ > 0) {
+    int cw = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (cw < 0) return ErrnoError("eventfd");
+    child_wake_.Reset(cw);
+  }
   int nthreads = std::clamp(o_.fault_threads, 1, 8);
   for (int i = 0; i < nthreads; ++i) threads_->emplace_back([this, i] { FaultLoop(i); });
+  if (child_wake_.valid()) threads_->emplace_back([this] { ChildLoop(); });
   chooser_ = std::make_unique<VictimChooser>(o_.victim, o_.write_traps, states_,
                                              [this](PageId p) { ArmWriteTrap(p); });
   threads_->emplace_back([this] { EvictLoop(); });
@@ -61,6 +69,7 @@ PagerImpl::~PagerImpl() {
     // (it holds the child's private copy of the data).
     return;
   }
+  HandOffChildren();  // A forked child still sharing pages gets them all first.
   stopping_.store(true);
   uint64_t one = 1;
   (void)!::write(stop_fd_.get(), &one, sizeof one);
@@ -71,7 +80,14 @@ PagerImpl::~PagerImpl() {
   evict_cv_.notify_all();
   { std::lock_guard<std::mutex> l(retry_mu_); }
   retry_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> l(child_mu_);
+    if (child_wake_.valid()) (void)!::write(child_wake_.get(), &one, sizeof one);
+  }
+  child_cv_.notify_all();
   for (auto& t : *threads_) t.join();
+  ReleaseSnapshot();
+  CloseForkSockets();
   delete threads_;
   // Store callbacks may still be running for fills/prefetches: wait for them (bounded by the
   // store's own timeouts).
@@ -80,6 +96,8 @@ PagerImpl::~PagerImpl() {
   ::munmap(base(), size());
   if (staging_ != nullptr) ::munmap(staging_, staging_slots_ * kPageSize);
   ::munmap(states_, pages_ * sizeof(uint64_t));
+  if (snap_ != nullptr) ::munmap(snap_, pages_ * sizeof(uint64_t));
+  if (marks_ != nullptr) ::munmap(marks_, pages_);
   delete ctxs_;
 }
 
@@ -93,6 +111,7 @@ Status PagerImpl::Discard(void* addr, size_t len) {
   PageId first = (a - reinterpret_cast<uintptr_t>(base())) / kPageSize;
   size_t n = len / kPageSize;
   if (child_) {
+    if (child_paged_) return ChildDiscard(first, n);
     if (::madvise(addr, len, MADV_DONTNEED) != 0) return ErrnoError("madvise(DONTNEED)");
     return Status::Ok();
   }
@@ -125,12 +144,10 @@ Status PagerImpl::Discard(void* addr, size_t len) {
       }
     }
   }
+  MarkForkDiscards(first, n);
   Status result;
   if (::madvise(addr, len, MADV_DONTNEED) != 0) result = ErrnoError("madvise(DONTNEED)");
-  Status trim = o_.store->Trim(first, n);
-  if (!trim.ok()) {
-    TLOG(WARNING) << "pager: Trim of pages " << first << "+" << n << ": " << trim.ToString();
-  }
+  TrimForParent(first, n, old);
   for (size_t i = 0; i < n; ++i) {
     PageId p = first + i;
     uint64_t s = old[i];
@@ -163,9 +180,15 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
     return InvalidArgument("Unregister(", addr, ", ", len,
                            "): not page-aligned or not inside the paged region");
   }
-  if (child_) return Status::Ok();  // Nothing is registered in a forked child.
   const PageId first = (a - reinterpret_cast<uintptr_t>(base())) / kPageSize;
   const size_t n = len / kPageSize;
+  if (child_) {
+    // A forked child cannot unregister (the parent holds its userfaultfd). Content kept: the
+    // pages stay served (an mlocked page is then never dropped). Otherwise the range is being
+    // replaced by a mapping of another kind: its pages leave the child's paging.
+    if (child_paged_ && !keep_content) ChildUnpage(first, n);
+    return Status::Ok();
+  }
   // Own every page as Discard() does; with keep_content, remote pages are filled first (the
   // fill maps them, then they are owned like any resident page).
   std::vector<uint64_t> old(n);
@@ -205,6 +228,7 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
     }
   }
   if (!any_paged) return Status::Ok();
+  if (!keep_content) MarkForkDiscards(first, n);
   // The runs of pages that were paged (others may be mlocked or foreign mappings, which
   // neither madvise nor UFFDIO_UNREGISTER may touch).
   Status failed;
@@ -247,10 +271,7 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
     uffd_.Wake(addr, len);
     return failed;
   }
-  Status trim = o_.store->Trim(first, n);
-  if (!trim.ok()) {
-    TLOG(WARNING) << "pager: Trim of pages " << first << "+" << n << ": " << trim.ToString();
-  }
+  TrimForParent(first, n, old);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t st = St(old[i]);
     if (st == kUnpaged) continue;
@@ -350,53 +371,6 @@ Status PagerImpl::Register(void* addr, size_t len) {
   return Status::Ok();
 }
 
-Status PagerImpl::PrepareFork() {
-  if (child_) return Status::Ok();
-  {
-    std::unique_lock<std::mutex> l(evict_mu_);
-    evict_paused_++;
-    evict_idle_cv_.wait(l, [&] { return !evict_running_; });
-  }
-  // Page every remote page back in, then wait until no read is in flight.
-  Deadline deadline = Deadline::AfterMs(120000);
-  for (;;) {
-    uint64_t end = max_page_.load();
-    bool pending = false;
-    for (PageId p = 0; p < end; ++p) {
-      uint64_t st = St(W(p).load());
-      if (st == kRemote || st == kPrefetched || st == kStaged) HandleMissing(p, false, 0, nullptr);
-      if (st == kRemote || st == kPrefetched || st == kFilling || st == kPrefetching ||
-          st == kEvicting || st == kDropping || st == kStaged || st == kUnstaging ||
-          st == kStagedBusy) {
-        pending = true;
-      }
-    }
-    if (!pending) break;
-    if (deadline.Expired()) {
-      ParentAfterFork();
-      return Timeout("pager: paging the region back in before fork took over 120 s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  return Status::Ok();
-}
-
-void PagerImpl::ParentAfterFork() {
-  if (child_) return;
-  {
-    std::lock_guard<std::mutex> l(evict_mu_);
-    if (evict_paused_ > 0) evict_paused_--;
-    evict_kick_ = true;
-  }
-  evict_cv_.notify_one();
-}
-
-void PagerImpl::ChildAfterFork() {
-  // The registration is not inherited: the region is plain private memory here, holding every
-  // page PrepareFork paged in. No pager thread exists in the child.
-  child_ = true;
-}
-
 PagerStats PagerImpl::Stats() const {
   PagerStats s;
   s.faults = faults_.load();
@@ -432,6 +406,27 @@ PagerStats PagerImpl::Stats() const {
   s.footprint_pages = static_cast<uint64_t>(std::max<int64_t>(0, footprint_.load()));
   s.peak_footprint_pages = peak_footprint_.load();
   s.limit_pages = LimitPages();
+  s.fork_snapshots = fork_snapshots_.load();
+  s.fork_fallbacks = fork_fallbacks_.load();
+  s.fork_preserved = fork_preserved_.load();
+  s.fork_pinned = fork_pinned_.load();
+  s.fork_child_faults = fork_child_served_.load();
+  s.fork_child_dropped = fork_child_dropped_.load();
+  s.fork_child_limit_pages = fork_child_limit_.load();
+  s.fork_child_peak_resident_pages = fork_child_peak_resident_.load();
+  s.fork_child_peak_dirty_pages = fork_child_peak_dirty_.load();
+  {
+    // A child living now: its figures so far.
+    std::lock_guard<std::mutex> cl(child_mu_);
+    if (child_active_ && cshared_ != nullptr) {
+      s.fork_child_faults += cshared_->served.load();
+      s.fork_child_dropped += cshared_->dropped.load();
+      s.fork_child_peak_resident_pages =
+          std::max(s.fork_child_peak_resident_pages, cshared_->peak_resident.load());
+      s.fork_child_peak_dirty_pages =
+          std::max(s.fork_child_peak_dirty_pages, cshared_->peak_dirty.load());
+    }
+  }
   std::lock_guard<std::mutex> l(hist_mu_);
   s.fault_latency = fault_latency_;
   s.remote_fault_latency = remote_fault_latency_;

@@ -7,7 +7,8 @@
 // The region. Create() maps one private anonymous region of `region_bytes` (MAP_NORESERVE, so
 // only touched pages cost memory) and registers it with userfaultfd in missing + write-protect
 // mode. Page i of the region is PageId i of the store, so the store's capacity_pages() must
-// cover the region. Every page is in one of these states:
+// cover the region (pages beyond it are spares for forked children: see "fork"). Every page is
+// in one of these states:
 //   never written  - first touch is served with zeros, no store round trip (mapped writable,
 //                    with up to zero_fault_around_pages never-written neighbours; such a page
 //                    still all zeros when evicted is dropped without a write-back);
@@ -41,12 +42,38 @@
 // (UFFDIO_POISON) and the page is named in the log and counted in PagerStats::fill_errors.
 // A failed write-back keeps the page resident.
 //
-// fork. userfaultfd registrations are not inherited, so a child forked without exec would see
-// zeros where the parent has remote pages. PrepareFork() (call it from a pthread_atfork prepare
-// handler) pages every remote page back in and pauses eviction; the child then holds a full
-// private copy of the region as plain memory and calls ChildAfterFork(), which makes the pager
-// object inert there (no threads, no store access); the parent calls ParentAfterFork(), which
-// resumes eviction. Memory above the limit is evicted again after the fork.
+// fork. A fork() without exec keeps parent and child within the local limit: they share the
+// pages through the store, copy-on-write (docs/guides/what-is-paged.md, "fork", says why this
+// way). Call PrepareFork() before fork() (a pthread_atfork prepare handler, or the preload
+// shim's fork()), ChildAfterFork() in the child and ParentAfterFork(pid) in the parent.
+//   PrepareFork pauses eviction, writes back every dirty resident page (it stays resident,
+//   clean: at most the limit's worth of writes) and records which store page holds each page's
+//   bytes: the snapshot. The child inherits the region's registration (UFFD_FEATURE_EVENT_FORK)
+//   and the parent's monitor thread is handed the child's userfaultfd: a page the child does not
+//   have mapped is served from the snapshot (zeros for a page without data), write-protected.
+//   While the child lives the parent never overwrites nor trims a store page the snapshot names:
+//   before writing back such a page it copies the old bytes to a spare store page (the store's
+//   capacity_pages beyond the region; one extra read and write per page the parent writes back
+//   while the child lives, once per page). When the child exits (pidfd) or execs, the pages
+//   kept for it are trimmed.
+//   The child's resident set: ChildAfterFork starts an evictor thread in the child that drops
+//   (MADV_DONTNEED) pages it holds unwritten since they were mapped - the monitor serves them
+//   again from the snapshot - and keeps the child under the cap the parent had at the fork; the
+//   monitor holds the child's faults back while it is above it. Pages the child writes cannot be
+//   dropped (nothing stores them): a child that writes more than its cap goes above it, and
+//   says so once on stderr. Never zeros or stale bytes: a page is dropped only while
+//   write-protected and known equal to what the snapshot returns.
+// Falls back to paging every remote page back in before the fork (the child then holds a full
+// private copy as plain memory), with the pager object inert in the child, when there is no
+// limit (everything is resident: nothing to page in, nothing to share), when the kernel
+// refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, the inactive
+// list is on, or a previous child still shares pages. A forked child that forks again pages its
+// own heap in first (the grandchild gets plain memory). Pager::Stats counts both kinds of fork.
+// The child holds its own reference to its userfaultfd: when the parent exits it first maps
+// every page the child has not (HandOffChildren), and if it dies without doing so (SIGKILL, a
+// crash), the child serves its own faults: zeros where the snapshot says zeros, SIGBUS (with a
+// line on stderr) where only the store had the bytes.
+// If PrepareFork fails, fork must not happen (the shim fails it with ENOMEM).
 //
 // Threads. All methods are thread-safe. The pager owns its threads (fault handling, eviction)
 // and the store's done() callbacks may run pager code on store threads; none of them ever
@@ -54,6 +81,8 @@
 // buffers the pager owns. Callers must not hold the pager's region pages as arguments it reads
 // (e.g. PagerOptions strings) - they are copied at Create().
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -179,6 +208,16 @@ struct PagerStats {
   uint64_t footprint_pages = 0;  // Pages holding data now (resident or remote).
   uint64_t peak_footprint_pages = 0;
   uint64_t limit_pages = 0;      // The current cap (0: none).
+  // fork (see "fork" above).
+  uint64_t fork_snapshots = 0;   // Forks whose child shared pages through the store.
+  uint64_t fork_fallbacks = 0;   // Forks that paged everything in first.
+  uint64_t fork_preserved = 0;   // Store pages copied aside for a child before a write-back.
+  uint64_t fork_pinned = 0;      // Write-backs held back (no spare store page): page kept.
+  uint64_t fork_child_faults = 0;           // Missing faults served to children.
+  uint64_t fork_child_dropped = 0;          // Pages children's evictors dropped.
+  uint64_t fork_child_limit_pages = 0;      // The last child's cap.
+  uint64_t fork_child_peak_resident_pages = 0;  // Over all children.
+  uint64_t fork_child_peak_dirty_pages = 0;     // Pages a child wrote (could not drop), peak.
   LatencyHistogram fault_latency;  // Missing fault read from the uffd to its page mapped, ns.
   LatencyHistogram remote_fault_latency;  // The same, for faults served by a store read only.
 };
@@ -217,10 +256,15 @@ class Pager {
   virtual Status Unregister(void* addr, size_t len, bool keep_content) = 0;
   virtual Status Register(void* addr, size_t len) = 0;
 
-  // See "fork" in the file comment.
+  // See "fork" in the file comment. `child` is fork()'s return value in the parent (-1: the
+  // fork failed).
   virtual Status PrepareFork() = 0;
-  virtual void ParentAfterFork() = 0;
+  virtual void ParentAfterFork(pid_t child) = 0;
   virtual void ChildAfterFork() = 0;
+  // The process is about to exit (the shim calls it at exit; the destructor does too): a forked
+  // child still sharing pages gets every page it has not mapped, and serves its own faults from
+  // then on. Blocks until that is done (a store read per page the child has not mapped).
+  virtual void HandOffChildren() = 0;
 
   virtual PagerStats Stats() const = 0;
 

@@ -1,6 +1,9 @@
 // PagerImpl: the pager's implementation, shared by its files (internal; see pager.h for the
 // contract and page_state.h for the per-page state word):
-//   pager.cc          creation, teardown, Discard, fork, stats;
+//   pager.cc          creation, teardown, Discard, registration, stats;
+//   fork.cc           fork(), the parent: the snapshot, the store pages kept for the child,
+//                     the monitor serving the child's faults (fork_state.h: what they share);
+//   fork_child.cc     fork(), the child: its page words, its evictor;
 //   fault_handler.cc  the fault threads: missing and write-protect faults, fills, zero fills;
 //   prefetcher.cc     the stream detector and read-ahead into pager-owned buffers;
 //   evictor.cc        the eviction thread: cap, throttle, pipelined write-back batches;
@@ -29,6 +32,8 @@
 // Threads: see each member's comment; counters are atomics any thread updates.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -39,8 +44,10 @@
 #include <vector>
 
 #include "client/page_store.h"
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/histogram.h"
+#include "kernel_shim/pager/fork_state.h"
 #include "kernel_shim/pager/inactive_list.h"
 #include "kernel_shim/pager/page_state.h"
 #include "kernel_shim/pager/pager.h"
@@ -108,8 +115,9 @@ class PagerImpl final : public Pager {
   Status Discard(void* addr, size_t len) override;
   Status Unregister(void* addr, size_t len, bool keep_content) override;
   Status Register(void* addr, size_t len) override;
+  void HandOffChildren() override;
   Status PrepareFork() override;
-  void ParentAfterFork() override;
+  void ParentAfterFork(pid_t child) override;
   void ChildAfterFork() override;
   PagerStats Stats() const override;
 
@@ -215,6 +223,9 @@ class PagerImpl final : public Pager {
     WbBatch* batch = nullptr;  // One reference held by the job.
     Status submit_status;      // Submit() refused the write-backs (no callbacks will come).
     bool submitted = false;
+    // Victims whose write-back was held back: a forked child still reads their store page and
+    // no spare page could take its old bytes (PreserveForChild). Kept resident.
+    std::vector<uint8_t> pinned;
   };
   // Write-protects and copies out the victims and submits their write-backs; does not wait.
   std::unique_ptr<EvictJob> StartEvict(std::vector<Victim> victims);
@@ -225,6 +236,8 @@ class PagerImpl final : public Pager {
   // Queues a write trap on resident dirty page p (the victim policy's callback); the evictor
   // sets the queued traps after each round of the chooser, runs of pages in one ioctl.
   void ArmWriteTrap(PageId p);
+  // Write-protects the pages (sorted), runs of consecutive pages in one ioctl; logs failures.
+  void WriteProtectRuns(const std::vector<PageId>& sorted, const char* what);
   void FlushWriteTraps();
   std::vector<PageId> traps_pending_;  // Evictor thread only.
   void NoteTouched(PageId p) {
@@ -233,6 +246,66 @@ class PagerImpl final : public Pager {
   }
   void DrainPolicyEvents();
 
+  // fork (fork.cc; see "fork" in pager.h).
+  // Pages every remote page back in (the fallback: the child gets a full private copy).
+  Status PageEverythingIn();
+  // Writes back every dirty resident page (kept resident, clean and write-protected), so that
+  // every page of the child has its bytes in the store or mapped write-protected.
+  Status WriteBackForFork(const Deadline& deadline);
+  // Builds the snapshot (snap_) and the child's shared area; fork_window_ is set.
+  Status BuildSnapshot(const Deadline& deadline);
+  // The monitor: a UFFD_EVENT_FORK message on uffd_ handed the child's descriptor.
+  void OnForkEvent(int fd);
+  // The monitor's thread: serves the child's faults, notices its end.
+  void ChildLoop();
+  void ServeChildFault(uint64_t addr, uint64_t flags);
+  // Waits while the child's transition on page p (its evictor or a discard) is under way; false
+  // when the child is gone.
+  bool WaitChildWord(std::atomic<uint8_t>& w, uint8_t* out);
+  // The snapshot's bytes of page p into buf (a copy-aside made meanwhile is followed). Retries a
+  // failure that is not DataLoss with backoff, at most max_retries times (0: while the child
+  // lives); *why says why a page is lost.
+  enum class SnapRead { kBytes, kZeros, kLost, kChildGone };
+  SnapRead ReadSnapshotPage(PageId p, uint8_t* buf, uint32_t max_retries, Status* why);
+  bool ChildAlive();
+  // The child is gone (or the fork failed): the store pages kept for it are freed.
+  void ReleaseSnapshot();
+  // Before the write-back of victims whose store page the snapshot still names: their old bytes
+  // are copied aside to a spare page first (snap_ follows). Ops that cannot be (no spare page,
+  // the copy failed) are taken out of *submit and flagged in *pinned (kept resident).
+  void PreserveForChild(std::vector<PageOp*>* submit, std::vector<uint8_t>* pinned,
+                        const std::vector<PageOp>& ops);
+  // Trims the store copies of pages [first, first + n) (old: their words before Discard or
+  // Unregister took them), except those a forked child may still read.
+  void TrimForParent(PageId first, size_t n, const std::vector<uint64_t>& old);
+  // While a fork is being made: marks pages whose discard starts now (before their madvise).
+  void MarkForkDiscards(PageId first, size_t n);
+  bool AllocSpare(uint64_t* id);
+  void FreeSpare(uint64_t id);
+  // The parent maps every page the child has not and lets it serve itself (ChildLoop, on
+  // handoff_requested_).
+  void HandOffChild();
+  // In a forked child (child_paged_): its side of the protocol.
+  void ChildInit();
+  // The parent stopped serving (it handed off, or died): the child serves its own faults from
+  // then on, from its own reference to its userfaultfd: zeros where the snapshot says zeros,
+  // SIGBUS where only the store had the bytes, never wrong bytes.
+  void ChildSelfServe();
+  void ChildEvictLoop();
+  Status ChildDiscard(PageId first, size_t n);
+  void ChildUnpage(PageId first, size_t n);
+  // Takes the child's pages [first, first + n) to state `to` once no transition is under way
+  // (unpaged ones stay so), and takes them out of its counts.
+  void TakeChildPages(PageId first, size_t n, uint8_t to);
+  // The evictor: drops the child's pages (sorted, owned in kCDropping), runs in one madvise.
+  void DropChildPages(const PageId* sorted, size_t n);
+  Status ChildPrepareFork();
+  void CloseForkSockets();
+  std::atomic<uint8_t>* CWord(PageId p) const {
+    return reinterpret_cast<std::atomic<uint8_t>*>(reinterpret_cast<uint8_t*>(cshared_) +
+                                                   kChildWordsOffset) + p;
+  }
+
   const PagerOptions o_;
   const size_t pages_;
   Uffd uffd_;
@@ -240,7 +313,44 @@ class PagerImpl final : public Pager {
   std::atomic<uint64_t>* states_;
   const bool have_poison_;
   std::atomic<bool> stopping_{false};
-  bool child_ = false;
+  bool child_ = false;        // This copy of the pager lives in a forked child.
+  bool child_paged_ = false;  // ... whose region the parent's monitor serves (ChildInit).
+
+  // fork: one at a time, PrepareFork to ParentAfterFork.
+  std::mutex fork_mu_;
+  bool fork_snapshot_ = false;            // This fork shares pages through the store.
+  std::atomic<bool> fork_window_{false};  // PrepareFork .. ParentAfterFork (discards marked).
+  std::atomic<bool> snap_live_{false};    // A child may read the snapshot's store pages.
+  std::mutex snap_mu_;                    // Orders preserve / trim decisions with the release.
+  std::atomic<uint64_t>* snap_ = nullptr;  // pages_ words (private: the child has a copy).
+  std::atomic<uint8_t>* marks_ = nullptr;  // pages_ marks (private).
+  std::atomic<uint64_t> snap_end_{0};    // Pages of the snapshot ([0, snap_end_)).
+  // Spare store pages [pages_, capacity): copies of snapshot pages the parent overwrote.
+  uint64_t spare_total_ = 0;
+  std::mutex spare_mu_;
+  uint64_t spare_next_ = 0;
+  std::vector<uint64_t> spare_free_;
+  // The child (at most one): its shared area, descriptor and pidfd; under child_mu_.
+  mutable std::mutex child_mu_;
+  std::condition_variable child_cv_;
+  ChildShared* cshared_ = nullptr;
+  size_t cshared_bytes_ = 0;
+  bool expect_child_ = false;  // The next UFFD_EVENT_FORK is this fork's child.
+  bool child_active_ = false;  // child_uffd_ is the child's.
+  Uffd child_uffd_;
+  std::atomic<int> child_pidfd_{-1};
+  UniqueFd child_wake_;        // eventfd: ChildLoop re-reads its descriptors (or stops).
+  // The child gets its own reference to its userfaultfd over this socketpair ([0] the parent's
+  // end, [1] the child's), so that the registration outlives the parent.
+  int fork_sock_[2] = {-1, -1};
+  bool handoff_requested_ = false;  // Under child_mu_: the process is exiting.
+  bool handoff_done_ = false;
+  // In the child: its own userfaultfd and the parent's pidfd (-1: none).
+  int own_uffd_ = -1;
+  int parent_pidfd_ = -1;
+  std::atomic<uint64_t> fork_snapshots_{0}, fork_fallbacks_{0}, fork_preserved_{0},
+      fork_pinned_{0}, fork_child_served_{0}, fork_child_peak_resident_{0},
+      fork_child_peak_dirty_{0}, fork_child_limit_{0}, fork_child_dropped_{0};
 
   std::vector<std::thread>* threads_ = new std::vector<std::thread>();
 

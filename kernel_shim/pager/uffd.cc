@@ -89,13 +89,34 @@ Result<Uffd> Uffd::Open(void* base, size_t len) {
                      "is retried instead of raising SIGBUS";
   }
   u.move_ = (features & UFFD_FEATURE_MOVE) != 0;
-  TESSERA_ASSIGN_OR_RETURN(u.fd_, OpenFd());
-  uffdio_api api{};
-  api.api = UFFD_API;
-  api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0) |
-                 (u.move_ ? UFFD_FEATURE_MOVE : 0);
-  if (::ioctl(u.fd_.get(), UFFDIO_API, &api) != 0) return ErrnoError("UFFDIO_API");
+  u.fork_events_ = (features & UFFD_FEATURE_EVENT_FORK) != 0;
+  for (;;) {
+    TESSERA_ASSIGN_OR_RETURN(u.fd_, OpenFd());
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | (u.poison_ ? UFFD_FEATURE_POISON : 0) |
+                   (u.move_ ? UFFD_FEATURE_MOVE : 0) |
+                   (u.fork_events_ ? UFFD_FEATURE_EVENT_FORK : 0);
+    if (::ioctl(u.fd_.get(), UFFDIO_API, &api) == 0) break;
+    if (errno == EPERM && u.fork_events_) {
+      // Fork events need CAP_SYS_PTRACE: without it a fork() pages the heap in (pager.h).
+      TLOG(INFO) << "pager: userfaultfd fork events need CAP_SYS_PTRACE; a fork() without exec "
+                    "pages the heap back in first";
+      u.fork_events_ = false;
+      continue;
+    }
+    return ErrnoError("UFFDIO_API");
+  }
   TESSERA_RETURN_IF_ERROR(u.Register(base, len));
+  return u;
+}
+
+Uffd Uffd::Adopt(int fd, const Uffd& parent) {
+  Uffd u;
+  u.fd_.Reset(fd);
+  u.poison_ = parent.poison_;
+  u.move_ = parent.move_;
+  u.fork_events_ = parent.fork_events_;
   return u;
 }
 

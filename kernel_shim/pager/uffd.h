@@ -22,6 +22,10 @@ class Uffd {
   // write-protect mode for anonymous memory.
   static Result<Uffd> Open(void* base, size_t len);
 
+  // Takes over the descriptor a UFFD_EVENT_FORK message handed the monitor: the forked child's
+  // registration, with the features of `parent` (the kernel copies them to the child's).
+  static Uffd Adopt(int fd, const Uffd& parent);
+
   Uffd() = default;
   Uffd(Uffd&&) = default;
   Uffd& operator=(Uffd&&) = default;
@@ -29,6 +33,9 @@ class Uffd {
   int fd() const { return fd_.get(); }
   bool has_poison() const { return poison_; }
   bool has_move() const { return move_; }  // UFFDIO_MOVE (kernel 6.8+).
+  // UFFD_FEATURE_EVENT_FORK: a fork() child keeps the registration, and the monitor is handed a
+  // new descriptor for the child's address space (a UFFD_EVENT_FORK message).
+  bool has_fork_events() const { return fork_events_; }
   void Close() { fd_.Reset(); }
 
   // Maps len bytes of src at dst (page-aligned, unmapped), write-protected unless writable,
@@ -59,6 +66,7 @@ class Uffd {
   UniqueFd fd_;
   bool poison_ = false;
   bool move_ = false;
+  bool fork_events_ = false;
 };
 
 }  // namespace tessera::kernel_shim::internal

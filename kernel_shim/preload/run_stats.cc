@@ -81,6 +81,15 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["footprint_pages"] = p.footprint_pages;
   r["peak_footprint_pages"] = p.peak_footprint_pages;
   r["limit_pages"] = p.limit_pages;
+  r["fork_snapshots"] = p.fork_snapshots;
+  r["fork_fallbacks"] = p.fork_fallbacks;
+  r["fork_preserved"] = p.fork_preserved;
+  r["fork_pinned"] = p.fork_pinned;
+  r["fork_child_faults"] = p.fork_child_faults;
+  r["fork_child_dropped"] = p.fork_child_dropped;
+  r["fork_child_limit_pages"] = p.fork_child_limit_pages;
+  r["fork_child_peak_resident_pages"] = p.fork_child_peak_resident_pages;
+  r["fork_child_peak_dirty_pages"] = p.fork_child_peak_dirty_pages;
   r["fault_latency_count"] = p.fault_latency.count();
   r["fault_p50_ns"] = p.fault_latency.p50();
   r["fault_p99_ns"] = p.fault_latency.p99();

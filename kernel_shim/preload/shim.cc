@@ -46,11 +46,14 @@
 //    flag. Pager threads block all signals (they inherit the init thread's mask), so the
 //    program's handlers run on program threads.
 //
-//  * fork() (without exec): the shim's fork() first calls Pager::PrepareFork(), which pages
-//    every remote page back in, so the child gets a full private copy of the heap as plain
-//    memory; the child calls ChildAfterFork() (pager inert there) and from then on releases
-//    memory with a plain madvise. If PrepareFork fails, fork() fails with ENOMEM rather than
-//    give the child zero pages. vfork/posix_spawn/system share the parent's memory until exec
+//  * fork() (without exec): the shim's fork() calls Pager::PrepareFork() first, then
+//    ChildAfterFork() in the child and ParentAfterFork(pid) in the parent: parent and child
+//    share the heap's pages copy-on-write through the store, and the parent's pager serves the
+//    child's faults while an evictor thread in the child keeps it under the limit (see "fork"
+//    in kernel_shim/pager/pager.h; where that cannot be, the heap is paged in first and the
+//    child gets a full private copy). The child releases memory through its pager object too.
+//    If PrepareFork fails, fork() fails with ENOMEM rather than give the child zero pages.
+//    vfork/posix_spawn/system share the parent's memory until exec
 //    (the parent's pager serves any fault meanwhile); after exec the new program is paged by
 //    its own pager (a child that exits with _exit() publishes its live stats only).
 //
@@ -140,6 +143,9 @@ constexpr int MallocxTcache(unsigned tc) { return static_cast<int>((tc + 2) << 8
 constexpr int kMallocxTcacheNone = 1 << 8;
 constexpr int MallocxArena(unsigned a) { return static_cast<int>((a + 1) << 20); }
 constexpr size_t kPage = 4096;
+// The store holds region/8 spare pages (pager.h, "fork"): the client's page tables grow by an
+// eighth; a parent may write back that many pages that a forked child still reads.
+constexpr uint64_t kForkSpareDivisor = 8;
 
 // ---- raw system calls ------------------------------------------------------------------
 void* RawMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
@@ -327,10 +333,8 @@ void* AlignedAlloc(size_t align, size_t n, const void* caller) {
 // ---- releasing region memory -------------------------------------------------------------
 void DiscardRange(void* addr, size_t len) {
   if (len == 0) return;
-  if (g_child) {
-    RawMadvise(addr, len, MADV_DONTNEED);
-    return;
-  }
+  // In a forked child too: the pager tells the parent's monitor that the pages read as zeros
+  // now (or, when the child holds a private copy, just drops them).
   BypassScope bypass;
   Status st = g_pager->Discard(addr, len);
   if (!st.ok() && g_discard_errors.fetch_add(1) == 0) {
@@ -981,7 +985,9 @@ void* InitThread(void* arg) {
     eo.remote.servers = *servers;
     eo.remote.secret = cred->key;
     eo.remote.client_id = cred->client_id;  // 0 (the cluster secret): a random id.
-    eo.remote.capacity_pages = c.region / kPage;
+    // Beyond the region: spare store pages, where a forked child's copies of the pages the
+    // parent writes back while the child lives go (pager.h, "fork").
+    eo.remote.capacity_pages = c.region / kPage + c.region / kPage / kForkSpareDivisor;
     eo.k = c.k;
     eo.r = c.r;
     eo.remote.direct_reads = c.direct_reads;
@@ -1143,6 +1149,12 @@ __attribute__((constructor)) void ShimInit() {
 __attribute__((destructor)) void ShimFini() {
   if (!g_active.load() || g_child || getpid() != g_owner_pid) return;
   g_exiting.store(true, std::memory_order_release);
+  {
+    // A forked child still sharing the heap's pages (a daemon's parent exiting) gets every page
+    // it has not mapped before this process, which serves them, goes away.
+    BypassScope bypass;
+    g_pager->HandOffChildren();
+  }
   WriteStats(true);
 }
 
@@ -1577,27 +1589,31 @@ int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(vo
 
 pid_t fork() noexcept {
   ForkFn real = RealFork();
-  if (!g_active.load(std::memory_order_acquire) || g_child) return real();
+  if (!g_active.load(std::memory_order_acquire)) return real();
   {
+    // A forked child forking again goes through here too (it pages its heap in first: the
+    // grandchild gets plain memory).
     BypassScope bypass;
     tessera::Status st = g_pager->PrepareFork();
     if (!st.ok()) {
-      RawWrite(2, "tessera preload: fork refused, the heap could not be paged in: ");
+      RawWrite(2, "tessera preload: fork refused, the heap could not be prepared for the child: ");
       RawWrite(2, st.ToString().c_str());
       RawWrite(2, "\n");
-      // A failed PrepareFork has already resumed eviction (pager.cc).
+      // A failed PrepareFork has already resumed eviction (fork.cc).
       errno = ENOMEM;
       return -1;
     }
   }
   pid_t pid = real();
+  const int err = errno;
+  BypassScope bypass;  // The child's evictor thread (ChildAfterFork) must be a bypass thread.
   if (pid == 0) {
     g_child = true;
     g_pager->ChildAfterFork();
   } else {
-    BypassScope bypass;
-    g_pager->ParentAfterFork();
+    g_pager->ParentAfterFork(pid);
   }
+  errno = err;
   return pid;
 }
 

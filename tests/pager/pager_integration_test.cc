@@ -1,5 +1,7 @@
 // The pager over the real erasure-coded store (RS(2,1) and RS(4,2) on LocalCluster memservers).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <random>
 #include <thread>
@@ -89,6 +91,49 @@ TEST(PagerIntegrationTest, WorkingSetTwiceTheLimitOverErasureCodedStore) {
   EXPECT_GT(s.remote_writes, 0u);
   EXPECT_EQ(s.fill_errors, 0u);
   EXPECT_EQ(s.writeback_errors, 0u);
+  EXPECT_LE(s.peak_resident_pages, kLimit + kLimit / 8 + 256);
+}
+
+// fork() over the erasure-coded store (pager.h, "fork"): the child reads the heap of the fork
+// through the parent's pager while the parent rewrites and writes back its own; both stay near
+// the limit. The store has twice the region's pages: the spares take the pages copied aside.
+TEST(PagerIntegrationTest, ForkedChildSharesPagesThroughTheStore) {
+  constexpr size_t kPages = 2048, kLimit = 256;
+  Rig rig = StartRig(2, 1, 2 * kPages);
+  ASSERT_TRUE(rig.store);
+  auto pager = MakePager(rig.store.get(), kPages, kLimit);
+  ASSERT_TRUE(pager);
+  uint8_t* b = pager->base();
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 1);
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_TRUE(pager->PrepareFork().ok());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    pager->ChildAfterFork();
+    char c;
+    if (::read(go[0], &c, 1) != 1) ::_exit(2);
+    size_t bad = 0;
+    for (size_t p = 0; p < kPages; ++p) bad += BadBytes(b + p * kPage, p, 1);
+    ::_exit(bad == 0 ? 0 : 1);
+  }
+  pager->ParentAfterFork(pid);
+  for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p, 2);
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child read wrong bytes";
+  size_t bad = 0;
+  for (size_t p = 0; p < kPages; ++p) bad += BadBytes(b + p * kPage, p, 2);
+  EXPECT_EQ(bad, 0u);
+  const PagerStats s = pager->Stats();
+  EXPECT_EQ(s.fork_snapshots, 1u);
+  EXPECT_GT(s.fork_preserved, 0u);
+  EXPECT_GE(s.fork_child_faults, kPages - kLimit);
+  EXPECT_EQ(s.fill_errors, 0u);
+  EXPECT_LE(s.fork_child_peak_resident_pages, kLimit + kLimit / 4);
   EXPECT_LE(s.peak_resident_pages, kLimit + kLimit / 8 + 256);
 }
 

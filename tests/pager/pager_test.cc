@@ -20,22 +20,17 @@
 
 #include "client/testing/memory_page_store.h"
 #include "common/clock.h"
+#include "tests/pager/page_patterns.h"
 
 namespace tessera::kernel_shim {
 namespace {
 
 using client::testing::MemoryPageStore;
+using testing::CheckPage;
+using testing::FillPage;
+using testing::Pattern;
+using testing::WaitFor;
 constexpr size_t kPage = 4096;
-
-// Bounded wait for a condition the pager's threads bring about.
-bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
-  Deadline d = Deadline::AfterMs(ms);
-  while (!cond()) {
-    if (d.Expired()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // A pager over `pages` pages of `store` capped at limit_pages (0: no cap).
 PagerOptions CappedOptions(client::PageStore* store, size_t pages, uint64_t limit_pages,
@@ -58,19 +53,6 @@ std::unique_ptr<Pager> MakePager(MemoryPageStore* store, size_t pages, uint64_t 
   auto r = Pager::Create(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : nullptr;
-}
-
-uint8_t Pattern(size_t page, size_t off, uint32_t round) {
-  return static_cast<uint8_t>((page * 131 + off * 7 + round * 29 + (off >> 9)) & 0xff);
-}
-void FillPage(uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) p[off] = Pattern(page, off, round);
-}
-bool CheckPage(const uint8_t* p, size_t page, uint32_t round) {
-  for (size_t off = 0; off < kPage; ++off) {
-    if (p[off] != Pattern(page, off, round)) return false;
-  }
-  return true;
 }
 
 TEST(PagerTest, CreateRejectsBadOptions) {
@@ -492,8 +474,10 @@ TEST(PagerTest, RetryOptionsAreValidated) {
   EXPECT_EQ(Pager::Create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-// With the inactive list, staged pages are moved back before the fork, and pages shared with
-// the child afterwards cannot move (UFFDIO_MOVE refuses them): they are written back instead.
+// The fork fallback (pager.h, "fork": no spare store pages here): the heap is paged in and the
+// child holds a private copy. With the inactive list, staged pages are moved back before the
+// fork, and pages shared with the child afterwards cannot move (UFFDIO_MOVE refuses them): they
+// are written back instead. pager_fork_test.cc tests forks that share pages through the store.
 void ForkedChildSeesEveryPage(bool inactive_list) {
   constexpr size_t kPages = 256, kCap = 32;
   MemoryPageStore store(kPages);
@@ -518,7 +502,7 @@ void ForkedChildSeesEveryPage(bool inactive_list) {
     for (size_t p = 0; p < kPages; ++p) bad += CheckPage(b + p * kPage, p, 5) ? 0 : 1;
     _exit(bad == 0 ? 0 : 1);
   }
-  pager->ParentAfterFork();
+  pager->ParentAfterFork(pid);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << status;
@@ -526,6 +510,9 @@ void ForkedChildSeesEveryPage(bool inactive_list) {
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
+  // A store without spare pages beyond the region (or the inactive list): the fallback.
+  EXPECT_EQ(pager->Stats().fork_fallbacks, 1u);
+  EXPECT_EQ(pager->Stats().fork_snapshots, 0u);
 }
 
 TEST(PagerTest, ForkedChildSeesEveryPage) { ForkedChildSeesEveryPage(false); }

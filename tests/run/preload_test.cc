@@ -67,9 +67,16 @@ TEST(Preload, MmapMunmapMremapMadviseSemantics) {
 }
 
 TEST(Preload, ForkWithoutExecGivesTheChildAFullCopy) {
-  // 32 MB of heap at 6 MB local: most of it is remote when the program forks.
-  auto out = RunPaged({"fork", "32"});
+  // 32 MB of heap at 6 MB local: most of it is remote when the program forks. The child sees
+  // every byte, served through the parent's pager (docs/guides/what-is-paged.md, "fork").
+  TempDir tmp;
+  const std::string json = tmp.path() + "/stats.json";
+  auto out = RunPaged({"fork", "32"}, json);
   EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  const std::string j = ReadFile(json);
+  EXPECT_EQ(JsonInt(j, "fork_snapshots"), 1) << j;
+  EXPECT_GT(JsonInt(j, "fork_child_faults"), 0) << j;
+  EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
 }
 
 // The same with the compressed tier in the path (the probe's pages are random bytes: the tier
