@@ -47,8 +47,15 @@ void IoThread::PublishSlab(uint32_t slab) {
     d.addr[j].store(r.remote_addr, std::memory_order_relaxed);
     d.size[j].store(r.size, std::memory_order_relaxed);
     d.rkey[j].store(r.rkey, std::memory_order_relaxed);
+    d.settled[j].store(s.regen_cursor[j], std::memory_order_relaxed);
   }
   d.ver.store(v + 2, std::memory_order_release);
+}
+
+void IoThread::PublishSettled(const Slab& s, int j) {
+  if (!dslab_) return;
+  dslab_[static_cast<size_t>(&s - slabs_.data())].settled[j].store(s.regen_cursor[j],
+                                                                   std::memory_order_release);
 }
 
 void IoThread::EnsureSplitTable(const Slab& s) {
@@ -146,7 +153,12 @@ bool IoThread::DirectLocateSplit(PageId page, DirectTarget* out) const {
   for (int attempt = 0; attempt < 4; ++attempt) {
     const uint32_t sv = ds.ver.load(std::memory_order_acquire);
     if (sv & 1) continue;
-    for (int j = 0; j < W; ++j) LoadMember(ds, j, &out->part[j]);
+    for (int j = 0; j < W; ++j) {
+      LoadMember(ds, j, &out->part[j]);
+      // A replacement member not rebuilt this far yet holds no split of the page: not asked
+      // (the others decode it), as the I/O thread's own reads do.
+      if (ds.settled[j].load(std::memory_order_relaxed) <= pidx) out->part[j].server = kNoServer;
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     if (ds.ver.load(std::memory_order_relaxed) != sv) continue;
     // Set before the slab is first published, never changed after.

@@ -235,8 +235,13 @@ struct DirectSlab {
   std::array<std::atomic<uint32_t>, kMaxWidth> server;
   std::array<std::atomic<uint64_t>, kMaxWidth> id, addr, size;
   std::array<std::atomic<uint32_t>, kMaxWidth> rkey;
+  // Split layout: member j holds its splits of pages below settled[j] (the regeneration
+  // cursor of a replacement; the whole slab otherwise). Reset under the seqlock when the member
+  // is re-placed, then only raised, outside it, as regeneration goes on.
+  std::array<std::atomic<uint32_t>, kMaxWidth> settled;
   DirectSlab() {
     for (int j = 0; j < kMaxWidth; ++j) {
+      settled[j].store(UINT32_MAX, std::memory_order_relaxed);
       server[j].store(kNoServer, std::memory_order_relaxed);
       id[j].store(0, std::memory_order_relaxed);
       addr[j].store(0, std::memory_order_relaxed);
@@ -528,6 +533,7 @@ class IoThread {
   // Call after every change of a page's `where` (stored, none) or a slab's servers.
   void PublishPage(PageId page);
   void PublishSlab(uint32_t slab);
+  void PublishSettled(const Slab& s, int j);  // dslab_'s settled[j]: s.regen_cursor[j].
   // Split layout: publishes page `pidx` of slab `s` (state from busy/written, CRCs from crc).
   // Call after every change of its busy, written or crc, before posting anything that could
   // change its splits on the servers.

@@ -351,7 +351,6 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     s.server[j].store(chosen, std::memory_order_relaxed);
     s.remote[j] = a->slab_id;
     s.remote_info[j] = *a;
-    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
     const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
     // What needs rebuilding: written pages (split layout), or rows in use whose member j is
     // not padding (group layout).
@@ -372,6 +371,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
       ++regen_active_;
     }
     s.regen_cursor[j] = 0;
+    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));  // With nothing of j settled yet.
     store_->stats_.regenerations_pending.fetch_add(pending, std::memory_order_relaxed);
     if (old != kNoServer && !store_->failed_[old].load() && !local_failed_[old]) {
       // Eviction: give the old slab back (the server drops it anyway).
@@ -409,6 +409,7 @@ void IoThread::Regenerate(uint64_t now) {
       while (s.regen_cursor[j] < pps) {
         if (regen_tokens_ < 1 || regen_inflight_ >= 16 || free_ctx_count_ < 4) return;
         const uint32_t p = s.regen_cursor[j]++;
+        PublishSettled(s, j);
         if (s.regen_cursor[j] == pps) --regen_active_;
         if (!s.written[p]) continue;
         if (s.busy[p] != nullptr) {  // The write in flight stores the split itself.

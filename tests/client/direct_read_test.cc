@@ -6,6 +6,7 @@
 // readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -328,6 +329,55 @@ TEST(DirectReadTest, ServerKilledWhileReadersReadLosesNothing) {
 
 TEST(DirectReadTest, SplitLayoutServerKilledWhileReadersReadLosesNothing) {
   KillWhileReadersRead(EcLayout::kSplit);
+}
+
+// Split layout, after the verdict: the killed server's member is re-placed and waits for its
+// regeneration (held back here by a long grace). The replacement holds none of the splits yet,
+// so direct readers must not ask it: every page is still read on the caller's thread, decoded
+// from the other members, with no false corruption report and no fallback.
+TEST(DirectReadTest, SplitLayoutReadsStayDirectWhileAReplacementIsNotRebuiltYet) {
+  auto cluster = StartCluster(7);  // RS(4,2) over 6, plus one for the replacement.
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 128;
+  ErasureCodedStoreOptions o = SplitOptions(*cluster, kPages);
+  o.remote.regeneration_grace_ms = 600000;  // No rebuild during the test.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 5);
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto servers = store->ServersOfPage(0);
+  ASSERT_THAT(servers, IsOk());
+  const uint32_t killed = (*servers)[0];  // Split 0: a data split of page 0.
+  // One split to rebuild per written page whose slab has a member on the killed server.
+  uint64_t to_rebuild = 0;
+  for (PageId p = 0; p < kPages; ++p) {
+    auto on = store->ServersOfPage(p);
+    ASSERT_THAT(on, IsOk());
+    to_rebuild += std::count(on->begin(), on->end(), killed) > 0 ? 1 : 0;
+  }
+  ASSERT_THAT(cluster->Kill(killed), IsOk());
+  // The verdict, then the I/O thread re-places the members and publishes them (pages to
+  // rebuild are counted after that), while reads of page 0 go on.
+  uint8_t buf[kPageSize];
+  const Deadline verdict = Deadline::AfterMs(30000);
+  while (store->Stats().regenerations_pending < to_rebuild && !verdict.Expired()) {
+    ASSERT_THAT(store->ReadPage(0, buf), IsOk());
+    ASSERT_EQ(VersionOf(0, buf), 5);
+  }
+  ASSERT_EQ(store->Stats().regenerations_pending, to_rebuild)
+      << "the killed server's members were not declared failed and re-placed in 30 s";
+  const PageStoreStats before = store->Stats();
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(store->ReadPage(p, buf), IsOk());
+    ASSERT_EQ(VersionOf(p, buf), 5) << "page " << p;
+  }
+  const PageStoreStats after = store->Stats();
+  EXPECT_EQ(after.direct_reads - before.direct_reads, kPages);
+  EXPECT_EQ(after.direct_fallbacks, before.direct_fallbacks);
+  EXPECT_EQ(after.corruptions_detected, before.corruptions_detected);
+  EXPECT_EQ(after.regenerations_pending, to_rebuild) << "the rebuild started: it shows nothing";
+  EXPECT_EQ(after.data_loss, 0u);
 }
 
 // A SIGSTOPped server: a direct read of its page gives up after hedge_us and the page is read
