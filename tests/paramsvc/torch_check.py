@@ -69,7 +69,7 @@ def ddp_worker(rank, a, port, svc, out):
         state = tps.HookState(svc["host"], svc["port"], svc["secret"], job=svc["job"],
                               mode=a.mode)
         ddp.register_comm_hook(state, tps.comm_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=a.momentum)
     x, y = data(rank, a.steps)
     losses = []
     for t in range(a.steps):
@@ -118,10 +118,23 @@ def check_hook(a, conn):
                zip(r["params"], plain[0]["params"]))
     moved = max((p - q).abs().max().item() for p, q in zip(plain[0]["params"], init))
     c = hooked[0]["counters"]
+    # Training progress on a fixed set (all of rank 0's batches), before and after: the loss
+    # of one batch at the first and the last step compares two different batches.
+    x, y = data(0, a.steps)
+    x, y = x.reshape(-1, x.shape[-1]), y.reshape(-1)
+
+    def eval_loss(params):
+        m = model()
+        with torch.no_grad():
+            for p, q in zip(m.parameters(), params):
+                p.copy_(q)
+            return torch.nn.functional.cross_entropy(m(x), y).item()
+
     row = {"check": "hook", "mode": a.mode, "workers": a.workers, "steps": a.steps,
-           "bucket_jobs": hooked[0]["jobs"], "max_abs_diff": diff, "moved": moved,
-           "loss_first": hooked[0]["losses"][0], "loss_last": hooked[0]["losses"][-1],
-           "counters": c}
+           "momentum": a.momentum, "bucket_jobs": hooked[0]["jobs"], "max_abs_diff": diff,
+           "moved": moved, "loss_first": hooked[0]["losses"][0],
+           "loss_last": hooked[0]["losses"][-1], "eval_before": eval_loss(init),
+           "eval_after": eval_loss(hooked[0]["params"]), "counters": c}
     if a.mode == "sync":
         row["ok"] = diff <= a.atol and moved > 100 * a.atol and c["pushes"] >= a.steps
     else:
@@ -131,7 +144,7 @@ def check_hook(a, conn):
         row["ok"] = ((c["max_staleness"] <= s or c["dropped"] > 0) and
                      c["pushes"] == c["applied"] + c["dropped"] and c["pushes"] >= a.steps and
                      all(torch.isfinite(p).all() for p in hooked[0]["params"]) and
-                     row["loss_last"] < row["loss_first"])
+                     row["eval_after"] < row["eval_before"])
     return row
 
 
@@ -364,6 +377,7 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--mode", default="sync")
     p.add_argument("--atol", type=float, default=1e-5)
+    p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--timeout", type=float, default=120)
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -53,7 +53,9 @@ TEST(ParamsvcTorch, DdpCommHookInBoundedModeTrainsWithinItsStaleness) {
   const auto& c = row["counters"];
   if (c["max_staleness"].get<int>() > 1) EXPECT_GT(c["dropped"].get<int>(), 0) << row;
   EXPECT_EQ(c["pushes"].get<int>(), c["applied"].get<int>() + c["dropped"].get<int>()) << row;
-  EXPECT_LT(row["loss_last"].get<double>(), row["loss_first"].get<double>()) << row;
+  // Trained: the loss over a fixed set of batches fell (the first and last step's own losses
+  // are of different batches, and one batch's loss can rise while the model improves).
+  EXPECT_LT(row["eval_after"].get<double>(), row["eval_before"].get<double>()) << row;
 }
 
 TEST(ParamsvcTorch, StepLrSchedulerChangesTheServiceStepLikeTorchSgd) {
