@@ -36,4 +36,13 @@ AdminFlags ReadAdminFlags(const cli::CliSpec& spec) {
   return f;
 }
 
+std::vector<std::string> EndpointList(const cli::CliSpec& spec, const std::string& text,
+                                      const char* what) {
+  std::vector<std::string> eps = SplitList(text);
+  for (const auto& e : eps) {
+    if (Status s = CheckEndpointText(e, what); !s.ok()) cli::UsageError(spec, s.message());
+  }
+  return eps;
+}
+
 }  // namespace tessera::paramsvc

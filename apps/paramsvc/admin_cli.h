@@ -23,4 +23,8 @@ struct AdminFlags {
 // Reads and checks them (a usage error exits 2).
 AdminFlags ReadAdminFlags(const cli::CliSpec& spec);
 
+// HOST:PORT,... split and checked; a bad entry is a usage error naming `what` (exits 2).
+std::vector<std::string> EndpointList(const cli::CliSpec& spec, const std::string& text,
+                                      const char* what);
+
 }  // namespace tessera::paramsvc

@@ -35,11 +35,10 @@ int main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
   const std::string source = argv[1];
   if (Status e = CheckEndpointText(source, "SERVICE"); !e.ok()) cli::UsageError(kSpec, e.message());
-  const auto dests = SplitList(FLAGS_to);
+  const auto dests = EndpointList(kSpec, FLAGS_to, "--to");
   if (FLAGS_undo && !dests.empty()) cli::UsageError(kSpec, "--undo takes no --to");
   if (!FLAGS_undo && dests.empty()) cli::UsageError(kSpec, "give --to HOST:PORT[,...] (or --undo)");
   for (const auto& d : dests) {
-    if (Status e = CheckEndpointText(d, "--to"); !e.ok()) cli::UsageError(kSpec, e.message());
     if (d == source) cli::UsageError(kSpec, "--to lists the service being drained");
   }
   const AdminFlags af = ReadAdminFlags(kSpec);

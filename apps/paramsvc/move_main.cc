@@ -39,10 +39,7 @@ int main(int argc, char** argv) {
   std::string from = FLAGS_from;
   if (argc == 2) from = from.empty() ? argv[1] : from + "," + argv[1];
   if (from.empty()) cli::UsageError(kSpec, "give the service holding the job (SOURCE or --from)");
-  const auto sources = SplitList(from);
-  for (const auto& s : sources) {
-    if (Status e = CheckEndpointText(s, "--from"); !e.ok()) cli::UsageError(kSpec, e.message());
-  }
+  const auto sources = EndpointList(kSpec, from, "--from");
   const AdminFlags af = ReadAdminFlags(kSpec);
   const AdminOptions& o = af.admin;
   // The service holding it (a service it left leads to where it went).

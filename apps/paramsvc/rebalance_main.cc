@@ -37,10 +37,7 @@ int main(int argc, char** argv) {
   cli::InitCli(kSpec, &argc, &argv);
   std::vector<std::string> eps;
   for (int i = 1; i < argc; ++i) {
-    for (auto& e : SplitList(argv[i])) eps.push_back(e);
-  }
-  for (const auto& e : eps) {
-    if (Status s = CheckEndpointText(e, "service"); !s.ok()) cli::UsageError(kSpec, s.message());
+    for (auto& e : EndpointList(kSpec, argv[i], "service")) eps.push_back(e);
   }
   if (eps.size() < 2) cli::UsageError(kSpec, "give at least two services");
   if (!(FLAGS_above >= 0 && FLAGS_above <= 10)) cli::UsageError(kSpec, "--above must be in 0..10");

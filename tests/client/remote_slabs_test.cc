@@ -330,6 +330,20 @@ TEST(GroupLayoutTest, TrimFreesRemoteMemory) {
   EXPECT_TRUE(Matches(7, 3, buf));
 }
 
+// RS(2,1) on one I/O thread that serves every read (no direct reads), with heartbeats and op
+// timeouts too long to fail a server that hangs control calls for control_timeout_ms.
+ErasureCodedStoreOptions OneIoThreadNoHeartbeats(const LocalCluster& cluster, uint64_t pages,
+                                                 uint32_t control_timeout_ms) {
+  ErasureCodedStoreOptions o = EcOptions(cluster, pages, 2, 1);
+  o.remote.io_threads = 1;
+  o.remote.direct_reads = false;
+  o.remote.heartbeat_interval_ms = 600000;
+  o.remote.heartbeat_timeout_ms = 600000;
+  o.remote.op_timeout_ms = 60000;
+  o.remote.control_timeout_ms = control_timeout_ms;
+  return o;
+}
+
 // A FREE to a server that has stopped answering (SIGSTOP; heartbeats too rare to suspect it)
 // waits out its deadline on the store's freer thread, never on the I/O thread: reads queued
 // behind the trim that released the slabs complete while the trim still waits for its FREEs.
@@ -339,13 +353,8 @@ TEST(RemoteStoreTest, FreesToAStoppedServerDoNotHoldUpReads) {
   auto cluster = StartCluster(3);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPps = 32, kSlabs = 16;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPps * kSlabs, 2, 1);
-  o.remote.io_threads = 1;
-  o.remote.direct_reads = false;  // Every read goes through the I/O thread.
-  o.remote.heartbeat_interval_ms = 600000;
-  o.remote.heartbeat_timeout_ms = 600000;
-  o.remote.op_timeout_ms = 60000;
-  o.remote.control_timeout_ms = 1000;  // Each FREE to the stopped server waits this long.
+  // Each FREE to the stopped server waits control_timeout_ms (1 s).
+  ErasureCodedStoreOptions o = OneIoThreadNoHeartbeats(*cluster, kPps * kSlabs, 1000);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
@@ -383,13 +392,8 @@ TEST(RemoteStoreTest, AllocationsFromHungServersDoNotHoldUpReads) {
   auto cluster = StartCluster(4);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPps = 32, kSlabs = 8;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPps * kSlabs, 2, 1);
-  o.remote.io_threads = 1;
-  o.remote.direct_reads = false;  // Every read goes through the I/O thread.
-  o.remote.heartbeat_interval_ms = 600000;
-  o.remote.heartbeat_timeout_ms = 600000;
-  o.remote.op_timeout_ms = 60000;
-  o.remote.control_timeout_ms = 3000;  // Each hung ALLOC waits this long.
+  // Each hung ALLOC waits control_timeout_ms (3 s).
+  ErasureCodedStoreOptions o = OneIoThreadNoHeartbeats(*cluster, kPps * kSlabs, 3000);
   auto s = CreateErasureCodedStore(o);
   ASSERT_TRUE(s.ok()) << s.status();
   PageStore* store = s->get();
