@@ -1,10 +1,12 @@
 // libtessera_preload.so: puts an unmodified program's heap in a userfaultfd-paged region.
+// This file holds the heap, initialisation and the exported allocator; mappings.cc the
+// program's anonymous mappings; private_deps.cc the binding of the shim's own dependencies;
+// shim_config.cc the configuration; shim_state.h the state they share.
 //
 // Loaded with LD_PRELOAD by `tessera run` (apps/run), configured by the TESSERA_RUN_* variables
 // of kernel_shim/preload/run_stats.h. What it does:
 //
-//  * At load (constructor) it binds its own dependencies' functions (see "private
-//    dependencies" below), leaves its variables and LD_PRELOAD in the environment (so the
+//  * At load (constructor) it binds its own dependencies' functions (private_deps.h), leaves its variables and LD_PRELOAD in the environment (so the
 //    programs this one execs are paged too, each with its own pager: kEnvDescendant), then,
 //    on a private thread with every signal blocked, it creates the erasure-coded PageStore
 //    (unique random client id) and a Pager whose region becomes the heap. That thread stays as
@@ -93,7 +95,10 @@
 #include "fabric/credential.h"
 #include "kernel_shim/pager/pager.h"
 #include "kernel_shim/preload/range_allocator.h"
+#include "kernel_shim/preload/private_deps.h"
 #include "kernel_shim/preload/run_stats.h"
+#include "kernel_shim/preload/shim_config.h"
+#include "kernel_shim/preload/shim_state.h"
 #include "kernel_shim/preload/span_map.h"
 
 // ---- jemalloc, renamed -------------------------------------------------------------------
@@ -142,71 +147,38 @@ constexpr int kMallocxZero = 0x40;
 constexpr int MallocxTcache(unsigned tc) { return static_cast<int>((tc + 2) << 8); }
 constexpr int kMallocxTcacheNone = 1 << 8;
 constexpr int MallocxArena(unsigned a) { return static_cast<int>((a + 1) << 20); }
-constexpr size_t kPage = 4096;
 // The store holds region/8 spare pages (pager.h, "fork"): the client's page tables grow by an
 // eighth; a parent may write back that many pages that a forked child still reads.
 constexpr uint64_t kForkSpareDivisor = 8;
 
-// ---- raw system calls ------------------------------------------------------------------
-void* RawMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
-}
-int RawMunmap(void* addr, size_t len) { return static_cast<int>(syscall(SYS_munmap, addr, len)); }
-int RawMadvise(void* addr, size_t len, int advice) {
-  return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
-}
-void RawWrite(int fd, const char* s) {
-  size_t n = strlen(s);
-  while (n > 0) {
-    ssize_t w = ::write(fd, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+}  // namespace
 
-// ---- process and thread state ------------------------------------------------------------
-// Set once initialisation finished; never cleared (a forked child stays "active" over plain
-// memory).
+// ---- process and thread state (shim_state.h) -----------------------------------------------
+namespace shim {
 std::atomic<bool> g_active{false};
-bool g_child = false;          // This process was forked from the paged one.
-pid_t g_owner_pid = 0;         // The process that owns the pager.
-uintptr_t g_region_base = 0;   // The paged region, constant once active.
+bool g_child = false;
+uintptr_t g_region_base = 0;
 uintptr_t g_region_end = 0;
-unsigned g_paged_arena = 0;
-Pager* g_pager = nullptr;                  // Leaked on purpose (see the file comment).
-client::PageStore* g_store = nullptr;     // The remote store.
-CompressedTier* g_tier = nullptr;         // In front of it (kEnvCompressedTier), or null.
+Pager* g_pager = nullptr;
 RangeAllocator* g_ranges = nullptr;
+std::atomic<uint64_t> g_mmaps{0};
+constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state = {};
+}  // namespace shim
+
+namespace {
+using namespace shim;  // NOLINT(build/namespaces): the state this file shares.
+
+pid_t g_owner_pid = 0;                 // The process that owns the pager.
+unsigned g_paged_arena = 0;
+client::PageStore* g_store = nullptr;  // The remote store.
+CompressedTier* g_tier = nullptr;      // In front of it (kEnvCompressedTier), or null.
 pthread_key_t g_tcache_key;
 bool g_tcache_key_ok = false;
 uint64_t g_start_ns = 0;
 std::string* g_stats_path = nullptr;
 std::string* g_live_path = nullptr;
 std::atomic<bool> g_exiting{false};
-std::atomic<uint64_t> g_mmaps{0};
-std::atomic<uint64_t> g_discard_errors{0};
-
-struct ThreadState {
-  bool bypass;        // Allocations and mmaps of this thread use plain memory.
-  bool in_tc_create;  // Creating this thread's tcache (a nested malloc must not recurse).
-  bool tc_dead;       // Thread exit destroyed the tcache: use none from now on.
-  unsigned tc_paged;  // Explicit tcache index + 1 (0: none yet).
-};
-__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state = {};
-
-class BypassScope {
- public:
-  BypassScope() : prev_(t_state.bypass) { t_state.bypass = true; }
-  ~BypassScope() { t_state.bypass = prev_; }
-  BypassScope(const BypassScope&) = delete;
-  BypassScope& operator=(const BypassScope&) = delete;
-
- private:
-  bool prev_;
-};
-
+uint64_t g_rebound = 0;  // GOT slots rebound (private_deps.h), for the stats.
 // Code of the C library, the dynamic loader and libgcc. Memory they allocate on a program
 // thread (time-zone tables, locale data, stdio buffers, link maps of dlopen()ed libraries,
 // ...) is process-wide state that the pager's and store's own threads use too (e.g. localtime()
@@ -243,18 +215,6 @@ int CollectPlainCode(struct dl_phdr_info* info, size_t, void*) {
   return 0;
 }
 
-inline bool InRegion(const void* p) {
-  auto a = reinterpret_cast<uintptr_t>(p);
-  return a >= g_region_base && a < g_region_end;
-}
-inline bool RangeInRegion(const void* p, size_t len) {
-  auto a = reinterpret_cast<uintptr_t>(p);
-  return a >= g_region_base && a < g_region_end && len <= g_region_end - a;
-}
-inline bool RangeTouchesRegion(const void* p, size_t len) {
-  auto a = reinterpret_cast<uintptr_t>(p);
-  return a < g_region_end && a + len > g_region_base;
-}
 inline bool PagedThread() { return g_active.load(std::memory_order_acquire) && !t_state.bypass; }
 
 void DestroyTcache(void*) {
@@ -330,164 +290,6 @@ void* AlignedAlloc(size_t align, size_t n, const void* caller) {
   return Alloc(n, MallocxLgAlign(align), caller);
 }
 
-// ---- releasing region memory -------------------------------------------------------------
-void DiscardRange(void* addr, size_t len) {
-  if (len == 0) return;
-  // In a forked child too: the pager tells the parent's monitor that the pages read as zeros
-  // now (or, when the child holds a private copy, just drops them).
-  BypassScope bypass;
-  Status st = g_pager->Discard(addr, len);
-  if (!st.ok() && g_discard_errors.fetch_add(1) == 0) {
-    RawWrite(2, "tessera preload: Pager::Discard failed: ");
-    RawWrite(2, st.ToString().c_str());
-    RawWrite(2, "\n");
-  }
-}
-
-// ---- what is not paged -------------------------------------------------------------------
-// Parts of the region taken out of paging (Pager::Unregister), by reason.
-enum UnpagedWhy : int {
-  kNoAccess = 0,  // Protection without read access (a reservation, a guard): the pager could
-                  // not read such a page to write it back.
-  kLocked = 1,    // mlock()ed: must stay resident.
-  kForeign = 2,   // A file or shared mapping (or another kind the pager cannot page) placed
-                  // over the range with MAP_FIXED.
-};
-// Mappings left out of paging, by kind: what the summary's "not paged" line reports.
-enum LeftOutKind : int {
-  kLeftShared = 0,
-  kLeftFile = 1,
-  kLeftLocked = 2,
-  kLeftStack = 3,
-  kLeftHuge = 4,
-  kLeftOutside = 5,
-  kLeftRegionFull = 6,
-  kLeftKinds = 7,
-};
-const char* const kLeftOutKey[kLeftKinds] = {"shared",  "file",    "locked",     "stack",
-                                             "hugetlb", "outside", "region_full"};
-SpanMap* g_unpaged = nullptr;  // Region parts not paged (UnpagedWhy).
-SpanMap* g_left = nullptr;     // Mappings not paged (LeftOutKind), inside the region or not.
-std::atomic<uint64_t> g_unpaged_anon_peak{0};  // Peak of RssAnon minus the paged resident set.
-std::atomic<uint64_t> g_registration_errors{0};
-
-void RawWarn(const char* what, const tessera::Status& st) {
-  if (g_registration_errors.fetch_add(1) != 0) return;
-  RawWrite(2, "tessera preload: ");
-  RawWrite(2, what);
-  RawWrite(2, ": ");
-  RawWrite(2, st.ToString().c_str());
-  RawWrite(2, "\n");
-}
-
-// RssAnon of this process, bytes (0 if unknown).
-uint64_t RssAnonBytes() {
-  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[4096];
-  ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char* p = strstr(buf, "RssAnon:");
-  return p == nullptr ? 0 : strtoull(p + 8, nullptr, 10) * 1024;
-}
-
-int RawMprotect(uintptr_t a, size_t len, int prot) {
-  return static_cast<int>(syscall(SYS_mprotect, a, len, prot));
-}
-
-// [a, a + len) of the region becomes fresh, zero, paged read/write memory, whatever it was
-// (paged, unregistered, or a foreign mapping).
-void ResetToPaged(uintptr_t a, size_t len) {
-  if (len == 0) return;
-  BypassScope bypass;
-  if (!g_unpaged->Intersects(a, a + len)) {
-    DiscardRange(reinterpret_cast<void*>(a), len);
-    return;
-  }
-  Status st = g_pager->Unregister(reinterpret_cast<void*>(a), len, /*keep_content=*/false);
-  if (!st.ok()) {
-    // The pager still pages parts of it: replacing the mapping under it would lose them. The
-    // range stays as it is, out of the allocator (never handed out again).
-    RawWarn("Pager::Unregister", st);
-    g_unpaged->Set(a, a + len, kForeign);
-    return;
-  }
-  if (RawMmap(reinterpret_cast<void*>(a), len, PROT_READ | PROT_WRITE,
-              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
-    // The range stays out of paging (still counted as such); never reused while unpaged.
-    RawWarn("re-creating a part of the paged region", ErrnoError("mmap"));
-    g_unpaged->Set(a, a + len, kForeign);
-    return;
-  }
-  RawMadvise(reinterpret_cast<void*>(a), len, MADV_NOHUGEPAGE);
-  st = g_pager->Register(reinterpret_cast<void*>(a), len);
-  if (!st.ok()) {
-    RawWarn("Pager::Register", st);
-    g_unpaged->Set(a, a + len, kForeign);
-    return;
-  }
-  g_unpaged->Erase(a, a + len);
-  g_left->Erase(a, a + len);
-}
-
-void ReleaseRange(void* addr, size_t len) {
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  ResetToPaged(a, len);
-  BypassScope bypass;
-  if (!g_unpaged->Intersects(a, a + len)) g_ranges->Release(a, len);
-}
-
-// Protection `prot` on [a, a + len) of the region: readable pages stay (or become again)
-// paged; pages without read access are taken out of paging first (their content kept).
-int SetRegionProt(uintptr_t a, size_t len, int prot) {
-  BypassScope bypass;
-  if (prot & PROT_READ) {
-    if (RawMprotect(a, len, prot) != 0) return -1;
-    for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
-      if (part.tag != kNoAccess) continue;
-      Status st = g_pager->Register(reinterpret_cast<void*>(part.start), part.end - part.start);
-      if (!st.ok()) {
-        RawWarn("Pager::Register", st);
-        continue;
-      }
-      g_unpaged->Erase(part.start, part.end);
-    }
-    return 0;
-  }
-  for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
-    if (part.tag != SpanMap::kNone) continue;
-    Status st = g_pager->Unregister(reinterpret_cast<void*>(part.start), part.end - part.start,
-                                    /*keep_content=*/true);
-    if (!st.ok()) {
-      RawWarn("Pager::Unregister", st);
-      errno = ENOMEM;
-      return -1;
-    }
-    g_unpaged->Set(part.start, part.end, kNoAccess);
-  }
-  return RawMprotect(a, len, prot);
-}
-
-// mlock on [a, a + len) of the region: its pages leave paging for good (until unmapped).
-void LockRegion(uintptr_t a, size_t len) {
-  BypassScope bypass;
-  for (const SpanMap::Part& part : g_unpaged->Parts(a, a + len)) {
-    if (part.tag == kLocked || part.tag == kForeign) continue;
-    if (part.tag == SpanMap::kNone) {
-      Status st = g_pager->Unregister(reinterpret_cast<void*>(part.start), part.end - part.start,
-                                      /*keep_content=*/true);
-      if (!st.ok()) {
-        RawWarn("Pager::Unregister", st);
-        continue;
-      }
-    }
-    g_unpaged->Set(part.start, part.end, kLocked);
-    g_left->Set(part.start, part.end, kLeftLocked);
-  }
-}
-
 // ---- jemalloc extent hooks of the paged arena --------------------------------------------
 void* HookAlloc(tjem_extent_hooks*, void* new_addr, size_t size, size_t alignment, bool* zero,
                 bool* commit, unsigned) {
@@ -555,319 +357,6 @@ void* BypassTrampoline(void* p) {
   BypassStart s = *static_cast<BypassStart*>(p);
   delete static_cast<BypassStart*>(p);
   return s.fn(s.arg);
-}
-
-// ---- private dependencies ----------------------------------------------------------------
-// The store and the pager run inside the paged program, on shared libraries the shim needs
-// (ISA-L, liburing, nettle, verbs). The dynamic linker resolves their calls through the
-// global scope, where the program's executable comes first: a program that exports a function
-// of the same name captures those calls. node exports OpenSSL's gf_mul(gf c, gf a, gf b), so
-// ISA-L's internal calls to its own gf_mul(a, b) (and the codec's) went into OpenSSL and
-// crashed the first time the store encoded a page, i.e. at the first eviction. So at load,
-// before the store exists, every GOT slot of the shim and of its private dependencies that
-// names a function one of those dependencies defines is bound to that definition.
-constexpr int kMaxPrivate = 16;
-struct PrivateObject {
-  char name[128];  // DT_NEEDED name of the shim (e.g. "libisal.so.2"); "" for the shim itself.
-  uintptr_t base = 0;
-  const ElfW(Dyn) * dynamic = nullptr;
-  uintptr_t relro_start = 0, relro_end = 0;
-  void* handle = nullptr;
-};
-PrivateObject g_private[kMaxPrivate];
-int g_private_count = 0;
-uint64_t g_rebound = 0;  // GOT slots rebound (for the stats).
-
-bool SystemLibrary(const char* name) {
-  static const char* const kSystem[] = {"libc.so",  "libm.so",  "libstdc++.so",  "libgcc_s.so",
-                                        "ld-linux", "libdl.so", "libpthread.so", "librt.so"};
-  for (const char* s : kSystem) {
-    if (strstr(name, s) != nullptr) return true;
-  }
-  return false;
-}
-
-uintptr_t DynPtr(uintptr_t base, ElfW(Addr) v) { return v < base ? base + v : v; }
-
-int FindPrivateObjects(struct dl_phdr_info* info, size_t, void* self_addr) {
-  const ElfW(Dyn)* dyn = nullptr;
-  uintptr_t relro_start = 0, relro_end = 0;
-  bool self = false;
-  const auto self_a = reinterpret_cast<uintptr_t>(self_addr);
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const auto& ph = info->dlpi_phdr[i];
-    if (ph.p_type == PT_DYNAMIC)
-      dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + ph.p_vaddr);
-    if (ph.p_type == PT_GNU_RELRO) {
-      relro_start = info->dlpi_addr + ph.p_vaddr;
-      relro_end = relro_start + ph.p_memsz;
-    }
-    if (ph.p_type == PT_LOAD && self_a >= info->dlpi_addr + ph.p_vaddr &&
-        self_a < info->dlpi_addr + ph.p_vaddr + ph.p_memsz) {
-      self = true;
-    }
-  }
-  if (dyn == nullptr || g_private_count >= kMaxPrivate) return 0;
-  const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-  if (!self) {
-    // A dependency named in the shim's DT_NEEDED list (collected from the shim first: the
-    // shim is loaded before its dependencies, so dl_iterate_phdr reaches it first).
-    if (g_private_count == 0) return 0;
-    const PrivateObject& shim = g_private[0];
-    uintptr_t strtab = 0;
-    for (const ElfW(Dyn)* d = shim.dynamic; d->d_tag != DT_NULL; ++d) {
-      if (d->d_tag == DT_STRTAB) strtab = DynPtr(shim.base, d->d_un.d_ptr);
-    }
-    bool needed = false;
-    for (const ElfW(Dyn)* d = shim.dynamic; d->d_tag != DT_NULL && strtab != 0; ++d) {
-      if (d->d_tag != DT_NEEDED) continue;
-      const char* n = reinterpret_cast<const char*>(strtab + d->d_un.d_val);
-      const char* slash = strrchr(name, '/');
-      if (!SystemLibrary(n) && strcmp(slash != nullptr ? slash + 1 : name, n) == 0) needed = true;
-    }
-    if (!needed) return 0;
-  } else if (g_private_count != 0) {
-    return 0;
-  }
-  PrivateObject& o = g_private[g_private_count++];
-  const char* slash = strrchr(name, '/');
-  snprintf(o.name, sizeof(o.name), "%s", self ? "" : (slash != nullptr ? slash + 1 : name));
-  o.base = info->dlpi_addr;
-  o.dynamic = dyn;
-  o.relro_start = relro_start;
-  o.relro_end = relro_end;
-  return 0;
-}
-
-void RebindSlots(const PrivateObject& o) {
-  uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
-  size_t pltrelsz = 0, relasz = 0;
-  for (const ElfW(Dyn)* d = o.dynamic; d->d_tag != DT_NULL; ++d) {
-    switch (d->d_tag) {
-      case DT_SYMTAB:
-        symtab = DynPtr(o.base, d->d_un.d_ptr);
-        break;
-      case DT_STRTAB:
-        strtab = DynPtr(o.base, d->d_un.d_ptr);
-        break;
-      case DT_JMPREL:
-        jmprel = DynPtr(o.base, d->d_un.d_ptr);
-        break;
-      case DT_PLTRELSZ:
-        pltrelsz = d->d_un.d_val;
-        break;
-      case DT_RELA:
-        rela = DynPtr(o.base, d->d_un.d_ptr);
-        break;
-      case DT_RELASZ:
-        relasz = d->d_un.d_val;
-        break;
-      default:
-        break;
-    }
-  }
-  if (symtab == 0 || strtab == 0) return;
-  const auto* syms = reinterpret_cast<const ElfW(Sym)*>(symtab);
-  auto one = [&](const ElfW(Rela) & r) {
-    const auto type = ELF64_R_TYPE(r.r_info);
-#if defined(__x86_64__)
-    if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) return;
-#elif defined(__aarch64__)
-    if (type != R_AARCH64_JUMP_SLOT && type != R_AARCH64_GLOB_DAT) return;
-#else
-    (void)type;
-    return;
-#endif
-    const ElfW(Sym)& sym = syms[ELF64_R_SYM(r.r_info)];
-    if (sym.st_name == 0) return;
-    const char* name = reinterpret_cast<const char*>(strtab + sym.st_name);
-    // The definition among the private dependencies (not the shim's own exports: those are
-    // meant to be found through the global scope).
-    void* def = nullptr;
-    for (int i = 1; i < g_private_count && def == nullptr; ++i) {
-      if (g_private[i].handle == nullptr) continue;
-      void* d = dlsym(g_private[i].handle, name);
-      Dl_info di;
-      void* entry = nullptr;
-      if (d == nullptr || dladdr1(d, &di, &entry, RTLD_DL_SYMENT) == 0 || di.dli_fname == nullptr ||
-          entry == nullptr) {
-        continue;
-      }
-      const auto* def_sym = static_cast<const ElfW(Sym)*>(entry);
-      // Functions only: a data object may have been copied into the executable (a copy
-      // relocation), and then the executable's copy is the one every object must use.
-      const int t = ELF64_ST_TYPE(def_sym->st_info);
-      if (t != STT_FUNC && t != STT_GNU_IFUNC) continue;
-      const char* slash = strrchr(di.dli_fname, '/');
-      const char* base = slash != nullptr ? slash + 1 : di.dli_fname;
-      for (int j = 1; j < g_private_count; ++j) {
-        if (strcmp(base, g_private[j].name) == 0) def = d;
-      }
-    }
-    if (def == nullptr || dlsym(RTLD_DEFAULT, name) == def) return;
-    auto* slot = reinterpret_cast<void**>(o.base + r.r_offset);
-    if (*slot == def) return;
-    const bool relro = reinterpret_cast<uintptr_t>(slot) >= o.relro_start &&
-                       reinterpret_cast<uintptr_t>(slot) < o.relro_end;
-    const uintptr_t page = reinterpret_cast<uintptr_t>(slot) & ~(kPage - 1);
-    if (relro && syscall(SYS_mprotect, page, kPage, PROT_READ | PROT_WRITE) != 0) return;
-    *slot = def;
-    if (relro) syscall(SYS_mprotect, page, kPage, PROT_READ);
-    ++g_rebound;
-  };
-  for (size_t i = 0; jmprel != 0 && i < pltrelsz / sizeof(ElfW(Rela)); ++i) {
-    one(reinterpret_cast<const ElfW(Rela)*>(jmprel)[i]);
-  }
-  for (size_t i = 0; rela != 0 && i < relasz / sizeof(ElfW(Rela)); ++i) {
-    one(reinterpret_cast<const ElfW(Rela)*>(rela)[i]);
-  }
-}
-
-void BindPrivateDependencies() {
-  static int anchor;
-  dl_iterate_phdr(FindPrivateObjects, &anchor);
-  for (int i = 1; i < g_private_count; ++i) {
-    g_private[i].handle = dlopen(g_private[i].name, RTLD_LAZY | RTLD_NOLOAD);
-  }
-  for (int i = 0; i < g_private_count; ++i) RebindSlots(g_private[i]);
-}
-
-// ---- configuration and initialisation ----------------------------------------------------
-struct Config {
-  std::string cluster, token, stats, live, log_level;
-  int k = 4, r = 2;
-  bool write_traps = true;
-  bool direct_reads = true;
-  bool batch_faults = true;    // kEnvBatchFaults
-  uint32_t fault_spin_us = 0;  // kEnvFaultSpin
-  int direct_spin_us = -1;     // kEnvDirectSpin; -1: the store's default
-  std::string layout;  // "" = the store's default
-  bool follow = false;  // kEnvFollow: re-read the cluster file when it changes.
-  LocalMemory local;
-  CompressedTierSetting tier;  // kEnvCompressedTier
-  uint64_t region = 8ull << 30;
-  bool descendant = false;  // Exec'd by the program `tessera run` started, or its descendants.
-};
-
-// Copies the shim's variables. They (and LD_PRELOAD) stay in the environment, so the programs
-// this one execs are paged too; kEnvDescendant tells them they are descendants. Without
-// kEnvCluster (the library preloaded by hand) this library is removed from LD_PRELOAD.
-bool TakeConfig(Config* c, std::string* error) {
-  auto take = [](const char* name, std::string* out) {
-    const char* v = getenv(name);
-    if (v == nullptr) return false;
-    *out = v;
-    return true;
-  };
-  const bool configured = take(kEnvCluster, &c->cluster);
-  if (configured) {
-    // The variable holds the first program's pid: a shell that execs its last command in
-    // place is still the first program.
-    const char* root = getenv(kEnvDescendant);
-    c->descendant = root != nullptr && strtol(root, nullptr, 10) != getpid();
-    if (root == nullptr) setenv(kEnvDescendant, std::to_string(getpid()).c_str(), 1);
-  }
-  std::string k, r, local, region;
-  take(kEnvToken, &c->token);
-  take(kEnvStats, &c->stats);
-  take(kEnvLive, &c->live);
-  take(kEnvLogLevel, &c->log_level);
-  const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps, direct, batch;
-  const bool has_traps = take(kEnvWriteTraps, &traps);
-  const bool has_batch = take(kEnvBatchFaults, &batch);
-  const bool has_direct = take(kEnvDirectReads, &direct);
-  std::string spin, dspin;
-  const bool has_spin = take(kEnvFaultSpin, &spin);
-  const bool has_dspin = take(kEnvDirectSpin, &dspin);
-  take(kEnvLayout, &c->layout);
-  std::string follow;
-  if (take(kEnvFollow, &follow)) c->follow = follow == "1";
-  const bool has_local = take(kEnvLocal, &local), has_region = take(kEnvRegion, &region);
-  std::string tier;
-  const bool has_tier = take(kEnvCompressedTier, &tier);
-  if (const char* pre = configured ? nullptr : getenv("LD_PRELOAD")) {
-    std::string kept, entry;
-    std::string all = pre;
-    size_t i = 0;
-    while (i <= all.size()) {
-      size_t j = all.find_first_of(": ", i);
-      if (j == std::string::npos) j = all.size();
-      entry = all.substr(i, j - i);
-      if (!entry.empty() && entry.find(kPreloadName) == std::string::npos) {
-        kept += (kept.empty() ? "" : ":") + entry;
-      }
-      i = j + 1;
-    }
-    if (kept.empty()) unsetenv("LD_PRELOAD");
-    else setenv("LD_PRELOAD", kept.c_str(), 1);
-  }
-  if (!configured) return false;
-  if (has_traps) {
-    if (traps != "0" && traps != "1") {
-      *error = "bad " + std::string(kEnvWriteTraps) + " '" + traps + "' (0 or 1)";
-      return true;
-    }
-    c->write_traps = traps == "1";
-  }
-  if (has_batch) {
-    if (batch != "0" && batch != "1") {
-      *error = "bad " + std::string(kEnvBatchFaults) + " '" + batch + "' (0 or 1)";
-      return true;
-    }
-    c->batch_faults = batch == "1";
-  }
-  if (has_direct) {
-    if (direct != "0" && direct != "1") {
-      *error = "bad " + std::string(kEnvDirectReads) + " '" + direct + "' (0 or 1)";
-      return true;
-    }
-    c->direct_reads = direct == "1";
-  }
-  // A spin time: 0..1000 microseconds, digits only.
-  auto micros = [error](const char* name, const std::string& v, int* out) {
-    const bool digits = !v.empty() && v.size() <= 4 &&
-                        v.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || atoi(v.c_str()) > 1000) {
-      *error = "bad " + std::string(name) + " '" + v + "' (0..1000 microseconds)";
-      return false;
-    }
-    *out = atoi(v.c_str());
-    return true;
-  };
-  if (has_spin) {
-    int us = 0;
-    if (!micros(kEnvFaultSpin, spin, &us)) return true;
-    c->fault_spin_us = static_cast<uint32_t>(us);
-  }
-  if (has_dspin && !micros(kEnvDirectSpin, dspin, &c->direct_spin_us)) return true;
-  if (has_k) c->k = atoi(k.c_str());
-  if (has_r) c->r = atoi(r.c_str());
-  if (has_local) {
-    auto lm = ParseLocalMemory(local);
-    if (!lm.ok()) {
-      *error = lm.status().ToString();
-      return true;
-    }
-    c->local = *lm;
-  }
-  if (has_tier) {
-    auto t = ParseCompressedTier(tier);
-    if (!t.ok()) {
-      *error = "bad " + std::string(kEnvCompressedTier) + ": " + t.status().message();
-      return true;
-    }
-    c->tier = *t;
-  }
-  if (has_region) {
-    auto b = ParseSize(region);
-    if (!b.ok() || *b < (64ull << 20) || *b % kPage != 0) {
-      *error = "bad " + std::string(kEnvRegion) + " '" + region + "'";
-      return true;
-    }
-    c->region = *b;
-  }
-  return true;
 }
 
 void WriteStats(bool final) {
@@ -1061,7 +550,7 @@ void* InitThread(void* arg) {
 __attribute__((constructor)) void ShimInit() {
   RealPthreadCreate();
   RealFork();
-  BindPrivateDependencies();
+  g_rebound = BindPrivateDependencies();
   g_tcache_key_ok = pthread_key_create(&g_tcache_key, DestroyTcache) == 0;
   dl_iterate_phdr(CollectPlainCode, nullptr);
   static Config config;  // Lives for the process (read by the init thread).
@@ -1157,28 +646,6 @@ __attribute__((destructor)) void ShimFini() {
   }
   WriteStats(true);
 }
-
-// Whether a mapping of these flags can be paged: private anonymous memory, except stacks
-// (the kernel writes signal frames there; a fault in that path cannot wait for the pager),
-// huge pages, MAP_32BIT and MAP_LOCKED.
-bool PageableFlags(int flags) {
-  if ((flags & MAP_ANONYMOUS) == 0 || (flags & MAP_TYPE) != MAP_PRIVATE) return false;
-  return (flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB | MAP_32BIT | MAP_LOCKED)) == 0;
-}
-
-// What a mapping the shim leaves to the kernel counts as (kLeftKinds: not counted, e.g. a
-// read-only file mapping, which the kernel's page cache handles already).
-int LeftOutKindOf(int prot, int flags) {
-  if ((flags & MAP_ANONYMOUS) == 0 && (prot & PROT_WRITE) == 0) return kLeftKinds;
-  if ((flags & MAP_TYPE) != MAP_PRIVATE) return kLeftShared;
-  if ((flags & MAP_ANONYMOUS) == 0) return kLeftFile;
-  if (flags & MAP_LOCKED) return kLeftLocked;
-  if (flags & (MAP_STACK | MAP_GROWSDOWN)) return kLeftStack;
-  if (flags & MAP_HUGETLB) return kLeftHuge;
-  return kLeftOutside;
-}
-
-inline bool Managing() { return !t_state.bypass && g_active.load(std::memory_order_acquire); }
 
 }  // namespace
 }  // namespace tessera::kernel_shim
@@ -1285,295 +752,6 @@ int mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* oldlenp, 
 }
 void malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque, const char* opts) {
   tjem_malloc_stats_print(write_cb, cbopaque, opts);
-}
-
-void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
-  if (!Managing() || len == 0) return RawMmap(addr, len, prot, flags, fd, off);
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
-  const bool fixed = (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) != 0;
-  if (fixed && RangeTouchesRegion(addr, rounded)) {
-    if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
-      errno = EINVAL;  // Straddles the paged region's edge: no program asks for that.
-      return MAP_FAILED;
-    }
-    BypassScope bypass;
-    if ((flags & MAP_FIXED_NOREPLACE) && !(flags & MAP_FIXED) && !g_ranges->IsFree(a, rounded)) {
-      errno = EEXIST;
-      return MAP_FAILED;
-    }
-    g_ranges->Claim(a, rounded);
-    if (PageableFlags(flags)) {
-      // A fresh private anonymous mapping over a part of the region (a runtime committing or
-      // decommitting its reservation): zeros, paged, then the asked protection.
-      ResetToPaged(a, rounded);
-      if (prot != (PROT_READ | PROT_WRITE) && SetRegionProt(a, rounded, prot) != 0) {
-        return MAP_FAILED;
-      }
-      g_mmaps.fetch_add(1, std::memory_order_relaxed);
-      return addr;
-    }
-    // A file, shared or other mapping the pager cannot page, over a part of the region.
-    tessera::Status st = g_pager->Unregister(addr, rounded, /*keep_content=*/false);
-    if (!st.ok()) {
-      RawWarn("Pager::Unregister", st);
-      errno = ENOMEM;
-      return MAP_FAILED;
-    }
-    g_unpaged->Set(a, a + rounded, kForeign);
-    void* r = RawMmap(addr, len, prot, flags, fd, off);
-    if (r == MAP_FAILED) {
-      const int err = errno;
-      ResetToPaged(a, rounded);
-      if (!g_unpaged->Intersects(a, a + rounded)) g_ranges->Release(a, rounded);
-      errno = err;
-      return MAP_FAILED;
-    }
-    const int kind = LeftOutKindOf(prot, flags);
-    if (kind < kLeftKinds) g_left->Set(a, a + rounded, kind);
-    return r;
-  }
-  if (!fixed && PageableFlags(flags)) {
-    uintptr_t got = 0;
-    {
-      BypassScope bypass;
-      // The program's address hint is honoured when it falls on a free part of the region.
-      if (a != 0 && a % kPage == 0 && RangeInRegion(addr, rounded) &&
-          g_ranges->AllocateAt(a, rounded)) {
-        got = a;
-      } else {
-        got = g_ranges->Allocate(rounded, kPage);
-      }
-    }
-    if (got != 0) {
-      if (prot != (PROT_READ | PROT_WRITE) && SetRegionProt(got, rounded, prot) != 0) {
-        const int err = errno;
-        ReleaseRange(reinterpret_cast<void*>(got), rounded);
-        errno = err;
-        return MAP_FAILED;
-      }
-      g_mmaps.fetch_add(1, std::memory_order_relaxed);
-      return reinterpret_cast<void*>(got);
-    }
-    void* r = RawMmap(addr, len, prot, flags, fd, off);  // The region is full.
-    // A reservation without access holds no memory (a wasm guard region can be many GB):
-    // counted only when mapped accessible.
-    if (r != MAP_FAILED && prot != PROT_NONE) {
-      BypassScope bypass;
-      g_left->Set(reinterpret_cast<uintptr_t>(r), reinterpret_cast<uintptr_t>(r) + rounded,
-                  kLeftRegionFull);
-    }
-    return r;
-  }
-  void* r = RawMmap(addr, len, prot, flags, fd, off);
-  if (r != MAP_FAILED) {
-    const int kind = LeftOutKindOf(prot, flags);
-    BypassScope bypass;
-    const auto b = reinterpret_cast<uintptr_t>(r);
-    if (kind < kLeftKinds)
-      g_left->Set(b, b + rounded, kind);
-    else
-      g_left->Erase(b, b + rounded);
-  }
-  return r;
-}
-void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept
-    __attribute__((alias("mmap")));
-
-int munmap(void* addr, size_t len) noexcept {
-  if (!Managing() || len == 0) return RawMunmap(addr, len);
-  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  if (RangeTouchesRegion(addr, rounded)) {
-    if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
-      errno = EINVAL;
-      return -1;
-    }
-    ReleaseRange(addr, rounded);
-    return 0;
-  }
-  int r = RawMunmap(addr, len);
-  if (r == 0) {
-    BypassScope bypass;
-    g_left->Erase(a, a + rounded);
-  }
-  return r;
-}
-
-int mprotect(void* addr, size_t len, int prot) noexcept {
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
-  if (!Managing() || len == 0 || !RangeTouchesRegion(addr, rounded)) {
-    return RawMprotect(a, len, prot);
-  }
-  if (a % kPage != 0 || !RangeInRegion(addr, rounded)) {
-    errno = EINVAL;
-    return -1;
-  }
-  return SetRegionProt(a, rounded, prot);
-}
-
-int mlock(const void* addr, size_t len) noexcept {
-  const auto a = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + kPage - 1) & ~(kPage - 1);
-  if (Managing() && len != 0) {
-    if (RangeTouchesRegion(reinterpret_cast<void*>(a), end - a)) {
-      const uintptr_t s = a < g_region_base ? g_region_base : a;
-      const uintptr_t e = end > g_region_end ? g_region_end : end;
-      LockRegion(s, e - s);
-    } else {
-      BypassScope bypass;
-      g_left->Set(a, end, kLeftLocked);
-    }
-  }
-  return static_cast<int>(syscall(SYS_mlock, addr, len));
-}
-
-int mlock2(const void* addr, size_t len, unsigned int flags) noexcept {
-  const auto a = reinterpret_cast<uintptr_t>(addr) & ~(kPage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(addr) + len + kPage - 1) & ~(kPage - 1);
-  if (Managing() && len != 0 && RangeTouchesRegion(reinterpret_cast<void*>(a), end - a)) {
-    const uintptr_t s = a < g_region_base ? g_region_base : a;
-    const uintptr_t e = end > g_region_end ? g_region_end : end;
-    LockRegion(s, e - s);
-  }
-  return static_cast<int>(syscall(SYS_mlock2, addr, len, flags));
-}
-
-// mlockall would lock (and so fault in) the whole paged region: refused, once with a warning.
-int mlockall(int flags) noexcept {
-  if (!g_active.load(std::memory_order_acquire) || g_child) {
-    return static_cast<int>(syscall(SYS_mlockall, flags));
-  }
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) {
-    RawWrite(2, "tessera preload: mlockall refused (EPERM): the heap is paged to remote memory\n");
-  }
-  errno = EPERM;
-  return -1;
-}
-
-int madvise(void* addr, size_t len, int advice) noexcept {
-  if (Managing() && len != 0 && RangeTouchesRegion(addr, len)) {
-    if (reinterpret_cast<uintptr_t>(addr) % kPage != 0 || !RangeInRegion(addr, len)) {
-      errno = EINVAL;
-      return -1;
-    }
-    const auto a = reinterpret_cast<uintptr_t>(addr);
-    const size_t rounded = (len + kPage - 1) & ~(kPage - 1);
-    switch (advice) {
-      case MADV_DONTNEED:
-      case MADV_FREE:
-      case MADV_REMOVE: {
-        std::vector<SpanMap::Part> parts;
-        {
-          BypassScope bypass;
-          parts = g_unpaged->Parts(a, a + rounded);
-        }
-        for (const SpanMap::Part& part : parts) {
-          if (part.tag == SpanMap::kNone) {
-            DiscardRange(reinterpret_cast<void*>(part.start), part.end - part.start);
-          } else if (part.tag != kForeign || advice != MADV_REMOVE) {
-            RawMadvise(reinterpret_cast<void*>(part.start), part.end - part.start,
-                       advice == MADV_REMOVE ? MADV_DONTNEED : advice);
-          }
-        }
-        BypassScope bypass;
-        parts.clear();
-        parts.shrink_to_fit();
-        return 0;
-      }
-      case MADV_NORMAL:
-      case MADV_RANDOM:
-      case MADV_SEQUENTIAL:
-      case MADV_WILLNEED:
-      case MADV_HUGEPAGE:
-      case MADV_NOHUGEPAGE:
-      case MADV_DONTDUMP:
-      case MADV_DODUMP:
-      case MADV_COLD:
-      case MADV_PAGEOUT:
-      case MADV_MERGEABLE:
-      case MADV_UNMERGEABLE:
-        return 0;  // Hints: the pager decides what is resident.
-      default:
-        // DONTFORK, WIPEONFORK, HWPOISON, ...: not supported on paged memory.
-        errno = EINVAL;
-        return -1;
-    }
-  }
-  return RawMadvise(addr, len, advice);
-}
-
-void* mremap(void* old_addr, size_t old_size, size_t new_size, int flags, ...) noexcept {
-  void* new_addr = nullptr;
-  if (flags & MREMAP_FIXED) {
-    va_list ap;
-    va_start(ap, flags);
-    new_addr = va_arg(ap, void*);
-    va_end(ap);
-  }
-  if (Managing() && RangeTouchesRegion(old_addr, old_size == 0 ? 1 : old_size)) {
-    const uintptr_t old = reinterpret_cast<uintptr_t>(old_addr);
-    old_size = (old_size + kPage - 1) & ~(kPage - 1);
-    new_size = (new_size + kPage - 1) & ~(kPage - 1);
-    if (old % kPage != 0 || old_size == 0 || new_size == 0 ||
-        (flags & ~MREMAP_MAYMOVE) != 0 || !RangeInRegion(old_addr, old_size)) {
-      errno = EINVAL;  // MREMAP_FIXED / MREMAP_DONTUNMAP are not supported on paged memory.
-      return MAP_FAILED;
-    }
-    if (new_size <= old_size) {
-      if (new_size < old_size) ReleaseRange(reinterpret_cast<void*>(old + new_size), old_size - new_size);
-      return old_addr;
-    }
-    bool unpaged;
-    {
-      BypassScope bypass;
-      unpaged = g_unpaged->Intersects(old, old + old_size);
-      if (!unpaged && g_ranges->AllocateAt(old + old_size, new_size - old_size)) return old_addr;
-    }
-    if ((flags & MREMAP_MAYMOVE) == 0) {
-      errno = ENOMEM;
-      return MAP_FAILED;
-    }
-    if (unpaged) {
-      // Parts of it are not paged (protections, a foreign mapping): the kernel moves it out of
-      // the region, where it stays unpaged, and the hole it leaves is paged memory again.
-      {
-        BypassScope bypass;
-        tessera::Status st = g_pager->Unregister(old_addr, old_size, /*keep_content=*/true);
-        if (!st.ok()) {
-          RawWarn("Pager::Unregister", st);
-          errno = ENOMEM;
-          return MAP_FAILED;
-        }
-        g_unpaged->Set(old, old + old_size, kForeign);
-      }
-      long r = syscall(SYS_mremap, old_addr, old_size, new_size, MREMAP_MAYMOVE);
-      if (r == -1) return MAP_FAILED;
-      ReleaseRange(old_addr, old_size);
-      BypassScope bypass;
-      g_left->Set(static_cast<uintptr_t>(r), static_cast<uintptr_t>(r) + new_size, kLeftOutside);
-      return reinterpret_cast<void*>(r);
-    }
-    uintptr_t a;
-    {
-      BypassScope bypass;
-      a = g_ranges->Allocate(new_size, kPage);
-    }
-    if (a == 0) {
-      errno = ENOMEM;
-      return MAP_FAILED;
-    }
-    memcpy(reinterpret_cast<void*>(a), old_addr, old_size);
-    ReleaseRange(old_addr, old_size);
-    return reinterpret_cast<void*>(a);
-  }
-  if (flags & MREMAP_FIXED) {
-    return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr));
-  }
-  long r = syscall(SYS_mremap, old_addr, old_size, new_size, flags);
-  return r == -1 ? MAP_FAILED : reinterpret_cast<void*>(r);
 }
 
 int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
