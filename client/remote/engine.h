@@ -79,7 +79,7 @@ inline bool LogThisOne(uint64_t count) { return count != 0 && (count & (count - 
 
 // What a store is: (k data splits, r redundant splits, how redundancy is computed, and how
 // pages map onto splits).
-struct Layout {
+struct LayoutParams {
   int k = 1;
   int r = 0;
   bool copies = false;  // Replication: every split is the whole page.
@@ -616,7 +616,7 @@ class IoThread {
 
   RemoteStore* const store_;
   const int index_;
-  const Layout lay_;
+  const LayoutParams lay_;
   std::thread thread_;
   std::atomic<bool> stop_{false};      // Any thread sets; the I/O thread reads.
   std::atomic<bool> sleeping_{false};  // The I/O thread sets; Enqueue() reads (to wake it).
@@ -777,7 +777,7 @@ class IoThread {
 
 class RemoteStore final : public PageStore {
  public:
-  RemoteStore(const RemoteStoreOptions& o, Layout lay, std::string name)
+  RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name)
       : opt_(o), lay_(lay), name_(std::move(name)) {}
   ~RemoteStore() override { Shutdown(); }
 
@@ -846,7 +846,7 @@ class RemoteStore final : public PageStore {
 
   // Immutable after Init() (read by every thread).
   const RemoteStoreOptions opt_;
-  const Layout lay_;
+  const LayoutParams lay_;
   const std::string name_;
   std::optional<coding::Codec> codec_;
   std::optional<StripeCodec> stripe_codec_;  // Group layout.

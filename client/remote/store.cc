@@ -295,7 +295,7 @@ void RemoteStore::Shutdown() {
 
 namespace tessera::client {
 
-using remote::Layout;
+using remote::LayoutParams;
 using remote::RemoteStore;
 
 Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
@@ -303,7 +303,7 @@ Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
   if (options.delta < 0 || options.delta > options.r) {
     return InvalidArgument("delta must be 0..r (" + std::to_string(options.r) + ")");
   }
-  Layout lay;
+  LayoutParams lay;
   lay.k = options.k;
   lay.r = options.r;
   lay.copies = false;
@@ -350,7 +350,7 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
   if (options.read_fanout < 1 || options.read_fanout > options.copies) {
     return InvalidArgument("read_fanout must be 1..copies");
   }
-  Layout lay;
+  LayoutParams lay;
   lay.k = 1;
   lay.r = options.copies - 1;
   lay.copies = true;
