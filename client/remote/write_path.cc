@@ -2,6 +2,7 @@
 // use, encode (CRC per split), post k+r split writes, re-place splits whose server failed,
 // acknowledge per the AckPolicy, and start the next queued write of the page once settled.
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 
 #include <algorithm>
 #include <bit>
@@ -18,7 +19,7 @@ Result<std::vector<placement::ServerId>> IoThread::PlaceSlab(Slab& s) {
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
     auto p = store_->PlaceLocked(ls);
-    if (!p.ok() && lay_.group) {
+    if (!p.ok() && layout_->KeepsMissingMembers()) {
       // Group layout: no coding group has k+r live servers any more, but writes still need
       // stripes. Reuse the servers of a slab of ours that kept at least k live members; the
       // failed ones stay missing (see below).
@@ -101,7 +102,7 @@ Status IoThread::AllocateSlab(Slab& s) {
       }
       if (attempt == kMaxAllocReplacements || !ReplaceNewMember(ls, servers, j, last)) break;
     }
-    if (!done && lay_.group && missing < lay_.r && IsConnectionError(last)) {
+    if (!done && layout_->KeepsMissingMembers() && missing < lay_.r && IsConnectionError(last)) {
       // Group layout: every write may need a new slab, so a cluster that lost servers (and has
       // no spare in the coding group) must still take writes. The member stays on its failed
       // server: its writes fail (stripes are stored with fewer members, at least k) and reads
@@ -140,30 +141,9 @@ Status IoThread::AllocateSlab(Slab& s) {
 }
 
 void IoThread::FinishSlab(Slab& s) {
-  const size_t pps = store_->pages_per_slab_;
   s.free_wanted = false;
   s.allocated = true;
-  if (lay_.group) {
-    s.stripes.assign(pps, Stripe{});
-    s.stripes_used = 0;
-    s.row_cursor = 0;
-    s.draining = false;
-    store_->stats_.remote_slabs.fetch_add(static_cast<uint64_t>(lay_.width()),
-                                          std::memory_order_relaxed);
-    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
-    return;
-  }
-  s.crc.assign(pps * lay_.width(), 0);
-  // Sequences only ever grow (also across a free and a reallocation), so an op context that
-  // saw an older incarnation of a page never mistakes it for the current one.
-  if (s.seq.size() != pps) s.seq.assign(pps, 0);
-  s.written.assign(pps, 0);
-  s.busy.assign(pps, nullptr);
-  s.trim_after.assign(pps, 0);
-  s.written_count = 0;
-  s.free_wanted = false;
-  s.allocated = true;
-  EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
+  layout_->SlabAllocated(s);
   PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
 }
 
