@@ -1,25 +1,32 @@
 // The remote PageStore engine's shared types (internal to client/remote/; see
 // client/remote_store.h for the layouts, the CRC design and the threading model).
 //
-// The engine is one class per I/O thread (IoThread) and one per store (RemoteStore). Their
-// methods are implemented in one file per concern, the way eRPC splits rpc_impl/:
+// The engine is one class per I/O thread (IoThread) and one per store (RemoteStore). What
+// depends on the layout is behind one Layout per I/O thread (layout.h): SplitLayout (split and
+// copies) and GroupLayout. Their methods are implemented in one file per concern, the way eRPC
+// splits rpc_impl/:
 //   io_thread.cc         thread start, connection setup, the loop, posting, completions
-//   read_path.cc         split layout: k+delta reads, verification, decode, repair of corrupt splits
-//   write_path.cc        split layout: slab allocation, encode, k+r writes, acknowledgement
+//   layout.cc            the factory choosing a layout's class
+//   split_layout.cc      split layout and copies: hooks, direct-read tables
+//   read_path.cc         split layout: k+delta reads, verification, decode, corrupt-split repair
+//   write_path.cc        split layout: encode, k+r writes, acknowledgement, per-page write queue
+//   slab_alloc.cc        split layout: slab allocation off the I/O thread, items held behind it
+//   group_layout.cc      group layout: hooks, rebuilds, direct-read tables
 //   group_read.cc        group layout: one-server reads, degraded (stripe) reads, hedging
 //   group_write.cc       group layout: stripe buffer, stripe writes, compaction, group trim
 //   stripe_codec.cc      RS(k,r) across k whole pages (ISA-L)
+//   slabs.cc             placement of new slabs, blocking allocation, repair writes' end
 //   trim.cc              trims and freeing remote slabs
 //   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
-//   direct_read.cc       run-to-completion reads on the caller's thread (group layout), and the
-//                        page/slab location tables the I/O threads publish for them
+//   direct_read.cc       run-to-completion reads on the caller's thread
+//   direct_publish.cc    the slab members the I/O threads publish for them; locating a page
 //   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
 //   server_list.cc       server lists, cluster files, option names
 //   store.cc             RemoteStore: validation, start, Submit/Flush/Stats, the factories
 //
 // Threads: everything an IoThread owns (its transport, op contexts, request slots, slab table,
-// ...) is touched by that thread only, without locks. What other threads touch is marked
-// per field below: atomics, or the mutex named next to the field.
+// its layout, ...) is touched by that thread only, without locks. What other threads touch is
+// marked per field below: atomics, or the mutex named next to the field.
 #pragma once
 
 #include <algorithm>
@@ -371,7 +378,6 @@ class IoThread {
   // (group: its stripe member; split: its k + r splits). False when it is not directly readable
   // now (ask the I/O thread).
   bool DirectLocate(PageId page, DirectTarget* out) const;
-  bool DirectLocateSplit(PageId page, DirectTarget* out) const;  // The split layout's.
   // True when neither the page's nor its slab's location moved since DirectLocate().
   bool DirectValid(PageId page, const DirectTarget& t) const;
   // Records a direct read's latency in this thread's read histogram (Stats()).
@@ -419,19 +425,12 @@ class IoThread {
   void DetachLateReads(uint64_t now);
   Ctx* NewCtx();
   uint8_t* SplitBuf(Ctx* c, int j);
-  // Source of write split j: copies all come from the one page at the start of the buffer.
-  uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
   void Attach(Ctx* c, uint32_t slab) {
     c->slab = slab;
     c->slab_ref = true;
     ++slabs_[slab].refs;
   }
-  // ---- read_path.cc (split layout and copies) ----
-  void StartRead(Ctx* c);
-  void AskMore(Ctx* c);
-  void OnReadSplit(Ctx* c, int split, const Status& st);
-  void FinishRead(Ctx* c, Status st);
-  // ---- write_path.cc (split layout and copies) ----
+  // ---- slabs.cc ----
   // Allocates slab `s`'s remote slabs with blocking control calls (the group layout's, whose
   // stripe buffer cannot wait; the split layout's go through BeginAllocate).
   Status AllocateSlab(Slab& s);
@@ -445,60 +444,14 @@ class IoThread {
                         const Status& why);
   static constexpr int kMaxAllocReplacements = 3;
   void FinishSlab(Slab& s);
-  // ---- slab_alloc.cc (split layout and copies): slab allocation off this thread ----
-  // Starts allocating slab `s` (its ALLOCs go to allocator_); the write `c` starts once it is
-  // allocated, or fails with the allocation. Queue items that must come after that write
-  // (SlabIndexOf, HoldItem) wait in held_ meanwhile; everything else goes on.
-  void AllocateThenWrite(Slab& s, Ctx* c);
-  struct PendingAlloc {
-    uint32_t slab = kNoSlot;
-    std::vector<placement::ServerId> servers;
-    std::array<uint8_t, kMaxWidth> tries{};  // Replacements made per member.
-    uint64_t asked = 0;   // Members whose ALLOC is out.
-    uint64_t got = 0;     // Members allocated (known to the data transport).
-    Status failed;        // Not ok: the allocation failed; answers still out are given back.
-    std::vector<Ctx*> waiting;  // Writes that start once the slab is allocated.
-  };
-  void AskMember(PendingAlloc& a, int j);
-  // Re-places member j after `why` (false: no replacement left; the allocation failed).
-  bool ReplaceMember(PendingAlloc& a, int j, const Status& why);
-  void OnAllocAnswer(SlabAllocator::Answer& answer);
-  // Ends allocation allocs_[i] once no answer is out: the slab is usable and its writes start,
-  // or what it got is given back and its writes fail.
-  void MaybeEndAlloc(size_t i);
-  // Takes the allocator's answers (from the loop); true when there were any.
-  bool TakeAllocAnswers();
-  // Split layout: the index in slabs_ of page `page`'s slab (this thread's).
-  uint32_t SlabIndexOf(PageId page) const;  // Defined after RemoteStore.
-  // While allocations are out: true when `item` must wait (held_) because it must come after
-  // a write that waits for its slab, or after an item already waiting (a trim, flush or locate
-  // waits for everything before it, and everything after it waits for it).
-  bool MustHold(const QueueItem& item) const;
-  void Hold(const QueueItem& item);
-  // Starts the held items that need not wait any more, in their order. From the loop.
-  void ReleaseHeld();
+  // A repair or regeneration write (of either layout) completed with `st`.
+  void RepairWritten(Ctx* c, const Status& st);
   void Dispatch(const QueueItem& item);
-  // Shutdown: ends the allocations still out (their writes fail) and the held items.
-  void EndAllocations();
-  void StartWrite(Ctx* c);
-  void PostWriteSplits(Ctx* c, uint64_t mask);
-  void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
-  void WriteSettled(Ctx* c);
-  // After a split write completed or gave up: acknowledges / settles the write when due.
-  void WriteProgress(Ctx* c);
-  void AckWrite(Ctx* c, Status st);
   // ---- direct_read.cc (I/O thread) ----
   // Publishes slab `slab`'s members for direct readers. Call after every change of a slab's
   // servers.
   void PublishSlab(uint32_t slab);
-  // Split layout: publishes page `pidx` of slab `s` (state from busy/written, CRCs from crc).
-  // Call after every change of its busy, written or crc, before posting anything that could
-  // change its splits on the servers.
-  void PublishSplitPage(const Slab& s, uint32_t pidx);
-  // Split layout: allocates slab `s`'s page table on its first allocation (all kSplitZero).
-  void EnsureSplitTable(const Slab& s);
   // ---- trim.cc ----
-  void Unwrite(Slab& s, uint32_t p);
   void MaybeFreeSlab(Slab& s);
   // Releases every allocated slab's remote slabs (clean shutdown; freer_->Finish bounds it).
   void FreeAllSlabs();
@@ -587,15 +540,6 @@ class IoThread {
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
   std::unique_ptr<SlabFreer> freer_;  // FREE control calls, off this thread.
-  // Split layout and copies: ALLOC control calls, off this thread (null: group layout).
-  std::unique_ptr<SlabAllocator> allocator_;
-  std::vector<PendingAlloc> allocs_;  // Allocations in progress (a few at most).
-  std::vector<SlabAllocator::Answer> answers_;
-  // Queue items waiting for an allocation (MustHold), in their order; per slab index, how many
-  // of them touch it; how many are barriers (trim, flush, locate).
-  std::deque<QueueItem> held_;
-  std::vector<uint32_t> held_per_slab_;
-  uint32_t held_barriers_ = 0;
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;
@@ -662,11 +606,7 @@ class IoThread {
   // Direct reads: slabs_ as published for other threads (see DirectSlab): written by this I/O
   // thread only, read by any thread under its seqlock. Allocated in Run() before Start()
   // returns; never resized.
-  std::unique_ptr<DirectSlab[]> dslab_;    // By slab index (both layouts).
-  // Split layout: per slab index, its pages' table (see kSplitZero), allocated by the slab's
-  // first AllocateSlab and published through dsplit_ptr_ (release) before the slab is.
-  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> dsplit_;
-  std::unique_ptr<std::atomic<std::atomic<uint32_t>*>[]> dsplit_ptr_;
+  std::unique_ptr<DirectSlab[]> dslab_;  // By slab index (both layouts).
 
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
   LatencyHistogram read_hist_, write_hist_;  // Guarded by hist_mu_.
@@ -849,10 +789,6 @@ class RemoteStore final : public PageStore {
 inline bool IoThread::Usable(uint32_t server) const {
   return server < conn_down_.size() && !local_failed_[server] && !conn_down_[server] &&
          !store_->failed_[server].load(std::memory_order_relaxed);
-}
-
-inline uint32_t IoThread::SlabIndexOf(PageId page) const {
-  return static_cast<uint32_t>(page / store_->pages_per_slab_ / store_->opt_.io_threads);
 }
 
 inline int IoThread::AskPass(uint32_t server, bool settled) const {

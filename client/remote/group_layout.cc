@@ -78,16 +78,12 @@ void GroupLayout::OnReply(Ctx* c, int member, uint32_t server, bool write, const
     // kRegen: the rebuilt member is stored (or its new server failed too: it is re-placed and
     // rebuilt again): readable from it either way once no rebuild is in flight.
     io_.slabs_[c->slab].stripes[c->pidx].rebuilding &= ~(1ull << member);
-    io_.OnWriteSplit(c, member, server, st);
+    io_.RepairWritten(c, st);
   }
 }
 
 void GroupLayout::WriteGivenUp(Ctx* c) {
-  if (c->kind == Ctx::Kind::kStripe) {
-    StripeProgress(c);
-  } else {
-    io_.WriteProgress(c);
-  }
+  StripeProgress(c);  // Only stripe writes are parked (a rebuilt member is posted once).
 }
 
 void GroupLayout::ReleaseCtx(Ctx* c) {

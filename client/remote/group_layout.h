@@ -29,15 +29,20 @@ class GroupLayout final : public Layout {
 
   uint64_t SlabCount() const override;
   void Setup(uint32_t nctx) override;
+  void Stop() override {}
   void StoreBuffered() override;
   void AbandonCtx(size_t i, Ctx& c) override;
   void StartOp(PageOp* op, uint64_t now, bool degraded, bool verify) override;
   void OnReply(Ctx* c, int member, uint32_t server, bool write, const Status& st) override;
+  uint8_t* WriteBuf(Ctx* c, int j) override { return io_.SplitBuf(c, j); }
   void WriteGivenUp(Ctx* c) override;
   void ReleaseCtx(Ctx* c) override;
+  bool Hold(const QueueItem&) override { return false; }
   bool Flush() override;
+  bool Poll() override { return false; }
   uint64_t SleepBound(uint64_t timeout) const override;
   void SlabAllocated(Slab& s) override;
+  bool Allocating(uint32_t) const override { return false; }  // Allocations block (AllocateSlab).
   uint32_t InUse(const Slab& s) const override { return s.stripes_used; }
   void SlabFreed(Slab& s) override;
   bool KeepsMissingMembers() const override { return true; }

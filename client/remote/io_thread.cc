@@ -192,7 +192,7 @@ void IoThread::Run(std::promise<Status>* started) {
   Loop();
   // Shutdown: end the slab allocations still out and what waits for them, fail queued ops, then
   // give in-flight ones a bounded time to finish.
-  EndAllocations();
+  layout_->Stop();
   QueueItem item;
   while (queue_.pop(item)) {
     if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
@@ -272,12 +272,7 @@ void IoThread::Loop() {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     progress |= n > 0;
     const int before = free_ctx_count_;
-    progress |= TakeAllocAnswers();
-    if (!held_.empty()) {
-      const size_t held = held_.size();
-      ReleaseHeld();
-      progress |= held_.size() != held;
-    }
+    progress |= layout_->Poll();
     progress |= Drain();
     progress |= free_ctx_count_ != before;
     Housekeeping();
@@ -365,11 +360,7 @@ bool IoThread::Drain() {
   while (free_ctx_ != nullptr && queue_.pop(item)) {
     any = true;
     // While a new slab is being allocated, what must follow its write waits (slab_alloc.cc).
-    if ((!allocs_.empty() || !held_.empty()) && MustHold(item)) {
-      Hold(item);
-    } else {
-      Dispatch(item);
-    }
+    if (!layout_->Hold(item)) Dispatch(item);
   }
   return any;
 }

@@ -34,6 +34,8 @@ class Layout {
   virtual uint64_t SlabCount() const = 0;
   // After the slab table and `nctx` op contexts exist: the layout's own tables.
   virtual void Setup(uint32_t nctx) = 0;
+  // Shutdown, before the queue is emptied: ends what the layout waits for (its ops fail).
+  virtual void Stop() = 0;
   // Shutdown, after the queue was emptied: stores what the layout still buffers, or fails it.
   virtual void StoreBuffered() = 0;
   // Shutdown, for op context `i` that did not settle in time: completes (as failed) the user
@@ -46,18 +48,25 @@ class Layout {
   // The reply to request `member` (posted by Post(), `write` for a write) of an op context the
   // layout started, `server` the server it went to.
   virtual void OnReply(Ctx* c, int member, uint32_t server, bool write, const Status& st) = 0;
+  // The buffer write member j of `c` is posted from.
+  virtual uint8_t* WriteBuf(Ctx* c, int j) = 0;
   // A write member that was parked (PostOrPark) could not be written after all.
   virtual void WriteGivenUp(Ctx* c) = 0;
   // Op context `c` is being released: let go of what it held besides its slab.
   virtual void ReleaseCtx(Ctx* c) = 0;
 
   // ---- queue items ----
+  // True when `item` must wait behind something the layout waits for (it is then the layout's
+  // to dispatch, in order, later); false: dispatch it now.
+  virtual bool Hold(const QueueItem& item) = 0;
   virtual Result<std::vector<size_t>> Locate(PageId page) = 0;
   // Flush(): ops queued before it must be stored soon. False: retry later (RequestSeal).
   virtual bool Flush() = 0;
   virtual void Trim(PageId first, uint64_t count) = 0;
 
   // ---- the loop ----
+  // Every iteration: acts on what the layout waited for; true when that was anything.
+  virtual bool Poll() = 0;
   virtual void Housekeeping(uint64_t now) = 0;
   // How long the loop may sleep at most (ns) given what the layout waits for; `timeout` when
   // it waits for nothing. 0: do not sleep.
@@ -66,6 +75,8 @@ class Layout {
   // ---- slabs ----
   // Slab `s` was allocated: the layout's per-slab state (before it is published).
   virtual void SlabAllocated(Slab& s) = 0;
+  // Slab `slab` is being allocated off this thread (its members got so far are in its Slab).
+  virtual bool Allocating(uint32_t slab) const = 0;
   // Pages (rows) of `s` in use: the slab is freed only at zero.
   virtual uint32_t InUse(const Slab& s) const = 0;
   // Slab `s` is being freed.

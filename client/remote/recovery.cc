@@ -99,11 +99,7 @@ void IoThread::Reconnect(uint64_t now) {
       for (const Slab& s : slabs_) {
         // Also the members a slab being allocated has got so far (slab_alloc.cc).
         const uint32_t idx = static_cast<uint32_t>(&s - slabs_.data());
-        if (!s.allocated && std::none_of(allocs_.begin(), allocs_.end(), [idx](const auto& a) {
-              return a.slab == idx;
-            })) {
-          continue;
-        }
+        if (!s.allocated && !layout_->Allocating(idx)) continue;
         for (int j = 0; j < lay_.width() && st.ok(); ++j) {
           if (s.server[j].load(std::memory_order_relaxed) == i && s.remote_info[j].slab_id != 0) {
             st = t_->AddSlab(*c, s.remote_info[j]);
@@ -221,7 +217,7 @@ void IoThread::ResumeParked(uint64_t now) {
       continue;
     }
     --c->outstanding;
-    uint8_t* buf = c->kind == Ctx::Kind::kStripe ? SplitBuf(c, p.split) : WriteBuf(c, p.split);
+    uint8_t* buf = layout_->WriteBuf(c, p.split);
     if (give_up || !Post(c, p.split, fabric::OpKind::kWrite, buf)) {
       if (!give_up && !failed) {
         ++c->outstanding;

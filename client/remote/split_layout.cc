@@ -17,13 +17,13 @@ uint64_t SplitLayout::SlabCount() const {
 }
 
 void SplitLayout::Setup(uint32_t) {
-  io_.allocator_ = std::make_unique<SlabAllocator>(store_, [this] { io_.Wake(); });
+  allocator_ = std::make_unique<SlabAllocator>(store_, [this] { io_.Wake(); });
   if (lay_.copies || !store_->opt_.direct_reads) return;
   // Direct reads: slab members now, page tables per slab when first allocated.
   io_.dslab_.reset(new DirectSlab[io_.slabs_.size()]);
-  io_.dsplit_.resize(io_.slabs_.size());
-  io_.dsplit_ptr_.reset(new std::atomic<std::atomic<uint32_t>*>[io_.slabs_.size()]);
-  for (size_t i = 0; i < io_.slabs_.size(); ++i) io_.dsplit_ptr_[i].store(nullptr);
+  dsplit_.resize(io_.slabs_.size());
+  dsplit_ptr_.reset(new std::atomic<std::atomic<uint32_t>*>[io_.slabs_.size()]);
+  for (size_t i = 0; i < io_.slabs_.size(); ++i) dsplit_ptr_[i].store(nullptr);
 }
 
 void SplitLayout::StartOp(PageOp* op, uint64_t now, bool, bool verify) {
@@ -37,24 +37,40 @@ void SplitLayout::StartOp(PageOp* op, uint64_t now, bool, bool verify) {
   if (op->kind == PageOp::Kind::kRead) {
     c->kind = Ctx::Kind::kRead;
     c->verify = verify;
-    io_.StartRead(c);
+    StartRead(c);
   } else {
     c->kind = Ctx::Kind::kWrite;
     std::memcpy(c->buf, op->buf, kPageSize);  // The caller's buffer is free once acked.
-    io_.StartWrite(c);
+    StartWrite(c);
   }
 }
 
 void SplitLayout::OnReply(Ctx* c, int member, uint32_t server, bool write, const Status& st) {
   if (!write) {
-    io_.OnReadSplit(c, member, st);
+    OnReadSplit(c, member, st);
     io_.MaybeRelease(c);
   } else {
-    io_.OnWriteSplit(c, member, server, st);
+    OnWriteSplit(c, member, server, st);
   }
 }
 
-void SplitLayout::WriteGivenUp(Ctx* c) { io_.WriteProgress(c); }
+bool SplitLayout::Hold(const QueueItem& item) {
+  if ((allocs_.empty() && held_.empty()) || !MustHold(item)) return false;
+  HoldItem(item);
+  return true;
+}
+
+bool SplitLayout::Poll() {
+  bool any = TakeAllocAnswers();
+  if (!held_.empty()) {
+    const size_t held = held_.size();
+    ReleaseHeld();
+    any |= held_.size() != held;
+  }
+  return any;
+}
+
+void SplitLayout::WriteGivenUp(Ctx* c) { WriteProgress(c); }
 
 Result<std::vector<size_t>> SplitLayout::Locate(PageId page) { return io_.ServersOf(page); }
 
@@ -74,7 +90,7 @@ void SplitLayout::Trim(PageId first, uint64_t count) {
       if (s.busy[p] != nullptr) {
         s.trim_after[p] = 1;  // Applied when the write(s) before the trim settle.
       } else if (s.written[p]) {
-        io_.Unwrite(s, p);
+        Unwrite(s, p);
       }
     }
     s.free_wanted = true;
@@ -92,7 +108,7 @@ void SplitLayout::SlabAllocated(Slab& s) {
   s.busy.assign(pps, nullptr);
   s.trim_after.assign(pps, 0);
   s.written_count = 0;
-  io_.EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
+  EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
 }
 
 void SplitLayout::RebuildSplit(Slab& s, uint32_t p, int j) {
@@ -107,7 +123,7 @@ void SplitLayout::RebuildSplit(Slab& s, uint32_t p, int j) {
               sizeof(uint32_t) * lay_.width());
   c->asked = 1ull << j;  // Never read the split being rebuilt.
   ++io_.regen_inflight_;
-  io_.AskMore(c);
+  AskMore(c);
 }
 
 void SplitLayout::RepairStale(const StaleSplit& e) {
@@ -117,7 +133,7 @@ void SplitLayout::RepairStale(const StaleSplit& e) {
 void SplitLayout::Rehedge(Ctx* c, uint64_t bit) {
   c->late |= bit;
   store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
-  io_.AskMore(c);
+  AskMore(c);
 }
 
 bool SplitLayout::Regenerate(Slab& s, int j) {
@@ -138,15 +154,88 @@ bool SplitLayout::Regenerate(Slab& s, int j) {
 }
 
 bool SplitLayout::DirectLocate(PageId page, DirectTarget* out) const {
-  return io_.DirectLocateSplit(page, out);
+  if (!dsplit_ptr_) return false;
+  const uint64_t pps = store_->pages_per_slab_;
+  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
+  const uint32_t si = static_cast<uint32_t>(page / pps / T);
+  const uint32_t pidx = static_cast<uint32_t>(page % pps);
+  const int W = lay_.width();
+  const DirectSlab& ds = io_.dslab_[si];
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint32_t sv = ds.ver.load(std::memory_order_acquire);
+    if (sv & 1) continue;
+    for (int j = 0; j < W; ++j) LoadDirectMember(ds, j, &out->part[j]);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ds.ver.load(std::memory_order_relaxed) != sv) continue;
+    // Set before the slab is first published, never changed after.
+    const std::atomic<uint32_t>* tbl = dsplit_ptr_[si].load(std::memory_order_acquire);
+    if (tbl == nullptr) {
+      out->zero = true;  // The slab was never allocated: no page of it was ever written.
+      return true;
+    }
+    // (A freed slab's pages were all unwritten first: they read kSplitZero below.)
+    const std::atomic<uint32_t>* e = tbl + static_cast<size_t>(pidx) * static_cast<size_t>(2 + W);
+    const uint32_t v1 = e[0].load(std::memory_order_acquire);
+    if (v1 & 1) continue;
+    const uint32_t state = e[1].load(std::memory_order_relaxed);
+    for (int j = 0; j < W; ++j) out->part[j].crc = e[2 + j].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e[0].load(std::memory_order_relaxed) != v1) continue;
+    if (state == kSplitZero) {
+      out->zero = true;
+      return true;
+    }
+    if (state != kSplitStored) return false;
+    out->zero = false;
+    out->page_ver = v1;
+    out->slab_ver = sv;
+    out->slab = si;
+    out->offset = static_cast<uint64_t>(pidx) * lay_.split;
+    out->length = static_cast<uint32_t>(lay_.split);
+    out->parts = W;
+    return true;
+  }
+  return false;
 }
 
 bool SplitLayout::DirectPageValid(PageId page, const DirectTarget& t) const {
   if (t.zero) return true;
-  const std::atomic<uint32_t>* tbl = io_.dsplit_ptr_[t.slab].load(std::memory_order_acquire);
+  const std::atomic<uint32_t>* tbl = dsplit_ptr_[t.slab].load(std::memory_order_acquire);
   const size_t pidx = page % store_->pages_per_slab_;
   return tbl[pidx * static_cast<size_t>(2 + lay_.width())].load(std::memory_order_relaxed) ==
          t.page_ver;
+}
+
+// ---- direct reads: the I/O thread publishes ----
+
+void SplitLayout::EnsureSplitTable(const Slab& s) {
+  if (!dsplit_ptr_) return;
+  const size_t si = static_cast<size_t>(&s - io_.slabs_.data());
+  if (dsplit_[si]) return;
+  const size_t n = store_->pages_per_slab_ * static_cast<size_t>(2 + lay_.width());
+  dsplit_[si] = std::make_unique<std::atomic<uint32_t>[]>(n);  // All kSplitZero, version 0.
+  dsplit_ptr_[si].store(dsplit_[si].get(), std::memory_order_release);
+}
+
+void SplitLayout::PublishSplitPage(const Slab& s, uint32_t pidx) {
+  if (!dsplit_ptr_) return;
+  const size_t si = static_cast<size_t>(&s - io_.slabs_.data());
+  std::atomic<uint32_t>* tbl = dsplit_[si].get();
+  if (tbl == nullptr) return;
+  const int W = lay_.width();
+  std::atomic<uint32_t>* e = tbl + static_cast<size_t>(pidx) * static_cast<size_t>(2 + W);
+  const uint32_t state = s.busy[pidx] != nullptr ? kSplitNo
+                         : s.written[pidx]       ? kSplitStored
+                                                 : kSplitZero;
+  const uint32_t v = e[0].load(std::memory_order_relaxed);
+  e[0].store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e[1].store(state, std::memory_order_relaxed);
+  if (state == kSplitStored) {
+    const uint32_t* crc = &s.crc[static_cast<size_t>(pidx) * static_cast<size_t>(W)];
+    for (int j = 0; j < W; ++j) e[2 + j].store(crc[j], std::memory_order_relaxed);
+  }
+  e[0].store(v + 2, std::memory_order_release);
 }
 
 }  // namespace tessera::client::remote

@@ -10,19 +10,6 @@
 
 namespace tessera::client::remote {
 
-void IoThread::Unwrite(Slab& s, uint32_t p) {
-  s.written[p] = 0;
-  --s.written_count;
-  ++s.seq[p];  // Reads and regenerations in flight on the old contents see the change.
-  PublishSplitPage(s, p);  // Zeros (or, under a write in flight, not directly readable).
-  // The page no longer needs rebuilding on splits whose regeneration has not reached it.
-  for (int j = 0; j < lay_.width(); ++j) {
-    if (s.regen_cursor[j] <= p) {
-      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
-    }
-  }
-}
-
 void IoThread::MaybeFreeSlab(Slab& s) {
   if (!s.allocated || !s.free_wanted || layout_->InUse(s) > 0 || s.refs > 0) return;
   layout_->SlabFreed(s);
