@@ -102,7 +102,8 @@ struct LayoutParams {
 
 class RemoteStore;
 class IoThread;
-class Layout;  // layout.h
+class Layout;       // layout.h
+class StoreLayout;  // layout.h
 
 // One page op in progress (user read/write, or an internal regeneration).
 // Owned by one IoThread.
@@ -614,9 +615,8 @@ class IoThread {
 
 class RemoteStore final : public PageStore {
  public:
-  RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name)
-      : opt_(o), lay_(lay), name_(std::move(name)) {}
-  ~RemoteStore() override { Shutdown(); }
+  RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name);
+  ~RemoteStore() override;
 
   Status Init();
   void Shutdown();
@@ -684,6 +684,7 @@ class RemoteStore final : public PageStore {
   // Immutable after Init() (read by every thread).
   const RemoteStoreOptions opt_;
   const LayoutParams lay_;
+  const std::unique_ptr<const StoreLayout> layout_;  // What the store decides per layout.
   const std::string name_;
   std::optional<coding::Codec> codec_;
   std::optional<StripeCodec> stripe_codec_;  // Group layout.

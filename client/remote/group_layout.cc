@@ -10,6 +10,38 @@
 
 namespace tessera::client::remote {
 
+// ---- the store's ----
+
+Status GroupStoreLayout::MakeCodecs(RemoteStore& store) const {
+  TESSERA_ASSIGN_OR_RETURN(auto codec, StripeCodec::Create(lay_.k, lay_.r));
+  store.stripe_codec_.emplace(std::move(codec));
+  return Status::Ok();
+}
+
+uint64_t GroupStoreLayout::NumSlabs(const RemoteStoreOptions& o, uint64_t pages_per_slab) const {
+  // Per I/O thread: room for twice its pages in stripes (compaction keeps the used slots
+  // within max_garbage_factor x the live pages), plus two slabs.
+  const uint64_t T = static_cast<uint64_t>(o.io_threads);
+  const uint64_t runs = (o.capacity_pages + kGroupRun - 1) / kGroupRun;
+  const uint64_t pages = ((runs + T - 1) / T) * kGroupRun;
+  const uint64_t slots = pages_per_slab * static_cast<uint64_t>(lay_.k);
+  return (2 * pages + slots - 1) / slots + 2;
+}
+
+long double GroupStoreLayout::TableBytes(const RemoteStoreOptions& o, uint64_t num_slabs) const {
+  // A slab table per I/O thread, and a page location per page.
+  return static_cast<long double>(num_slabs) * sizeof(Slab) * o.io_threads +
+         static_cast<long double>(o.capacity_pages) * 40.0L;
+}
+
+void GroupStoreLayout::Placement(placement::PolicySpec* spec) const {
+  spec->k = lay_.k;
+  spec->r = lay_.r;
+  spec->replicas = lay_.width();
+}
+
+// ---- the I/O thread's ----
+
 GroupLayout::GroupLayout(IoThread& io, const LayoutParams& lay)
     : io_(io), store_(io.store_), lay_(lay) {}
 
@@ -75,9 +107,12 @@ void GroupLayout::OnReply(Ctx* c, int member, uint32_t server, bool write, const
   } else if (c->kind == Ctx::Kind::kStripe) {
     OnStripeWrite(c, member, server, st);
   } else {
-    // kRegen: the rebuilt member is stored (or its new server failed too: it is re-placed and
-    // rebuilt again): readable from it either way once no rebuild is in flight.
-    io_.slabs_[c->slab].stripes[c->pidx].rebuilding &= ~(1ull << member);
+    // A rebuilt member (kRegen) is stored (or its new server failed too: it is re-placed and
+    // rebuilt again): readable from it either way once no rebuild is in flight. Other writes
+    // here rewrite a corrupt member a read decoded.
+    if (c->kind == Ctx::Kind::kRegen) {
+      io_.slabs_[c->slab].stripes[c->pidx].rebuilding &= ~(1ull << member);
+    }
     io_.RepairWritten(c, st);
   }
 }

@@ -6,7 +6,7 @@
 // the open stripe whose padding later pages fill in place, compaction and in-place reclaim, and
 // the page locations published for direct readers. Its read path is group_read.cc, its write
 // path, compaction and trims group_write.cc, and its hooks into setup, failure handling and
-// direct reads group_layout.cc.
+// direct reads group_layout.cc, with GroupStoreLayout (what the store decides for it).
 //
 // Threads: the owning I/O thread only, except DirectLocate()/DirectPageValid() (any thread,
 // reading dloc_ under its seqlocks).
@@ -22,6 +22,27 @@
 #include "client/remote/layout.h"
 
 namespace tessera::client::remote {
+
+class GroupStoreLayout final : public StoreLayout {
+ public:
+  explicit GroupStoreLayout(const LayoutParams& lay) : lay_(lay) {}
+  Status MakeCodecs(RemoteStore& store) const override;
+  uint64_t NumSlabs(const RemoteStoreOptions& o, uint64_t pages_per_slab) const override;
+  long double TableBytes(const RemoteStoreOptions& o, uint64_t num_slabs) const override;
+  void Placement(placement::PolicySpec* spec) const override;
+  bool PlacementFallback(placement::PolicySpec*) const override { return false; }
+  // Pages are owned in runs of kGroupRun.
+  size_t ThreadOf(PageId page, uint64_t, uint64_t T) const override {
+    return static_cast<size_t>((page / kGroupRun) % T);
+  }
+  bool LocateOnIoThread() const override { return true; }
+  bool DirectReads() const override { return true; }
+  bool DirectSplits() const override { return false; }
+  uint32_t DirectPartsPerPage() const override { return 1; }  // The stripe member holding it.
+
+ private:
+  const LayoutParams lay_;
+};
 
 class GroupLayout final : public Layout {
  public:

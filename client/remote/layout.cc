@@ -11,4 +11,9 @@ std::unique_ptr<Layout> NewLayout(IoThread& io, const LayoutParams& lay) {
   return std::make_unique<SplitLayout>(io, lay);  // Split, and copies (k = 1, whole pages).
 }
 
+std::unique_ptr<StoreLayout> NewStoreLayout(const LayoutParams& lay) {
+  if (lay.group) return std::make_unique<GroupStoreLayout>(lay);
+  return std::make_unique<SplitStoreLayout>(lay);
+}
+
 }  // namespace tessera::client::remote

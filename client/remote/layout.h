@@ -11,6 +11,8 @@
 // the layout started, to trim, flush and locate pages, and at the points of failure handling
 // (stale members, hedging, regeneration) where the layouts differ; the layout calls back into
 // the engine (Post, NewCtx, Complete, the slab table) as a friend of IoThread.
+// What the store itself decides per layout (codecs, the slab table's size, placement, which
+// I/O thread owns a page, direct reads) is a StoreLayout, one per store (NewStoreLayout).
 //
 // Threads: every method runs on the owning I/O thread, except DirectLocate() and
 // DirectValid(), which any thread calls (they read only what the layout publishes under
@@ -107,7 +109,36 @@ class Layout {
   virtual bool DirectPageValid(PageId page, const DirectTarget& t) const = 0;
 };
 
-// The layout of `lay` for I/O thread `io` (the factory: the one place that chooses the class).
+// What the store (RemoteStore) decides per layout: codecs, the slab table, placement, which
+// I/O thread owns a page, and which reads may go direct. One per store, immutable, any thread.
+class StoreLayout {
+ public:
+  virtual ~StoreLayout() = default;
+  // Init(): the codec(s) the layout encodes with.
+  virtual Status MakeCodecs(RemoteStore& store) const = 0;
+  // Entries of the store's slab table (RemoteStore::num_slabs_) for `pages_per_slab`.
+  virtual uint64_t NumSlabs(const RemoteStoreOptions& o, uint64_t pages_per_slab) const = 0;
+  // Bytes of client-side tables a store of `num_slabs` needs (a bound checked at Init()).
+  virtual long double TableBytes(const RemoteStoreOptions& o, uint64_t num_slabs) const = 0;
+  // The placement of a slab's members (spec->k, r, replicas from the layout); when the policy
+  // the first spec was refused: PlacementFallback makes another, false when there is none.
+  virtual void Placement(placement::PolicySpec* spec) const = 0;
+  virtual bool PlacementFallback(placement::PolicySpec* spec) const = 0;
+  // The I/O thread owning page `page` (of T threads).
+  virtual size_t ThreadOf(PageId page, uint64_t pages_per_slab, uint64_t T) const = 0;
+  // Only the owning I/O thread may locate a page (ServersOfPage goes through its queue).
+  virtual bool LocateOnIoThread() const = 0;
+  // Pages are readable directly (the I/O threads publish their locations).
+  virtual bool DirectReads() const = 0;
+  // A direct read reads splits (decoded from k of them), not one whole page.
+  virtual bool DirectSplits() const = 0;
+  // Parts a direct read of one page asks at first.
+  virtual uint32_t DirectPartsPerPage() const = 0;
+};
+
+// The factories: the one place that chooses a layout's classes. NewLayout: the layout of
+// `lay` for I/O thread `io`; NewStoreLayout: the store's.
 std::unique_ptr<Layout> NewLayout(IoThread& io, const LayoutParams& lay);
+std::unique_ptr<StoreLayout> NewStoreLayout(const LayoutParams& lay);
 
 }  // namespace tessera::client::remote

@@ -7,6 +7,45 @@
 
 namespace tessera::client::remote {
 
+// ---- the store's ----
+
+Status SplitStoreLayout::MakeCodecs(RemoteStore& store) const {
+  if (lay_.copies) return Status::Ok();  // Every split is the page.
+  TESSERA_ASSIGN_OR_RETURN(auto codec, coding::Codec::Create(lay_.k, lay_.r));
+  store.codec_.emplace(std::move(codec));
+  return Status::Ok();
+}
+
+uint64_t SplitStoreLayout::NumSlabs(const RemoteStoreOptions& o, uint64_t pages_per_slab) const {
+  return (o.capacity_pages + pages_per_slab - 1) / pages_per_slab;
+}
+
+long double SplitStoreLayout::TableBytes(const RemoteStoreOptions& o, uint64_t num_slabs) const {
+  // One slab table (shared out among the I/O threads); CRCs and per-page state per page.
+  return static_cast<long double>(num_slabs) * sizeof(Slab) +
+         static_cast<long double>(o.capacity_pages) * (4.0L * lay_.width() + 16.0L);
+}
+
+void SplitStoreLayout::Placement(placement::PolicySpec* spec) const {
+  spec->k = lay_.copies ? 1 : lay_.k;
+  spec->r = lay_.copies ? 0 : lay_.r;
+  spec->replicas = lay_.width();
+  if (lay_.copies && spec->kind == placement::PolicyKind::kCodingSets) {
+    // CodingSets groups k+r servers; for copies use groups of `copies` servers.
+    spec->k = 1;
+    spec->r = lay_.width() - 1;
+  }
+}
+
+bool SplitStoreLayout::PlacementFallback(placement::PolicySpec* spec) const {
+  if (!lay_.copies) return false;
+  // CodingSets needs parity; a single copy falls back to random replication of 1.
+  spec->kind = placement::PolicyKind::kRandomReplication;
+  return true;
+}
+
+// ---- the I/O thread's ----
+
 SplitLayout::SplitLayout(IoThread& io, const LayoutParams& lay)
     : io_(io), store_(io.store_), lay_(lay) {}
 

@@ -10,8 +10,9 @@
 //
 // The layout's per-page state (CRCs, write sequences, written and busy flags, trims pending
 // behind a write) lives in each Slab; its read path is read_path.cc, its write path
-// write_path.cc and slab_alloc.cc, and the tables it publishes for direct readers
-// direct_publish.cc; split_layout.cc holds its hooks into the I/O thread.
+// write_path.cc and slab_alloc.cc; split_layout.cc holds its hooks into the I/O thread, the
+// page tables it publishes for direct readers, and SplitStoreLayout (what the store decides for
+// it).
 //
 // Threads: the owning I/O thread only, except DirectLocate()/DirectPageValid() (any thread).
 #pragma once
@@ -25,6 +26,30 @@
 #include "client/remote/layout.h"
 
 namespace tessera::client::remote {
+
+class SplitStoreLayout final : public StoreLayout {
+ public:
+  explicit SplitStoreLayout(const LayoutParams& lay) : lay_(lay) {}
+  Status MakeCodecs(RemoteStore& store) const override;
+  uint64_t NumSlabs(const RemoteStoreOptions& o, uint64_t pages_per_slab) const override;
+  long double TableBytes(const RemoteStoreOptions& o, uint64_t num_slabs) const override;
+  void Placement(placement::PolicySpec* spec) const override;
+  bool PlacementFallback(placement::PolicySpec* spec) const override;
+  // Pages are owned by logical slab.
+  size_t ThreadOf(PageId page, uint64_t pages_per_slab, uint64_t T) const override {
+    return static_cast<size_t>((page / pages_per_slab) % T);
+  }
+  bool LocateOnIoThread() const override { return false; }
+  // Copies publish no page tables.
+  bool DirectReads() const override { return !lay_.copies; }
+  bool DirectSplits() const override { return true; }
+  uint32_t DirectPartsPerPage() const override {
+    return static_cast<uint32_t>(std::min(lay_.width(), lay_.k + lay_.delta));
+  }
+
+ private:
+  const LayoutParams lay_;
+};
 
 class SplitLayout final : public Layout {
  public:
