@@ -613,7 +613,7 @@ class IoThread {
   LatencyHistogram read_hist_, write_hist_;  // Guarded by hist_mu_.
 };
 
-class RemoteStore final : public PageStore {
+class RemoteStore final : public RemotePageStore {
  public:
   RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name);
   ~RemoteStore() override;
@@ -671,10 +671,12 @@ class RemoteStore final : public PageStore {
   // others), appends it, waits until every I/O thread and the monitor are connected to it, and
   // only then lets placement use it (so no thread ever sees a server index it has no
   // connection for).
-  Status AddServer(const RemoteServer& server);
+  Status AddServer(const RemoteServer& server) override;
   // Marks the live server at `endpoint` failed (its splits are regenerated elsewhere); NotFound
   // when no live server has that endpoint.
-  Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why);
+  Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why) override;
+  std::vector<RemoteServer> Servers() const override;
+  std::vector<bool> ServersFailed() const override;
 
   // The server list: the options' servers, then the ones AddServer appended. Entries below
   // num_servers() never change, so any thread may read them without a lock.

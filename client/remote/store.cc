@@ -236,6 +236,20 @@ size_t RemoteStore::ThreadOf(PageId page) const {
   return layout_->ThreadOf(page, pages_per_slab_, static_cast<uint64_t>(opt_.io_threads));
 }
 
+std::vector<RemoteServer> RemoteStore::Servers() const {
+  std::vector<RemoteServer> out;
+  const uint32_t n = num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(server(i));
+  return out;
+}
+
+std::vector<bool> RemoteStore::ServersFailed() const {
+  std::vector<bool> out;
+  const uint32_t n = num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(failed_[i].load());
+  return out;
+}
+
 RemoteStore::RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name)
     : opt_(o), lay_(lay), layout_(NewStoreLayout(lay_)), name_(std::move(name)) {}
 
@@ -271,7 +285,7 @@ namespace tessera::client {
 using remote::LayoutParams;
 using remote::RemoteStore;
 
-Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
+Result<std::unique_ptr<RemotePageStore>> CreateErasureCodedStore(
     const ErasureCodedStoreOptions& options) {
   if (options.delta < 0 || options.delta > options.r) {
     return InvalidArgument("delta must be 0..r (" + std::to_string(options.r) + ")");
@@ -315,10 +329,11 @@ Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
                      " ack=" + AckPolicyName(options.ack);
   auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
   TESSERA_RETURN_IF_ERROR(store->Init());
-  return std::unique_ptr<PageStore>(std::move(store));
+  return std::unique_ptr<RemotePageStore>(std::move(store));
 }
 
-Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOptions& options) {
+Result<std::unique_ptr<RemotePageStore>> CreateReplicatedStore(
+    const ReplicatedStoreOptions& options) {
   if (options.copies < 1 || options.copies > 5) return InvalidArgument("copies must be 1..5");
   if (options.read_fanout < 1 || options.read_fanout > options.copies) {
     return InvalidArgument("read_fanout must be 1..copies");
@@ -336,7 +351,7 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
                                AckPolicyName(options.ack);
   auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
   TESSERA_RETURN_IF_ERROR(store->Init());
-  return std::unique_ptr<PageStore>(std::move(store));
+  return std::unique_ptr<RemotePageStore>(std::move(store));
 }
 
 
@@ -344,35 +359,21 @@ Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page) {
   return store.ServersOfPage(page);
 }
 
-Status AddRemoteServer(PageStore& store, const RemoteServer& server) {
-  auto* remote = dynamic_cast<RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  return remote->AddServer(server);
+Status AddRemoteServer(RemotePageStore& store, const RemoteServer& server) {
+  return store.AddServer(server);
 }
 
-Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
+Status RemoveRemoteServer(RemotePageStore& store, const fabric::Endpoint& endpoint,
                           const std::string& why) {
-  auto* remote = dynamic_cast<RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  return remote->RemoveServer(endpoint, why);
+  return store.RemoveServer(endpoint, why);
 }
 
-Result<std::vector<RemoteServer>> RemoteServersOf(const PageStore& store) {
-  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  std::vector<RemoteServer> out;
-  const uint32_t n = remote->num_servers();
-  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->server(i));
-  return out;
+Result<std::vector<RemoteServer>> RemoteServersOf(const RemotePageStore& store) {
+  return store.Servers();
 }
 
-Result<std::vector<bool>> RemoteServersFailed(const PageStore& store) {
-  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  std::vector<bool> out;
-  const uint32_t n = remote->num_servers();
-  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->failed_[i].load());
-  return out;
+Result<std::vector<bool>> RemoteServersFailed(const RemotePageStore& store) {
+  return store.ServersFailed();
 }
 
 }  // namespace tessera::client

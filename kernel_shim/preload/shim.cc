@@ -176,7 +176,7 @@ uintptr_t g_region_base = 0;   // The paged region, constant once active.
 uintptr_t g_region_end = 0;
 unsigned g_paged_arena = 0;
 Pager* g_pager = nullptr;                  // Leaked on purpose (see the file comment).
-client::PageStore* g_store = nullptr;     // The remote store.
+client::RemotePageStore* g_store = nullptr;  // The remote store.
 CompressedTier* g_tier = nullptr;         // In front of it (kEnvCompressedTier), or null.
 RangeAllocator* g_ranges = nullptr;
 pthread_key_t g_tcache_key;
