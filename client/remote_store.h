@@ -252,10 +252,25 @@ struct ReplicatedStoreOptions {
   AckPolicy ack = AckPolicy::kAll;  // kFirstK acks after the first copy is stored.
 };
 
+// A remote PageStore (erasure-coded or replicated, made by the factories below): a PageStore
+// whose server list can change while it runs. The membership calls are described with their
+// free-function forms below (AddRemoteServer, ...), which a membership watcher uses. Any thread
+// except the store's own (completion callbacks).
+class RemotePageStore : public PageStore {
+ public:
+  virtual Status AddServer(const RemoteServer& server) = 0;
+  virtual Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why) = 0;
+  // The server list in index order, and which of them are marked failed.
+  virtual std::vector<RemoteServer> Servers() const = 0;
+  virtual std::vector<bool> ServersFailed() const = 0;
+};
+
 // Connects to every server (each I/O thread), checks they share one slab size, and starts the
 // threads. Unavailable when a server cannot be reached; InvalidArgument for bad settings.
-Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(const ErasureCodedStoreOptions& options);
-Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOptions& options);
+Result<std::unique_ptr<RemotePageStore>> CreateErasureCodedStore(
+    const ErasureCodedStoreOptions& options);
+Result<std::unique_ptr<RemotePageStore>> CreateReplicatedStore(
+    const ReplicatedStoreOptions& options);
 
 // Servers from "host:port,host:port" or a cluster file (fabric/cluster_file.h).
 Result<std::vector<RemoteServer>> ParseServerList(std::string_view list);
@@ -264,12 +279,12 @@ Result<std::vector<RemoteServer>> LoadServers(const std::string& cluster_file);
 // Indices (into the store's server list: the options' servers, then the ones added by
 // AddRemoteServer in order) of the servers holding page `page`'s splits, split order (for tests
 // and tools). NotFound before the page's slab exists; InvalidArgument when `store` is not a
-// remote store. Any thread. (Same as store.ServersOfPage(page).)
+// remote store. Any thread. (Same as store.ServersOfPage(page), which every PageStore has.)
 Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
 
 // Membership changes of a running remote store, for a membership watcher (membership/, etcd).
 // Any thread except the store's own (completion callbacks); they block for at most a few
-// connect timeouts. InvalidArgument when `store` is not a remote store.
+// connect timeouts.
 //
 // AddRemoteServer: a server that joined the cluster. It is checked (reachable, same slab size;
 // rack labels: either every server has one or none does), every I/O thread and the heartbeat
@@ -277,17 +292,17 @@ Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page);
 // stay where they are). OK at once when a live server with that endpoint is a member already.
 // Unavailable / Timeout when it cannot be reached (it is then not used). At most kMaxServers
 // (1024) servers over a store's life: indices are never reused.
-Status AddRemoteServer(PageStore& store, const RemoteServer& server);
+Status AddRemoteServer(RemotePageStore& store, const RemoteServer& server);
 // RemoveRemoteServer: the server at `endpoint` left the cluster (its etcd registration was
 // deleted or its lease expired): trouble, like a request without a reply. The server becomes
 // suspect and is failed (its splits regenerated onto other servers) only when a confirming
 // probe over a fresh connection fails too, so an etcd outage fails no live server. NotFound
 // when no live member has that endpoint (e.g. it was found failed first).
-Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
+Status RemoveRemoteServer(RemotePageStore& store, const fabric::Endpoint& endpoint,
                           const std::string& why);
 // The store's current server list (index order, as ServersOfPage numbers them) and which of
 // them are marked failed. Any thread.
-Result<std::vector<RemoteServer>> RemoteServersOf(const PageStore& store);
-Result<std::vector<bool>> RemoteServersFailed(const PageStore& store);
+Result<std::vector<RemoteServer>> RemoteServersOf(const RemotePageStore& store);
+Result<std::vector<bool>> RemoteServersFailed(const RemotePageStore& store);
 
 }  // namespace tessera::client

@@ -314,9 +314,8 @@ void MembershipView::ApplyEvents(const std::vector<WatchEvent>& events) {
 // ---- StoreFollower ----
 
 Result<std::unique_ptr<StoreFollower>> StoreFollower::Start(MembershipView* view,
-                                                            client::PageStore* store) {
+                                                            client::RemotePageStore* store) {
   if (view == nullptr || store == nullptr) return InvalidArgument("StoreFollower: null argument");
-  TESSERA_RETURN_IF_ERROR(client::RemoteServersOf(*store).status());
   std::unique_ptr<StoreFollower> f(new StoreFollower());
   f->view_ = view;
   f->store_ = store;

@@ -157,7 +157,7 @@ class MembershipView {
 class StoreFollower {
  public:
   static Result<std::unique_ptr<StoreFollower>> Start(MembershipView* view,
-                                                      client::PageStore* store);
+                                                      client::RemotePageStore* store);
   ~StoreFollower();
   uint64_t joins() const { return joins_.load(); }
   uint64_t leaves() const { return leaves_.load(); }
@@ -166,7 +166,7 @@ class StoreFollower {
   StoreFollower() = default;
   void OnChange(const MembershipChange& c);
   MembershipView* view_ = nullptr;
-  client::PageStore* store_ = nullptr;
+  client::RemotePageStore* store_ = nullptr;
   uint64_t listener_ = 0;
   std::atomic<uint64_t> joins_{0}, leaves_{0};
 };

@@ -143,7 +143,7 @@ class Workload {
 
   // The workload's page store, when it has one: `page:P` targets, a restarted server joining
   // it, the placement snapshot before the first permanent failure. nullptr otherwise.
-  virtual client::PageStore* store() { return nullptr; }
+  virtual client::RemotePageStore* store() { return nullptr; }
   // Called by the fault scheduler just before the first server fails for good.
   virtual void BeforeFirstFailure() {}
   // The companion process the target `aggregator` names (0: none, or not started).

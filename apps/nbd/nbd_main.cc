@@ -241,7 +241,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "tessera nbd: %s\n", store_or.status().ToString().c_str());
     return 1;
   }
-  std::unique_ptr<client::PageStore> store = std::move(*store_or);
+  std::unique_ptr<client::RemotePageStore> store = std::move(*store_or);
   // --etcd: new servers are used for new slabs, a vanished registration is a failure signal.
   std::unique_ptr<membership::StoreFollower> follower;
   if (source.ok() && source->from_etcd()) {

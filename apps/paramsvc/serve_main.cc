@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera paramsvc serve: %s\n", lfd.status().ToString().c_str());
     return 1;
   }
-  std::unique_ptr<client::PageStore> store;
+  std::unique_ptr<client::RemotePageStore> store;
   if (!FLAGS_store.empty() && !FLAGS_etcd.empty()) {
     cli::UsageError(kSpec, "give --store MEMSERVERS or --etcd ENDPOINTS --cluster_name NAME, not both");
   }
@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
                      "aggregation server starts without the jobs";
   }
   const bool have_store = store != nullptr;
-  client::PageStore* const store_ptr = store.get();
+  client::RemotePageStore* const store_ptr = store.get();
   CheckpointKeeper keeper(std::move(store));
   // --etcd: the checkpoint store follows the registered servers (destroyed before the store).
   std::unique_ptr<membership::StoreFollower> follower;

@@ -316,7 +316,7 @@ int Serve(uint64_t size) {
   g_store.ApplyTo(&eo);
   auto store_or = client::CreateErasureCodedStore(eo);
   if (!store_or.ok()) return Fail(store_or.status().ToString());
-  std::unique_ptr<client::PageStore> store = std::move(*store_or);
+  std::unique_ptr<client::RemotePageStore> store = std::move(*store_or);
   std::unique_ptr<membership::StoreFollower> follower;
   if (source.ok() && source->from_etcd()) {
     auto f = membership::StoreFollower::Start(source->view.get(), store.get());

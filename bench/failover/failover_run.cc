@@ -106,7 +106,7 @@ class Reader {
 // Polls RemoteServersFailed every 2 ms and remembers when each server was first seen failed.
 class FailureWatcher {
  public:
-  explicit FailureWatcher(PageStore* store) : store_(store) {
+  explicit FailureWatcher(client::RemotePageStore* store) : store_(store) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~FailureWatcher() { Stop(); }
@@ -140,7 +140,7 @@ class FailureWatcher {
     }
   }
 
-  PageStore* store_;
+  client::RemotePageStore* store_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::map<size_t, uint64_t> failed_at_;  // Under mu_.

@@ -166,7 +166,8 @@ Result<std::unique_ptr<client::PageStore>> OpenStore(client::LocalCluster& clust
   eo.layout = *client::ParseEcLayout(layout);  // Validated in Main.
   eo.remote.direct_reads = FLAGS_direct_reads;
   eo.remote.direct_spin_us = static_cast<uint32_t>(FLAGS_direct_spin_us);
-  return client::CreateErasureCodedStore(eo);
+  TESSERA_ASSIGN_OR_RETURN(auto store, client::CreateErasureCodedStore(eo));
+  return std::unique_ptr<client::PageStore>(std::move(store));
 }
 
 // The bare fabric's QD1 4 KB read, the peer of the fault-latency target: one Transport, one

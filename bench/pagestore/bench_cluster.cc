@@ -34,7 +34,8 @@ class LocalBenchCluster final : public BenchCluster {
                                                  : client::EcLayout::kSplit;
       if (kind == "ec-group-restripe") o.group.compaction = client::GroupCompaction::kRestripe;
       if (kind == "ec-group-inplace") o.group.compaction = client::GroupCompaction::kInPlace;
-      return client::CreateErasureCodedStore(o);
+      TESSERA_ASSIGN_OR_RETURN(auto s, client::CreateErasureCodedStore(o));
+      return std::unique_ptr<client::PageStore>(std::move(s));
     }
     client::ReplicatedStoreOptions o;
     o.remote = remote;
@@ -47,7 +48,8 @@ class LocalBenchCluster final : public BenchCluster {
     } else {
       return InvalidArgument("unknown remote store kind '", kind, "'");
     }
-    return client::CreateReplicatedStore(o);
+    TESSERA_ASSIGN_OR_RETURN(auto s, client::CreateReplicatedStore(o));
+    return std::unique_ptr<client::PageStore>(std::move(s));
   }
 
   int servers() const override { return static_cast<int>(cluster_->size()); }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 #include "coding/codec.h"
 #include "common/logging.h"
 
@@ -87,7 +88,7 @@ class DirectReader {
   };
 
   DirectReader(RemoteStore* store, uint32_t slots)
-      : store_(store), num_slots_(slots), split_(!store->lay_.group) {}
+      : store_(store), num_slots_(slots), split_(store->layout_->DirectSplits()) {}
 
   Status Init(int wake_fd) {
     fabric::TransportOptions to;
@@ -594,9 +595,7 @@ DirectReader* ReaderFor(RemoteStore* store, uint64_t uid, const std::shared_ptr<
     ++i;
   }
   // A round asks up to kBatch pages of one part each (group) or k + delta (split).
-  const uint32_t per_page =
-      store->lay_.group ? 1 : static_cast<uint32_t>(std::min(store->lay_.width(),
-                                                             store->lay_.k + store->lay_.delta));
+  const uint32_t per_page = store->layout_->DirectPartsPerPage();
   auto reader = std::make_unique<DirectReader>(store, kBlockingSlots * per_page);
   if (Status st = reader->Init(-1); !st.ok()) {
     TLOG(WARNING) << store->name_ << ": direct reads off on this thread: " << st;
@@ -735,7 +734,7 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
 
 Result<std::unique_ptr<ThreadReader>> RemoteStore::NewThreadReader(
     const ThreadReaderOptions& options) {
-  if (!lay_.group && lay_.copies) {
+  if (!layout_->DirectReads()) {
     return Unsupported(name_, ": run-to-completion reads need an erasure-coded layout (split or "
                        "group), not copies");
   }
@@ -773,7 +772,7 @@ Status RemoteStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
   if (pages == nullptr || out == nullptr) return InvalidArgument("null pages or buffer");
   DirectReader* reader = nullptr;
   // Group layout, and the erasure-coded split layout (not copies: no published tables).
-  if ((lay_.group || !lay_.copies) && opt_.direct_reads && !threads_.empty()) {
+  if (layout_->DirectReads() && opt_.direct_reads && !threads_.empty()) {
     reader = ReaderFor(this, uid_, alive_);
   }
   if (reader == nullptr) return ReadThroughIoThreads(pages, count, out, nullptr);

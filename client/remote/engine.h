@@ -1,25 +1,32 @@
 // The remote PageStore engine's shared types (internal to client/remote/; see
 // client/remote_store.h for the layouts, the CRC design and the threading model).
 //
-// The engine is one class per I/O thread (IoThread) and one per store (RemoteStore). Their
-// methods are implemented in one file per concern, the way eRPC splits rpc_impl/:
+// The engine is one class per I/O thread (IoThread) and one per store (RemoteStore). What
+// depends on the layout is behind one Layout per I/O thread (layout.h): SplitLayout (split and
+// copies) and GroupLayout. Their methods are implemented in one file per concern, the way eRPC
+// splits rpc_impl/:
 //   io_thread.cc         thread start, connection setup, the loop, posting, completions
-//   read_path.cc         split layout: k+delta reads, verification, decode, repair of corrupt splits
-//   write_path.cc        split layout: slab allocation, encode, k+r writes, acknowledgement
+//   layout.cc            the factory choosing a layout's class
+//   split_layout.cc      split layout and copies: hooks, direct-read tables
+//   read_path.cc         split layout: k+delta reads, verification, decode, corrupt-split repair
+//   write_path.cc        split layout: encode, k+r writes, acknowledgement, per-page write queue
+//   slab_alloc.cc        split layout: slab allocation off the I/O thread, items held behind it
+//   group_layout.cc      group layout: hooks, rebuilds, direct-read tables
 //   group_read.cc        group layout: one-server reads, degraded (stripe) reads, hedging
 //   group_write.cc       group layout: stripe buffer, stripe writes, compaction, group trim
 //   stripe_codec.cc      RS(k,r) across k whole pages (ISA-L)
+//   slabs.cc             placement of new slabs, blocking allocation, repair writes' end
 //   trim.cc              trims and freeing remote slabs
 //   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
-//   direct_read.cc       run-to-completion reads on the caller's thread (group layout), and the
-//                        page/slab location tables the I/O threads publish for them
+//   direct_read.cc       run-to-completion reads on the caller's thread
+//   direct_publish.cc    the slab members the I/O threads publish for them; locating a page
 //   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
 //   server_list.cc       server lists, cluster files, option names
 //   store.cc             RemoteStore: validation, start, Submit/Flush/Stats, the factories
 //
 // Threads: everything an IoThread owns (its transport, op contexts, request slots, slab table,
-// ...) is touched by that thread only, without locks. What other threads touch is marked
-// per field below: atomics, or the mutex named next to the field.
+// its layout, ...) is touched by that thread only, without locks. What other threads touch is
+// marked per field below: atomics, or the mutex named next to the field.
 #pragma once
 
 #include <algorithm>
@@ -79,7 +86,7 @@ inline bool LogThisOne(uint64_t count) { return count != 0 && (count & (count - 
 
 // What a store is: (k data splits, r redundant splits, how redundancy is computed, and how
 // pages map onto splits).
-struct Layout {
+struct LayoutParams {
   int k = 1;
   int r = 0;
   bool copies = false;  // Replication: every split is the whole page.
@@ -95,6 +102,8 @@ struct Layout {
 
 class RemoteStore;
 class IoThread;
+class Layout;       // layout.h
+class StoreLayout;  // layout.h
 
 // One page op in progress (user read/write, or an internal regeneration).
 // Owned by one IoThread.
@@ -264,6 +273,14 @@ struct DirectPart {
   uint32_t crc = 0;
   fabric::AllocSlabResponse remote;
 };
+// Reads member j of a published slab (under its seqlock, checked by the caller).
+inline void LoadDirectMember(const DirectSlab& ds, int j, DirectPart* p) {
+  p->server = ds.server[j].load(std::memory_order_relaxed);
+  p->remote.slab_id = ds.id[j].load(std::memory_order_relaxed);
+  p->remote.remote_addr = ds.addr[j].load(std::memory_order_relaxed);
+  p->remote.size = ds.size[j].load(std::memory_order_relaxed);
+  p->remote.rkey = ds.rkey[j].load(std::memory_order_relaxed);
+}
 // A page located for a direct read (DirectLocate), re-checked after the read (DirectValid).
 struct DirectTarget {
   bool zero = false;  // Reads as zeros; nothing else is set.
@@ -339,6 +356,14 @@ struct SharedStats {
       reconnects{0}, stale_repairs{0};
 };
 
+// A split (group: stripe member) that a write could not store on a live server, to rewrite from
+// the other members once the server is reachable again (IoThread::RepairStale).
+struct StaleSplit {
+  uint32_t slab, pidx, server;
+  int j;
+  uint32_t seq;  // Split layout: the page's write sequence; group: the stripe's gen.
+};
+
 class IoThread {
  public:
   IoThread(RemoteStore* store, int index);
@@ -359,7 +384,6 @@ class IoThread {
   // (group: its stripe member; split: its k + r splits). False when it is not directly readable
   // now (ask the I/O thread).
   bool DirectLocate(PageId page, DirectTarget* out) const;
-  bool DirectLocateSplit(PageId page, DirectTarget* out) const;  // The split layout's.
   // True when neither the page's nor its slab's location moved since DirectLocate().
   bool DirectValid(PageId page, const DirectTarget& t) const;
   // Records a direct read's latency in this thread's read histogram (Stats()).
@@ -374,6 +398,10 @@ class IoThread {
   }
 
  private:
+  // The layouts are the I/O thread's own parts: they use its engine (posting, op contexts, the
+  // slab table, failure handling) directly.
+  friend class SplitLayout;
+  friend class GroupLayout;
   // ---- io_thread.cc ----
   void Run(std::promise<Status>* started);
   Status Connect();
@@ -403,19 +431,12 @@ class IoThread {
   void DetachLateReads(uint64_t now);
   Ctx* NewCtx();
   uint8_t* SplitBuf(Ctx* c, int j);
-  // Source of write split j: copies all come from the one page at the start of the buffer.
-  uint8_t* WriteBuf(Ctx* c, int j) { return lay_.copies ? c->buf : SplitBuf(c, j); }
   void Attach(Ctx* c, uint32_t slab) {
     c->slab = slab;
     c->slab_ref = true;
     ++slabs_[slab].refs;
   }
-  // ---- read_path.cc (split layout and copies) ----
-  void StartRead(Ctx* c);
-  void AskMore(Ctx* c);
-  void OnReadSplit(Ctx* c, int split, const Status& st);
-  void FinishRead(Ctx* c, Status st);
-  // ---- write_path.cc (split layout and copies) ----
+  // ---- slabs.cc ----
   // Allocates slab `s`'s remote slabs with blocking control calls (the group layout's, whose
   // stripe buffer cannot wait; the split layout's go through BeginAllocate).
   Status AllocateSlab(Slab& s);
@@ -429,122 +450,15 @@ class IoThread {
                         const Status& why);
   static constexpr int kMaxAllocReplacements = 3;
   void FinishSlab(Slab& s);
-  // ---- slab_alloc.cc (split layout and copies): slab allocation off this thread ----
-  // Starts allocating slab `s` (its ALLOCs go to allocator_); the write `c` starts once it is
-  // allocated, or fails with the allocation. Queue items that must come after that write
-  // (SlabIndexOf, HoldItem) wait in held_ meanwhile; everything else goes on.
-  void AllocateThenWrite(Slab& s, Ctx* c);
-  struct PendingAlloc {
-    uint32_t slab = kNoSlot;
-    std::vector<placement::ServerId> servers;
-    std::array<uint8_t, kMaxWidth> tries{};  // Replacements made per member.
-    uint64_t asked = 0;   // Members whose ALLOC is out.
-    uint64_t got = 0;     // Members allocated (known to the data transport).
-    Status failed;        // Not ok: the allocation failed; answers still out are given back.
-    std::vector<Ctx*> waiting;  // Writes that start once the slab is allocated.
-  };
-  void AskMember(PendingAlloc& a, int j);
-  // Re-places member j after `why` (false: no replacement left; the allocation failed).
-  bool ReplaceMember(PendingAlloc& a, int j, const Status& why);
-  void OnAllocAnswer(SlabAllocator::Answer& answer);
-  // Ends allocation allocs_[i] once no answer is out: the slab is usable and its writes start,
-  // or what it got is given back and its writes fail.
-  void MaybeEndAlloc(size_t i);
-  // Takes the allocator's answers (from the loop); true when there were any.
-  bool TakeAllocAnswers();
-  // Split layout: the index in slabs_ of page `page`'s slab (this thread's).
-  uint32_t SlabIndexOf(PageId page) const;  // Defined after RemoteStore.
-  // While allocations are out: true when `item` must wait (held_) because it must come after
-  // a write that waits for its slab, or after an item already waiting (a trim, flush or locate
-  // waits for everything before it, and everything after it waits for it).
-  bool MustHold(const QueueItem& item) const;
-  void Hold(const QueueItem& item);
-  // Starts the held items that need not wait any more, in their order. From the loop.
-  void ReleaseHeld();
+  // A repair or regeneration write (of either layout) completed with `st`.
+  void RepairWritten(Ctx* c, const Status& st);
   void Dispatch(const QueueItem& item);
-  // Shutdown: ends the allocations still out (their writes fail) and the held items.
-  void EndAllocations();
-  void StartWrite(Ctx* c);
-  void PostWriteSplits(Ctx* c, uint64_t mask);
-  void OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st);
-  void WriteSettled(Ctx* c);
-  // After a split write completed or gave up: acknowledges / settles the write when due.
-  void WriteProgress(Ctx* c);
-  void AckWrite(Ctx* c, Status st);
-  // ---- group_read.cc ----
-  // degraded: also ask the rest of the stripe at once (see QueueItem::degraded).
-  void GroupStartRead(Ctx* c, bool degraded = false, bool verify = false);
-  // Asks stripe members other than the page's own until good + zero + outstanding reaches
-  // k + delta; finishes with DataLoss when fewer than k can still arrive.
-  void GroupAskMore(Ctx* c);
-  void GroupOnRead(Ctx* c, int member, const Status& st);
-  void GroupFinishRead(Ctx* c, Status st);
-  void GroupHedge(uint64_t now);
-  Result<std::vector<size_t>> GroupLocate(PageId page);
-  // ---- group_write.cc ----
-  void GroupStartWrite(PageOp* op, uint64_t start_ns);
-  // Puts a page's newest data in the stripe buffer (a user write, or a compaction move when
-  // op is null); its old slot becomes garbage.
-  void GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns);
-  // Stores the stripe buffer: in the open stripe's free slots, else in a new stripe. all=false
-  // (the buffer reached its threshold): a partial fill of the open stripe may leave pages
-  // buffered. False: no op context or no stripe space free now (retried later).
-  bool GroupSeal(bool all = true);
-  // The open stripe: the newest stripe sealed with padding, whose parity this thread keeps
-  // (open_parity_), so later pages can fill its padding slots with an in-place parity update
-  // (ISA-L ec_encode_data_update) instead of starting a new, mostly empty stripe. Null when
-  // there is none or it cannot take `n` pages now.
-  Stripe* GroupOpenStripe(int n);
-  void GroupCloseOpenStripe() {
-    open_slab_ = kNoSlot;
-    open_reclaimed_ = 0;
-  }
-  // Fills the open stripe's free slots with buffered pages (as many as fit; the rest stay).
-  void GroupExtend(Stripe& st);
-  void GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st);
-  // Writes every member in c->asked of a stripe write (a failed server's member re-placed and
-  // asked once more; one that still cannot be posted counts as bad), then settles it if nothing
-  // is outstanding.
-  void GroupPostAsked(Ctx* c);
-  void GroupStripeSettled(Ctx* c);
-  void GroupStripeProgress(Ctx* c);  // The same for a stripe write.
-  void GroupKill(PageId page);  // The page's stored slot (if any) becomes garbage.
-  void GroupMaybeReleaseStripe(uint32_t slab, uint32_t row);
-  void GroupCompact();
-  // GroupCompaction::kInPlace: reads the garbage slots and parity of stripe (slab, row); when
-  // they arrive intact, takes the garbage out of a copy of the parity and queues the stripe
-  // (reclaim_ready_) to become the open stripe with those slots free. False when no op
-  // context is free.
-  bool GroupStartReclaim(uint32_t slab, uint32_t row);
-  void GroupOnReclaimRead(Ctx* c, int member, const Status& st);
-  // Makes the first still-valid reclaimed stripe the open stripe; false when none is.
-  bool GroupInstallReclaimed();
-  void GroupForgetReclaim(uint32_t slab, uint32_t row);
-  // Data slots of the open stripe that new pages may fill: padding, and reclaimed garbage.
-  uint64_t GroupOpenFree(const Stripe& st) const {
-    return (st.zero | open_reclaimed_) & ((1ull << lay_.k) - 1);
-  }
-  void GroupHousekeeping(uint64_t now);
-  void GroupTrim(PageId first, uint64_t count);
-  bool GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why);
-  uint64_t LocalIndex(PageId p) const;
   // ---- direct_read.cc (I/O thread) ----
-  // Publishes page `page`'s location (from gloc_) / slab `slab`'s members for direct readers.
-  // Call after every change of a page's `where` (stored, none) or a slab's servers.
-  void PublishPage(PageId page);
+  // Publishes slab `slab`'s members for direct readers. Call after every change of a slab's
+  // servers.
   void PublishSlab(uint32_t slab);
   void PublishSettled(const Slab& s, int j);  // dslab_'s settled[j]: s.regen_cursor[j].
-  // Split layout: publishes page `pidx` of slab `s` (state from busy/written, CRCs from crc).
-  // Call after every change of its busy, written or crc, before posting anything that could
-  // change its splits on the servers.
-  void PublishSplitPage(const Slab& s, uint32_t pidx);
-  // Split layout: allocates slab `s`'s page table on its first allocation (all kSplitZero).
-  void EnsureSplitTable(const Slab& s);
   // ---- trim.cc ----
-  // Trim: pages of this thread's slabs in [first, first+count) become never-written; slabs left
-  // with no written page give their remote slabs back.
-  void DoTrim(PageId first, uint64_t count);
-  void Unwrite(Slab& s, uint32_t p);
   void MaybeFreeSlab(Slab& s);
   // Releases every allocated slab's remote slabs (clean shutdown; freer_->Finish bounds it).
   void FreeAllSlabs();
@@ -591,11 +505,6 @@ class IoThread {
   void ReleaseRemote(uint32_t server, uint64_t slab_id);
   void Housekeeping();
   void Regenerate(uint64_t now);
-  // Group layout: rebuild member j of the next rows of slab s; false when out of budget.
-  bool GroupRegenerate(Slab& s, int j);
-  // Rebuilds member j of a row from the rest of its stripe and rewrites it in place (kRegen);
-  // scrub: a corrupt member a read could not repair itself. Needs a free op context.
-  void GroupRebuildMember(uint32_t slab, uint32_t row, int j, bool scrub);
   void OnNotice(const fabric::Completion& comp);
   // ---- failure_detector.cc ----
   void ClassifySlow();
@@ -622,7 +531,10 @@ class IoThread {
 
   RemoteStore* const store_;
   const int index_;
-  const Layout lay_;
+  const LayoutParams lay_;
+  // What depends on the layout (layout.h); made with the thread, so that direct readers may
+  // call it as soon as Start() returned.
+  const std::unique_ptr<Layout> layout_;
   std::thread thread_;
   std::atomic<bool> stop_{false};      // Any thread sets; the I/O thread reads.
   std::atomic<bool> sleeping_{false};  // The I/O thread sets; Enqueue() reads (to wake it).
@@ -635,15 +547,6 @@ class IoThread {
   // Everything below: the I/O thread only (set up in Run() before the loop starts).
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
   std::unique_ptr<SlabFreer> freer_;  // FREE control calls, off this thread.
-  // Split layout and copies: ALLOC control calls, off this thread (null: group layout).
-  std::unique_ptr<SlabAllocator> allocator_;
-  std::vector<PendingAlloc> allocs_;  // Allocations in progress (a few at most).
-  std::vector<SlabAllocator::Answer> answers_;
-  // Queue items waiting for an allocation (MustHold), in their order; per slab index, how many
-  // of them touch it; how many are barriers (trim, flush, locate).
-  std::deque<QueueItem> held_;
-  std::vector<uint32_t> held_per_slab_;
-  uint32_t held_barriers_ = 0;
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
   std::vector<uint8_t> local_failed_;
@@ -656,11 +559,6 @@ class IoThread {
   // kBrokenAfter the data path is reported broken (HealthTracker::Trouble).
   std::vector<uint32_t> errors_in_a_row_;
   static constexpr uint32_t kBrokenAfter = 16;
-  struct StaleSplit {
-    uint32_t slab, pidx, server;
-    int j;
-    uint32_t seq;  // Split layout: the page's write sequence; group: the stripe's gen.
-  };
   std::vector<StaleSplit> stale_;
   struct Parked {
     Ctx* c;
@@ -712,80 +610,19 @@ class IoThread {
   uint64_t now_ns_ = 0;
   uint64_t last_progress_ns_ = 0;  // When polling without progress began (0: not polling).
 
-  // Group layout (I/O thread only).
-  struct PageLoc {
-    enum class Where : uint8_t { kNone, kStored, kBuffered, kWriting };
-    Where where = Where::kNone;  // kNone: never written (or trimmed): reads as zeros.
-    uint8_t col = 0;      // kStored / kWriting: stripe member.
-    uint32_t slab = 0;    // kStored: slab index.
-    uint32_t row = 0;     // kStored: row; kBuffered: slot in gbuf_.
-    uint32_t seq = 0;     // Bumped by every write and trim of the page.
-    bool moving = false;  // kStored: a compaction move is reading it.
-    Ctx* writing = nullptr;  // kWriting: the stripe write holding the newest data.
-  };
-  std::vector<PageLoc> gloc_;  // By LocalIndex().
-  // Direct reads: gloc_ and slabs_ as published for other threads (see DirectLoc, DirectSlab):
-  // written by this I/O thread only, read by any thread under their seqlocks. Allocated in
-  // Run() before Start() returns; never resized.
-  std::unique_ptr<DirectLoc[]> dloc_;      // By LocalIndex() (group layout).
-  std::unique_ptr<DirectSlab[]> dslab_;    // By slab index (both layouts).
-  // Split layout: per slab index, its pages' table (see kSplitZero), allocated by the slab's
-  // first AllocateSlab and published through dsplit_ptr_ (release) before the slab is.
-  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> dsplit_;
-  std::unique_ptr<std::atomic<std::atomic<uint32_t>*>[]> dsplit_ptr_;
-  struct Buffered {            // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
-    PageId page = 0;
-    uint32_t seq = 0;
-    bool move = false;  // Buffered by a compaction move (not a user write).
-  };
-  std::vector<Buffered> gbuf_;       // Up to k pages waiting for a stripe.
-  std::vector<uint8_t> gbuf_data_;   // k pages.
-  // User writes to acknowledge when the buffered pages' stripe settles (a page rewritten in the
-  // buffer has several). Moved to stripe_ops_[ctx] at seal.
-  std::vector<std::pair<PageOp*, uint64_t>> gbuf_ops_;
-  uint64_t gbuf_since_ns_ = 0;  // When the oldest buffered page arrived.
-  uint32_t gbuf_moves_ = 0;     // Compaction moves in the buffer.
-  // Per op context (index in ctxs_) of a stripe write: its user writes, the pages' sequences,
-  // and how many compaction moves it carries.
-  std::vector<std::vector<std::pair<PageOp*, uint64_t>>> stripe_ops_;
-  std::vector<std::array<uint32_t, coding::kMaxDataSplits>> stripe_seq_;
-  std::vector<uint32_t> stripe_moves_;
-  std::vector<uint8_t> zero_page_;  // kPageSize zeros (padding members).
-  uint64_t glive_ = 0;      // Pages stored in sealed stripes.
-  uint64_t gused_ = 0;      // Data slots of rows not free (live + garbage + padding + writing).
-  uint32_t gslab_rows_ = 0;  // Rows per slab (pages per remote slab).
-  uint32_t compact_inflight_ = 0;  // Compaction moves read or buffered, not yet settled.
-  uint64_t last_hedge_scan_ns_ = 0;
-  uint32_t open_slab_ = kNoSlot;  // The open stripe (see GroupOpenStripe()).
-  uint32_t open_row_ = 0;
-  uint32_t open_gen_ = 0;
-  // r pages: the open stripe's parity as stored, minus the reclaimed slots' old contents.
-  std::vector<uint8_t> open_parity_;
-  // Garbage slots of the open stripe taken out of open_parity_ (not of the stored parity: until
-  // an in-place update lands they are still data members with their old CRC for decodes).
-  uint64_t open_reclaimed_ = 0;
-  // GroupCompaction::kInPlace: stripes whose garbage was read and taken out of a copy of their
-  // parity, waiting to become the open stripe (GroupInstallReclaimed), and the rows being
-  // reclaimed or waiting (so compaction does not pick them twice).
-  struct Reclaimed {
-    uint32_t slab = 0, row = 0, gen = 0;
-    uint64_t garbage = 0;
-    std::vector<uint8_t> parity;  // r pages.
-  };
-  std::vector<Reclaimed> reclaim_ready_;
-  std::vector<std::pair<uint32_t, uint32_t>> reclaiming_;  // (slab, row): in flight or ready.
-  int reclaim_inflight_ = 0;
-  uint64_t out_of_space_ = 0;  // Seals refused for want of stripe space (logged 1, 2, 4, ...).
+  // Direct reads: slabs_ as published for other threads (see DirectSlab): written by this I/O
+  // thread only, read by any thread under its seqlock. Allocated in Run() before Start()
+  // returns; never resized.
+  std::unique_ptr<DirectSlab[]> dslab_;  // By slab index (both layouts).
 
   std::mutex hist_mu_;  // Guards the histograms against Stats() readers (uncontended).
   LatencyHistogram read_hist_, write_hist_;  // Guarded by hist_mu_.
 };
 
-class RemoteStore final : public PageStore {
+class RemoteStore final : public RemotePageStore {
  public:
-  RemoteStore(const RemoteStoreOptions& o, Layout lay, std::string name)
-      : opt_(o), lay_(lay), name_(std::move(name)) {}
-  ~RemoteStore() override { Shutdown(); }
+  RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name);
+  ~RemoteStore() override;
 
   Status Init();
   void Shutdown();
@@ -840,10 +677,12 @@ class RemoteStore final : public PageStore {
   // others), appends it, waits until every I/O thread and the monitor are connected to it, and
   // only then lets placement use it (so no thread ever sees a server index it has no
   // connection for).
-  Status AddServer(const RemoteServer& server);
+  Status AddServer(const RemoteServer& server) override;
   // Marks the live server at `endpoint` failed (its splits are regenerated elsewhere); NotFound
   // when no live server has that endpoint.
-  Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why);
+  Status RemoveServer(const fabric::Endpoint& endpoint, const std::string& why) override;
+  std::vector<RemoteServer> Servers() const override;
+  std::vector<bool> ServersFailed() const override;
 
   // The server list: the options' servers, then the ones AddServer appended. Entries below
   // num_servers() never change, so any thread may read them without a lock.
@@ -852,7 +691,8 @@ class RemoteStore final : public PageStore {
 
   // Immutable after Init() (read by every thread).
   const RemoteStoreOptions opt_;
-  const Layout lay_;
+  const LayoutParams lay_;
+  const std::unique_ptr<const StoreLayout> layout_;  // What the store decides per layout.
   const std::string name_;
   std::optional<coding::Codec> codec_;
   std::optional<StripeCodec> stripe_codec_;  // Group layout.
@@ -958,10 +798,6 @@ class RemoteStore final : public PageStore {
 inline bool IoThread::Usable(uint32_t server) const {
   return server < conn_down_.size() && !local_failed_[server] && !conn_down_[server] &&
          !store_->failed_[server].load(std::memory_order_relaxed);
-}
-
-inline uint32_t IoThread::SlabIndexOf(PageId page) const {
-  return static_cast<uint32_t>(page / store_->pages_per_slab_ / store_->opt_.io_threads);
 }
 
 inline int IoThread::AskPass(uint32_t server, bool settled) const {

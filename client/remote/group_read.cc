@@ -11,20 +11,20 @@
 #include <bit>
 #include <cstring>
 
-#include "client/remote/engine.h"
+#include "client/remote/group_layout.h"
 #include "coding/codec.h"
 #include "common/logging.h"
 
 namespace tessera::client::remote {
 
-void IoThread::GroupStartRead(Ctx* c, bool degraded, bool verify) {
+void GroupLayout::StartRead(Ctx* c, bool degraded, bool verify) {
   PageLoc& L = gloc_[LocalIndex(c->page)];
   const bool move = c->kind == Ctx::Kind::kMove;
   const uint8_t* newest = nullptr;
   if (L.where == PageLoc::Where::kBuffered) {
     newest = gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize;
   } else if (L.where == PageLoc::Where::kWriting) {
-    newest = SplitBuf(L.writing, L.col);
+    newest = io_.SplitBuf(L.writing, L.col);
   }
   if (L.where != PageLoc::Where::kStored) {
     c->finished = true;
@@ -38,17 +38,17 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded, bool verify) {
       } else {
         std::memset(c->op->buf, 0, kPageSize);
       }
-      Complete(c->op, Status::Ok(), c->start_ns);
+      io_.Complete(c->op, Status::Ok(), c->start_ns);
       c->op = nullptr;
     }
-    MaybeRelease(c);
+    io_.MaybeRelease(c);
     return;
   }
-  Attach(c, L.slab);
+  io_.Attach(c, L.slab);
   c->pidx = L.row;
   c->col = L.col;
   c->seq = L.seq;
-  Stripe& st = slabs_[L.slab].stripes[L.row];
+  Stripe& st = io_.slabs_[L.slab].stripes[L.row];
   if (!c->stripe_ref) {
     c->stripe_ref = true;
     ++st.refs;
@@ -57,16 +57,18 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded, bool verify) {
   c->zero = st.zero;
   c->asked = c->good = c->bad = c->corrupt = c->late = 0;
   c->degraded = false;
-  Slab& s = slabs_[c->slab];
+  Slab& s = io_.slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
-  const bool silent = Silent(server);
+  const bool silent = io_.Silent(server);
   // A member a direct read just found corrupt is asked even on a slow server: unread, its
   // corruption would be neither counted nor repaired.
-  const bool classified_slow = silent || (!verify && server < slow_.size() && slow_[server]);
+  const bool classified_slow =
+      silent || (!verify && server < io_.slow_.size() && io_.slow_[server]);
   const bool slow = degraded || classified_slow;
   const bool settled = s.regen_cursor[c->col] > c->pidx && ((st.rebuilding >> c->col) & 1) == 0;
   c->asked |= 1ull << c->col;
-  if (!slow && settled && Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) return;
+  if (!slow && settled && io_.Post(c, c->col, fabric::OpKind::kRead, io_.SplitBuf(c, c->col)))
+    return;
   if (!slow && settled) c->bad |= 1ull << c->col;  // Its server is failed.
   if ((classified_slow && settled) || silent) {
     // Much slower than the others (or not answering at all): the rest of the stripe first, and
@@ -76,15 +78,16 @@ void IoThread::GroupStartRead(Ctx* c, bool degraded, bool verify) {
   } else if (slow || !settled) {
     // Ask it anyway (it may answer first, and an unsettled member may hold this stripe if the
     // stripe was written after the replacement), but go to the rest of the stripe at once.
-    if (!Post(c, c->col, fabric::OpKind::kRead, SplitBuf(c, c->col))) c->bad |= 1ull << c->col;
+    if (!io_.Post(c, c->col, fabric::OpKind::kRead, io_.SplitBuf(c, c->col)))
+      c->bad |= 1ull << c->col;
   }
   c->degraded = true;
-  GroupAskMore(c);
+  AskMore(c);
 }
 
-void IoThread::GroupAskMore(Ctx* c) {
+void GroupLayout::AskMore(Ctx* c) {
   if (c->finished) return;
-  Slab& s = slabs_[c->slab];
+  Slab& s = io_.slabs_[c->slab];
   const uint64_t bad_others = c->bad & ~(1ull << c->col);
   const int want = lay_.k + (bad_others == 0 ? lay_.delta : 0);
   int have = std::popcount((c->good | c->zero) &
@@ -104,9 +107,9 @@ void IoThread::GroupAskMore(Ctx* c) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       const bool settled =
           s.regen_cursor[j] > c->pidx && ((s.stripes[c->pidx].rebuilding >> j) & 1) == 0;
-      if (pass != AskPass(server, settled)) continue;
+      if (pass != io_.AskPass(server, settled)) continue;
       c->asked |= bit;
-      if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
+      if (io_.Post(c, j, fabric::OpKind::kRead, io_.SplitBuf(c, j))) {
         ++have;
       } else {
         c->bad |= bit;
@@ -124,32 +127,32 @@ void IoThread::GroupAskMore(Ctx* c) {
       Stripe& st = s.stripes[c->pidx];
       --st.refs;
       const uint32_t slab = c->slab, row = c->pidx;
-      GroupMaybeReleaseStripe(slab, row);
+      MaybeReleaseStripe(slab, row);
     }
     if (c->slab_ref) {
       c->slab_ref = false;
       --s.refs;
     }
-    GroupStartRead(c);
+    StartRead(c);
     return;
   }
   const int usable = std::popcount(c->good | c->zero);
-  GroupFinishRead(c, DataLoss("page " + std::to_string(c->page) + ": only " +
-                              std::to_string(usable) + " of the " + std::to_string(lay_.width()) +
-                              " members of its stripe are readable and intact (" +
-                              std::to_string(lay_.k) + " needed); the page's data is lost"));
+  FinishRead(c, DataLoss("page " + std::to_string(c->page) + ": only " + std::to_string(usable) +
+                         " of the " + std::to_string(lay_.width()) +
+                         " members of its stripe are readable and intact (" +
+                         std::to_string(lay_.k) + " needed); the page's data is lost"));
 }
 
-void IoThread::GroupOnRead(Ctx* c, int member, const Status& st) {
+void GroupLayout::OnRead(Ctx* c, int member, const Status& st) {
   const uint64_t bit = 1ull << member;
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
-  } else if (coding::Crc32c(SplitBuf(c, member), kPageSize) == c->crcs[member]) {
+  } else if (coding::Crc32c(io_.SplitBuf(c, member), kPageSize) == c->crcs[member]) {
     c->good |= bit;
   } else {
     c->bad |= bit;
-    Slab& s = slabs_[c->slab];
+    Slab& s = io_.slabs_[c->slab];
     if (s.regen_cursor[member] > c->pidx && ((s.stripes[c->pidx].rebuilding >> member) & 1) == 0 &&
         (c->kind == Ctx::Kind::kRegen || gloc_[LocalIndex(c->page)].seq == c->seq)) {
       c->corrupt |= bit;
@@ -158,41 +161,41 @@ void IoThread::GroupOnRead(Ctx* c, int member, const Status& st) {
   }
   const bool own = c->kind != Ctx::Kind::kRegen && (c->good >> c->col) & 1;
   if (own || std::popcount(c->good | c->zero) >= lay_.k) {
-    GroupFinishRead(c, Status::Ok());
+    FinishRead(c, Status::Ok());
     return;
   }
   if (!c->degraded && (c->bad & (1ull << c->col))) c->degraded = true;
-  if (c->degraded) GroupAskMore(c);
+  if (c->degraded) AskMore(c);
 }
 
-void IoThread::GroupHedge(uint64_t now) {
+void GroupLayout::Hedge(uint64_t now) {
   if (lay_.g.hedge_us == 0) return;
   const uint64_t limit = uint64_t{lay_.g.hedge_us} * 1000;
-  for (Ctx& c : ctxs_) {
+  for (Ctx& c : io_.ctxs_) {
     if (c.released || c.finished || c.degraded || c.op == nullptr) continue;
     if (c.kind != Ctx::Kind::kRead || c.outstanding == 0) continue;
     if (now - c.start_ns < limit) continue;
     c.degraded = true;
     store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
-    GroupAskMore(&c);
+    AskMore(&c);
   }
 }
 
-void IoThread::GroupFinishRead(Ctx* c, Status st) {
+void GroupLayout::FinishRead(Ctx* c, Status st) {
   c->finished = true;
-  if (st.ok()) NoteLateRequests(c);
-  Slab& s = slabs_[c->slab];
+  if (st.ok()) io_.NoteLateRequests(c);
+  Slab& s = io_.slabs_[c->slab];
   uint8_t page[kPageSize];
   const int target = c->kind == Ctx::Kind::kRegen ? c->regen_split : c->col;
   uint8_t* out = c->kind == Ctx::Kind::kRead ? c->op->buf : page;
   const uint8_t* members[kMaxWidth];
   for (int j = 0; j < lay_.width(); ++j) {
-    members[j] = (c->zero >> j) & 1 ? zero_page_.data() : SplitBuf(c, j);
+    members[j] = (c->zero >> j) & 1 ? zero_page_.data() : io_.SplitBuf(c, j);
   }
   bool decoded = false;
   if (st.ok()) {
     if (c->kind != Ctx::Kind::kRegen && ((c->good >> target) & 1)) {
-      std::memcpy(out, SplitBuf(c, target), kPageSize);
+      std::memcpy(out, io_.SplitBuf(c, target), kPageSize);
     } else {
       st = store_->stripe_codec_->Rebuild(members, c->good | c->zero, target, out, kPageSize);
       decoded = st.ok();
@@ -219,7 +222,7 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
   if (st.ok()) {
     if (c->kind == Ctx::Kind::kRegen) {
       rewrite = 1ull << target;
-      std::memcpy(SplitBuf(c, target), out, kPageSize);
+      std::memcpy(io_.SplitBuf(c, target), out, kPageSize);
     } else if (c->corrupt != 0 && unchanged) {
       const uint64_t good = c->good | c->zero;
       if (std::popcount(good) >= lay_.k) {
@@ -227,7 +230,7 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
           if (((c->corrupt >> j) & 1) == 0) continue;
           // Every outstanding request targets a member not in `corrupt`; rebuild in place.
           if (store_->stripe_codec_->Rebuild(members, good, j, page, kPageSize).ok()) {
-            std::memcpy(SplitBuf(c, j), page, kPageSize);
+            std::memcpy(io_.SplitBuf(c, j), page, kPageSize);
             rewrite |= 1ull << j;
           }
         }
@@ -239,18 +242,18 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
   if (unchanged && c->kind != Ctx::Kind::kRegen) {
     for (int j = 0; j < lay_.width(); ++j) {
       if (((c->corrupt & ~rewrite) >> j) & 1) {
-        if (free_ctx_ == nullptr) break;
-        GroupRebuildMember(c->slab, c->pidx, j, /*scrub=*/true);
+        if (io_.free_ctx_ == nullptr) break;
+        RebuildMember(c->slab, c->pidx, j, /*scrub=*/true);
       }
     }
   }
   if (c->kind == Ctx::Kind::kRead) {
-    Complete(c->op, st, c->start_ns);
+    io_.Complete(c->op, st, c->start_ns);
     c->op = nullptr;
   } else if (c->kind == Ctx::Kind::kMove) {
     L->moving = false;
     if (st.ok() && unchanged) {
-      GroupBufferPage(c->page, out, nullptr, 0);  // Kills the old slot; the move is buffered.
+      BufferPage(c->page, out, nullptr, 0);  // Kills the old slot; the move is buffered.
     } else {
       --compact_inflight_;
       if (!st.ok()) {
@@ -258,10 +261,10 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
       }
     }
   } else {  // kRegen
-    --regen_inflight_;
+    --io_.regen_inflight_;
     if (!st.ok()) s.stripes[c->pidx].rebuilding &= ~(1ull << target);
     if (!st.ok()) {
-      const uint64_t failures = ++regen_failures_;
+      const uint64_t failures = ++io_.regen_failures_;
       if (LogThisOne(failures)) {
         TLOG(WARNING) << store_->name_ << ": cannot rebuild member " << target << " of stripe "
                       << c->pidx << " of slab " << s.id << ": " << st << " (" << failures
@@ -275,24 +278,24 @@ void IoThread::GroupFinishRead(Ctx* c, Status st) {
     c->asked = rewrite;
     c->good = 0;
     for (int j = 0; j < lay_.width(); ++j) {
-      if ((rewrite & (1ull << j)) && !Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) {
+      if ((rewrite & (1ull << j)) && !io_.Post(c, j, fabric::OpKind::kWrite, io_.SplitBuf(c, j))) {
         c->asked &= ~(1ull << j);
         if (c->kind == Ctx::Kind::kRegen) s.stripes[c->pidx].rebuilding &= ~(1ull << j);
       }
     }
   }
-  MaybeRelease(c);
+  io_.MaybeRelease(c);
 }
 
-Result<std::vector<size_t>> IoThread::GroupLocate(PageId page) {
+Result<std::vector<size_t>> GroupLayout::Locate(PageId page) {
   const PageLoc& L = gloc_[LocalIndex(page)];
   const Slab* s = nullptr;
   int col = 0;
   if (L.where == PageLoc::Where::kStored) {
-    s = &slabs_[L.slab];
+    s = &io_.slabs_[L.slab];
     col = L.col;
   } else if (L.where == PageLoc::Where::kWriting) {
-    s = &slabs_[L.writing->slab];
+    s = &io_.slabs_[L.writing->slab];
     col = L.col;
   } else {
     return NotFound(

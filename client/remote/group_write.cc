@@ -16,22 +16,17 @@
 #include <bit>
 #include <cstring>
 
-#include "client/remote/engine.h"
+#include "client/remote/group_layout.h"
 #include "coding/codec.h"
 #include "common/logging.h"
 
 namespace tessera::client::remote {
 
-uint64_t IoThread::LocalIndex(PageId p) const {
-  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
-  return (p / kGroupRun / T) * kGroupRun + p % kGroupRun;
+void GroupLayout::StartWrite(PageOp* op, uint64_t start_ns) {
+  BufferPage(op->page, op->buf, op, start_ns);
 }
 
-void IoThread::GroupStartWrite(PageOp* op, uint64_t start_ns) {
-  GroupBufferPage(op->page, op->buf, op, start_ns);
-}
-
-void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns) {
+void GroupLayout::BufferPage(PageId page, const uint8_t* data, PageOp* op, uint64_t start_ns) {
   PageLoc& L = gloc_[LocalIndex(page)];
   if (L.where == PageLoc::Where::kBuffered && gbuf_[L.row].seq == L.seq) {
     // Rewritten before its stripe was sealed: replace the buffered copy.
@@ -41,7 +36,7 @@ void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uin
     if (op != nullptr) gbuf_ops_.emplace_back(op, start_ns);
     return;
   }
-  GroupKill(page);  // Its stored slot (if any) is garbage now.
+  Kill(page);  // Its stored slot (if any) is garbage now.
   const uint32_t slot = static_cast<uint32_t>(gbuf_.size());
   std::memcpy(gbuf_data_.data() + static_cast<size_t>(slot) * kPageSize, data, kPageSize);
   ++L.seq;
@@ -55,27 +50,27 @@ void IoThread::GroupBufferPage(PageId page, const uint8_t* data, PageOp* op, uin
   } else {
     ++gbuf_moves_;
   }
-  unsettled_.fetch_add(1, std::memory_order_relaxed);
-  if (gbuf_.size() == 1) gbuf_since_ns_ = now_ns_;
+  io_.unsettled_.fetch_add(1, std::memory_order_relaxed);
+  if (gbuf_.size() == 1) gbuf_since_ns_ = io_.now_ns_;
   // Seal once k pages wait, or as many as the open stripe has reclaimed slots for (so they are
   // filled in place rather than left for a new row).
   size_t seal_at = static_cast<size_t>(lay_.k);
-  if (open_slab_ == kNoSlot && !reclaim_ready_.empty()) (void)GroupInstallReclaimed();
+  if (open_slab_ == kNoSlot && !reclaim_ready_.empty()) (void)InstallReclaimed();
   if (open_reclaimed_ != 0 && open_slab_ != kNoSlot) {
-    const int f = std::popcount(GroupOpenFree(slabs_[open_slab_].stripes[open_row_]));
+    const int f = std::popcount(OpenFree(io_.slabs_[open_slab_].stripes[open_row_]));
     if (f > 0) seal_at = std::min(seal_at, static_cast<size_t>(f));
   }
   // (Sealing early only pays if the open stripe takes the pages now; else wait for k.)
   if (gbuf_.size() >= static_cast<size_t>(lay_.k) ||
-      (gbuf_.size() >= seal_at && GroupOpenStripe(static_cast<int>(gbuf_.size())) != nullptr)) {
-    (void)GroupSeal(/*all=*/false);
+      (gbuf_.size() >= seal_at && OpenStripe(static_cast<int>(gbuf_.size())) != nullptr)) {
+    (void)Seal(/*all=*/false);
   }
 }
 
-void IoThread::GroupKill(PageId page) {
+void GroupLayout::Kill(PageId page) {
   PageLoc& L = gloc_[LocalIndex(page)];
   if (L.where != PageLoc::Where::kStored) return;
-  Slab& s = slabs_[L.slab];
+  Slab& s = io_.slabs_[L.slab];
   Stripe& st = s.stripes[L.row];
   st.page[L.col] = kNoPage;
   --st.live;
@@ -83,15 +78,15 @@ void IoThread::GroupKill(PageId page) {
   store_->stats_.stored_pages.fetch_sub(1, std::memory_order_relaxed);
   L.where = PageLoc::Where::kNone;
   L.moving = false;
-  GroupMaybeReleaseStripe(L.slab, L.row);
+  MaybeReleaseStripe(L.slab, L.row);
 }
 
-void IoThread::GroupMaybeReleaseStripe(uint32_t slab, uint32_t row) {
-  Slab& s = slabs_[slab];
+void GroupLayout::MaybeReleaseStripe(uint32_t slab, uint32_t row) {
+  Slab& s = io_.slabs_[slab];
   Stripe& st = s.stripes[row];
   if (st.state != Stripe::State::kSealed || st.live > 0 || st.refs > 0) return;
   st.state = Stripe::State::kFree;
-  if (open_slab_ == slab && open_row_ == row) GroupCloseOpenStripe();
+  if (open_slab_ == slab && open_row_ == row) CloseOpenStripe();
   --s.stripes_used;
   gused_ -= static_cast<uint64_t>(lay_.k);
   // Members of a free row need no regeneration.
@@ -107,42 +102,43 @@ void IoThread::GroupMaybeReleaseStripe(uint32_t slab, uint32_t row) {
     // Give an empty slab back when a trim asked for it or when the other slabs have a slab's
     // worth of free rows (so a steady write load does not allocate and free in turn).
     uint64_t free_rows = 0;
-    for (const Slab& o : slabs_) {
+    for (const Slab& o : io_.slabs_) {
       if (o.allocated && &o != &s) free_rows += gslab_rows_ - o.stripes_used;
     }
     if (free_rows >= gslab_rows_) s.free_wanted = true;
-    MaybeFreeSlab(s);  // Once no op context uses it (else when the last one is released).
+    io_.MaybeFreeSlab(s);  // Once no op context uses it (else when the last one is released).
   }
 }
 
-bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
+bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why) {
   // Members of a slab on failed servers (no replacement was found): stripes there are stored
   // with fewer members, so new stripes go to healthy slabs first.
   auto missing = [&](const Slab& s) {
     int n = 0;
     for (int j = 0; j < lay_.width(); ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-      n += server == kNoServer || local_failed_[server] || store_->failed_[server].load() ? 1 : 0;
+      n += server == kNoServer || io_.local_failed_[server] || store_->failed_[server].load() ? 1
+                                                                                              : 0;
     }
     return n;
   };
   // Fill the fullest healthy slab first (so emptier ones drain and can be given back).
   auto pick = [&](int max_missing) {
     int best = -1;
-    for (size_t i = 0; i < slabs_.size(); ++i) {
-      const Slab& s = slabs_[i];
+    for (size_t i = 0; i < io_.slabs_.size(); ++i) {
+      const Slab& s = io_.slabs_[i];
       if (!s.allocated || s.draining || s.stripes_used >= gslab_rows_) continue;
       if (missing(s) > max_missing) continue;
-      if (best < 0 || s.stripes_used > slabs_[best].stripes_used) best = static_cast<int>(i);
+      if (best < 0 || s.stripes_used > io_.slabs_[best].stripes_used) best = static_cast<int>(i);
     }
     return best;
   };
   int best = pick(0);
   if (best < 0) {
-    for (size_t i = 0; i < slabs_.size(); ++i) {
-      if (slabs_[i].allocated) continue;
-      Status st = AllocateSlab(slabs_[i]);
-      now_ns_ = MonotonicNs();  // The control calls may have blocked.
+    for (size_t i = 0; i < io_.slabs_.size(); ++i) {
+      if (io_.slabs_[i].allocated) continue;
+      Status st = io_.AllocateSlab(io_.slabs_[i]);
+      io_.now_ns_ = MonotonicNs();  // The control calls may have blocked.
       if (!st.ok()) {
         *why = st;
       } else {
@@ -154,8 +150,8 @@ bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
   if (best < 0) best = pick(lay_.r);  // Degraded: still at least k members.
   if (best < 0) {
     // Out of slabs: stop draining one rather than fail.
-    for (size_t i = 0; i < slabs_.size() && best < 0; ++i) {
-      Slab& s = slabs_[i];
+    for (size_t i = 0; i < io_.slabs_.size() && best < 0; ++i) {
+      Slab& s = io_.slabs_[i];
       if (s.allocated && s.draining && s.stripes_used < gslab_rows_ && missing(s) <= lay_.r) {
         s.draining = false;
         s.free_wanted = false;
@@ -171,7 +167,7 @@ bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
     }
     return false;
   }
-  Slab& s = slabs_[best];
+  Slab& s = io_.slabs_[best];
   for (uint32_t n = 0; n < gslab_rows_; ++n) {
     const uint32_t r = (s.row_cursor + n) % gslab_rows_;
     if (s.stripes[r].state == Stripe::State::kFree) {
@@ -185,9 +181,9 @@ bool IoThread::GroupFreeRow(uint32_t* slab, uint32_t* row, Status* why) {
   return false;
 }
 
-bool IoThread::GroupSeal(bool all) {
+bool GroupLayout::Seal(bool all) {
   while (!gbuf_.empty()) {
-    if (free_ctx_ == nullptr) return false;
+    if (io_.free_ctx_ == nullptr) return false;
     // Pages trimmed (or rewritten into a later buffer) since they were buffered are dropped.
     int n = 0;
     for (const Buffered& b : gbuf_) n += gloc_[LocalIndex(b.page)].seq == b.seq ? 1 : 0;
@@ -195,16 +191,16 @@ bool IoThread::GroupSeal(bool all) {
       // In-place compaction fills reclaimed slots a few at a time: the open stripe may take part
       // of the buffer. Re-striping fills padding only with the whole buffer.
       const bool partial = lay_.g.compaction == GroupCompaction::kInPlace;
-      if (Stripe* open = GroupOpenStripe(partial ? 1 : n)) {
-        const bool whole = std::popcount(GroupOpenFree(*open)) >= n;
-        GroupExtend(*open);
+      if (Stripe* open = OpenStripe(partial ? 1 : n)) {
+        const bool whole = std::popcount(OpenFree(*open)) >= n;
+        Extend(*open);
         if (whole || !all) return true;
         continue;  // The rest: the next reclaimed stripe, or a new one.
       }
     }
     uint32_t slab = 0, row = 0;
     Status why;
-    if (n > 0 && !GroupFreeRow(&slab, &row, &why)) {
+    if (n > 0 && !FreeRow(&slab, &row, &why)) {
       // No stripe space: fail the buffered writes (their pages become never-written) rather than
       // block the thread; logged at 1, 2, 4, ...
       if (LogThisOne(++out_of_space_)) {
@@ -220,20 +216,20 @@ bool IoThread::GroupSeal(bool all) {
         }
       }
       for (auto& [op, start] : gbuf_ops_) {
-        Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()),
-                 start);
+        io_.Complete(op, Unavailable("page " + std::to_string(op->page) + ": " + why.ToString()),
+                     start);
       }
       compact_inflight_ -= std::min(compact_inflight_, gbuf_moves_);
-      unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
+      io_.unsettled_.fetch_sub(gbuf_.size(), std::memory_order_relaxed);
       gbuf_.clear();
       gbuf_ops_.clear();
       gbuf_moves_ = 0;
       return true;
     }
-    Ctx* c = NewCtx();
-    const size_t ci = static_cast<size_t>(c - ctxs_.data());
+    Ctx* c = io_.NewCtx();
+    const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
     c->kind = Ctx::Kind::kStripe;
-    c->start_ns = now_ns_;
+    c->start_ns = io_.now_ns_;
     stripe_ops_[ci].swap(gbuf_ops_);
     gbuf_ops_.clear();
     stripe_moves_[ci] = gbuf_moves_;
@@ -248,12 +244,12 @@ bool IoThread::GroupSeal(bool all) {
       c->slab = kNoSlot;
       gbuf_.clear();
       gbuf_moves_ = 0;
-      GroupStripeSettled(c);
+      StripeSettled(c);
       return true;
     }
-    Attach(c, slab);
+    io_.Attach(c, slab);
     c->pidx = row;
-    Slab& s = slabs_[slab];
+    Slab& s = io_.slabs_[slab];
     Stripe& st = s.stripes[row];
     st.state = Stripe::State::kWriting;
     st.live = 0;
@@ -265,7 +261,7 @@ bool IoThread::GroupSeal(bool all) {
     for (const Buffered& b : gbuf_) {
       PageLoc& L = gloc_[LocalIndex(b.page)];
       if (L.seq != b.seq) continue;
-      std::memcpy(SplitBuf(c, m), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
+      std::memcpy(io_.SplitBuf(c, m), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
                   kPageSize);
       st.page[m] = b.page;
       stripe_seq_[ci][m] = b.seq;
@@ -277,7 +273,7 @@ bool IoThread::GroupSeal(bool all) {
     c->zero = 0;
     for (int j = m; j < lay_.k; ++j) {
       st.page[j] = kNoPage;
-      std::memset(SplitBuf(c, j), 0, kPageSize);
+      std::memset(io_.SplitBuf(c, j), 0, kPageSize);
       c->zero |= 1ull << j;
     }
     st.zero = c->zero;
@@ -285,11 +281,11 @@ bool IoThread::GroupSeal(bool all) {
                                            std::memory_order_relaxed);
     const uint8_t* data[coding::kMaxDataSplits];
     uint8_t* parity[coding::kMaxParitySplits];
-    for (int j = 0; j < lay_.k; ++j) data[j] = SplitBuf(c, j);
-    for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+    for (int j = 0; j < lay_.k; ++j) data[j] = io_.SplitBuf(c, j);
+    for (int j = 0; j < lay_.r; ++j) parity[j] = io_.SplitBuf(c, lay_.k + j);
     store_->stripe_codec_->Encode(data, parity, kPageSize);
     for (int j = 0; j < lay_.width(); ++j) {
-      st.crc[j] = (c->zero >> j) & 1 ? 0 : coding::Crc32c(SplitBuf(c, j), kPageSize);
+      st.crc[j] = (c->zero >> j) & 1 ? 0 : coding::Crc32c(io_.SplitBuf(c, j), kPageSize);
     }
     c->crcs = st.crc;
     c->seq = static_cast<uint32_t>(settle_count);  // Given back to unsettled_ when it settles.
@@ -299,34 +295,34 @@ bool IoThread::GroupSeal(bool all) {
     const uint64_t all = (lay_.width() == 64 ? ~0ull : (1ull << lay_.width()) - 1);
     c->asked = all & ~c->zero;
     c->good = c->bad = 0;
-    GroupPostAsked(c);
+    PostAsked(c);
     return true;
   }
   return true;
 }
 
-Stripe* IoThread::GroupOpenStripe(int n) {
-  if (free_ctx_ == nullptr) return nullptr;
-  if (open_slab_ == kNoSlot && !GroupInstallReclaimed()) return nullptr;
-  Slab& s = slabs_[open_slab_];
+Stripe* GroupLayout::OpenStripe(int n) {
+  if (io_.free_ctx_ == nullptr) return nullptr;
+  if (open_slab_ == kNoSlot && !InstallReclaimed()) return nullptr;
+  Slab& s = io_.slabs_[open_slab_];
   Stripe& st = s.stripes[open_row_];
   const uint64_t data_mask = (1ull << lay_.k) - 1;
   (void)data_mask;
   if (!s.allocated || s.draining || st.gen != open_gen_ || st.state != Stripe::State::kSealed ||
-      GroupOpenFree(st) == 0) {
-    GroupCloseOpenStripe();
-    if (!GroupInstallReclaimed()) return nullptr;
-    return GroupOpenStripe(n);  // The reclaimed stripe just installed.
+      OpenFree(st) == 0) {
+    CloseOpenStripe();
+    if (!InstallReclaimed()) return nullptr;
+    return OpenStripe(n);  // The reclaimed stripe just installed.
   }
   // Reads in flight on the stripe use its CRCs and padding as they were: wait for them.
-  if (st.refs > 0 || st.rebuilding != 0 || std::popcount(GroupOpenFree(st)) < n) {
+  if (st.refs > 0 || st.rebuilding != 0 || std::popcount(OpenFree(st)) < n) {
     return nullptr;
   }
   for (int j = 0; j < lay_.width(); ++j) {
     const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-    if (server == kNoServer || local_failed_[server] || store_->failed_[server].load() ||
+    if (server == kNoServer || io_.local_failed_[server] || store_->failed_[server].load() ||
         s.regen_cursor[j] <= open_row_) {
-      GroupCloseOpenStripe();  // Being rebuilt: no in-place update.
+      CloseOpenStripe();  // Being rebuilt: no in-place update.
       return nullptr;
     }
   }
@@ -341,21 +337,21 @@ Stripe* IoThread::GroupOpenStripe(int n) {
 // count as being rebuilt (a read decodes with the old, consistent state -- reclaimed slots
 // still as the data they hold -- and never takes a half-updated member for a good one). When
 // it settles, reclaimed slots not filled become padding: the new parity no longer covers them.
-void IoThread::GroupExtend(Stripe& st) {
-  Ctx* c = NewCtx();
-  const size_t ci = static_cast<size_t>(c - ctxs_.data());
+void GroupLayout::Extend(Stripe& st) {
+  Ctx* c = io_.NewCtx();
+  const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
   c->kind = Ctx::Kind::kStripe;
   c->extend = true;
-  c->start_ns = now_ns_;
-  Attach(c, open_slab_);
+  c->start_ns = io_.now_ns_;
+  io_.Attach(c, open_slab_);
   c->pidx = open_row_;
   st.state = Stripe::State::kWriting;
   uint8_t* parity[coding::kMaxParitySplits];
   for (int j = 0; j < lay_.r; ++j) {
-    parity[j] = SplitBuf(c, lay_.k + j);
+    parity[j] = io_.SplitBuf(c, lay_.k + j);
     std::memcpy(parity[j], open_parity_.data() + static_cast<size_t>(j) * kPageSize, kPageSize);
   }
-  const uint64_t free_mask = GroupOpenFree(st);
+  const uint64_t free_mask = OpenFree(st);
   uint64_t free_slots = free_mask;
   uint64_t chosen = 0;
   std::vector<size_t> keep;  // Live buffered pages that do not fit: they stay buffered.
@@ -375,9 +371,9 @@ void IoThread::GroupExtend(Stripe& st) {
     const int j = std::countr_zero(free_slots);
     free_slots &= free_slots - 1;
     chosen |= 1ull << j;
-    std::memcpy(SplitBuf(c, j), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
+    std::memcpy(io_.SplitBuf(c, j), gbuf_data_.data() + static_cast<size_t>(L.row) * kPageSize,
                 kPageSize);
-    store_->stripe_codec_->UpdateParity(j, SplitBuf(c, j), parity, kPageSize);
+    store_->stripe_codec_->UpdateParity(j, io_.SplitBuf(c, j), parity, kPageSize);
     st.page[j] = b.page;
     stripe_seq_[ci][j] = b.seq;
     L.where = PageLoc::Where::kWriting;
@@ -388,7 +384,7 @@ void IoThread::GroupExtend(Stripe& st) {
   c->zero = (st.zero | free_mask) & ~chosen;
   c->crcs = st.crc;
   for (int j = 0; j < lay_.width(); ++j) {
-    if (((chosen | pmask) >> j) & 1) c->crcs[j] = coding::Crc32c(SplitBuf(c, j), kPageSize);
+    if (((chosen | pmask) >> j) & 1) c->crcs[j] = coding::Crc32c(io_.SplitBuf(c, j), kPageSize);
   }
   st.rebuilding |= pmask;
   // The user writes of the pages taken (and of dead ones) settle with this stripe; those of the
@@ -431,64 +427,65 @@ void IoThread::GroupExtend(Stripe& st) {
   c->good = all & ~c->zero & ~c->asked;  // The members left as they are.
   open_reclaimed_ = 0;  // The stripe is being written: GroupOpenStripe() refuses it meanwhile.
   c->bad = 0;
-  GroupPostAsked(c);
+  PostAsked(c);
 }
 
-void IoThread::GroupPostAsked(Ctx* c) {
+void GroupLayout::PostAsked(Ctx* c) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((c->asked & bit) == 0) continue;
     // A member whose server failed is re-placed first; one whose server cannot take it now
     // waits (PostOrPark).
-    if (!PostOrPark(c, j, SplitBuf(c, j))) c->bad |= bit;
+    if (!io_.PostOrPark(c, j, io_.SplitBuf(c, j))) c->bad |= bit;
   }
-  if (c->outstanding == 0) GroupStripeSettled(c);
+  if (c->outstanding == 0) StripeSettled(c);
 }
 
-void IoThread::GroupOnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st) {
+void GroupLayout::OnStripeWrite(Ctx* c, int member, uint32_t server, const Status& st) {
   const uint64_t bit = 1ull << member;
-  Slab& slab = slabs_[c->slab];
+  Slab& slab = io_.slabs_[c->slab];
   if (st.ok() && slab.server[member].load(std::memory_order_relaxed) != server &&
       (c->retried & bit) == 0) {
     // Stored on a server the member has since moved away from (failure or eviction notice
     // while in flight): store it at the replacement too, or it would be missing there.
     c->retried |= bit;
-    if (Post(c, member, fabric::OpKind::kWrite, SplitBuf(c, member))) return;
+    if (io_.Post(c, member, fabric::OpKind::kWrite, io_.SplitBuf(c, member))) return;
     c->bad |= bit;
   } else if (st.ok()) {
     c->good |= bit;
   } else {
     Slab& s = slab;
-    if (IsConnectionError(st)) ServerError(server, st);
+    if (IsConnectionError(st)) io_.ServerError(server, st);
     if (s.server[member].load(std::memory_order_relaxed) != server) {
-      if (!PostOrPark(c, member, SplitBuf(c, member))) c->bad |= bit;  // At the replacement.
+      if (!io_.PostOrPark(c, member, io_.SplitBuf(c, member)))
+        c->bad |= bit;  // At the replacement.
     } else if (IsConnectionError(st) && server != kNoServer && !store_->failed_[server].load()) {
-      Park(c, member);  // Until it is reachable again or failed (then re-placed).
+      io_.Park(c, member);  // Until it is reachable again or failed (then re-placed).
     } else if ((c->retried & bit) == 0 && server != kNoServer &&
                !store_->failed_[server].load()) {
       c->retried |= bit;  // Refused once: retry once.
-      if (!PostOrPark(c, member, SplitBuf(c, member))) c->bad |= bit;
+      if (!io_.PostOrPark(c, member, io_.SplitBuf(c, member))) c->bad |= bit;
     } else {
       c->bad |= bit;
     }
   }
-  GroupStripeProgress(c);
+  StripeProgress(c);
 }
 
-void IoThread::GroupStripeProgress(Ctx* c) {
+void GroupLayout::StripeProgress(Ctx* c) {
   const int stored = std::popcount(c->good | c->zero);
   if (!c->acked && lay_.ack == AckPolicy::kFirstK && stored >= lay_.k) {
     // Readable now (any k members rebuild every page): acknowledge, settle later.
     c->acked = true;
-    const size_t ci = static_cast<size_t>(c - ctxs_.data());
-    for (auto& [op, start] : stripe_ops_[ci]) Complete(op, Status::Ok(), start);
+    const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
+    for (auto& [op, start] : stripe_ops_[ci]) io_.Complete(op, Status::Ok(), start);
     stripe_ops_[ci].clear();
   }
-  if (c->outstanding == 0) GroupStripeSettled(c);
+  if (c->outstanding == 0) StripeSettled(c);
 }
 
-void IoThread::GroupStripeSettled(Ctx* c) {
-  const size_t ci = static_cast<size_t>(c - ctxs_.data());
+void GroupLayout::StripeSettled(Ctx* c) {
+  const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
   const bool stored_ok = c->slab == kNoSlot || std::popcount(c->good | c->zero) >= lay_.k;
   Status fail;
   if (!stored_ok) {
@@ -497,7 +494,7 @@ void IoThread::GroupStripeSettled(Ctx* c) {
                        " stripe members could be stored");
   }
   if (c->slab != kNoSlot) {
-    Slab& s = slabs_[c->slab];
+    Slab& s = io_.slabs_[c->slab];
     Stripe& st = s.stripes[c->pidx];
     st.state = Stripe::State::kSealed;
     if (stored_ok) {
@@ -506,7 +503,7 @@ void IoThread::GroupStripeSettled(Ctx* c) {
       const uint64_t missing = c->asked & ~c->good & ~c->zero;
       for (int j = 0; j < lay_.width(); ++j) {
         if (((missing >> j) & 1) && s.remote[j] != 0) {
-          NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
+          io_.NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
         }
       }
     }
@@ -533,10 +530,10 @@ void IoThread::GroupStripeSettled(Ctx* c) {
       open_gen_ = st.gen;
       for (int j = 0; j < lay_.r; ++j) {
         std::memcpy(open_parity_.data() + static_cast<size_t>(j) * kPageSize,
-                    SplitBuf(c, lay_.k + j), kPageSize);
+                    io_.SplitBuf(c, lay_.k + j), kPageSize);
       }
     } else if (open_slab_ == c->slab && open_row_ == c->pidx) {
-      GroupCloseOpenStripe();
+      CloseOpenStripe();
     }
     for (int m = 0; m < lay_.k; ++m) {
       if (c->extend && ((c->asked >> m) & 1) == 0) continue;  // Pages already there.
@@ -569,23 +566,24 @@ void IoThread::GroupStripeSettled(Ctx* c) {
   if (!c->acked) {
     c->acked = true;
     for (auto& [op, start] : stripe_ops_[ci]) {
-      Complete(op,
-               stored_ok ? Status::Ok()
-                         : Unavailable("page " + std::to_string(op->page) + ": " + fail.ToString()),
-               start);
+      io_.Complete(op,
+                   stored_ok
+                       ? Status::Ok()
+                       : Unavailable("page " + std::to_string(op->page) + ": " + fail.ToString()),
+                   start);
     }
     stripe_ops_[ci].clear();
   }
   compact_inflight_ -= std::min(compact_inflight_, stripe_moves_[ci]);
   store_->stats_.compaction_moves.fetch_add(stripe_moves_[ci], std::memory_order_relaxed);
   stripe_moves_[ci] = 0;
-  unsettled_.fetch_sub(c->seq, std::memory_order_release);
+  io_.unsettled_.fetch_sub(c->seq, std::memory_order_release);
   c->finished = true;
   const uint32_t slab = c->slab, row = c->pidx;
   const bool had_slab = c->slab != kNoSlot;
   if (!had_slab) c->slab_ref = false;
-  MaybeRelease(c);
-  if (had_slab) GroupMaybeReleaseStripe(slab, row);
+  io_.MaybeRelease(c);
+  if (had_slab) MaybeReleaseStripe(slab, row);
 }
 
 // Compaction keeps two bounds.
@@ -596,31 +594,31 @@ void IoThread::GroupStripeSettled(Ctx* c) {
 // Each move reads the page (one round trip, degraded if need be) and buffers it like a write;
 // its old slot becomes garbage once it is buffered, and a row is free once its last live page
 // has moved. At most 64 moves are in flight, and only while op contexts are plentiful.
-void IoThread::GroupCompact() {
+void GroupLayout::Compact() {
   constexpr uint32_t kMaxMoves = 64;
-  if (compact_inflight_ >= kMaxMoves || free_ctx_count_ < 8) return;
-  Stripe* open = open_slab_ == kNoSlot ? nullptr : &slabs_[open_slab_].stripes[open_row_];
+  if (compact_inflight_ >= kMaxMoves || io_.free_ctx_count_ < 8) return;
+  Stripe* open = open_slab_ == kNoSlot ? nullptr : &io_.slabs_[open_slab_].stripes[open_row_];
   auto move_stripe = [&](Stripe& st) {
     if (&st == open) return;  // Filling up in place; not garbage.
-    for (int m = 0; m < lay_.k && compact_inflight_ < kMaxMoves && free_ctx_count_ >= 8; ++m) {
+    for (int m = 0; m < lay_.k && compact_inflight_ < kMaxMoves && io_.free_ctx_count_ >= 8; ++m) {
       const PageId p = st.page[m];
       if (p == kNoPage) continue;
       PageLoc& L = gloc_[LocalIndex(p)];
       if (L.where != PageLoc::Where::kStored || L.moving) continue;
       L.moving = true;  // Cleared when the move's read finishes.
-      Ctx* c = NewCtx();
+      Ctx* c = io_.NewCtx();
       c->kind = Ctx::Kind::kMove;
       c->page = p;
-      c->start_ns = now_ns_;
+      c->start_ns = io_.now_ns_;
       ++compact_inflight_;
-      GroupStartRead(c);
+      StartRead(c);
     }
   };
   // Scattered free rows: pick a slab to drain when none is draining.
   uint64_t free_rows = 0;
   Slab* draining = nullptr;
   Slab* emptiest = nullptr;
-  for (Slab& s : slabs_) {
+  for (Slab& s : io_.slabs_) {
     if (!s.allocated) continue;
     if (s.draining) {
       draining = &s;
@@ -635,8 +633,8 @@ void IoThread::GroupCompact() {
     draining = emptiest;
     draining->draining = true;
     draining->free_wanted = true;  // Given back once empty.
-    if (open_slab_ == static_cast<uint32_t>(draining - slabs_.data())) {
-      GroupCloseOpenStripe();
+    if (open_slab_ == static_cast<uint32_t>(draining - io_.slabs_.data())) {
+      CloseOpenStripe();
       open = nullptr;
     }
   }
@@ -649,7 +647,7 @@ void IoThread::GroupCompact() {
   }
   // Garbage.
   const uint64_t k = static_cast<uint64_t>(lay_.k);
-  const uint64_t pending = unsettled_.load(std::memory_order_relaxed);
+  const uint64_t pending = io_.unsettled_.load(std::memory_order_relaxed);
   const double bound = lay_.g.max_garbage_factor * static_cast<double>(glive_ + pending) + 2.0 * k;
   if (static_cast<double>(gused_) <= bound) return;
   if (lay_.g.compaction == GroupCompaction::kInPlace) {
@@ -663,13 +661,14 @@ void IoThread::GroupCompact() {
       uint32_t slab, row;
     };
     std::vector<Candidate> candidates;
-    for (size_t si = 0; si < slabs_.size(); ++si) {
-      Slab& s = slabs_[si];
+    for (size_t si = 0; si < io_.slabs_.size(); ++si) {
+      Slab& s = io_.slabs_[si];
       if (!s.allocated || s.draining) continue;
       bool healthy = true;
       for (int j = 0; j < lay_.width() && healthy; ++j) {
         const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-        healthy = server != kNoServer && !local_failed_[server] && !store_->failed_[server].load();
+        healthy =
+            server != kNoServer && !io_.local_failed_[server] && !store_->failed_[server].load();
       }
       if (!healthy) continue;
       for (uint32_t row = 0; row < gslab_rows_; ++row) {
@@ -691,21 +690,21 @@ void IoThread::GroupCompact() {
       const size_t n = std::min(candidates.size(), kMaxReclaims - reclaiming_.size());
       std::partial_sort(candidates.begin(), candidates.begin() + n, candidates.end(),
                         [](const Candidate& a, const Candidate& b) { return a.g > b.g; });
-      for (size_t i = 0; i < n && free_ctx_count_ >= 8; ++i) {
-        (void)GroupStartReclaim(candidates[i].slab, candidates[i].row);
+      for (size_t i = 0; i < n && io_.free_ctx_count_ >= 8; ++i) {
+        (void)StartReclaim(candidates[i].slab, candidates[i].row);
       }
       return;
     }
   }
   // The sealed stripes with the fewest live pages (most garbage) first, up to the move budget.
   for (int live_limit = 1; live_limit < lay_.k && compact_inflight_ < kMaxMoves; ++live_limit) {
-    for (size_t si = 0; si < slabs_.size() && compact_inflight_ < kMaxMoves; ++si) {
-      Slab& s = slabs_[si];
+    for (size_t si = 0; si < io_.slabs_.size() && compact_inflight_ < kMaxMoves; ++si) {
+      Slab& s = io_.slabs_[si];
       if (!s.allocated) continue;
       for (uint32_t row = 0; row < gslab_rows_ && compact_inflight_ < kMaxMoves; ++row) {
         Stripe& st = s.stripes[row];
         if (st.state != Stripe::State::kSealed || st.live == 0 || st.live > live_limit) continue;
-        if (free_ctx_count_ < 8) return;
+        if (io_.free_ctx_count_ < 8) return;
         move_stripe(st);
       }
     }
@@ -713,25 +712,25 @@ void IoThread::GroupCompact() {
   }
 }
 
-void IoThread::GroupHousekeeping(uint64_t now) {
-  if (seal_wanted_.exchange(false, std::memory_order_acq_rel) ||
+void GroupLayout::Housekeeping(uint64_t now) {
+  if (io_.seal_wanted_.exchange(false, std::memory_order_acq_rel) ||
       (!gbuf_.empty() && now - gbuf_since_ns_ >= uint64_t{lay_.g.fill_us} * 1000)) {
-    if (!GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);  // Retry next tick.
+    if (!Seal()) io_.seal_wanted_.store(true, std::memory_order_relaxed);  // Retry next tick.
   }
   if (now - last_hedge_scan_ns_ >= 500000) {
     last_hedge_scan_ns_ = now;
-    GroupHedge(now);
-    GroupCompact();
+    Hedge(now);
+    Compact();
   }
 }
 
-void IoThread::GroupTrim(PageId first, uint64_t count) {
+void GroupLayout::Trim(PageId first, uint64_t count) {
   const uint64_t end = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);
   const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
   for (PageId p = first; p < end;) {
     const uint64_t run = p / kGroupRun;
     const PageId run_end = std::min<uint64_t>((run + 1) * kGroupRun, end);
-    if (run % T != static_cast<uint64_t>(index_)) {
+    if (run % T != static_cast<uint64_t>(io_.index_)) {
       p = run_end;
       continue;
     }
@@ -739,9 +738,9 @@ void IoThread::GroupTrim(PageId first, uint64_t count) {
       PageLoc& L = gloc_[LocalIndex(p)];
       if (L.where == PageLoc::Where::kNone) continue;
       if (L.where == PageLoc::Where::kStored) {
-        Slab& s = slabs_[L.slab];
+        Slab& s = io_.slabs_[L.slab];
         s.free_wanted = true;
-        GroupKill(p);
+        Kill(p);
       }
       // Buffered or being written: the newer sequence makes its slot garbage when it settles.
       L.where = PageLoc::Where::kNone;
@@ -751,8 +750,8 @@ void IoThread::GroupTrim(PageId first, uint64_t count) {
     }
   }
   // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now).
-  for (Slab& s : slabs_) {
-    if (s.allocated && s.free_wanted && s.stripes_used == 0) MaybeFreeSlab(s);
+  for (Slab& s : io_.slabs_) {
+    if (s.allocated && s.free_wanted && s.stripes_used == 0) io_.MaybeFreeSlab(s);
   }
 }
 
@@ -760,9 +759,9 @@ void IoThread::GroupTrim(PageId first, uint64_t count) {
 
 namespace tessera::client::remote {
 
-bool IoThread::GroupStartReclaim(uint32_t slab, uint32_t row) {
-  if (free_ctx_ == nullptr) return false;
-  Stripe& st = slabs_[slab].stripes[row];
+bool GroupLayout::StartReclaim(uint32_t slab, uint32_t row) {
+  if (io_.free_ctx_ == nullptr) return false;
+  Stripe& st = io_.slabs_[slab].stripes[row];
   const uint64_t data_mask = (1ull << lay_.k) - 1;
   uint64_t garbage = 0;
   for (int j = 0; j < lay_.k; ++j) {
@@ -770,11 +769,11 @@ bool IoThread::GroupStartReclaim(uint32_t slab, uint32_t row) {
   }
   garbage &= data_mask;
   if (garbage == 0) return false;
-  Ctx* c = NewCtx();
+  Ctx* c = io_.NewCtx();
   c->kind = Ctx::Kind::kReclaim;
   c->page = kNoPage;
-  c->start_ns = now_ns_;
-  Attach(c, slab);
+  c->start_ns = io_.now_ns_;
+  io_.Attach(c, slab);
   c->pidx = row;
   c->stripe_ref = true;  // The row stays sealed (not freed, not reused) while we read it.
   ++st.refs;
@@ -788,20 +787,20 @@ bool IoThread::GroupStartReclaim(uint32_t slab, uint32_t row) {
   reclaiming_.emplace_back(slab, row);
   for (int j = 0; j < lay_.width(); ++j) {
     if (((c->asked >> j) & 1) == 0) continue;
-    if (!Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) c->bad |= 1ull << j;
+    if (!io_.Post(c, j, fabric::OpKind::kRead, io_.SplitBuf(c, j))) c->bad |= 1ull << j;
   }
   if (c->outstanding == 0) {
     c->finished = true;  // Nothing could be asked (a server failed): try another time.
     --reclaim_inflight_;
-    GroupForgetReclaim(slab, row);
-    MaybeRelease(c);
+    ForgetReclaim(slab, row);
+    io_.MaybeRelease(c);
   }
   return true;
 }
 
-void IoThread::GroupOnReclaimRead(Ctx* c, int member, const Status& st) {
+void GroupLayout::OnReclaimRead(Ctx* c, int member, const Status& st) {
   const uint64_t bit = 1ull << member;
-  if (st.ok() && coding::Crc32c(SplitBuf(c, member), kPageSize) == c->crcs[member]) {
+  if (st.ok() && coding::Crc32c(io_.SplitBuf(c, member), kPageSize) == c->crcs[member]) {
     c->good |= bit;
   } else {
     c->bad |= bit;  // A failed or corrupt member: leave this stripe as it is (reads repair it).
@@ -809,23 +808,23 @@ void IoThread::GroupOnReclaimRead(Ctx* c, int member, const Status& st) {
   if (c->outstanding > 0 || c->finished) return;
   c->finished = true;
   --reclaim_inflight_;
-  Slab& s = slabs_[c->slab];
+  Slab& s = io_.slabs_[c->slab];
   Stripe& stripe = s.stripes[c->pidx];
   const uint64_t garbage = c->zero;
   // Still the same sealed stripe, healthy, and its garbage still garbage (a sealed stripe's
   // slots only ever die; its row cannot be reused while we hold a reference).
   if (c->bad != 0 || stripe.state != Stripe::State::kSealed || stripe.gen != c->seq ||
       stripe.rebuilding != 0 || !s.allocated || s.draining) {
-    GroupForgetReclaim(c->slab, c->pidx);
+    ForgetReclaim(c->slab, c->pidx);
     return;
   }
   // The parity as if the garbage slots were zeros: parity_j ^= coef(j, slot) * old (XOR is
   // its own inverse in GF(2^8)), kept in client memory only.
   uint8_t* parity[coding::kMaxParitySplits];
-  for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+  for (int j = 0; j < lay_.r; ++j) parity[j] = io_.SplitBuf(c, lay_.k + j);
   for (int j = 0; j < lay_.k; ++j) {
     if ((garbage >> j) & 1) {
-      store_->stripe_codec_->UpdateParity(j, SplitBuf(c, j), parity, kPageSize);
+      store_->stripe_codec_->UpdateParity(j, io_.SplitBuf(c, j), parity, kPageSize);
     }
   }
   Reclaimed r;
@@ -838,20 +837,20 @@ void IoThread::GroupOnReclaimRead(Ctx* c, int member, const Status& st) {
     std::memcpy(r.parity.data() + static_cast<size_t>(j) * kPageSize, parity[j], kPageSize);
   }
   reclaim_ready_.push_back(std::move(r));
-  if (open_slab_ == kNoSlot) (void)GroupInstallReclaimed();
+  if (open_slab_ == kNoSlot) (void)InstallReclaimed();
 }
 
-void IoThread::GroupForgetReclaim(uint32_t slab, uint32_t row) {
+void GroupLayout::ForgetReclaim(uint32_t slab, uint32_t row) {
   auto it = std::find(reclaiming_.begin(), reclaiming_.end(), std::make_pair(slab, row));
   if (it != reclaiming_.end()) reclaiming_.erase(it);
 }
 
-bool IoThread::GroupInstallReclaimed() {
+bool GroupLayout::InstallReclaimed() {
   while (!reclaim_ready_.empty()) {
     Reclaimed r = std::move(reclaim_ready_.front());
     reclaim_ready_.erase(reclaim_ready_.begin());
-    GroupForgetReclaim(r.slab, r.row);
-    Slab& s = slabs_[r.slab];
+    ForgetReclaim(r.slab, r.row);
+    Slab& s = io_.slabs_[r.slab];
     const Stripe& st = s.stripes[r.row];
     // Still the stripe whose parity was read (the row was not freed and reused), sealed, and
     // not being rebuilt; its garbage slots stay garbage (a sealed stripe's slots only die).
@@ -859,7 +858,7 @@ bool IoThread::GroupInstallReclaimed() {
               st.rebuilding == 0 && st.live > 0;
     for (int j = 0; j < lay_.width() && ok; ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-      ok = server != kNoServer && !local_failed_[server] && !store_->failed_[server].load() &&
+      ok = server != kNoServer && !io_.local_failed_[server] && !store_->failed_[server].load() &&
            s.regen_cursor[j] > r.row;
     }
     if (!ok) continue;

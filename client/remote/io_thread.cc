@@ -1,6 +1,7 @@
 // IoThread: start, connection setup, the loop (poll, drain the queue, housekeeping, flush posts,
 // sleep), posting requests and dispatching their completions. Layout-independent.
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -14,7 +15,7 @@
 namespace tessera::client::remote {
 
 IoThread::IoThread(RemoteStore* store, int index)
-    : store_(store), index_(index), lay_(store->lay_) {}
+    : store_(store), index_(index), lay_(store->lay_), layout_(NewLayout(*this, lay_)) {}
 
 IoThread::~IoThread() {
   RequestStop();
@@ -153,35 +154,13 @@ void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
 
 void IoThread::Run(std::promise<Status>* started) {
   freer_ = std::make_unique<SlabFreer>(store_);
-  if (!lay_.group) allocator_ = std::make_unique<SlabAllocator>(store_, [this] { Wake(); });
   Status st = Connect();
   if (!st.ok()) {
     started->set_value(st);
     return;
   }
   // The slab size is known once thread 0 connected; Init() starts the others after it.
-  const uint64_t pps = store_->pages_per_slab_;
-  const int T = store_->opt_.io_threads;
-  const uint64_t mine =
-      lay_.group ? store_->num_slabs_ : (store_->num_slabs_ + T - 1 - index_) / T;
-  slabs_ = std::vector<Slab>(mine);
-  if (lay_.group) {
-    const uint64_t runs = (store_->opt_.capacity_pages + kGroupRun - 1) / kGroupRun;
-    gloc_.assign(((runs + T - 1) / T) * kGroupRun, PageLoc{});
-    gbuf_.reserve(lay_.k);
-    gbuf_data_.assign(static_cast<size_t>(lay_.k) * kPageSize, 0);
-    zero_page_.assign(kPageSize, 0);
-    open_parity_.assign(static_cast<size_t>(lay_.r) * kPageSize, 0);
-    gslab_rows_ = static_cast<uint32_t>(pps);
-    dloc_.reset(new DirectLoc[gloc_.size()]);
-    dslab_.reset(new DirectSlab[slabs_.size()]);
-  } else if (!lay_.copies && store_->opt_.direct_reads) {
-    // Split layout direct reads: slab members now, page tables per slab when first allocated.
-    dslab_.reset(new DirectSlab[slabs_.size()]);
-    dsplit_.resize(slabs_.size());
-    dsplit_ptr_.reset(new std::atomic<std::atomic<uint32_t>*>[slabs_.size()]);
-    for (size_t i = 0; i < slabs_.size(); ++i) dsplit_ptr_[i].store(nullptr);
-  }
+  slabs_ = std::vector<Slab>(layout_->SlabCount());
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
   const size_t per = static_cast<size_t>(lay_.width()) * lay_.split;
   ctxs_ = std::vector<Ctx>(nctx);
@@ -208,18 +187,12 @@ void IoThread::Run(std::promise<Status>* started) {
   for (uint32_t i = 0; i < nreq; ++i) reqs_[i].next_free = i + 1;
   free_req_ = 0;
   comps_.resize(256);
-  if (lay_.group) {
-    stripe_ops_.resize(nctx);
-    for (auto& v : stripe_ops_) v.reserve(2 * static_cast<size_t>(lay_.k));
-    gbuf_ops_.reserve(2 * static_cast<size_t>(lay_.k));
-    stripe_seq_.resize(nctx);
-    stripe_moves_.assign(nctx, 0);
-  }
+  layout_->Setup(nctx);
   started->set_value(Status::Ok());
   Loop();
   // Shutdown: end the slab allocations still out and what waits for them, fail queued ops, then
   // give in-flight ones a bounded time to finish.
-  EndAllocations();
+  layout_->Stop();
   QueueItem item;
   while (queue_.pop(item)) {
     if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
@@ -232,13 +205,7 @@ void IoThread::Run(std::promise<Status>* started) {
     }
     Complete(item.op, Unavailable("page store is shutting down"), 0);
   }
-  // Store what the stripe buffer holds; if no op context is free for it, fail its writes.
-  if (lay_.group && !GroupSeal()) {
-    for (auto& [op, start] : gbuf_ops_) {
-      Complete(op, Unavailable("page store is shutting down"), start);
-    }
-    gbuf_ops_.clear();
-  }
+  layout_->StoreBuffered();
   Deadline d = Deadline::AfterMs(2000);
   FlushPosts();
   // inflight() counts requests without a reply yet; replies already received wait in the
@@ -260,14 +227,7 @@ void IoThread::Run(std::promise<Status>* started) {
       Complete(c.op, Unavailable("page store is shutting down"), c.start_ns);
       c.op = nullptr;
     }
-    if (lay_.group && c.kind == Ctx::Kind::kStripe && !c.finished && !c.acked) {
-      // A stripe that did not settle in time: its writes complete, as failed.
-      c.acked = true;
-      for (auto& [op, start] : stripe_ops_[i]) {
-        Complete(op, Unavailable("page store is shutting down"), start);
-      }
-      stripe_ops_[i].clear();
-    }
+    layout_->AbandonCtx(i, c);
     if (!c.released && c.outstanding > 0) all_settled = false;
   }
   // A clean shutdown gives the remote memory back at once (the memservers would otherwise keep
@@ -312,12 +272,7 @@ void IoThread::Loop() {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     progress |= n > 0;
     const int before = free_ctx_count_;
-    progress |= TakeAllocAnswers();
-    if (!held_.empty()) {
-      const size_t held = held_.size();
-      ReleaseHeld();
-      progress |= held_.size() != held;
-    }
+    progress |= layout_->Poll();
     progress |= Drain();
     progress |= free_ctx_count_ != before;
     Housekeeping();
@@ -337,13 +292,8 @@ void IoThread::Loop() {
     // also watches the eventfd, so a new op is started at once even while replies are still
     // out (e.g. a late-binding read's straggler split).
     uint64_t timeout = t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000;
-    if (lay_.group && !gbuf_.empty()) {
-      // Wake when the oldest buffered page's fill delay is up.
-      const uint64_t due = gbuf_since_ns_ + uint64_t{lay_.g.fill_us} * 1000;
-      const uint64_t now = MonotonicNs();
-      timeout = std::min(timeout, due > now ? due - now : 0);
-      if (timeout == 0) continue;
-    }
+    timeout = layout_->SleepBound(timeout);
+    if (timeout == 0) continue;
     loop_allowance_ns_ = timeout;
     Sleep(timeout);
   }
@@ -410,24 +360,20 @@ bool IoThread::Drain() {
   while (free_ctx_ != nullptr && queue_.pop(item)) {
     any = true;
     // While a new slab is being allocated, what must follow its write waits (slab_alloc.cc).
-    if ((!allocs_.empty() || !held_.empty()) && MustHold(item)) {
-      Hold(item);
-    } else {
-      Dispatch(item);
-    }
+    if (!layout_->Hold(item)) Dispatch(item);
   }
   return any;
 }
 
 void IoThread::Dispatch(const QueueItem& item) {
   if (item.kind == QueueItem::Kind::kLocate) {
-    item.locate->Done(lay_.group ? GroupLocate(item.locate->page) : ServersOf(item.locate->page));
+    item.locate->Done(layout_->Locate(item.locate->page));
   } else if (item.kind == QueueItem::Kind::kFlush) {
-    // Group layout: seal the stripe buffer now (the ops before this item are in it).
-    if (lay_.group && !GroupSeal()) seal_wanted_.store(true, std::memory_order_relaxed);
+    // What the layout buffers (the group layout's stripe buffer) is stored now.
+    if (!layout_->Flush()) seal_wanted_.store(true, std::memory_order_relaxed);
     freer_->After(item.trim);  // After the frees of the trims before it, too.
   } else if (item.kind == QueueItem::Kind::kTrim) {
-    DoTrim(item.trim->first, item.trim->count);
+    layout_->Trim(item.trim->first, item.trim->count);
     freer_->After(item.trim);  // Done once the slabs it released are freed remotely.
   } else {
     StartOp(item.op, item.degraded, item.verify);
@@ -458,31 +404,7 @@ void IoThread::StartOp(PageOp* op, bool degraded, bool verify) {
              now);
     return;
   }
-  if (lay_.group && op->kind == PageOp::Kind::kWrite) {
-    GroupStartWrite(op, now);  // Buffered (no op context until its stripe is sealed).
-    return;
-  }
-  Ctx* c = NewCtx();
-  c->op = op;
-  c->page = op->page;
-  c->start_ns = now;
-  if (lay_.group) {
-    c->kind = Ctx::Kind::kRead;
-    GroupStartRead(c, degraded, verify);
-    return;
-  }
-  const uint64_t ls = op->page / store_->pages_per_slab_;
-  Attach(c, static_cast<uint32_t>(ls / store_->opt_.io_threads));
-  c->pidx = static_cast<uint32_t>(op->page % store_->pages_per_slab_);
-  if (op->kind == PageOp::Kind::kRead) {
-    c->kind = Ctx::Kind::kRead;
-    c->verify = verify;
-    StartRead(c);
-  } else {
-    c->kind = Ctx::Kind::kWrite;
-    std::memcpy(c->buf, op->buf, kPageSize);  // The caller's buffer is free once acked.
-    StartWrite(c);
-  }
+  layout_->StartOp(op, now, degraded, verify);
 }
 
 bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
@@ -528,11 +450,7 @@ void IoThread::MaybeRelease(Ctx* c) {
   c->next_free = free_ctx_;
   free_ctx_ = c;
   ++free_ctx_count_;
-  if (c->stripe_ref) {
-    c->stripe_ref = false;
-    --slabs_[c->slab].stripes[c->pidx].refs;
-    GroupMaybeReleaseStripe(c->slab, c->pidx);
-  }
+  layout_->ReleaseCtx(c);
   if (c->slab_ref) {
     c->slab_ref = false;
     Slab& s = slabs_[c->slab];
@@ -593,25 +511,7 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
     if (++since_classify_ >= 64) ClassifySlow();
   }
   if (!answered) ServerError(server, comp.status);
-  if (lay_.group && c->kind == Ctx::Kind::kReclaim) {
-    GroupOnReclaimRead(c, split, comp.status);
-    MaybeRelease(c);
-  } else if (lay_.group && !was_write) {
-    GroupOnRead(c, split, comp.status);
-    MaybeRelease(c);
-  } else if (lay_.group && c->kind == Ctx::Kind::kStripe) {
-    GroupOnStripeWrite(c, split, server, comp.status);
-  } else if (lay_.group && c->kind == Ctx::Kind::kRegen) {
-    // The rebuilt member is stored (or its new server failed too: it is re-placed and rebuilt
-    // again): readable from it either way once no rebuild is in flight.
-    slabs_[c->slab].stripes[c->pidx].rebuilding &= ~(1ull << split);
-    OnWriteSplit(c, split, server, comp.status);
-  } else if (!was_write) {
-    OnReadSplit(c, split, comp.status);
-    MaybeRelease(c);
-  } else {
-    OnWriteSplit(c, split, server, comp.status);
-  }
+  layout_->OnReply(c, split, server, was_write, comp.status);
 }
 
 // A server is slow when its reply latency is more than twice the (lower) median of the live

@@ -1,7 +1,7 @@
 // Split layout (and copies) read path: ask k + delta splits (data first, stragglers last),
 // verify each against its CRC, finish with the first k good ones (decode when a data split is
 // missing), rewrite corrupt splits, or fail with DataLoss naming the page.
-#include "client/remote/engine.h"
+#include "client/remote/split_layout.h"
 
 #include <bit>
 #include <cstring>
@@ -10,14 +10,14 @@
 
 namespace tessera::client::remote {
 
-void IoThread::StartRead(Ctx* c) {
-  Slab& s = slabs_[c->slab];
+void SplitLayout::StartRead(Ctx* c) {
+  Slab& s = io_.slabs_[c->slab];
   if (!s.allocated || !s.written[c->pidx]) {
     std::memset(c->op->buf, 0, kPageSize);
     c->finished = true;
-    Complete(c->op, Status::Ok(), c->start_ns);
+    io_.Complete(c->op, Status::Ok(), c->start_ns);
     c->op = nullptr;
-    MaybeRelease(c);
+    io_.MaybeRelease(c);
     return;
   }
   if (Ctx* w = s.busy[c->pidx]) {
@@ -28,9 +28,9 @@ void IoThread::StartRead(Ctx* c) {
       std::memcpy(c->op->buf, w->buf, kPageSize);  // Newest data, possibly not yet acked.
     }
     c->finished = true;
-    Complete(c->op, Status::Ok(), c->start_ns);
+    io_.Complete(c->op, Status::Ok(), c->start_ns);
     c->op = nullptr;
-    MaybeRelease(c);
+    io_.MaybeRelease(c);
     return;
   }
   c->seq = s.seq[c->pidx];
@@ -43,8 +43,8 @@ void IoThread::StartRead(Ctx* c) {
 // Asks splits until good + outstanding reaches k + delta (or nothing is left to ask), preferring
 // data splits, then splits whose regeneration has passed this page. Finishes with DataLoss when
 // fewer than k can still arrive.
-void IoThread::AskMore(Ctx* c) {
-  Slab& s = slabs_[c->slab];
+void SplitLayout::AskMore(Ctx* c) {
+  Slab& s = io_.slabs_[c->slab];
   const int want = (c->finished ? 0 : lay_.k + (c->bad == 0 ? lay_.delta : 0));
   // Overdue requests (Rehedge) are not counted on: their members are replaced by others.
   int have = std::popcount(c->good) + c->outstanding -
@@ -63,12 +63,12 @@ void IoThread::AskMore(Ctx* c) {
       if (c->regen_split == j) continue;
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
       const bool settled = s.regen_cursor[j] > c->pidx;
-      int ask_pass = AskPass(server, settled);
+      int ask_pass = io_.AskPass(server, settled);
       // A split a direct read found corrupt may be on a slow server: ask it in its usual turn.
       if (c->verify && ask_pass == 1) ask_pass = 0;
       if (pass != ask_pass) continue;
       c->asked |= bit;
-      if (Post(c, j, fabric::OpKind::kRead, SplitBuf(c, j))) {
+      if (io_.Post(c, j, fabric::OpKind::kRead, io_.SplitBuf(c, j))) {
         ++have;
       } else {
         c->bad |= bit;
@@ -89,18 +89,18 @@ void IoThread::AskMore(Ctx* c) {
                          std::to_string(lay_.k) + " needed); the page's data is lost"));
 }
 
-void IoThread::OnReadSplit(Ctx* c, int split, const Status& st) {
+void SplitLayout::OnReadSplit(Ctx* c, int split, const Status& st) {
   const uint64_t bit = 1ull << split;
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
   } else {
-    uint32_t crc = coding::Crc32c(SplitBuf(c, split), lay_.split);
+    uint32_t crc = coding::Crc32c(io_.SplitBuf(c, split), lay_.split);
     if (crc == c->crcs[split]) {
       c->good |= bit;
     } else {
       c->bad |= bit;
-      Slab& s = slabs_[c->slab];
+      Slab& s = io_.slabs_[c->slab];
       if (s.regen_cursor[split] > c->pidx && s.seq[c->pidx] == c->seq) {
         c->corrupt |= bit;
         store_->stats_.corruptions_detected.fetch_add(1, std::memory_order_relaxed);
@@ -114,22 +114,22 @@ void IoThread::OnReadSplit(Ctx* c, int split, const Status& st) {
   AskMore(c);
 }
 
-void IoThread::FinishRead(Ctx* c, Status st) {
+void SplitLayout::FinishRead(Ctx* c, Status st) {
   c->finished = true;
-  if (st.ok()) NoteLateRequests(c);
-  Slab& s = slabs_[c->slab];
+  if (st.ok()) io_.NoteLateRequests(c);
+  Slab& s = io_.slabs_[c->slab];
   uint8_t page[kPageSize];
   uint8_t* out = c->kind == Ctx::Kind::kRead ? c->op->buf : page;
   if (st.ok()) {
     if (lay_.copies) {
-      std::memcpy(out, SplitBuf(c, std::countr_zero(c->good)), kPageSize);
+      std::memcpy(out, io_.SplitBuf(c, std::countr_zero(c->good)), kPageSize);
     } else {
       const uint64_t data_mask = (1ull << lay_.k) - 1;
       if ((c->good & data_mask) == data_mask) {
         std::memcpy(out, c->buf, kPageSize);
       } else {
         const uint8_t* splits[kMaxWidth];
-        for (int j = 0; j < lay_.width(); ++j) splits[j] = SplitBuf(c, j);
+        for (int j = 0; j < lay_.width(); ++j) splits[j] = io_.SplitBuf(c, j);
         auto info = store_->codec_->ReconstructTrusted(splits, c->good, out);
         if (!info.ok()) {
           st = info.status();
@@ -155,12 +155,12 @@ void IoThread::FinishRead(Ctx* c, Status st) {
       std::memcpy(page, out, kPageSize);
       out = page;
     }
-    Complete(c->op, st, c->start_ns);
+    io_.Complete(c->op, st, c->start_ns);
     c->op = nullptr;
   } else {
-    --regen_inflight_;
+    --io_.regen_inflight_;
     if (!st.ok()) {
-      const uint64_t failures = ++regen_failures_;
+      const uint64_t failures = ++io_.regen_failures_;
       if ((failures & (failures - 1)) == 0) {  // Log at 1, 2, 4, ... failures.
         TLOG(WARNING) << store_->name_ << ": cannot regenerate page " << c->page << ": " << st
                       << " (" << failures << " pages so far on this thread)";
@@ -174,11 +174,13 @@ void IoThread::FinishRead(Ctx* c, Status st) {
     // rewritten are touched and they are not in flight (they completed, wrongly).
     if (lay_.copies) {
       for (int j = 0; j < lay_.width(); ++j) {
-        if (rewrite & (1ull << j)) std::memcpy(SplitBuf(c, j), out, kPageSize);
+        if (rewrite & (1ull << j)) std::memcpy(io_.SplitBuf(c, j), out, kPageSize);
       }
     } else {
       for (int j = 0; j < lay_.k; ++j) {
-        if (rewrite & (1ull << j)) std::memcpy(SplitBuf(c, j), out + j * lay_.split, lay_.split);
+        if (rewrite & (1ull << j)) {
+          std::memcpy(io_.SplitBuf(c, j), out + j * lay_.split, lay_.split);
+        }
       }
       if (rewrite >> lay_.k) {
         uint8_t parity_buf[coding::kMaxParitySplits][kPageSize];
@@ -187,7 +189,7 @@ void IoThread::FinishRead(Ctx* c, Status st) {
         store_->codec_->Encode(out, parity);
         for (int j = 0; j < lay_.r; ++j) {
           if (rewrite & (1ull << (lay_.k + j))) {
-            std::memcpy(SplitBuf(c, lay_.k + j), parity[j], lay_.split);
+            std::memcpy(io_.SplitBuf(c, lay_.k + j), parity[j], lay_.split);
           }
         }
       }
@@ -196,13 +198,12 @@ void IoThread::FinishRead(Ctx* c, Status st) {
     c->asked = rewrite;
     c->good = 0;
     for (int j = 0; j < lay_.width(); ++j) {
-      if ((rewrite & (1ull << j)) && !Post(c, j, fabric::OpKind::kWrite, SplitBuf(c, j))) {
+      if ((rewrite & (1ull << j)) && !io_.Post(c, j, fabric::OpKind::kWrite, io_.SplitBuf(c, j))) {
         c->asked &= ~(1ull << j);
       }
     }
   }
-  MaybeRelease(c);
+  io_.MaybeRelease(c);
 }
-
 
 }  // namespace tessera::client::remote

@@ -2,6 +2,7 @@
 // placement; the pages are rebuilt there in the background (rate-limited regeneration); ops
 // without a reply within the op timeout fail their server.
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 
 #include <algorithm>
 #include <cstring>
@@ -98,11 +99,7 @@ void IoThread::Reconnect(uint64_t now) {
       for (const Slab& s : slabs_) {
         // Also the members a slab being allocated has got so far (slab_alloc.cc).
         const uint32_t idx = static_cast<uint32_t>(&s - slabs_.data());
-        if (!s.allocated && std::none_of(allocs_.begin(), allocs_.end(), [idx](const auto& a) {
-              return a.slab == idx;
-            })) {
-          continue;
-        }
+        if (!s.allocated && !layout_->Allocating(idx)) continue;
         for (int j = 0; j < lay_.width() && st.ok(); ++j) {
           if (s.server[j].load(std::memory_order_relaxed) == i && s.remote_info[j].slab_id != 0) {
             st = t_->AddSlab(*c, s.remote_info[j]);
@@ -131,7 +128,7 @@ void IoThread::Reconnect(uint64_t now) {
 void IoThread::NoteStale(uint32_t slab, uint32_t pidx, int j, uint32_t server) {
   if (server == kNoServer || server >= conn_.size() || store_->failed_[server].load()) return;
   const Slab& s = slabs_[slab];
-  const uint32_t seq = lay_.group ? s.stripes[pidx].gen : s.seq[pidx];
+  const uint32_t seq = layout_->StaleSeq(s, pidx);
   for (const StaleSplit& e : stale_) {
     if (e.slab == slab && e.pidx == pidx && e.j == j && e.seq == seq) return;
   }
@@ -144,47 +141,22 @@ void IoThread::RepairStale() {
   for (size_t i = 0; i < stale_.size(); ++i) {
     const StaleSplit e = stale_[i];
     Slab& s = slabs_[e.slab];
-    bool drop = !s.allocated || s.server[e.j].load(std::memory_order_relaxed) != e.server ||
-                local_failed_[e.server] || store_->failed_[e.server].load();
-    if (!drop) {
-      if (lay_.group) {
-        const Stripe& st = s.stripes[e.pidx];
-        drop = st.state != Stripe::State::kSealed || st.gen != e.seq || ((st.zero >> e.j) & 1);
-      } else {
-        drop = !s.written[e.pidx] || s.seq[e.pidx] != e.seq;
-      }
-    }
+    const bool drop = !s.allocated || s.server[e.j].load(std::memory_order_relaxed) != e.server ||
+                      local_failed_[e.server] || store_->failed_[e.server].load() ||
+                      layout_->StaleObsolete(s, e);
     if (drop) {
       // Rewritten, trimmed or re-placed since (a re-placed split is rebuilt whole).
       store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
       continue;
     }
-    const bool busy = lay_.group ? s.stripes[e.pidx].state == Stripe::State::kWriting ||
-                                       ((s.stripes[e.pidx].rebuilding >> e.j) & 1)
-                                 : s.busy[e.pidx] != nullptr;
+    const bool busy = layout_->StaleBusy(s, e);
     if (!Usable(e.server) || store_->Suspect(e.server) || busy || regen_inflight_ >= 16 ||
         free_ctx_count_ < 4) {
       stale_[keep++] = e;  // Later: the server is not reachable yet, or no budget now.
       continue;
     }
     store_->stats_.stale_repairs.fetch_add(1, std::memory_order_relaxed);
-    if (lay_.group) {
-      // Counted pending above; GroupRebuildMember counts only scrubs itself.
-      GroupRebuildMember(e.slab, e.pidx, e.j, /*scrub=*/false);
-      continue;
-    }
-    Ctx* c = NewCtx();
-    c->kind = Ctx::Kind::kRegen;
-    c->page = s.id * store_->pages_per_slab_ + e.pidx;
-    Attach(c, e.slab);
-    c->pidx = e.pidx;
-    c->regen_split = e.j;
-    c->seq = s.seq[e.pidx];
-    std::memcpy(c->crcs.data(), &s.crc[static_cast<size_t>(e.pidx) * lay_.width()],
-                sizeof(uint32_t) * lay_.width());
-    c->asked = 1ull << e.j;  // Never read the split being rewritten.
-    ++regen_inflight_;
-    AskMore(c);
+    layout_->RepairStale(e);
   }
   stale_.resize(keep);
 }
@@ -202,16 +174,7 @@ void IoThread::Rehedge(uint64_t now) {
     // A server whose replies are usually slow gets more time before it counts as late.
     const uint64_t ewma = rq.server < latency_ewma_ns_.size() ? latency_ewma_ns_[rq.server] : 0;
     if (now <= rq.post_ns || now - rq.post_ns < std::max(base, 4 * ewma)) continue;
-    if (lay_.group && c->kind == Ctx::Kind::kRead && !c->degraded) continue;  // GroupHedge's.
-    c->late |= bit;
-    if (lay_.group) {
-      if (c->kind == Ctx::Kind::kReclaim) continue;  // Needs exactly the members it asked.
-      store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
-      GroupAskMore(c);
-    } else {
-      store_->stats_.hedged_reads.fetch_add(1, std::memory_order_relaxed);
-      AskMore(c);
-    }
+    layout_->Rehedge(c, bit);
   }
 }
 
@@ -254,7 +217,7 @@ void IoThread::ResumeParked(uint64_t now) {
       continue;
     }
     --c->outstanding;
-    uint8_t* buf = c->kind == Ctx::Kind::kStripe ? SplitBuf(c, p.split) : WriteBuf(c, p.split);
+    uint8_t* buf = layout_->WriteBuf(c, p.split);
     if (give_up || !Post(c, p.split, fabric::OpKind::kWrite, buf)) {
       if (!give_up && !failed) {
         ++c->outstanding;
@@ -262,11 +225,7 @@ void IoThread::ResumeParked(uint64_t now) {
         continue;
       }
       c->bad |= 1ull << p.split;
-      if (c->kind == Ctx::Kind::kStripe) {
-        GroupStripeProgress(c);
-      } else {
-        WriteProgress(c);
-      }
+      layout_->WriteGivenUp(c);
     }
   }
 }
@@ -354,11 +313,7 @@ void IoThread::ReplaceSplitOnce(Slab& s, int j) {
     const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
     // What needs rebuilding: written pages (split layout), or rows in use whose member j is
     // not padding (group layout).
-    auto needs = [&](uint32_t p) -> uint64_t {
-      if (!lay_.group) return s.written[p];
-      const Stripe& st = s.stripes[p];
-      return st.state != Stripe::State::kFree && ((st.zero >> j) & 1) == 0 ? 1 : 0;
-    };
+    auto needs = [&](uint32_t p) -> uint64_t { return layout_->NeedsRebuild(s, p, j) ? 1 : 0; };
     uint64_t pending = 0;
     for (uint32_t p = 0; p < pps; ++p) pending += needs(p);
     // Pages the previous rebuild of this split had not reached yet are counted again below.
@@ -398,82 +353,12 @@ void IoThread::Regenerate(uint64_t now) {
     regen_tokens_ = std::min<double>(regen_tokens_ + elapsed * static_cast<double>(rate),
                                      std::max<double>(8.0, static_cast<double>(rate) / 100));
   }
-  const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
   for (Slab& s : slabs_) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
-      if (lay_.group) {
-        if (s.regen_cursor[j] < pps && !GroupRegenerate(s, j)) return;
-        continue;
-      }
-      while (s.regen_cursor[j] < pps) {
-        if (regen_tokens_ < 1 || regen_inflight_ >= 16 || free_ctx_count_ < 4) return;
-        const uint32_t p = s.regen_cursor[j]++;
-        PublishSettled(s, j);
-        if (s.regen_cursor[j] == pps) --regen_active_;
-        if (!s.written[p]) continue;
-        if (s.busy[p] != nullptr) {  // The write in flight stores the split itself.
-          store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
-          continue;
-        }
-        regen_tokens_ -= 1;
-        Ctx* c = NewCtx();
-        c->kind = Ctx::Kind::kRegen;
-        c->page = s.id * pps + p;
-        Attach(c, static_cast<uint32_t>(&s - slabs_.data()));
-        c->pidx = p;
-        c->regen_split = j;
-        c->seq = s.seq[p];
-        std::memcpy(c->crcs.data(), &s.crc[static_cast<size_t>(p) * lay_.width()],
-                    sizeof(uint32_t) * lay_.width());
-        c->asked = 1ull << j;  // Never read the split being rebuilt.
-        ++regen_inflight_;
-        AskMore(c);
-      }
+      if (!layout_->Regenerate(s, j)) return;
     }
   }
-}
-
-bool IoThread::GroupRegenerate(Slab& s, int j) {
-  const uint32_t rows = static_cast<uint32_t>(store_->pages_per_slab_);
-  while (s.regen_cursor[j] < rows) {
-    if (regen_tokens_ < 1 || regen_inflight_ >= 16 || free_ctx_count_ < 4) return false;
-    const uint32_t row = s.regen_cursor[j];
-    Stripe& st = s.stripes[row];
-    if (st.state == Stripe::State::kWriting) {
-      // The stripe write in flight stores (or re-places) the member itself; wait for it.
-      return true;
-    }
-    ++s.regen_cursor[j];
-    if (s.regen_cursor[j] == rows) --regen_active_;
-    if (st.state == Stripe::State::kFree || ((st.zero >> j) & 1)) continue;
-    regen_tokens_ -= 1;
-    GroupRebuildMember(static_cast<uint32_t>(&s - slabs_.data()), row, j, /*scrub=*/false);
-  }
-  return true;
-}
-
-void IoThread::GroupRebuildMember(uint32_t slab, uint32_t row, int j, bool scrub) {
-  Slab& s = slabs_[slab];
-  Stripe& st = s.stripes[row];
-  Ctx* c = NewCtx();
-  c->kind = Ctx::Kind::kRegen;
-  c->scrub = scrub;
-  c->page = kNoPage;
-  Attach(c, slab);
-  c->pidx = row;
-  c->col = j;
-  c->regen_split = j;
-  c->crcs = st.crc;
-  c->zero = st.zero;
-  c->stripe_ref = true;
-  ++st.refs;
-  st.rebuilding |= 1ull << j;  // Cleared when the rebuilt member is stored (or given up).
-  c->asked = 1ull << j;  // Never read the member being rebuilt.
-  c->degraded = true;
-  ++regen_inflight_;
-  if (scrub) store_->stats_.regenerations_pending.fetch_add(1, std::memory_order_relaxed);
-  GroupAskMore(c);
 }
 
 void IoThread::DetachLateReads(uint64_t now) {
@@ -555,7 +440,7 @@ void IoThread::Housekeeping() {
     ResumeParked(now);
     if (!stale_.empty()) RepairStale();
   }
-  if (lay_.group) GroupHousekeeping(now);
+  layout_->Housekeeping(now);
   if (regen_active_ > 0 || regen_inflight_ > 0) {
     Regenerate(now);
   } else {

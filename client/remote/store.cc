@@ -1,6 +1,7 @@
 // RemoteStore: option validation, start-up (slab size probe, placement, I/O threads), Submit,
 // Flush, Stats, and the public factories.
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 
 #include <unistd.h>
 
@@ -38,13 +39,7 @@ Status RemoteStore::Init() {
   if (o.fail_after_ms > 3600000 || o.regeneration_grace_ms > 3600000) {
     return InvalidArgument("fail_after_ms and regeneration_grace_ms must be at most 1 hour");
   }
-  if (lay_.group) {
-    TESSERA_ASSIGN_OR_RETURN(auto codec, StripeCodec::Create(lay_.k, lay_.r));
-    stripe_codec_.emplace(std::move(codec));
-  } else if (!lay_.copies) {
-    TESSERA_ASSIGN_OR_RETURN(auto codec, coding::Codec::Create(lay_.k, lay_.r));
-    codec_.emplace(std::move(codec));
-  }
+  TESSERA_RETURN_IF_ERROR(layout_->MakeCodecs(*this));
   client_id_ = o.client_id;
   while (client_id_ == 0) {
     uint8_t b[8];
@@ -86,24 +81,12 @@ Status RemoteStore::Init() {
   }
   if (slab_size_ < lay_.split) return InvalidArgument("server slab size is below one split");
   pages_per_slab_ = slab_size_ / lay_.split;
-  num_slabs_ = (o.capacity_pages + pages_per_slab_ - 1) / pages_per_slab_;
-  if (lay_.group) {
-    // Per I/O thread: room for twice its pages in stripes (compaction keeps the used slots
-    // within max_garbage_factor x the live pages), plus two slabs.
-    const uint64_t T = static_cast<uint64_t>(o.io_threads);
-    const uint64_t runs = (o.capacity_pages + kGroupRun - 1) / kGroupRun;
-    const uint64_t pages = ((runs + T - 1) / T) * kGroupRun;
-    const uint64_t slots = pages_per_slab_ * static_cast<uint64_t>(lay_.k);
-    num_slabs_ = (2 * pages + slots - 1) / slots + 2;
-  }
+  num_slabs_ = layout_->NumSlabs(o, pages_per_slab_);
   // The client keeps tables for the whole address space (the slab table and, group, a page
   // location per page, at once; CRCs and per-page state as slabs fill). Refuse a capacity
   // whose tables could not fit in this machine's memory instead of dying in an allocation.
   {
-    const long double per_page = lay_.group ? 40.0L : 4.0L * lay_.width() + 16.0L;
-    const long double need = static_cast<long double>(num_slabs_) * sizeof(Slab) *
-                                 (lay_.group ? o.io_threads : 1) +
-                             static_cast<long double>(o.capacity_pages) * per_page;
+    const long double need = layout_->TableBytes(o, num_slabs_);
     const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
     const long double have = pages > 0 && page_size > 0
                                  ? static_cast<long double>(pages) * page_size
@@ -128,22 +111,9 @@ Status RemoteStore::Init() {
   }
   TESSERA_ASSIGN_OR_RETURN(snap_, placement::MembershipSnapshot::Create(1, std::move(infos)));
   placement::PolicySpec spec = o.placement;
-  spec.k = lay_.copies ? 1 : lay_.k;
-  spec.r = lay_.copies ? 0 : lay_.r;
-  spec.replicas = lay_.width();
-  if (lay_.copies) {
-    if (spec.kind == placement::PolicyKind::kCodingSets) {
-      // CodingSets groups k+r servers; for copies use groups of `copies` servers.
-      spec.k = 1;
-      spec.r = lay_.width() - 1;
-    }
-  }
+  layout_->Placement(&spec);
   auto pol = placement::CreatePolicy(spec, snap_);
-  if (!pol.ok() && lay_.copies) {
-    // CodingSets needs parity; a single copy falls back to random replication of 1.
-    spec.kind = placement::PolicyKind::kRandomReplication;
-    pol = placement::CreatePolicy(spec, snap_);
-  }
+  if (!pol.ok() && layout_->PlacementFallback(&spec)) pol = placement::CreatePolicy(spec, snap_);
   if (!pol.ok()) return pol.status();
   policy_ = *pol;
   if (policy_->width() != lay_.width()) {
@@ -249,7 +219,7 @@ PageStoreStats RemoteStore::Stats() const {
 Result<std::vector<size_t>> RemoteStore::ServersOfPage(PageId page) const {
   if (page >= opt_.capacity_pages) return OutOfRange("page beyond capacity");
   if (threads_.empty()) return Unavailable("page store is shut down");
-  if (!lay_.group) return threads_[ThreadOf(page)]->ServersOf(page);
+  if (!layout_->LocateOnIoThread()) return threads_[ThreadOf(page)]->ServersOf(page);
   // Only the owning I/O thread may read the page table: ask it through its queue.
   LocateJob job;
   job.page = page;
@@ -263,10 +233,27 @@ Result<std::vector<size_t>> RemoteStore::ServersOfPage(PageId page) const {
 }
 
 size_t RemoteStore::ThreadOf(PageId page) const {
-  const uint64_t T = static_cast<uint64_t>(opt_.io_threads);
-  if (lay_.group) return static_cast<size_t>((page / kGroupRun) % T);
-  return static_cast<size_t>((page / pages_per_slab_) % T);
+  return layout_->ThreadOf(page, pages_per_slab_, static_cast<uint64_t>(opt_.io_threads));
 }
+
+std::vector<RemoteServer> RemoteStore::Servers() const {
+  std::vector<RemoteServer> out;
+  const uint32_t n = num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(server(i));
+  return out;
+}
+
+std::vector<bool> RemoteStore::ServersFailed() const {
+  std::vector<bool> out;
+  const uint32_t n = num_servers();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(failed_[i].load());
+  return out;
+}
+
+RemoteStore::RemoteStore(const RemoteStoreOptions& o, LayoutParams lay, std::string name)
+    : opt_(o), lay_(lay), layout_(NewStoreLayout(lay_)), name_(std::move(name)) {}
+
+RemoteStore::~RemoteStore() { Shutdown(); }
 
 Result<std::unique_ptr<fabric::Transport>> RemoteStore::NewTransport(
     const fabric::TransportOptions& to) const {
@@ -295,15 +282,15 @@ void RemoteStore::Shutdown() {
 
 namespace tessera::client {
 
-using remote::Layout;
+using remote::LayoutParams;
 using remote::RemoteStore;
 
-Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
+Result<std::unique_ptr<RemotePageStore>> CreateErasureCodedStore(
     const ErasureCodedStoreOptions& options) {
   if (options.delta < 0 || options.delta > options.r) {
     return InvalidArgument("delta must be 0..r (" + std::to_string(options.r) + ")");
   }
-  Layout lay;
+  LayoutParams lay;
   lay.k = options.k;
   lay.r = options.r;
   lay.copies = false;
@@ -342,15 +329,16 @@ Result<std::unique_ptr<PageStore>> CreateErasureCodedStore(
                      " ack=" + AckPolicyName(options.ack);
   auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
   TESSERA_RETURN_IF_ERROR(store->Init());
-  return std::unique_ptr<PageStore>(std::move(store));
+  return std::unique_ptr<RemotePageStore>(std::move(store));
 }
 
-Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOptions& options) {
+Result<std::unique_ptr<RemotePageStore>> CreateReplicatedStore(
+    const ReplicatedStoreOptions& options) {
   if (options.copies < 1 || options.copies > 5) return InvalidArgument("copies must be 1..5");
   if (options.read_fanout < 1 || options.read_fanout > options.copies) {
     return InvalidArgument("read_fanout must be 1..copies");
   }
-  Layout lay;
+  LayoutParams lay;
   lay.k = 1;
   lay.r = options.copies - 1;
   lay.copies = true;
@@ -363,7 +351,7 @@ Result<std::unique_ptr<PageStore>> CreateReplicatedStore(const ReplicatedStoreOp
                                AckPolicyName(options.ack);
   auto store = std::make_unique<RemoteStore>(options.remote, lay, name);
   TESSERA_RETURN_IF_ERROR(store->Init());
-  return std::unique_ptr<PageStore>(std::move(store));
+  return std::unique_ptr<RemotePageStore>(std::move(store));
 }
 
 
@@ -371,35 +359,21 @@ Result<std::vector<size_t>> ServersOfPage(const PageStore& store, PageId page) {
   return store.ServersOfPage(page);
 }
 
-Status AddRemoteServer(PageStore& store, const RemoteServer& server) {
-  auto* remote = dynamic_cast<RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  return remote->AddServer(server);
+Status AddRemoteServer(RemotePageStore& store, const RemoteServer& server) {
+  return store.AddServer(server);
 }
 
-Status RemoveRemoteServer(PageStore& store, const fabric::Endpoint& endpoint,
+Status RemoveRemoteServer(RemotePageStore& store, const fabric::Endpoint& endpoint,
                           const std::string& why) {
-  auto* remote = dynamic_cast<RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  return remote->RemoveServer(endpoint, why);
+  return store.RemoveServer(endpoint, why);
 }
 
-Result<std::vector<RemoteServer>> RemoteServersOf(const PageStore& store) {
-  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  std::vector<RemoteServer> out;
-  const uint32_t n = remote->num_servers();
-  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->server(i));
-  return out;
+Result<std::vector<RemoteServer>> RemoteServersOf(const RemotePageStore& store) {
+  return store.Servers();
 }
 
-Result<std::vector<bool>> RemoteServersFailed(const PageStore& store) {
-  const auto* remote = dynamic_cast<const RemoteStore*>(&store);
-  if (remote == nullptr) return InvalidArgument(store.name() + " is not a remote store");
-  std::vector<bool> out;
-  const uint32_t n = remote->num_servers();
-  for (uint32_t i = 0; i < n; ++i) out.push_back(remote->failed_[i].load());
-  return out;
+Result<std::vector<bool>> RemoteServersFailed(const RemotePageStore& store) {
+  return store.ServersFailed();
 }
 
 }  // namespace tessera::client

@@ -2,6 +2,7 @@
 // slabs left with no written page give their remote slabs back (FREE); a clean shutdown frees
 // everything.
 #include "client/remote/engine.h"
+#include "client/remote/layout.h"
 
 #include <algorithm>
 
@@ -9,54 +10,9 @@
 
 namespace tessera::client::remote {
 
-void IoThread::Unwrite(Slab& s, uint32_t p) {
-  s.written[p] = 0;
-  --s.written_count;
-  ++s.seq[p];  // Reads and regenerations in flight on the old contents see the change.
-  PublishSplitPage(s, p);  // Zeros (or, under a write in flight, not directly readable).
-  // The page no longer needs rebuilding on splits whose regeneration has not reached it.
-  for (int j = 0; j < lay_.width(); ++j) {
-    if (s.regen_cursor[j] <= p) {
-      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
-    }
-  }
-}
-
-void IoThread::DoTrim(PageId first, uint64_t count) {
-  if (lay_.group) {
-    GroupTrim(first, count);
-    return;
-  }
-  if (count == 0 || first >= store_->opt_.capacity_pages) return;
-  const uint64_t last = std::min<uint64_t>(first + count, store_->opt_.capacity_pages);  // excl.
-  const uint64_t pps = store_->pages_per_slab_;
-  const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
-  for (uint64_t ls = first / pps; ls * pps < last; ++ls) {
-    if (ls % T != static_cast<uint64_t>(index_)) continue;
-    Slab& s = slabs_[ls / T];
-    if (!s.allocated) continue;
-    const uint64_t base = ls * pps;
-    const uint32_t p0 = static_cast<uint32_t>(std::max(first, base) - base);
-    const uint32_t p1 = static_cast<uint32_t>(std::min(last, base + pps) - base);
-    for (uint32_t p = p0; p < p1; ++p) {
-      if (s.busy[p] != nullptr) {
-        s.trim_after[p] = 1;  // Applied when the write(s) before the trim settle.
-      } else if (s.written[p]) {
-        Unwrite(s, p);
-      }
-    }
-    s.free_wanted = true;
-    MaybeFreeSlab(s);
-  }
-}
-
 void IoThread::MaybeFreeSlab(Slab& s) {
-  const uint32_t in_use = lay_.group ? s.stripes_used : s.written_count;
-  if (!s.allocated || !s.free_wanted || in_use > 0 || s.refs > 0) return;
-  if (lay_.group) {
-    store_->stats_.remote_slabs.fetch_sub(static_cast<uint64_t>(lay_.width()),
-                                          std::memory_order_relaxed);
-  }
+  if (!s.allocated || !s.free_wanted || layout_->InUse(s) > 0 || s.refs > 0) return;
+  layout_->SlabFreed(s);
   const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
   std::array<std::pair<uint32_t, uint64_t>, kMaxWidth> remotes{};
   // Unpublish first: from here on a write to this logical slab allocates a fresh set, and a

@@ -1,7 +1,8 @@
-// Split layout (and copies) write path: allocate the logical slab's k+r remote slabs on first
-// use, encode (CRC per split), post k+r split writes, re-place splits whose server failed,
-// acknowledge per the AckPolicy, and start the next queued write of the page once settled.
-#include "client/remote/engine.h"
+// Split layout (and copies) write path: start allocating the logical slab's k+r remote slabs on
+// first use (slab_alloc.cc), encode (CRC per split), post k+r split writes, re-place splits whose
+// server failed, acknowledge per the AckPolicy, and start the next queued write of the page once
+// settled.
+#include "client/remote/split_layout.h"
 
 #include <algorithm>
 #include <bit>
@@ -11,176 +12,33 @@
 
 namespace tessera::client::remote {
 
-Result<std::vector<placement::ServerId>> IoThread::PlaceSlab(Slab& s) {
-  const uint64_t ls = static_cast<uint64_t>(&s - slabs_.data()) * store_->opt_.io_threads +
-                      index_;
-  std::vector<placement::ServerId> servers;
-  {
-    std::lock_guard<std::mutex> lock(store_->mu_);
-    auto p = store_->PlaceLocked(ls);
-    if (!p.ok() && lay_.group) {
-      // Group layout: no coding group has k+r live servers any more, but writes still need
-      // stripes. Reuse the servers of a slab of ours that kept at least k live members; the
-      // failed ones stay missing (see below).
-      for (const Slab& o : slabs_) {
-        if (!o.allocated) continue;
-        int live = 0;
-        std::vector<placement::ServerId> set(lay_.width());
-        for (int j = 0; j < lay_.width(); ++j) {
-          set[j] = o.server[j].load(std::memory_order_relaxed);
-          live += set[j] != kNoServer && !store_->failed_[set[j]].load() ? 1 : 0;
-        }
-        if (live >= lay_.k) {
-          p = set;
-          break;
-        }
-      }
-    }
-    if (!p.ok()) return Unavailable("no placement for slab " + std::to_string(ls) + ": " +
-                                    p.status().ToString());
-    servers = *p;
-    for (auto id : servers) store_->load_[id]++;
-  }
-  s.id = ls;
-  return servers;
-}
-
-bool IoThread::ReplaceNewMember(uint64_t ls, std::vector<placement::ServerId>& servers, int j,
-                                const Status& why) {
-  // servers[j] stays in `servers` until replaced: never chosen again.
-  const uint32_t server = servers[j];
-  std::lock_guard<std::mutex> lock(store_->mu_);
-  auto rep = store_->ReplacementLocked(ls, servers, j);
-  if (!rep.ok()) return false;
-  const uint64_t n = ++alloc_replacements_;
-  if ((n & (n - 1)) == 0) {  // Log at 1, 2, 4, ... (a full server would flood the log).
-    TLOG(INFO) << store_->name_ << ": slab " << ls << " split " << j << ": "
-               << store_->server(server).endpoint.ToString() << " could not allocate (" << why
-               << "); placing it on " << store_->server(*rep).endpoint.ToString() << " (" << n
-               << " splits re-placed so far on this thread)";
-  }
-  if (store_->load_[server] > 0) store_->load_[server]--;
-  store_->load_[*rep]++;
-  servers[j] = *rep;
-  return true;
-}
-
-Status IoThread::AllocateSlab(Slab& s) {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<placement::ServerId> servers, PlaceSlab(s));
-  const uint64_t ls = s.id;
-  const size_t pps = store_->pages_per_slab_;
-  // A server that does not answer an allocation within the op timeout is declared failed, as
-  // for data ops; a split whose server failed or refused (full) is placed on the replacement
-  // placement chooses, a few times at most, instead of failing the write.
-  const uint32_t attempt_ms =
-      std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
-  int missing = 0;  // Group layout: members left on a failed server (see below).
+void SplitLayout::Unwrite(Slab& s, uint32_t p) {
+  s.written[p] = 0;
+  --s.written_count;
+  ++s.seq[p];              // Reads and regenerations in flight on the old contents see the change.
+  PublishSplitPage(s, p);  // Zeros (or, under a write in flight, not directly readable).
+  // The page no longer needs rebuilding on splits whose regeneration has not reached it.
   for (int j = 0; j < lay_.width(); ++j) {
-    Status last;
-    bool done = false;
-    for (int attempt = 0; attempt <= kMaxAllocReplacements && !done; ++attempt) {
-      const uint32_t server = servers[j];
-      // A suspect server is skipped while there is another choice (it may be stopped: an
-      // allocation there would hold this thread until the deadline), tried as the last resort.
-      if (Usable(server) && (!store_->Suspect(server) || attempt == kMaxAllocReplacements)) {
-        auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
-        if (r.ok()) {
-          s.server[j].store(server, std::memory_order_relaxed);
-          s.remote[j] = r->slab_id;
-          s.remote_info[j] = *r;
-          s.regen_cursor[j] = static_cast<uint32_t>(pps);
-          done = true;
-          break;
-        }
-        last = r.status();
-        if (IsConnectionError(r.status())) {
-          store_->ReportTrouble(server, "slab allocation: " + r.status().ToString());
-        }
-      } else {
-        last = Unavailable("server is failed, suspect or not connected");
-      }
-      if (attempt == kMaxAllocReplacements || !ReplaceNewMember(ls, servers, j, last)) break;
-    }
-    if (!done && lay_.group && missing < lay_.r && IsConnectionError(last)) {
-      // Group layout: every write may need a new slab, so a cluster that lost servers (and has
-      // no spare in the coding group) must still take writes. The member stays on its failed
-      // server: its writes fail (stripes are stored with fewer members, at least k) and reads
-      // treat it as an erasure, as for a slab whose server failed after allocation. At most r
-      // members of a slab can be missing.
-      ++missing;
-      s.server[j].store(servers[j], std::memory_order_relaxed);
-      s.remote[j] = 0;
-      s.remote_info[j] = fabric::AllocSlabResponse{};
-      s.regen_cursor[j] = static_cast<uint32_t>(pps);
-      store_->ReportTrouble(servers[j], "cannot allocate a slab there: " + last.ToString());
-      continue;
-    }
-    if (!done) {
-      // Roll back what we took.
-      for (int i = 0; i < j; ++i) {
-        const uint32_t srv = s.server[i].load();
-        if (!local_failed_[srv] && !store_->failed_[srv].load()) {
-          ReleaseRemote(srv, s.remote[i]);
-        }
-        s.server[i].store(kNoServer);
-      }
-      {
-        std::lock_guard<std::mutex> lock(store_->mu_);
-        for (auto id : servers) {
-          if (store_->load_[id] > 0) store_->load_[id]--;
-        }
-      }
-      return Unavailable("cannot allocate a slab on " +
-                         store_->server(servers[j]).endpoint.ToString() + ": " +
-                         last.ToString());
+    if (s.regen_cursor[j] <= p) {
+      store_->stats_.regenerations_pending.fetch_sub(1, std::memory_order_relaxed);
     }
   }
-  FinishSlab(s);
-  return Status::Ok();
 }
 
-void IoThread::FinishSlab(Slab& s) {
-  const size_t pps = store_->pages_per_slab_;
-  s.free_wanted = false;
-  s.allocated = true;
-  if (lay_.group) {
-    s.stripes.assign(pps, Stripe{});
-    s.stripes_used = 0;
-    s.row_cursor = 0;
-    s.draining = false;
-    store_->stats_.remote_slabs.fetch_add(static_cast<uint64_t>(lay_.width()),
-                                          std::memory_order_relaxed);
-    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
-    return;
-  }
-  s.crc.assign(pps * lay_.width(), 0);
-  // Sequences only ever grow (also across a free and a reallocation), so an op context that
-  // saw an older incarnation of a page never mistakes it for the current one.
-  if (s.seq.size() != pps) s.seq.assign(pps, 0);
-  s.written.assign(pps, 0);
-  s.busy.assign(pps, nullptr);
-  s.trim_after.assign(pps, 0);
-  s.written_count = 0;
-  s.free_wanted = false;
-  s.allocated = true;
-  EnsureSplitTable(s);  // Every page of it reads as zeros (all were unwritten before a free).
-  PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
-}
-
-void IoThread::StartWrite(Ctx* c) {
-  Slab& s = slabs_[c->slab];
+void SplitLayout::StartWrite(Ctx* c) {
+  Slab& s = io_.slabs_[c->slab];
   if (!s.allocated && allocator_ != nullptr) {
     AllocateThenWrite(s, c);  // Started again once the slab is allocated.
     return;
   }
   if (!s.allocated) {
-    Status st = AllocateSlab(s);
-    now_ns_ = MonotonicNs();  // The control calls may have blocked.
+    Status st = io_.AllocateSlab(s);
+    io_.now_ns_ = MonotonicNs();  // The control calls may have blocked.
     if (!st.ok()) {
       c->finished = true;
-      Complete(c->op, st, c->start_ns);
+      io_.Complete(c->op, st, c->start_ns);
       c->op = nullptr;
-      MaybeRelease(c);
+      io_.MaybeRelease(c);
       return;
     }
   }
@@ -197,7 +55,7 @@ void IoThread::StartWrite(Ctx* c) {
     for (int j = 0; j < W; ++j) c->crcs[j] = crc;
   } else {
     uint8_t* parity[coding::kMaxParitySplits];
-    for (int j = 0; j < lay_.r; ++j) parity[j] = SplitBuf(c, lay_.k + j);
+    for (int j = 0; j < lay_.r; ++j) parity[j] = io_.SplitBuf(c, lay_.k + j);
     store_->codec_->EncodeWithCrcs(c->buf, parity, c->crcs.data());
   }
   // Publish: reads from now on are served from this ctx until it settles, then verify against
@@ -217,15 +75,15 @@ void IoThread::StartWrite(Ctx* c) {
   PublishSplitPage(s, c->pidx);  // Not directly readable until the write settles.
   c->asked = (W == 64 ? ~0ull : (1ull << W) - 1);
   c->good = c->bad = 0;
-  unsettled_.fetch_add(1, std::memory_order_relaxed);
+  io_.unsettled_.fetch_add(1, std::memory_order_relaxed);
   PostWriteSplits(c, c->asked);
 }
 
-void IoThread::PostWriteSplits(Ctx* c, uint64_t mask) {
+void SplitLayout::PostWriteSplits(Ctx* c, uint64_t mask) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint64_t bit = 1ull << j;
     if ((mask & bit) == 0) continue;
-    if (!PostOrPark(c, j, WriteBuf(c, j))) c->bad |= bit;
+    if (!io_.PostOrPark(c, j, WriteBuf(c, j))) c->bad |= bit;
   }
   if (c->outstanding == 0) WriteSettled(c);
   else if (!c->acked && lay_.ack == AckPolicy::kFirstK && std::popcount(c->good) >= lay_.k) {
@@ -233,39 +91,30 @@ void IoThread::PostWriteSplits(Ctx* c, uint64_t mask) {
   }
 }
 
-void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st) {
+void SplitLayout::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st) {
   const uint64_t bit = 1ull << split;
   if (c->kind != Ctx::Kind::kWrite) {  // A repair or regeneration write.
-    if (st.ok()) {
-      if (c->kind == Ctx::Kind::kRegen && !c->scrub) {
-        store_->stats_.regenerations_done.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        store_->stats_.corruptions_repaired.fetch_add(1, std::memory_order_relaxed);
-      }
-    } else if (IsConnectionError(st)) {
-      // The replacement's server failed too; the split will be re-placed and rebuilt.
-    }
-    MaybeRelease(c);
+    io_.RepairWritten(c, st);
     return;
   }
   if (st.ok()) {
     c->good |= bit;
   } else {
     // Re-place: the server is failed (connection loss / timeout) or dropped the slab.
-    Slab& s = slabs_[c->slab];
-    if (IsConnectionError(st)) ServerError(server, st);
+    Slab& s = io_.slabs_[c->slab];
+    if (IsConnectionError(st)) io_.ServerError(server, st);
     if (s.server[split].load(std::memory_order_relaxed) != server) {
       // Moved to a replacement meanwhile: store it there.
-      if (!PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
+      if (!io_.PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
     } else if (IsConnectionError(st) && server != kNoServer && !store_->failed_[server].load()) {
       // Its connection went (being reconnected) or it is not answering: wait for it to be
       // reachable again or to be failed (then the split is re-placed), not for nothing.
-      Park(c, split);
+      io_.Park(c, split);
     } else if ((c->retried & bit) == 0 && server != kNoServer &&
                !store_->failed_[server].load()) {
       // The server is fine and refused once: retry once.
       c->retried |= bit;
-      if (!PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
+      if (!io_.PostOrPark(c, split, WriteBuf(c, split))) c->bad |= bit;
     } else {
       c->bad |= bit;
     }
@@ -273,7 +122,7 @@ void IoThread::OnWriteSplit(Ctx* c, int split, uint32_t server, const Status& st
   WriteProgress(c);
 }
 
-void IoThread::WriteProgress(Ctx* c) {
+void SplitLayout::WriteProgress(Ctx* c) {
   if (!c->acked) {
     const int stored = std::popcount(c->good);
     const bool all_done = c->outstanding == 0;
@@ -289,18 +138,18 @@ void IoThread::WriteProgress(Ctx* c) {
   if (c->outstanding == 0) WriteSettled(c);
 }
 
-void IoThread::AckWrite(Ctx* c, Status st) {
+void SplitLayout::AckWrite(Ctx* c, Status st) {
   c->acked = true;
   if (!st.ok()) {
     // The page is not readable as written: forget it rather than return wrong bytes.
-    Slab& s = slabs_[c->slab];
+    Slab& s = io_.slabs_[c->slab];
     if (s.written[c->pidx]) Unwrite(s, c->pidx);
   }
-  Complete(c->op, st, c->start_ns);
+  io_.Complete(c->op, st, c->start_ns);
   c->op = nullptr;
 }
 
-void IoThread::WriteSettled(Ctx* c) {
+void SplitLayout::WriteSettled(Ctx* c) {
   if (!c->acked) {
     const int stored = std::popcount(c->good);
     AckWrite(c, stored >= lay_.k ? Status::Ok()
@@ -309,14 +158,14 @@ void IoThread::WriteSettled(Ctx* c) {
                                                " splits could be stored"));
   }
   c->finished = true;
-  unsettled_.fetch_sub(1, std::memory_order_release);
-  Slab& s = slabs_[c->slab];
+  io_.unsettled_.fetch_sub(1, std::memory_order_release);
+  Slab& s = io_.slabs_[c->slab];
   if (s.written[c->pidx] && std::popcount(c->good) >= lay_.k) {
     // Splits that could not be stored on a server that is not failed (its connection was
     // lost, or it refused): rewritten from the others once it is reachable (RepairStale).
     for (int j = 0; j < lay_.width(); ++j) {
       if (((c->good >> j) & 1) == 0) {
-        NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
+        io_.NoteStale(c->slab, c->pidx, j, s.server[j].load(std::memory_order_relaxed));
       }
     }
   }
@@ -327,9 +176,8 @@ void IoThread::WriteSettled(Ctx* c) {
     if (s.written[c->pidx]) Unwrite(s, c->pidx);
   }
   if (next == nullptr) PublishSplitPage(s, c->pidx);  // Stored (or zeros): directly readable.
-  MaybeRelease(c);
+  io_.MaybeRelease(c);
   if (next != nullptr) StartWrite(next);
 }
-
 
 }  // namespace tessera::client::remote

@@ -170,7 +170,7 @@ using namespace shim;  // NOLINT(build/namespaces): the state this file shares.
 
 pid_t g_owner_pid = 0;                 // The process that owns the pager.
 unsigned g_paged_arena = 0;
-client::PageStore* g_store = nullptr;  // The remote store.
+client::RemotePageStore* g_store = nullptr;  // The remote store.
 CompressedTier* g_tier = nullptr;      // In front of it (kEnvCompressedTier), or null.
 pthread_key_t g_tcache_key;
 bool g_tcache_key_ok = false;

@@ -134,7 +134,8 @@ Result<std::unique_ptr<PageStore>> MakeCopies(uint64_t pages, int copies) {
   ReplicatedStoreOptions o;
   o.remote = Remote(pages);
   o.copies = copies;
-  return CreateReplicatedStore(o);
+  TESSERA_ASSIGN_OR_RETURN(auto s, CreateReplicatedStore(o));
+  return std::unique_ptr<PageStore>(std::move(s));
 }
 
 Result<std::unique_ptr<PageStore>> MakeEc(uint64_t pages, EcLayout layout,
@@ -145,7 +146,8 @@ Result<std::unique_ptr<PageStore>> MakeEc(uint64_t pages, EcLayout layout,
   o.r = 2;
   o.layout = layout;
   o.group.compaction = compaction;
-  return CreateErasureCodedStore(o);
+  TESSERA_ASSIGN_OR_RETURN(auto s, CreateErasureCodedStore(o));
+  return std::unique_ptr<PageStore>(std::move(s));
 }
 
 struct StoreKind {

@@ -190,7 +190,7 @@ class RemoteStoreUnderLoadTest : public ::testing::TestWithParam<EcLayout> {
 
   std::unique_ptr<testing::CpuLoad> load_;
   std::unique_ptr<LocalCluster> cluster_;
-  std::unique_ptr<PageStore> store_;
+  std::unique_ptr<RemotePageStore> store_;
   std::vector<uint32_t> versions_;
   std::atomic<uint64_t> ops_{0}, lost_{0}, errors_{0};
 };

@@ -110,7 +110,7 @@ class EtcdMembershipTest : public ::testing::Test {
   struct Rig {
     std::unique_ptr<LocalCluster> cluster;
     std::unique_ptr<MembershipView> view;
-    std::unique_ptr<PageStore> store;
+    std::unique_ptr<client::RemotePageStore> store;
     std::unique_ptr<StoreFollower> follower;
   };
   void StartRig(size_t n, Rig* rig,
@@ -181,7 +181,7 @@ TEST_F(EtcdMembershipTest, StoreUsesJoinedServersAndALeaseExpiryRegeneratesSplit
   });
   if (HasFatalFailure()) return;
   LocalCluster* first = rig.cluster.get();
-  PageStore* store = rig.store.get();
+  client::RemotePageStore* store = rig.store.get();
   WriteRange(store, 0, 128, 1);
 
   // Two servers join (same secret): the store connects to them.
@@ -235,7 +235,7 @@ TEST_F(EtcdMembershipTest, SigkilledServerIsRegeneratedAndDataSurvives) {
   if (HasFatalFailure()) return;
   LocalCluster* cluster = rig.cluster.get();
   MembershipView* view = rig.view.get();
-  PageStore* store = rig.store.get();
+  client::RemotePageStore* store = rig.store.get();
   WriteRange(store, 0, 256, 1);
   auto where = client::ServersOfPage(*store, 0);
   ASSERT_TRUE(where.ok());
@@ -262,7 +262,7 @@ TEST_F(EtcdMembershipTest, EtcdRestartMidRunLosesNothingAndTheWatchResumes) {
   if (HasFatalFailure()) return;
   LocalCluster* first = rig.cluster.get();
   MembershipView* view = rig.view.get();
-  PageStore* store = rig.store.get();
+  client::RemotePageStore* store = rig.store.get();
   WriteRange(store, 0, 64, 1);
   const uint64_t snaps = view->snapshots();
 

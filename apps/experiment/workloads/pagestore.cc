@@ -48,7 +48,7 @@ class PageLoad {
     TESSERA_ASSIGN_OR_RETURN(store_, client::CreateErasureCodedStore(o));
     return Status::Ok();
   }
-  PageStore* store() { return store_.get(); }
+  client::RemotePageStore* store() { return store_.get(); }
 
   // Writes version 1 of every page.
   Status Fill() {
@@ -274,7 +274,7 @@ class PageLoad {
   PagestoreOptions w_;
   uint64_t seed_;
   const RunContext* ctx_;
-  std::unique_ptr<PageStore> store_;
+  std::unique_ptr<client::RemotePageStore> store_;
   std::vector<uint32_t> version_;
   std::vector<uint8_t> unknown_, lost_, inflight_;
   std::vector<uint8_t>* pass_lost_ = nullptr;
@@ -446,7 +446,7 @@ class PagestoreWorkload : public Workload {
     }
   }
 
-  client::PageStore* store() override { return load_ ? load_->store() : nullptr; }
+  client::RemotePageStore* store() override { return load_ ? load_->store() : nullptr; }
 
   void BeforeFirstFailure() override {
     if (load_ != nullptr) snapshot_ = load_->SnapshotPlacement();
