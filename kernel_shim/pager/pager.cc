@@ -30,7 +30,14 @@ Status PagerImpl::Start() {
     (*ctxs_)[i].index = static_cast<uint32_t>(i);
     free_ctx_.push_back(static_cast<uint32_t>(nctx - 1 - i));
   }
-  if (o_.inactive_list && uffd_.has_move() && (o_.local_limit_bytes > 0 || o_.local_fraction > 0)) {
+  // The list moves pages with UFFDIO_MOVE and must read the page table to know where a page is
+  // when a move reports an error (Uffd::Move).
+  const Result<bool> page_table = Uffd::HasPage(base());
+  if (o_.inactive_list && !page_table.ok()) {
+    TLOG(WARNING) << "pager: inactive list off: " << page_table.status().ToString();
+  }
+  if (o_.inactive_list && uffd_.has_move() && page_table.ok() &&
+      (o_.local_limit_bytes > 0 || o_.local_fraction > 0)) {
     // Half the region's pages at most can be staged (the list's target is at most half the
     // cap); virtual space only, a slot costs memory while it holds a page.
     staging_slots_ = std::max<size_t>(pages_ / 2, 1024);
