@@ -197,14 +197,18 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
     return Status::Ok();
   }
   // Own every page as Discard() does; with keep_content, remote pages are filled first (the
-  // fill maps them, then they are owned like any resident page).
+  // fill maps them, then they are owned like any resident page). Staged pages are moved back
+  // either way (a local move; a staged page would otherwise wait for the evictor to drop it).
   std::vector<uint64_t> old(n);
   bool any_paged = false;
-  if (keep_content) {  // Start the reads of all remote pages first, so they overlap.
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t st = St(W(first + i).load());
-      if (st == kRemote || st == kPrefetched) HandleMissing(first + i, false, 0, nullptr);
-    }
+  auto bring_back = [keep_content](uint64_t s) {
+    const uint64_t st = St(s);
+    return !(s & kBusy) &&
+           (st == kStaged || (keep_content && (st == kRemote || st == kPrefetched)));
+  };
+  // Start the reads of all remote pages first, so they overlap.
+  for (size_t i = 0; i < n; ++i) {
+    if (bring_back(W(first + i).load())) HandleMissing(first + i, false, 0, nullptr);
   }
   for (size_t i = 0; i < n; ++i) {
     const PageId p = first + i;
@@ -216,7 +220,7 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
         old[i] = s;
         break;
       }
-      if (keep_content && (st == kRemote || st == kPrefetched) && !(s & kBusy)) {
+      if (bring_back(s)) {
         HandleMissing(p, false, 0, nullptr);
         continue;
       }

@@ -595,9 +595,7 @@ TEST(PagerTest, WritesRacingWithTheInactiveListAreNeverLost) { WritesRacingWithE
 // a fault thread copies a staged page back from the emptied slot. So the pager runs in a child
 // process, and a stall fails the test after a bounded wait.
 TEST(PagerTest, MovesReportedFailedThatMovedAreFollowed) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
+  const int result = testing::RunInChild([] {
     constexpr size_t kPages = 512, kCap = 128;
     internal::MisreportMovesForTesting(3);
     MemoryPageStore store(kPages);
@@ -606,7 +604,7 @@ TEST(PagerTest, MovesReportedFailedThatMovedAreFollowed) {
     o.victim = VictimPolicy::kFifo;
     o.inactive_list = true;
     auto r = Pager::Create(o);
-    if (!r.ok()) _exit(2);
+    if (!r.ok()) return 2;
     auto pager = std::move(r).value();
     uint8_t* b = pager->base();
     int bad = 0;
@@ -620,20 +618,13 @@ TEST(PagerTest, MovesReportedFailedThatMovedAreFollowed) {
     }
     PagerStats s = pager->Stats();
     // Enough moves each way that some were misreported in both directions.
-    if (s.deactivated < 32 || s.minor_refaults < 8) _exit(3);
-    _exit(bad == 0 && s.fill_errors == 0 && s.writeback_errors == 0 ? 0 : 1);
-  }
-  int status = 0;
-  const bool ended = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, 60000);
-  if (!ended) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the pager stalled on a move reported failed that moved (no end in 60 s)";
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_NE(WEXITSTATUS(status), 2) << "Pager::Create failed";
-  EXPECT_NE(WEXITSTATUS(status), 3) << "too few moves to and from the list to test anything";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "wrong bytes, or fill or write-back errors";
+    if (s.deactivated < 32 || s.minor_refaults < 8) return 3;
+    return bad == 0 && s.fill_errors == 0 && s.writeback_errors == 0 ? 0 : 1;
+  }, 60000);
+  ASSERT_NE(result, -1) << "the pager stalled on a move reported failed that moved (60 s)";
+  EXPECT_NE(result, 2) << "Pager::Create failed";
+  EXPECT_NE(result, 3) << "too few moves to and from the list to test anything";
+  EXPECT_EQ(result, 0) << "wrong bytes, or fill or write-back errors";
 }
 
 TEST(PagerTest, SmartPolicyFaultsLessThanFifoOnSkewedAccess) {
