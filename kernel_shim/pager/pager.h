@@ -66,9 +66,12 @@
 // Falls back to paging every remote page back in before the fork (the child then holds a full
 // private copy as plain memory), with the pager object inert in the child, when there is no
 // limit (everything is resident: nothing to page in, nothing to share), when the kernel
-// refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, the inactive
-// list is on, or a previous child still shares pages. A forked child that forks again pages its
-// own heap in first (the grandchild gets plain memory). Pager::Stats counts both kinds of fork.
+// refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, or a previous
+// child still shares pages. With the inactive list on, its pages are first moved back into the
+// region (the child finds a page's bytes mapped or in the store, never in a staging slot; pages
+// it shares cannot move while it lives and are written back instead). A forked child that
+// forks again pages its own heap in first (the grandchild gets plain memory). Pager::Stats
+// counts both kinds of fork.
 // The child holds its own reference to its userfaultfd: when the parent exits it first maps
 // every page the child has not (HandOffChildren), and if it dies without doing so (SIGKILL, a
 // crash), the child serves its own faults: zeros where the snapshot says zeros, SIGBUS (with a

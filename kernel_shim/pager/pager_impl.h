@@ -254,7 +254,9 @@ class PagerImpl final : public Pager {
 
   // fork (fork.cc; see "fork" in pager.h).
   // Pages every remote page back in (the fallback: the child gets a full private copy).
-  Status PageEverythingIn();
+  // With staged_only, the inactive list's pages only (moved back: the child then shares the rest
+  // through the store).
+  Status PageIn(bool staged_only);
   // Writes back every dirty resident page (kept resident, clean and write-protected), so that
   // every page of the child has its bytes in the store or mapped write-protected.
   Status WriteBackForFork(const Deadline& deadline);
@@ -402,9 +404,9 @@ class PagerImpl final : public Pager {
   std::atomic<int64_t> staged_inflight_{0};  // Staged victims being written back (slots busy).
   std::atomic<uint64_t> inactive_target_{0};
   std::atomic<uint64_t> move_errors_{0};
+  std::atomic<uint64_t> move_misreports_{0};  // Moves reported failed that moved (MoveStaging).
   std::atomic<uint64_t> deactivated_{0}, minor_refaults_{0}, inactive_drops_{0}, near_refaults_{0};
 
-  std::atomic<uint64_t> move_misreports_{0};  // Moves reported failed that moved (MoveStaging).
   std::mutex evict_mu_;
   std::condition_variable evict_cv_;
   bool evict_kick_ = false;

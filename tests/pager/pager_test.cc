@@ -511,7 +511,7 @@ void ForkedChildSeesEveryPage(bool inactive_list) {
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
   ASSERT_TRUE(WaitFor([&] { return pager->Stats().resident_pages <= kCap; }));
   for (size_t p = 0; p < kPages; ++p) ASSERT_TRUE(CheckPage(b + p * kPage, p, 4)) << p;
-  // A store without spare pages beyond the region (or the inactive list): the fallback.
+  // A store without spare pages beyond the region: the fallback.
   EXPECT_EQ(pager->Stats().fork_fallbacks, 1u);
   EXPECT_EQ(pager->Stats().fork_snapshots, 0u);
 }
