@@ -128,11 +128,11 @@ struct PagerOptions {
   // The inactive list (inactive_list.h): victims are first moved (UFFDIO_MOVE) out of the region
   // into a local staging area; an access to a staged page - a read too - is a minor fault that
   // moves it back and marks it referenced; only pages reaching the list's end are written back
-  // and dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+): without
-  // it, or with false, victims are written back and dropped at once. At 50% local memory it cut
-  // GNU sort's store reads by 27-40% and left the python workload's even; off by default until
-  // a once-seen stall under racing writers is explained (docs/concepts/paging-policy.md).
-  bool inactive_list = false;
+  // and dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+) and a
+  // readable /proc/self/pagemap: without them, or with false, victims are written back and
+  // dropped at once. At 50% local memory it cut GNU sort's store reads by 20-40% and left the
+  // python workload's even or a little lower (docs/concepts/paging-policy.md).
+  bool inactive_list = true;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
   // Threads reading userfaultfd messages (1..8). Two by default: a fault thread blocks while it

@@ -737,6 +737,7 @@ struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
   bool write_traps = true;
+  bool inactive_list = true;   // kEnvInactiveList
   bool direct_reads = true;
   bool batch_faults = true;    // kEnvBatchFaults
   uint32_t fault_spin_us = 0;  // kEnvFaultSpin
@@ -773,8 +774,9 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps, direct, batch;
+  std::string traps, direct, batch, inactive;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  const bool has_inactive = take(kEnvInactiveList, &inactive);
   const bool has_batch = take(kEnvBatchFaults, &batch);
   const bool has_direct = take(kEnvDirectReads, &direct);
   std::string spin, dspin;
@@ -809,6 +811,13 @@ bool TakeConfig(Config* c, std::string* error) {
       return true;
     }
     c->write_traps = traps == "1";
+  }
+  if (has_inactive) {
+    if (inactive != "0" && inactive != "1") {
+      *error = "bad " + std::string(kEnvInactiveList) + " '" + inactive + "' (0 or 1)";
+      return true;
+    }
+    c->inactive_list = inactive == "1";
   }
   if (has_batch) {
     if (batch != "0" && batch != "1") {
@@ -1024,6 +1033,7 @@ void* InitThread(void* arg) {
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
     po.write_traps = c.write_traps;
+    po.inactive_list = c.inactive_list;
     po.fault_spin_us = c.fault_spin_us;
     po.batch_faults = c.batch_faults;
     auto pager = Pager::Create(po);
