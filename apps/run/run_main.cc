@@ -65,6 +65,11 @@ DEFINE_bool(write_traps, true,
             "The victim policy write-protects resident dirty pages as they come round to learn "
             "whether they are written again (--nowrite_traps: only first writes and re-faults "
             "inform it; fewer write-protect ioctls and faults)");
+DEFINE_bool(inactive_list, true,
+            "Evicted pages first wait on an inactive list, still local (moved out of the "
+            "program's mapping, counted against --local-memory); an access to one - a read too - "
+            "moves it back without a store read, and only pages that reach the list's end "
+            "untouched are written back. --noinactive_list writes victims back at once");
 DEFINE_bool(direct_reads, true,
             "Group layout: a fault thread reads a remote page itself, over its own connection to "
             "the server holding it (run to completion); --nodirect_reads hands every read to the "
@@ -582,6 +587,7 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
       std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
+      std::string(kernel_shim::kEnvInactiveList) + "=" + (FLAGS_inactive_list ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
       std::string(kernel_shim::kEnvBatchFaults) + "=" + (FLAGS_batch_faults ? "1" : "0"),
       std::string(kernel_shim::kEnvFaultSpin) + "=" + std::to_string(FLAGS_fault_spin_us),

@@ -101,10 +101,9 @@ void PagerImpl::Deactivate(std::vector<Victim>* victims, std::vector<Victim>* fa
     const size_t run = j - k;
     const size_t first_slot = ring_->Push((*victims)[k].page);
     for (size_t i = k + 1; i < j; ++i) ring_->Push((*victims)[i].page);
-    size_t moved = 0;
-    Status st = uffd_.Move(Slot(static_cast<uint32_t>(first_slot)), Addr((*victims)[k].page),
-                           run * kPageSize, /*wake=*/false, &moved);
-    moved /= kPageSize;
+    Status st;
+    const size_t moved = MoveStaging(Slot(static_cast<uint32_t>(first_slot)),
+                                     Addr((*victims)[k].page), run, /*to_staging=*/true, &st);
     if (!st.ok()) {
       uint64_t n_err = move_errors_.fetch_add(1) + 1;
       if ((n_err & (n_err - 1)) == 0) {

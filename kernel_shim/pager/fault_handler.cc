@@ -461,9 +461,8 @@ bool PagerImpl::Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, 
   bool mapped = false;
   if (dirty) {
     // Dirty: the page itself moves back, writable (it will be written back when evicted).
-    size_t moved = 0;
-    Status st = uffd_.Move(Addr(p), Slot(slot), kPageSize, /*wake=*/true, &moved);
-    mapped = st.ok();
+    Status st;
+    mapped = MoveStaging(Addr(p), Slot(slot), 1, /*to_staging=*/false, &st) == 1;
     if (!mapped) TLOG(WARNING) << "pager: moving staged page " << p << " back: " << st.ToString();
   }
   if (!mapped) {
@@ -493,6 +492,38 @@ bool PagerImpl::Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, 
   }
   MaybeKickEviction();
   return true;
+}
+
+size_t PagerImpl::MoveStaging(uint8_t* dst, uint8_t* src, size_t n, bool to_staging,
+                               Status* st) {
+  size_t done = 0;
+  while (done < n) {
+    size_t bytes = 0;
+    *st = uffd_.Move(dst + done * kPageSize, src + done * kPageSize, (n - done) * kPageSize,
+                     /*wake=*/!to_staging, &bytes);
+    if (st->ok()) return n;
+    done += bytes / kPageSize;
+    // The kernel stopped at page `done` with an error, which is not proof that the page stayed
+    // (uffd.h, Move). Its entry in the region is: the caller owns the page (kEvicting or
+    // kUnstaging), so only this move maps or unmaps it there.
+    uint8_t* const region = (to_staging ? src : dst) + done * kPageSize;
+    Result<bool> in_region = Uffd::HasPage(region);
+    if (!in_region.ok()) {
+      TLOG(ERROR) << "pager: after " << st->ToString() << ": " << in_region.status().ToString();
+      return done;
+    }
+    if (*in_region == to_staging) return done;  // It did not move: the error stands.
+    const uint64_t n_mis = move_misreports_.fetch_add(1) + 1;
+    if ((n_mis & (n_mis - 1)) == 0) {
+      TLOG(INFO) << "pager: page " << (region - base()) / kPageSize << " moved although "
+                 << st->ToString() << " was reported (the kernel retried it; " << n_mis
+                 << " such moves so far)";
+    }
+    if (!to_staging) Wake((region - base()) / kPageSize);  // An error wakes nobody.
+    ++done;
+  }
+  *st = Status::Ok();
+  return n;
 }
 
 void PagerImpl::ReleaseSlot(uint32_t slot) {

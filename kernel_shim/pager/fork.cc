@@ -70,6 +70,9 @@ Status PagerImpl::PrepareFork() {
     evict_paused_++;
     evict_idle_cv_.wait(l, [&] { return !evict_running_; });
   }
+  // The inactive list's pages go back into the region first (moves, no store reads): the child
+  // must find every page's bytes mapped or in the store, and a staging slot is neither.
+  const Status unstaged = staging_on() ? PageIn(/*staged_only=*/true) : Status::Ok();
   std::string why;
   // Without a limit everything is resident: the child's full private copy costs nothing to
   // make, and sharing through the store would first write the whole heap back.
@@ -85,8 +88,8 @@ Status PagerImpl::PrepareFork() {
     why = "the kernel gives this process no userfaultfd fork events (they need CAP_SYS_PTRACE)";
   } else if (!child_wake_.valid()) {
     why = "the store has no spare pages beyond the region";
-  } else if (staging_on()) {
-    why = "the inactive list is on";
+  } else if (!unstaged.ok()) {
+    why = unstaged.ToString();
   } else if (in_use) {
     why = "an earlier forked child still shares pages with this process";
   }
@@ -108,7 +111,7 @@ Status PagerImpl::PrepareFork() {
                     << "): the heap is paged back in first, and parent and child hold it "
                        "all locally for the moment of the fork";
     }
-    Status st = PageEverythingIn();
+    Status st = PageIn(/*staged_only=*/false);
     if (!st.ok()) {
       ParentAfterFork(-1);
       return st;
@@ -119,25 +122,26 @@ Status PagerImpl::PrepareFork() {
   return Status::Ok();
 }
 
-Status PagerImpl::PageEverythingIn() {
-  // Page every remote page back in, then wait until no read is in flight.
+Status PagerImpl::PageIn(bool staged_only) {
+  // Page every remote (or only every staged) page back in, then wait until none is in transit.
   Deadline deadline = Deadline::AfterMs(kForkTimeoutMs);
   for (;;) {
     uint64_t end = max_page_.load();
     bool pending = false;
     for (PageId p = 0; p < end; ++p) {
-      uint64_t st = St(W(p).load());
-      if (st == kRemote || st == kPrefetched || st == kStaged) HandleMissing(p, false, 0, nullptr);
-      if (st == kRemote || st == kPrefetched || st == kFilling || st == kPrefetching ||
-          st == kEvicting || st == kDropping || st == kStaged || st == kUnstaging ||
-          st == kStagedBusy) {
-        pending = true;
+      const uint64_t st = St(W(p).load());
+      const bool staged = st == kStaged || st == kUnstaging || st == kStagedBusy;
+      const bool remote = st == kRemote || st == kPrefetched || st == kFilling ||
+                          st == kPrefetching || st == kEvicting || st == kDropping;
+      if (st == kStaged || (!staged_only && (st == kRemote || st == kPrefetched))) {
+        HandleMissing(p, false, 0, nullptr);
       }
+      if (staged || (!staged_only && remote)) pending = true;
     }
     if (!pending) return Status::Ok();
     if (deadline.Expired()) {
-      return Timeout("pager: paging the region back in before fork took over ",
-                     kForkTimeoutMs / 1000, " s");
+      return Timeout("pager: paging ", staged_only ? "the inactive list" : "the region",
+                     " back in before fork took over ", kForkTimeoutMs / 1000, " s");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }

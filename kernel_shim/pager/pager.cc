@@ -30,7 +30,14 @@ Status PagerImpl::Start() {
     (*ctxs_)[i].index = static_cast<uint32_t>(i);
     free_ctx_.push_back(static_cast<uint32_t>(nctx - 1 - i));
   }
-  if (o_.inactive_list && uffd_.has_move() && (o_.local_limit_bytes > 0 || o_.local_fraction > 0)) {
+  // The list moves pages with UFFDIO_MOVE and must read the page table to know where a page is
+  // when a move reports an error (Uffd::Move).
+  const Result<bool> page_table = Uffd::HasPage(base());
+  if (o_.inactive_list && !page_table.ok()) {
+    TLOG(WARNING) << "pager: inactive list off: " << page_table.status().ToString();
+  }
+  if (o_.inactive_list && uffd_.has_move() && page_table.ok() &&
+      (o_.local_limit_bytes > 0 || o_.local_fraction > 0)) {
     // Half the region's pages at most can be staged (the list's target is at most half the
     // cap); virtual space only, a slot costs memory while it holds a page.
     staging_slots_ = std::max<size_t>(pages_ / 2, 1024);
@@ -190,14 +197,18 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
     return Status::Ok();
   }
   // Own every page as Discard() does; with keep_content, remote pages are filled first (the
-  // fill maps them, then they are owned like any resident page).
+  // fill maps them, then they are owned like any resident page). Staged pages are moved back
+  // either way (a local move; a staged page would otherwise wait for the evictor to drop it).
   std::vector<uint64_t> old(n);
   bool any_paged = false;
-  if (keep_content) {  // Start the reads of all remote pages first, so they overlap.
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t st = St(W(first + i).load());
-      if (st == kRemote || st == kPrefetched) HandleMissing(first + i, false, 0, nullptr);
-    }
+  auto bring_back = [keep_content](uint64_t s) {
+    const uint64_t st = St(s);
+    return !(s & kBusy) &&
+           (st == kStaged || (keep_content && (st == kRemote || st == kPrefetched)));
+  };
+  // Start the reads of all remote pages first, so they overlap.
+  for (size_t i = 0; i < n; ++i) {
+    if (bring_back(W(first + i).load())) HandleMissing(first + i, false, 0, nullptr);
   }
   for (size_t i = 0; i < n; ++i) {
     const PageId p = first + i;
@@ -209,7 +220,7 @@ Status PagerImpl::Unregister(void* addr, size_t len, bool keep_content) {
         old[i] = s;
         break;
       }
-      if (keep_content && (st == kRemote || st == kPrefetched) && !(s & kBusy)) {
+      if (bring_back(s)) {
         HandleMissing(p, false, 0, nullptr);
         continue;
       }

@@ -66,9 +66,12 @@
 // Falls back to paging every remote page back in before the fork (the child then holds a full
 // private copy as plain memory), with the pager object inert in the child, when there is no
 // limit (everything is resident: nothing to page in, nothing to share), when the kernel
-// refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, the inactive
-// list is on, or a previous child still shares pages. A forked child that forks again pages its
-// own heap in first (the grandchild gets plain memory). Pager::Stats counts both kinds of fork.
+// refuses fork events (they need CAP_SYS_PTRACE), the store has no spare pages, or a previous
+// child still shares pages. With the inactive list on, its pages are first moved back into the
+// region (the child finds a page's bytes mapped or in the store, never in a staging slot; pages
+// it shares cannot move while it lives and are written back instead). A forked child that
+// forks again pages its own heap in first (the grandchild gets plain memory). Pager::Stats
+// counts both kinds of fork.
 // The child holds its own reference to its userfaultfd: when the parent exits it first maps
 // every page the child has not (HandOffChildren), and if it dies without doing so (SIGKILL, a
 // crash), the child serves its own faults: zeros where the snapshot says zeros, SIGBUS (with a
@@ -125,11 +128,11 @@ struct PagerOptions {
   // The inactive list (inactive_list.h): victims are first moved (UFFDIO_MOVE) out of the region
   // into a local staging area; an access to a staged page - a read too - is a minor fault that
   // moves it back and marks it referenced; only pages reaching the list's end are written back
-  // and dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+): without
-  // it, or with false, victims are written back and dropped at once. At 50% local memory it cut
-  // GNU sort's store reads by 27-40% and left the python workload's even; off by default until
-  // a once-seen stall under racing writers is explained (docs/concepts/paging-policy.md).
-  bool inactive_list = false;
+  // and dropped. Staged pages count against the cap. Needs UFFDIO_MOVE (kernel 6.8+) and a
+  // readable /proc/self/pagemap: without them, or with false, victims are written back and
+  // dropped at once. At 50% local memory it cut GNU sort's store reads by 20-40% and left the
+  // python workload's even or a little lower (docs/concepts/paging-policy.md).
+  bool inactive_list = true;
   bool prefetch = true;                // Sequential / strided fault streams fetch ahead.
   size_t prefetch_max_pages = 32;      // Largest prefetch window.
   // Threads reading userfaultfd messages (1..8). Two by default: a fault thread blocks while it

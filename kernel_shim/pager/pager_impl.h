@@ -193,6 +193,12 @@ class PagerImpl final : public Pager {
   // or kClean and is activated. Returns false if it could not be mapped (the page stays staged
   // and its waiters are woken to fault again).
   bool Unstage(PageId p, uint32_t slot, bool dirty, uint64_t in_store, uint64_t t0);
+  // Moves n pages between the region and the staging area (to_staging: src is in the region,
+  // else dst is; a move into the region wakes the threads faulting there). The caller owns the
+  // pages (kEvicting, kUnstaging). Returns how many moved, from the start, and *st the error for
+  // the next one. Where the kernel reports an error, the region's page table decides whether
+  // the page moved (Uffd::Move: it may have): if it did, the move goes on after it.
+  size_t MoveStaging(uint8_t* dst, uint8_t* src, size_t n, bool to_staging, Status* st);
   void ReleaseSlot(uint32_t slot);
   // Evictor, at a staged victim's commit: drops it (slot released, kRemote or kNever), or moves
   // it back into the region when its write-back failed or a fault waits for it.
@@ -248,7 +254,9 @@ class PagerImpl final : public Pager {
 
   // fork (fork.cc; see "fork" in pager.h).
   // Pages every remote page back in (the fallback: the child gets a full private copy).
-  Status PageEverythingIn();
+  // With staged_only, the inactive list's pages only (moved back: the child then shares the rest
+  // through the store).
+  Status PageIn(bool staged_only);
   // Writes back every dirty resident page (kept resident, clean and write-protected), so that
   // every page of the child has its bytes in the store or mapped write-protected.
   Status WriteBackForFork(const Deadline& deadline);
@@ -396,6 +404,7 @@ class PagerImpl final : public Pager {
   std::atomic<int64_t> staged_inflight_{0};  // Staged victims being written back (slots busy).
   std::atomic<uint64_t> inactive_target_{0};
   std::atomic<uint64_t> move_errors_{0};
+  std::atomic<uint64_t> move_misreports_{0};  // Moves reported failed that moved (MoveStaging).
   std::atomic<uint64_t> deactivated_{0}, minor_refaults_{0}, inactive_drops_{0}, near_refaults_{0};
 
   std::mutex evict_mu_;

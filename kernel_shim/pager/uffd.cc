@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -48,6 +49,9 @@ namespace tessera::kernel_shim::internal {
 namespace {
 
 constexpr int kMaxAttempts = 100000;
+
+std::atomic<uint32_t> g_misreport_every{0};
+std::atomic<uint64_t> g_moves[2];  // Moves that do not wake, that wake.
 
 Result<UniqueFd> OpenFd() {
   int dev = ::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
@@ -144,8 +148,34 @@ Status Uffd::RegisterMissing(void* base, size_t len) {
   return Status::Ok();
 }
 
+void MisreportMovesForTesting(uint32_t every) {
+  g_misreport_every.store(every);
+  for (auto& n : g_moves) n.store(0);
+}
+
+Result<bool> Uffd::HasPage(const void* addr) {
+  UniqueFd fd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open /proc/self/pagemap");
+  uint64_t entry = 0;
+  const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / 4096 * sizeof entry);
+  if (::pread(fd.get(), &entry, sizeof entry, off) != static_cast<ssize_t>(sizeof entry)) {
+    return ErrnoError("reading /proc/self/pagemap");
+  }
+  return (entry >> 62) != 0;  // Bit 63: present; bit 62: swapped.
+}
+
 Status Uffd::Move(void* dst, void* src, size_t len, bool wake, size_t* moved) {
   *moved = 0;
+  if (const uint32_t every = g_misreport_every.load(std::memory_order_relaxed);
+      every > 0 && (g_moves[wake ? 1 : 0].fetch_add(1) + 1) % every == 0) {
+    uffdio_move m{};
+    m.dst = reinterpret_cast<uintptr_t>(dst);
+    m.src = reinterpret_cast<uintptr_t>(src);
+    m.len = 4096;
+    m.mode = UFFDIO_MOVE_MODE_DONTWAKE;
+    if (::ioctl(fd_.get(), UFFDIO_MOVE, &m) == 0) errno = EEXIST;
+    return ErrnoError("UFFDIO_MOVE");
+  }
   for (int attempt = 0; *moved < len && attempt < kMaxAttempts; ++attempt) {
     uffdio_move m{};
     m.dst = reinterpret_cast<uintptr_t>(dst) + *moved;

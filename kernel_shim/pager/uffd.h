@@ -52,8 +52,14 @@ class Uffd {
   // Moves the pages of [src, src + len) to [dst, dst + len) (page-table entries, no copy; dst
   // unmapped, both ranges registered here), waking threads faulting at dst if `wake`.
   // *moved: bytes moved from the start. An error for the page at *moved (e.g. Busy: a page
-  // shared with a forked child cannot move).
+  // shared with a forked child cannot move) - but that page may have moved all the same: the
+  // kernel's move loop (6.18) keeps an EAGAIN from one attempt at a page after a retry moved
+  // it, tries the page again and reports EEXIST (its destination is now taken), with *moved not
+  // counting it; and then it wakes nobody. Only the page tables tell (HasPage).
   Status Move(void* dst, void* src, size_t len, bool wake, size_t* moved);
+  // Whether the page at addr (page-aligned, this process) has a page-table entry: mapped, or
+  // swapped out (/proc/self/pagemap). An error if the page table cannot be read.
+  static Result<bool> HasPage(const void* addr);
   // Makes accesses to [addr, addr + len) raise SIGBUS (needs has_poison()).
   Status Poison(void* addr, size_t len);
   // Registers [addr, addr + len) (page-aligned, a private anonymous mapping) in missing +
@@ -68,5 +74,11 @@ class Uffd {
   bool move_ = false;
   bool fork_events_ = false;
 };
+
+// Tests only: from now on every `every`-th call of Uffd::Move (0: none) in this process, counted
+// apart for moves that wake and moves that do not, moves the first page of its range and then
+// reports EEXIST for it, *moved not counting it and nobody woken - what the kernel's move loop
+// does when an attempt at that page met EAGAIN.
+void MisreportMovesForTesting(uint32_t every);
 
 }  // namespace tessera::kernel_shim::internal

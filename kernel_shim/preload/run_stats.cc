@@ -70,6 +70,10 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["prefetch_issued"] = p.prefetch_issued;
   r["prefetch_hits"] = p.prefetch_hits;
   r["discarded"] = p.discarded;
+  r["deactivated"] = p.deactivated;
+  r["minor_refaults"] = p.minor_refaults;
+  r["inactive_drops"] = p.inactive_drops;
+  r["staged_pages"] = p.staged_pages;
   r["spin_hits"] = p.spin_hits;
   r["fault_batches"] = p.fault_batches;
   r["fault_batch_pages"] = p.fault_batch_pages;

@@ -33,6 +33,8 @@ inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
 inline constexpr const char* kEnvCompressedTier = "TESSERA_RUN_COMPRESSED_TIER";
 inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
 inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
+// "0": no inactive list, victims are written back at once (PagerOptions::inactive_list).
+inline constexpr const char* kEnvInactiveList = "TESSERA_RUN_INACTIVE_LIST";
 // "0": a fault thread serves the faults of one wake-up one by one (PagerOptions::batch_faults).
 inline constexpr const char* kEnvBatchFaults = "TESSERA_RUN_BATCH_FAULTS";
 // "0": fault threads read through the store's I/O thread (RemoteStoreOptions::direct_reads).

@@ -513,6 +513,7 @@ void* InitThread(void* arg) {
     po.local_limit_bytes = c.local.bytes;
     po.local_fraction = c.local.fraction;
     po.write_traps = c.write_traps;
+    po.inactive_list = c.inactive_list;
     po.fault_spin_us = c.fault_spin_us;
     po.batch_faults = c.batch_faults;
     auto pager = Pager::Create(po);

@@ -32,8 +32,9 @@ bool TakeConfig(Config* c, std::string* error) {
   take(kEnvLive, &c->live);
   take(kEnvLogLevel, &c->log_level);
   const bool has_k = take(kEnvK, &k), has_r = take(kEnvR, &r);
-  std::string traps, direct, batch;
+  std::string traps, direct, batch, inactive;
   const bool has_traps = take(kEnvWriteTraps, &traps);
+  const bool has_inactive = take(kEnvInactiveList, &inactive);
   const bool has_batch = take(kEnvBatchFaults, &batch);
   const bool has_direct = take(kEnvDirectReads, &direct);
   std::string spin, dspin;
@@ -62,27 +63,19 @@ bool TakeConfig(Config* c, std::string* error) {
     else setenv("LD_PRELOAD", kept.c_str(), 1);
   }
   if (!configured) return false;
-  if (has_traps) {
-    if (traps != "0" && traps != "1") {
-      *error = "bad " + std::string(kEnvWriteTraps) + " '" + traps + "' (0 or 1)";
-      return true;
+  // A switch: "0" or "1".
+  auto on_off = [error](const char* name, const std::string& v, bool* out) {
+    if (v != "0" && v != "1") {
+      *error = "bad " + std::string(name) + " '" + v + "' (0 or 1)";
+      return false;
     }
-    c->write_traps = traps == "1";
-  }
-  if (has_batch) {
-    if (batch != "0" && batch != "1") {
-      *error = "bad " + std::string(kEnvBatchFaults) + " '" + batch + "' (0 or 1)";
-      return true;
-    }
-    c->batch_faults = batch == "1";
-  }
-  if (has_direct) {
-    if (direct != "0" && direct != "1") {
-      *error = "bad " + std::string(kEnvDirectReads) + " '" + direct + "' (0 or 1)";
-      return true;
-    }
-    c->direct_reads = direct == "1";
-  }
+    *out = v == "1";
+    return true;
+  };
+  if (has_traps && !on_off(kEnvWriteTraps, traps, &c->write_traps)) return true;
+  if (has_inactive && !on_off(kEnvInactiveList, inactive, &c->inactive_list)) return true;
+  if (has_batch && !on_off(kEnvBatchFaults, batch, &c->batch_faults)) return true;
+  if (has_direct && !on_off(kEnvDirectReads, direct, &c->direct_reads)) return true;
   // A spin time: 0..1000 microseconds, digits only.
   auto micros = [error](const char* name, const std::string& v, int* out) {
     const bool digits = !v.empty() && v.size() <= 4 &&

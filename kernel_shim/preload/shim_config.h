@@ -14,6 +14,7 @@ struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
   bool write_traps = true;
+  bool inactive_list = true;   // kEnvInactiveList
   bool direct_reads = true;
   bool batch_faults = true;    // kEnvBatchFaults
   uint32_t fault_spin_us = 0;  // kEnvFaultSpin

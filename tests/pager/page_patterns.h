@@ -1,7 +1,11 @@
-// What the pager's unit tests share: a bounded wait for the pager's threads, and page contents
-// that name their page and a round (so a page holding another page's bytes, or an older
-// round's, fails the check).
+// What the pager's unit tests share: a bounded wait for the pager's threads, a child process
+// for what may stall, and page contents that name their page and a round (so a page holding
+// another page's bytes, or an older round's, fails the check).
 #pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
@@ -23,6 +27,22 @@ inline bool WaitFor(const std::function<bool()>& cond, int ms = 10000) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// Runs `body` in a forked child (a pager created there is the child's own) and returns its
+// result (the child's exit code, 0..255), or -1 if it did not end within `ms` (it is killed):
+// a pager that stalls fails the test instead of hanging it.
+inline int RunInChild(const std::function<int()>& body, int ms) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -2;
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  if (!WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, ms)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 inline uint8_t Pattern(size_t page, size_t off, uint32_t round) {

@@ -41,13 +41,14 @@ bool IsZero(const uint8_t* p) {
 
 // A pager over `pages` pages capped at `cap`, on a store with as many spare pages again.
 struct Rig {
-  explicit Rig(size_t pages, size_t cap, size_t spare = 0)
+  explicit Rig(size_t pages, size_t cap, size_t spare = 0, bool inactive_list = false)
       : pages(pages), store(pages + (spare ? spare : pages)) {
     PagerOptions o;
     o.store = &store;
     o.region_bytes = pages * kPage;
     o.local_limit_bytes = cap * kPage;
     o.evict_batch = 16;
+    o.inactive_list = inactive_list;
     auto r = Pager::Create(o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (r.ok()) pager = std::move(r).value();
@@ -97,12 +98,15 @@ bool SparePagesFreed(const Rig& rig) {
   return true;
 }
 
-TEST(PagerForkTest, ChildIsServedFromTheStoreAndBothStayNearTheLimit) {
+// With the inactive list, its pages are moved back into the region before the fork (the child
+// finds a page's bytes mapped or in the store only), and the fork shares pages all the same.
+void ChildIsServedFromTheStore(bool inactive_list) {
   constexpr size_t kPages = 1024, kCap = 64;
-  Rig rig(kPages, kCap);
+  Rig rig(kPages, kCap, 0, inactive_list);
   ASSERT_TRUE(rig.pager);
   rig.FillAll(1);
   ASSERT_TRUE(WaitFor([&] { return rig.pager->Stats().resident_pages <= kCap; }));
+  if (inactive_list) ASSERT_GT(rig.pager->Stats().staged_pages, 0u);
   int to_child[2], from_child[2];
   ASSERT_EQ(::pipe(to_child), 0);
   ASSERT_EQ(::pipe(from_child), 0);
@@ -155,6 +159,19 @@ TEST(PagerForkTest, ChildIsServedFromTheStoreAndBothStayNearTheLimit) {
   });
   EXPECT_EQ(Reap(again), 0);
   EXPECT_EQ(rig.pager->Stats().fork_snapshots, 2u);
+  if (inactive_list) {
+    // The list went on after the forks: pages staged again, and written back from it.
+    EXPECT_GT(rig.pager->Stats().deactivated, kPages);
+    EXPECT_GT(rig.pager->Stats().inactive_drops, 0u);
+  }
+}
+
+TEST(PagerForkTest, ChildIsServedFromTheStoreAndBothStayNearTheLimit) {
+  ChildIsServedFromTheStore(false);
+}
+
+TEST(PagerForkTest, ChildIsServedFromTheStoreWithTheInactiveList) {
+  ChildIsServedFromTheStore(true);
 }
 
 TEST(PagerForkTest, ParentDiscardsKeepTheChildsPagesUntilItExits) {

@@ -11,6 +11,7 @@
 #include "client/testing/memory_page_store.h"
 #include "common/clock.h"
 #include "kernel_shim/pager/pager.h"
+#include "tests/pager/page_patterns.h"
 
 namespace tessera::kernel_shim {
 namespace {
@@ -107,6 +108,51 @@ TEST(PagerRegistration, UnregisterWithoutContentDropsAndDiscardLeavesThemUnpaged
   EXPECT_TRUE(PageIs(b + 6 * kPage, 6));
   EXPECT_FALSE(pager->Unregister(b + 1, kPage, true).ok());
   EXPECT_FALSE(pager->Register(b, 129 * kPage).ok());
+}
+
+// Pages on the inactive list in a range taken out of paging are moved back first, kept or
+// dropped like resident pages: Unregister does not wait for the evictor to drop them (it did,
+// and a runtime's mprotect of such a range hung while the list held a page of it). In a child
+// process, so that a hang fails the test after a bounded wait.
+TEST(PagerRegistration, StagedPagesInTheRangeAreTakenAtOnce) {
+  const int result = testing::RunInChild([] {
+    constexpr size_t kPages = 256, kCap = 32;
+    MemoryPageStore store(kPages);
+    PagerOptions o;
+    o.store = &store;
+    o.region_bytes = kPages * kPage;
+    o.local_limit_bytes = kCap * kPage;
+    o.evict_batch = 4;
+    o.zero_fault_around_pages = 0;
+    o.prefetch = false;
+    o.victim = VictimPolicy::kFifo;  // The list holds the oldest of the last pages written.
+    o.inactive_list = true;
+    auto r = Pager::Create(o);
+    if (!r.ok()) return 2;
+    auto pager = std::move(r).value();
+    uint8_t* b = pager->base();
+    for (uint32_t round = 1; round <= 2; ++round) {
+      for (size_t p = 0; p < kPages; ++p) FillPage(b + p * kPage, p + round * 1000);
+      // Every local page is among the last 64 written (FIFO), so the range holds them all.
+      if (!WaitFor([&] { return pager->Stats().resident_pages <= kCap; })) return 3;
+      if (pager->Stats().staged_pages == 0) return 4;
+      uint8_t* range = b + (kPages - 64) * kPage;
+      const bool keep = round == 1;
+      if (!pager->Unregister(range, 64 * kPage, keep).ok()) return 5;
+      if (pager->Stats().staged_pages != 0 || pager->Stats().resident_pages != 0) return 6;
+      for (size_t p = kPages - 64; p < kPages; ++p) {
+        const uint8_t* page = b + p * kPage;
+        if (keep ? !PageIs(page, p + round * 1000) : page[0] != 0 || page[kPage - 1] != 0) {
+          return 7;
+        }
+      }
+      if (!pager->Register(range, 64 * kPage).ok()) return 8;
+    }
+    return 0;
+  }, 30000);
+  ASSERT_NE(result, -1) << "Unregister waited on staged pages (no end in 30 s)";
+  EXPECT_EQ(result, 0) << "exit code: 2 create, 3 cap, 4 nothing staged, 5 unregister, "
+                          "6 pages left counted, 7 wrong bytes, 8 register";
 }
 
 }  // namespace
