@@ -12,7 +12,7 @@ PACKAGES=(
   libjemalloc-dev nettle-dev liblz4-dev libnbd-bin python3-libnbd nbdkit qemu-utils redis-server redis-tools python3
   libcurl4-openssl-dev etcd-server etcd-client libfuse3-dev fuse3
   mkdocs mkdocs-material help2man debhelper python3-venv
-  nodejs ruby default-jdk-headless iproute2
+  nodejs ruby default-jdk-headless iproute2 sqlite3 zstd
 )
 
 missing=()

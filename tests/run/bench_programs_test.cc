@@ -66,13 +66,39 @@ TEST(BenchPrograms, QuickRunsEveryProgramAndOutputsMatch) {
   EXPECT_GE(targets, 3) << out.stdout_text;
 }
 
+// The other programs of the bench (an in-memory database, a script's hash table, a managed
+// runtime), at small sizes: paged at 50% with output identical to the local run's.
+TEST(BenchPrograms, DatabaseHashTableAndManagedRuntimeRunPagedWithIdenticalOutput) {
+  auto out = RunCommand({BinDir() + "/tessera", "bench", "programs", "--json", "--noswap",
+                         "--runs", "1", "--programs", "sqlite,hashtable,node", "--local_memory",
+                         "50%", "--layouts", "group", "--compressed_tier", "off", "--sqlite_rows",
+                         "20000", "--hashtable_keys", "20000", "--node_entries", "20000"},
+                        600000, /*keep_stderr=*/false);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  std::istringstream in(out.stdout_text);
+  std::set<std::string> programs;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << "not JSON: " << line;
+    if (j.value("suite", "") != "programs") continue;
+    programs.insert(j["program"].get<std::string>());
+    EXPECT_EQ(j["identical"], true) << "paged output differs from the local one: " << line;
+    ASSERT_TRUE(j["faults"].is_number() && j["local_peak_rss"].is_number()) << line;
+    EXPECT_GT(j["faults"].get<double>(), 0) << "nothing was paged: " << line;
+    EXPECT_GT(j["local_peak_rss"].get<double>(), 4e6) << line;
+  }
+  EXPECT_EQ(programs, (std::set<std::string>{"sqlite", "hashtable", "node"})) << out.stdout_text;
+}
+
 TEST(BenchPrograms, BadFlagsAreUsageErrors) {
   for (auto flags : std::vector<std::vector<std::string>>{{"--programs", "nosuch"},
                                                           {"--local_memory", "150%"},
                                                           {"--layouts", "striped"},
                                                           {"--runs", "0"},
                                                           {"--compressed_tier", "fast"},
-                                                          {"--compressed_tier", ""}}) {
+                                                          {"--compressed_tier", ""},
+                                                          {"--sqlite_rows", "10"},
+                                                          {"--compress_mb", "0"}}) {
     std::vector<std::string> argv = {BinDir() + "/tessera", "bench", "programs", "--noswap"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     EXPECT_EQ(RunCommand(argv).exit_code, 2) << flags[0] << " " << flags[1];
