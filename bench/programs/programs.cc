@@ -24,16 +24,30 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-int TimeoutS(const Env* env, const Mode& m) { return m.timeout_s > 0 ? m.timeout_s : env->timeout_s; }
+int TimeoutS(const Env* env, const Mode& m) {
+  return m.timeout_s > 0 ? m.timeout_s : env->timeout_s;
+}
 
 // The command line that starts `argv` under mode `m`.
 std::vector<std::string> Wrap(Env* env, const Mode& m, const std::vector<std::string>& argv) {
   std::vector<std::string> out;
   if (m.kind == Mode::kTessera) {
-    out = {env->bin + "/tessera-run", "--cluster", env->cluster->cluster_file_path(),
-           "--auth_token_file", env->cluster->token_path(), "--local_memory", Pct(m.fraction),
-           "--k", std::to_string(env->k), "--r", std::to_string(env->r), "--summary=false",
-           "--progress=false", "--compressed_tier", m.tier, "--stats_json",
+    out = {env->bin + "/tessera-run",
+           "--cluster",
+           env->cluster->cluster_file_path(),
+           "--auth_token_file",
+           env->cluster->token_path(),
+           "--local_memory",
+           Pct(m.fraction),
+           "--k",
+           std::to_string(env->k),
+           "--r",
+           std::to_string(env->r),
+           "--summary=false",
+           "--progress=false",
+           "--compressed_tier",
+           m.tier,
+           "--stats_json",
            env->tmp + "/stats-" + std::to_string(++env->seq) + ".json"};
     if (env->run_has_layout) out.insert(out.end(), {"--layout", m.layout});
     out.push_back("--");
@@ -200,9 +214,9 @@ Outcome RunRedis(Env* env, const Mode& m) {
     return o;
   }
   const int port = *picked;
-  auto argv = Wrap(env, m, {"/usr/bin/redis-server", "--port", std::to_string(port), "--bind",
-                            "127.0.0.1", "--save", "", "--appendonly", "no",
-                            "--enable-debug-command", "local"});
+  auto argv = Wrap(env, m,
+                   {"/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
+                    "--save", "", "--appendonly", "no", "--enable-debug-command", "local"});
   auto server = Subprocess::Start(argv, Subprocess::Options{true, true, {}});
   if (!server.ok()) {
     o.error = server.status().ToString();
@@ -223,8 +237,7 @@ Outcome RunRedis(Env* env, const Mode& m) {
     if (!p.ok()) return false;
     std::string all;
     for (;;) {
-      auto line =
-          p->ReadLine(Deadline::AfterMs(static_cast<uint64_t>(TimeoutS(env, m)) * 1000));
+      auto line = p->ReadLine(Deadline::AfterMs(static_cast<uint64_t>(TimeoutS(env, m)) * 1000));
       if (!line.ok()) break;
       all += *line + "\n";
       o.peak_rss = std::max(o.peak_rss, PeakRss(server->pid()));
@@ -267,13 +280,15 @@ Status PrepareSqlite(Env* env) {
       "PRAGMA cache_size=-4000000;\n"
       "CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v TEXT);\n"
       "WITH RECURSIVE c(i, x) AS (SELECT 1, 12345 UNION ALL\n"
-      "  SELECT i + 1, (x * 1103515245 + 12345) % 2147483648 FROM c WHERE i < " + n + ")\n"
-      "INSERT INTO t SELECT i, printf('%08x-%d', x, i % 977), printf('%.*c', 100 + i % 80, 'v')"
-      " FROM c;\n"
-      "CREATE INDEX tk ON t(k);\n"
-      "SELECT 'tessera-sqlite rows', count(*), sum(length(v)), min(k), max(k) FROM t;\n"
-      "SELECT 'tessera-sqlite order', sum(rn * id % 1000003) FROM\n"
-      "  (SELECT id, row_number() OVER (ORDER BY k) AS rn FROM t);\n");
+      "  SELECT i + 1, (x * 1103515245 + 12345) % 2147483648 FROM c WHERE i < " +
+          n +
+          ")\n"
+          "INSERT INTO t SELECT i, printf('%08x-%d', x, i % 977), printf('%.*c', 100 + i % 80, 'v')"
+          " FROM c;\n"
+          "CREATE INDEX tk ON t(k);\n"
+          "SELECT 'tessera-sqlite rows', count(*), sum(length(v)), min(k), max(k) FROM t;\n"
+          "SELECT 'tessera-sqlite order', sum(rn * id % 1000003) FROM\n"
+          "  (SELECT id, row_number() OVER (ORDER BY k) AS rn FROM t);\n");
 }
 
 Outcome RunSqlite(Env* env, const Mode& m) {
@@ -330,32 +345,65 @@ Outcome RunCompress(Env* env, const Mode& m) {
 // --- a managed runtime: node building a large Map --------------------------------------------
 
 Outcome RunNode(Env* env, const Mode& m) {
-  return RunForDigest(
-      env, m,
-      {"/usr/bin/node", env->scripts_dir + "/map_workload.js",
-       std::to_string(env->sizes.node_entries)},
-      "map-workload:");
+  return RunForDigest(env, m,
+                      {"/usr/bin/node", env->scripts_dir + "/map_workload.js",
+                       std::to_string(env->sizes.node_entries)},
+                      "map-workload:");
 }
 
 }  // namespace
 
 const std::vector<Program>& All() {
   static const std::vector<Program> kAll = {
-      {"workload", "the demo's python3 workload (an in-memory external sort of records)",
-       {kPython}, {"workload.py"}, 2.0, nullptr, RunWorkload},
-      {"sort", "GNU sort -S 1G of a generated file", {"/usr/bin/sort"}, {}, 10.0, PrepareSort,
+      {"workload",
+       "the demo's python3 workload (an in-memory external sort of records)",
+       {kPython},
+       {"workload.py"},
+       2.0,
+       nullptr,
+       RunWorkload},
+      {"sort",
+       "GNU sort -S 1G of a generated file",
+       {"/usr/bin/sort"},
+       {},
+       10.0,
+       PrepareSort,
        RunSort},
-      {"redis", "redis-server loaded by kv_loader.py, then redis-benchmark",
+      {"redis",
+       "redis-server loaded by kv_loader.py, then redis-benchmark",
        {kPython, "/usr/bin/redis-server", "/usr/bin/redis-benchmark", "/usr/bin/redis-cli"},
-       {"kv_loader.py"}, 3.0, nullptr, RunRedis},
-      {"sqlite", "SQLite building an index on an in-memory table", {"/usr/bin/sqlite3"}, {}, 0,
-       PrepareSqlite, RunSqlite},
-      {"hashtable", "a python3 dict of string keys, then random lookups", {kPython},
-       {"hashtable.py"}, 0, nullptr, RunHashtable},
-      {"compress", "zstd with a 256 MiB window and large match tables", {"/usr/bin/zstd"}, {},
-       0, PrepareCompress, RunCompress},
-      {"node", "node (V8) building a Map of small objects", {"/usr/bin/node"},
-       {"map_workload.js"}, 0, nullptr, RunNode},
+       {"kv_loader.py"},
+       3.0,
+       nullptr,
+       RunRedis},
+      {"sqlite",
+       "SQLite building an index on an in-memory table",
+       {"/usr/bin/sqlite3"},
+       {},
+       0,
+       PrepareSqlite,
+       RunSqlite},
+      {"hashtable",
+       "a python3 dict of string keys, then random lookups",
+       {kPython},
+       {"hashtable.py"},
+       0,
+       nullptr,
+       RunHashtable},
+      {"compress",
+       "zstd with a 256 MiB window and large match tables",
+       {"/usr/bin/zstd"},
+       {},
+       0,
+       PrepareCompress,
+       RunCompress},
+      {"node",
+       "node (V8) building a Map of small objects",
+       {"/usr/bin/node"},
+       {"map_workload.js"},
+       0,
+       nullptr,
+       RunNode},
   };
   return kAll;
 }

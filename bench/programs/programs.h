@@ -66,8 +66,8 @@ struct Outcome {
 
 struct Program {
   std::string_view name;
-  std::string_view what;                // One line for --help and the docs.
-  std::vector<std::string_view> tools;  // Executables it needs.
+  std::string_view what;                  // One line for --help and the docs.
+  std::vector<std::string_view> tools;    // Executables it needs.
   std::vector<std::string_view> scripts;  // Files it needs under Env::scripts_dir.
   // The target "at 50% local memory within this many times its local time"; 0: none (the
   // targets against swap on zram apply to every program).
