@@ -35,7 +35,7 @@
 #include "fabric/auth.h"
 #include "memserver/http_metrics.h"
 
-DEFINE_string(listen, "127.0.0.1", "IPv4 address to listen on");
+DEFINE_string(listen, "127.0.0.1", "IPv4 or IPv6 address to listen on (e.g. ::1, or :: for all)");
 DEFINE_int32(port, 7800, "TCP port; 0 picks an ephemeral port (printed on stdout)");
 DEFINE_int32(cores, 1, "Cores the memserver lends to aggregation (1..256)");
 DEFINE_bool(elastic, true, "Pack partitions onto the fewest cores (false: a static server "
@@ -237,10 +237,15 @@ int main(int argc, char** argv) {
     }
     follower = std::move(*f);
   }
-  sockaddr_in a{};
+  sockaddr_storage a{};
   socklen_t alen = sizeof(a);
   ::getsockname(lfd->get(), reinterpret_cast<sockaddr*>(&a), &alen);
-  std::printf("listening on %s:%u\n", FLAGS_listen.c_str(), ntohs(a.sin_port));
+  const bool v6 = a.ss_family == AF_INET6;
+  const unsigned port = ntohs(v6 ? reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port
+                                 : reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+  const bool bracket = v6 && FLAGS_listen.front() != '[';
+  std::printf("listening on %s%s%s:%u\n", bracket ? "[" : "", FLAGS_listen.c_str(),
+              bracket ? "]" : "", port);
   std::printf("checkpoints %s\n", have_store ? "on" : "off");
   // The supervisor's metrics: its build and its checkpoint store (destroyed before it).
   std::unique_ptr<memserver::MetricsHttpServer> metrics;

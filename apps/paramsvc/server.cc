@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "apps/paramsvc/server_impl.h"
+#include "common/logging.h"
 #include "fabric/auth.h"
 
 namespace tessera::paramsvc {
@@ -119,6 +121,8 @@ std::string Server::Impl::StatusJson() {
   j["ns_per_byte"] = ns_per_byte;
   j["checkpoints"] = opt.checkpoint != nullptr;
   j["advertise"] = advertise;
+  j["connections"] = nconns.load();
+  j["event_loops"] = loops.size();
   {
     std::lock_guard<std::mutex> l(jobs_mu);
     j["draining"] = draining;
@@ -211,17 +215,33 @@ JobCounters Server::Impl::Sum(Job& job) {
 }
 
 Result<UniqueFd> Server::Listen(const std::string& host, uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // IPv4 or IPv6, by the form of the address ("::" listens on both where the system allows).
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  std::string h = host;
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.find(':') != std::string::npos) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(port);
+    if (::inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) {
+      return InvalidArgument("bad IPv6 listen address '", host, "'");
+    }
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(port);
+    if (::inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) {
+      return InvalidArgument("bad listen address '", host, "' (want an IPv4 or IPv6 address)");
+    }
+    len = sizeof(sockaddr_in);
+  }
+  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoError("socket");
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
-    return InvalidArgument("bad IPv4 listen address '", host, "'");
-  }
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     return ErrnoError("bind ", host, ":", port);
   }
   if (::listen(fd.get(), 512) != 0) return ErrnoError("listen");
@@ -245,12 +265,20 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
   impl->listen_fd = std::move(listen_fd);
   impl->wake_fd.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl->wake_fd) return ErrnoError("eventfd");
-  sockaddr_in a{};
+  sockaddr_storage a{};
   socklen_t len = sizeof(a);
   if (::getsockname(impl->listen_fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     return ErrnoError("getsockname");
   }
-  impl->port = ntohs(a.sin_port);
+  const bool v6 = a.ss_family == AF_INET6;
+  const auto* a4 = reinterpret_cast<const sockaddr_in*>(&a);
+  const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  impl->port = ntohs(v6 ? a6->sin6_port : a4->sin_port);
+  // The accepting loops take connections without blocking.
+  const int fl = ::fcntl(impl->listen_fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(impl->listen_fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
+    return ErrnoError("fcntl(O_NONBLOCK) on the listening socket");
+  }
   impl->server_id = options.server_id;
   if (impl->server_id == 0) {
     uint8_t r[8];
@@ -259,10 +287,17 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
   }
   impl->advertise = options.advertise;
   if (impl->advertise.empty()) {
-    char host[INET_ADDRSTRLEN] = {};
-    ::inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
-    if (a.sin_addr.s_addr != htonl(INADDR_ANY)) {
-      impl->advertise = std::string(host) + ":" + std::to_string(impl->port);
+    char host[INET6_ADDRSTRLEN] = {};
+    if (v6) {
+      ::inet_ntop(AF_INET6, &a6->sin6_addr, host, sizeof(host));
+      if (!IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr)) {
+        impl->advertise = "[" + std::string(host) + "]:" + std::to_string(impl->port);
+      }
+    } else {
+      ::inet_ntop(AF_INET, &a4->sin_addr, host, sizeof(host));
+      if (a4->sin_addr.s_addr != htonl(INADDR_ANY)) {
+        impl->advertise = std::string(host) + ":" + std::to_string(impl->port);
+      }
     }
   } else if (Status e = CheckEndpointText(impl->advertise, "advertise"); !e.ok()) {
     return e;
@@ -278,8 +313,14 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
   if (options.checkpoint) impl->ckpt = std::thread([raw] { raw->CheckpointLoop(); });
   impl->mover = std::thread([raw] { raw->MoverLoop(); });
-  if (options.accept_on_start) impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
-  return std::unique_ptr<Server>(new Server(std::move(impl)));
+  std::unique_ptr<Server> server(new Server(std::move(impl)));  // Its destructor stops them all.
+  int loops = options.event_loops;
+  if (loops == 0) loops = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+  if (Status s = raw->StartLoops(loops); !s.ok()) return s;
+  if (options.accept_on_start) {
+    if (Status s = raw->StartAcceptingLoops(); !s.ok()) return s;
+  }
+  return server;
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -289,7 +330,7 @@ Server::~Server() {
   m.stop = true;
   uint64_t one = 1;
   (void)!::write(m.wake_fd.get(), &one, sizeof(one));
-  if (m.acceptor.joinable()) m.acceptor.join();
+  m.StopLoops();  // No request is read after this; admin requests have ended.
   if (m.timer.joinable()) m.timer.join();
   m.ckpt_cv.notify_all();
   if (m.ckpt.joinable()) m.ckpt.join();
@@ -305,19 +346,14 @@ Server::~Server() {
   for (auto& c : m.cores) {
     if (c->th.joinable()) c->th.join();
   }
-  std::lock_guard<std::mutex> l(m.conns_mu);
-  for (auto& [conn, th] : m.conns) ::shutdown(conn->fd.get(), SHUT_RDWR);
-  for (auto& [conn, th] : m.conns) {
-    if (th.joinable()) th.join();
-    conn->Close();
-  }
 }
 
 uint16_t Server::port() const { return impl_->port; }
 
 void Server::StartAccepting() {
-  Impl* raw = impl_.get();
-  if (!raw->acceptor.joinable()) raw->acceptor = std::thread([raw] { raw->AcceptLoop(); });
+  if (Status s = impl_->StartAcceptingLoops(); !s.ok()) {
+    TLOG(ERROR) << "paramsvc: cannot accept connections: " << s.ToString();
+  }
 }
 
 Status Server::RestoreJob(uint32_t job, const JobSpec& spec, std::vector<PartitionState> states,

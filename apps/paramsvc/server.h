@@ -76,10 +76,12 @@
 // sink when it registers and a drop when it is released.
 //
 // Threads: Start() and the destructor from one thread; StatusJson() and Restore*() from any
-// thread (Restore* before StartAccepting). Internally: an acceptor, one thread per
-// connection, max_cores core threads, a rebalancer/timer thread, a checkpoint thread, a move
-// thread (commit retries, staged copies asking their source); an outgoing move runs on the
-// thread of the connection that asked for it.
+// thread (Restore* before StartAccepting). Internally: event_loops event-loop threads (epoll;
+// they accept, read every connection's requests and write the replies a socket did not take
+// at once), max_cores core threads, a rebalancer/timer thread, a checkpoint thread, a move
+// thread (commit retries, staged copies asking their source); admin requests (moves, imports,
+// drain) run on a thread per connection that sends them, so an outgoing move never holds a
+// loop.
 #pragma once
 
 #include <cstdint>
@@ -165,6 +167,9 @@ struct ServerOptions {
   int nice = 0;              // Nice of the core threads (0..19); SCHED_BATCH when > 0.
   CheckpointSink* checkpoint = nullptr;  // Not owned; outlives the server. Null: none.
   uint32_t max_connections = 4096;
+  // Event loops serving the connections (server_loop.cc); 0: one per core of the machine, at
+  // most 8.
+  int event_loops = 0;
   // false: connections wait in the listen backlog until StartAccepting() (a replacement
   // aggregation server restores its jobs first, so a reconnecting client finds them).
   bool accept_on_start = true;
@@ -183,7 +188,8 @@ struct ServerOptions {
 
 class Server {
  public:
-  // Binds host:port (port 0: ephemeral) for Start().
+  // Binds host:port (port 0: ephemeral) for Start(); host is an IPv4 or IPv6 address ("::1",
+  // "[::1]", "::" for every address).
   static Result<UniqueFd> Listen(const std::string& host, uint16_t port);
   // Serves on `listen_fd` (taken over) until destroyed.
   static Result<std::unique_ptr<Server>> Start(const ServerOptions& options, UniqueFd listen_fd);

@@ -1,6 +1,6 @@
-// The connections of the Parameter Service server: accepting them, authenticating them,
-// reading their requests and answering the control requests (register, join, barrier,
-// release, set, status); pushes and pulls go to the partitions' cores.
+// The requests of the Parameter Service server's connections (server_loop.cc reads them and
+// runs the handshake): the control requests (register, join, barrier, release, set, status)
+// are answered here; pushes and pulls go to the partitions' cores.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -17,72 +17,6 @@
 #include "fabric/credential.h"
 
 namespace tessera::paramsvc {
-
-void Server::Impl::ConnLoop(std::shared_ptr<Conn> conn) {
-  Header h;
-  std::vector<uint8_t> payload;
-  bool authed = false;
-  fabric::HandshakeTranscript tr;
-  bool hello = false;
-  while (!stop.load() && !conn->dead.load()) {
-    Status s = ReadFrame(conn->fd.get(), &h, &payload);
-    if (!s.ok()) {
-      if (s.code() == StatusCode::kProtocolError) {
-        TLOG(WARNING) << "paramsvc: closing a connection: " << s.message();
-        conn->SendError(0, 0, 0, s);
-      }
-      break;
-    }
-    if (h.status != 0) {
-      conn->SendError(h.op, h.job, h.request_id, ProtocolError("a request carries a status"));
-      continue;
-    }
-    const Op op = static_cast<Op>(h.op);
-    if (!authed) {
-      if (op == Op::kHello && payload.size() == 40) {
-        std::memcpy(tr.client_nonce.data(), payload.data(), 32);
-        tr.client_id = Get64(payload.data() + 32);
-        tr.server_id = server_id;
-        if (!fabric::RandomBytes(tr.server_nonce).ok()) break;
-        uint8_t out[40];
-        std::memcpy(out, tr.server_nonce.data(), 32);
-        Put64(out + 32, server_id);
-        conn->Send(h.op, 0, h.request_id, out);
-        hello = true;
-        continue;
-      }
-      if (op == Op::kAuth && hello && payload.size() == 32) {
-        fabric::Mac mac;
-        std::memcpy(mac.data(), payload.data(), 32);
-        // Any credential issued from the cluster secret (fabric/credential.h): a client
-        // token, an admin token or the secret itself.
-        std::optional<fabric::VerifiedClient> who = fabric::VerifyClientMac(opt.secret, tr, mac);
-        if (!who) {
-          conn->SendError(h.op, 0, h.request_id,
-                          PermissionDenied("authentication failed: the credential for client "
-                                           "id ",
-                                           tr.client_id,
-                                           " was not issued from this "
-                                           "service's cluster secret"));
-          break;
-        }
-        authed = true;
-        conn->admin = who->role == fabric::Role::kAdmin;
-        const fabric::Mac sm = fabric::ServerMac(who->key, tr);
-        conn->Send(h.op, 0, h.request_id, sm);
-        continue;
-      }
-      conn->SendError(h.op, h.job, h.request_id,
-                      PermissionDenied(OpName(h.op), " before authentication (HELLO, AUTH first)"));
-      break;
-    }
-    Handle(conn, h, std::move(payload));
-    payload = {};
-  }
-  conn->Close();
-  conn->dead = true;
-  ::shutdown(conn->fd.get(), SHUT_RDWR);
-}
 
 Result<std::pair<std::shared_ptr<Server::Impl::Job>, Server::Impl::Partition*>>
 Server::Impl::Resolve(uint32_t job_id, uint32_t part) {
@@ -538,40 +472,6 @@ Result<std::shared_ptr<Server::Impl::Job>> Server::Impl::MakeJob(
     job->parts.push_back(std::move(p));
   }
   return job;
-}
-
-void Server::Impl::AcceptLoop() {
-  while (!stop.load()) {
-    pollfd pfd[2] = {{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
-    if (::poll(pfd, 2, -1) < 0) continue;
-    if (stop.load()) return;
-    if (!(pfd[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    SetSocketTimeouts(fd, 0, 30000);
-    auto conn = std::make_shared<Conn>();
-    conn->fd.Reset(fd);
-    Conn* raw_conn = conn.get();
-    conn->writer = std::thread([raw_conn] { raw_conn->WriterLoop(); });
-    std::lock_guard<std::mutex> l(conns_mu);
-    // Reap finished connection threads.
-    for (auto it = conns.begin(); it != conns.end();) {
-      if (it->first->dead.load() && it->second.joinable()) {
-        it->second.join();
-        it = conns.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (conns.size() >= opt.max_connections) {
-      conn->SendError(0, 0, 0, ResourceExhausted("too many connections"));
-      conn->Close();
-      continue;
-    }
-    conns.emplace_back(conn, std::thread([this, conn] { ConnLoop(conn); }));
-  }
 }
 
 }  // namespace tessera::paramsvc

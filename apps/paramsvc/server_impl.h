@@ -23,13 +23,16 @@
 #include "apps/paramsvc/packing.h"
 #include "apps/paramsvc/server.h"
 #include "common/fd.h"
+#include "fabric/auth.h"
 
 namespace tessera::paramsvc {
 namespace server_internal {
 
-// One client connection. Replies are queued and written by the connection's own writer thread,
-// so an aggregation core never blocks on a slow reader (a descheduled worker would otherwise
-// stall every other job's partitions on that core).
+// One client connection, owned by one event loop (server_loop.cc), which reads its requests.
+// A reply is written at once by the thread that makes it, without blocking (MSG_DONTWAIT); what
+// the socket does not take stays queued and the loop writes it when the socket drains, so an
+// aggregation core never blocks on a slow reader (a descheduled worker would otherwise stall
+// every other job's partitions on that core).
 struct Conn {
   // A queued reply: its header, a payload of its own and/or a shared one (a partition's pull
   // snapshot, sent to every worker that pulls that version without being copied again).
@@ -37,24 +40,36 @@ struct Conn {
     Header h;
     std::vector<uint8_t> own;
     std::shared_ptr<const std::vector<uint8_t>> shared;
+    size_t sent = 0;  // Bytes of the encoded frame already written.
   };
   UniqueFd fd;
+  int epfd = -1;  // The owning loop's epoll instance.
   std::atomic<bool> dead{false};
   std::atomic<bool> admin{false};  // Authenticated with an admin credential (moves, drain)
-  std::mutex qmu;
-  std::condition_variable qcv;
-  std::deque<Out> out;
-  bool closing = false;
-  std::thread writer;
 
-  void Queue(Out o) {
-    {
-      std::lock_guard<std::mutex> l(qmu);
-      if (dead.load() || closing) return;
-      out.push_back(std::move(o));
-    }
-    qcv.notify_one();
-  }
+  // Guards the write side: out, closing, out_armed, and writes to fd.
+  std::mutex qmu;
+  std::deque<Out> out;
+  bool closing = false;    // No more replies: shut down once `out` is written.
+  bool out_armed = false;  // The loop watches for the socket to drain (EPOLLOUT).
+
+  // The read side and the handshake: the owning loop's thread only.
+  uint8_t hdr[kHeaderSize] = {};
+  size_t hdr_have = 0;
+  bool in_payload = false;
+  Header h;
+  std::vector<uint8_t> payload;
+  size_t payload_have = 0;
+  bool authed = false, hello = false;
+  fabric::HandshakeTranscript tr;
+
+  // Admin requests (moves, imports, drain) may wait on other servers or the checkpoint store:
+  // they run in order on a thread of their own per connection, never on the loop.
+  std::mutex amu;
+  std::deque<std::pair<Header, std::vector<uint8_t>>> admin_q;
+  bool admin_running = false;
+
+  void Queue(Out o);  // server_loop.cc
   void Send(uint8_t op, uint32_t job, uint64_t rid, std::span<const uint8_t> a = {}) {
     Queue({Header{op, 0, 0, job, rid}, std::vector<uint8_t>(a.begin(), a.end()), nullptr});
   }
@@ -72,34 +87,24 @@ struct Conn {
     Queue({Header{op, kStatusMoved, 0, job, rid}, std::vector<uint8_t>(to.begin(), to.end()),
            nullptr});
   }
-  void WriterLoop() {
-    while (true) {
-      Out o;
-      {
-        std::unique_lock<std::mutex> l(qmu);
-        qcv.wait(l, [&] { return closing || !out.empty(); });
-        if (out.empty()) return;  // Closing and drained.
-        o = std::move(out.front());
-        out.pop_front();
-      }
-      if (dead.load()) continue;
-      std::span<const uint8_t> b;
-      if (o.shared) b = *o.shared;
-      if (!WriteFrame(fd.get(), o.h, o.own, b).ok()) {
-        dead = true;
-        ::shutdown(fd.get(), SHUT_RDWR);
-      }
-    }
-  }
-  // Flushes what is queued (bounded by the socket's send timeout) and stops the writer.
-  void Close() {
-    {
-      std::lock_guard<std::mutex> l(qmu);
-      closing = true;
-    }
-    qcv.notify_all();
-    if (writer.joinable()) writer.join();
-  }
+  // No more replies after what is queued; the connection is shut down once that is written.
+  void CloseAfterFlush();  // server_loop.cc
+  // Writes queued replies until the socket would block (then watches for it to drain) or the
+  // queue is empty. Under qmu. False when the connection failed (it is then dead).
+  bool FlushLocked();  // server_loop.cc
+
+ private:
+  void WatchOut(bool on);
+};
+
+// One event loop: an epoll instance and its thread. It accepts connections (every loop watches
+// the listening socket, EPOLLEXCLUSIVE: the kernel wakes one), reads their requests and writes
+// the replies their sockets did not take at once.
+struct EventLoop {
+  UniqueFd ep;
+  UniqueFd ev;  // Wakes the loop (stop).
+  std::thread th;
+  std::map<Conn*, std::shared_ptr<Conn>> conns;  // The loop's thread only.
 };
 
 struct PullWaiter {
@@ -247,9 +252,13 @@ struct Server::Impl {
   double ns_per_byte = 0;
   std::atomic<uint64_t> core_us{0};  // Active core-microseconds
 
-  std::thread acceptor, timer, ckpt;
-  std::mutex conns_mu;
-  std::vector<std::pair<std::shared_ptr<Conn>, std::thread>> conns;
+  std::thread timer, ckpt;
+  std::vector<std::unique_ptr<server_internal::EventLoop>> loops;
+  std::atomic<uint32_t> nconns{0};
+  std::atomic<bool> accepting{false};
+  // Threads running connections' admin requests (Conn::admin_q); each sets its flag when done.
+  std::mutex admin_mu;
+  std::vector<std::pair<std::shared_ptr<std::atomic<bool>>, std::thread>> admin_threads;
 
   std::mutex ckpt_mu;
   std::condition_variable ckpt_cv;
@@ -285,8 +294,20 @@ struct Server::Impl {
   // Moves p to `core` now when it is at an iteration boundary, else when its round closes.
   void Migrate(Partition& p, int core);
 
+  // ---- event loops (server_loop.cc) ----
+  Status StartLoops(int n);
+  // Every loop watches the listening socket from now on.
+  Status StartAcceptingLoops();
+  void StopLoops();  // After `stop` is set: wakes and joins the loops, joins admin threads.
+  void LoopRun(server_internal::EventLoop* loop);
+  void AcceptSome(server_internal::EventLoop* loop);
+  // Reads what the socket holds; false when the connection is to be closed.
+  bool ReadSome(const std::shared_ptr<Conn>& conn);
+  // One whole request: the handshake, then Handle (admin requests: RunAdmin). False: close.
+  bool OnFrame(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
+  void RunAdmin(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
+
   // ---- connections (server_conn.cc) ----
-  void ConnLoop(std::shared_ptr<Conn> conn);
   Result<std::pair<std::shared_ptr<Job>, Partition*>> Resolve(uint32_t job_id, uint32_t part);
   void Handle(const std::shared_ptr<Conn>& conn, const Header& h, std::vector<uint8_t> payload);
   // `moved_to` set: the job moved away (or the server drains): answer kStatusMoved;
@@ -295,7 +316,6 @@ struct Server::Impl {
   // jobs_mu held.
   Result<std::shared_ptr<Job>> MakeJob(uint32_t id, JobSpec spec,
                                        std::vector<PartitionState> states);
-  void AcceptLoop();
 
   // ---- moves between servers (server_move.cc) ----
   // Answers a request for a job id this server does not have: kStatusMoved when a tombstone
