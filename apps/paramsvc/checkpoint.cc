@@ -70,7 +70,7 @@ Status ReadAllFd(int fd, uint8_t* p, size_t n) {
 
 Status SendOn(int fd, uint8_t type, std::span<const uint8_t> a, std::span<const uint8_t> b) {
   uint8_t h[5];
-  Put32(h, static_cast<uint32_t>(1 + a.size() + b.size()));
+  EncodeFixed32(h, static_cast<uint32_t>(1 + a.size() + b.size()));
   h[4] = type;
   Status s = WriteAllFd(fd, h, 5);
   if (s.ok() && !a.empty()) s = WriteAllFd(fd, a.data(), a.size());
@@ -82,7 +82,7 @@ Status RecvOn(int fd, uint8_t* type, std::vector<uint8_t>* body) {
   uint8_t h[5];
   Status s = ReadAllFd(fd, h, 5);
   if (!s.ok()) return s;
-  const uint32_t len = Get32(h);
+  const uint32_t len = DecodeFixed32(h);
   if (len < 1 || len > kMaxMsg) return ProtocolError("checkpoint link message of ", len, " bytes");
   *type = h[4];
   body->resize(len - 1);
@@ -91,14 +91,14 @@ Status RecvOn(int fd, uint8_t* type, std::vector<uint8_t>* body) {
 
 void PutStr(std::vector<uint8_t>* out, const std::string& v) {
   uint8_t n[2];
-  Put16(n, static_cast<uint16_t>(v.size()));
+  EncodeFixed16(n, static_cast<uint16_t>(v.size()));
   out->insert(out->end(), n, n + 2);
   out->insert(out->end(), v.begin(), v.end());
 }
 
 bool GetStr(std::span<const uint8_t> b, size_t* off, std::string* v) {
   if (b.size() < *off + 2) return false;
-  const uint16_t n = Get16(b.data() + *off);
+  const uint16_t n = DecodeFixed16(b.data() + *off);
   if (b.size() < *off + 2 + n) return false;
   v->assign(reinterpret_cast<const char*>(b.data() + *off + 2), n);
   *off += 2 + n;
@@ -107,8 +107,8 @@ bool GetStr(std::span<const uint8_t> b, size_t* off, std::string* v) {
 
 std::vector<uint8_t> EncodeMoved(const MovedRecord& r) {
   std::vector<uint8_t> out(12);
-  Put32(out.data(), r.job);
-  Put64(out.data() + 4, r.move_id);
+  EncodeFixed32(out.data(), r.job);
+  EncodeFixed64(out.data() + 4, r.move_id);
   PutStr(&out, r.name);
   PutStr(&out, r.to);
   return out;
@@ -116,8 +116,8 @@ std::vector<uint8_t> EncodeMoved(const MovedRecord& r) {
 
 bool DecodeMoved(std::span<const uint8_t> b, MovedRecord* r) {
   if (b.size() < 12) return false;
-  r->job = Get32(b.data());
-  r->move_id = Get64(b.data() + 4);
+  r->job = DecodeFixed32(b.data());
+  r->move_id = DecodeFixed64(b.data() + 4);
   size_t off = 12;
   return GetStr(b, &off, &r->name) && GetStr(b, &off, &r->to) && off == b.size();
 }
@@ -152,11 +152,11 @@ void CheckpointLink::SaveStagedJob(uint32_t job, const JobSpec& spec, uint64_t m
                                    const std::string& source) {
   const auto sp = spec.Encode();
   std::vector<uint8_t> msg(8);
-  Put32(msg.data(), job);
-  Put32(msg.data() + 4, static_cast<uint32_t>(sp.size()));
+  EncodeFixed32(msg.data(), job);
+  EncodeFixed32(msg.data() + 4, static_cast<uint32_t>(sp.size()));
   msg.insert(msg.end(), sp.begin(), sp.end());
   uint8_t mv[8];
-  Put64(mv, move_id);
+  EncodeFixed64(mv, move_id);
   msg.insert(msg.end(), mv, mv + 8);
   PutStr(&msg, source);
   SendMsg(kJob, msg);
@@ -164,7 +164,7 @@ void CheckpointLink::SaveStagedJob(uint32_t job, const JobSpec& spec, uint64_t m
 
 void CheckpointLink::ActivateJob(uint32_t job) {
   uint8_t id[4];
-  Put32(id, job);
+  EncodeFixed32(id, job);
   SendMsg(kActivate, id);
 }
 
@@ -177,7 +177,7 @@ void CheckpointLink::SaveDrain(bool on, const std::string& redirect) {
 Result<bool> CheckpointLink::Sync(uint32_t job) {
   std::lock_guard<std::mutex> l(mu_);
   uint8_t id[4];
-  Put32(id, job);
+  EncodeFixed32(id, job);
   Status s = SendOn(fd_.get(), kSync, id, {});
   if (!s.ok()) return s;
   uint8_t type = 0;
@@ -190,14 +190,14 @@ Result<bool> CheckpointLink::Sync(uint32_t job) {
 
 void CheckpointLink::DropJob(uint32_t job) {
   uint8_t id[4];
-  Put32(id, job);
+  EncodeFixed32(id, job);
   SendMsg(kDrop, id);
 }
 
 void CheckpointLink::SavePartition(uint32_t job, uint32_t partition, const PartitionState& state) {
   uint8_t ids[8];
-  Put32(ids, job);
-  Put32(ids + 4, partition);
+  EncodeFixed32(ids, job);
+  EncodeFixed32(ids + 4, partition);
   SendMsg(kPart, ids, EncodePartitionState(state));
 }
 
@@ -228,20 +228,20 @@ Result<int> CheckpointLink::Restore(Server* server) {
       continue;
     }
     if (type != kRestoreJob || b.size() < 12) return ProtocolError("unexpected restore message");
-    const uint32_t job = Get32(b.data());
-    const uint32_t spec_len = Get32(b.data() + 4);
+    const uint32_t job = DecodeFixed32(b.data());
+    const uint32_t spec_len = DecodeFixed32(b.data() + 4);
     if (b.size() < 8 + spec_len + 4) return ProtocolError("short restore message");
     auto spec = JobSpec::Decode({b.data() + 8, spec_len});
     if (!spec.ok()) return spec.status();
     size_t off = 8 + spec_len;
-    const uint32_t nparts = Get32(b.data() + off);
+    const uint32_t nparts = DecodeFixed32(b.data() + off);
     off += 4;
     const auto infos = PartitionModel(*spec);
     if (nparts != infos.size()) return Corruption("restore of job ", job, ": partition count");
     std::vector<PartitionState> states;
     for (uint32_t i = 0; i < nparts; ++i) {
       if (b.size() < off + 4) return ProtocolError("short restore message");
-      const uint32_t len = Get32(b.data() + off);
+      const uint32_t len = DecodeFixed32(b.data() + off);
       off += 4;
       if (b.size() < off + len) return ProtocolError("short restore message");
       if (len == 0) {
@@ -256,7 +256,7 @@ Result<int> CheckpointLink::Restore(Server* server) {
       off += len;
     }
     if (b.size() < off + 8) return ProtocolError("short restore message");
-    const uint64_t staged_move = Get64(b.data() + off);
+    const uint64_t staged_move = DecodeFixed64(b.data() + off);
     off += 8;
     std::string source;
     if (!GetStr(b, &off, &source) || off != b.size()) return ProtocolError("bad restore message");
@@ -319,17 +319,17 @@ void CheckpointKeeper::Serve(int fd) {
         break;
       case kJob: {
         if (b.size() < 8) return;
-        const uint32_t spec_len = Get32(b.data() + 4);
+        const uint32_t spec_len = DecodeFixed32(b.data() + 4);
         if (b.size() < 8ull + spec_len + 8) return;
         auto spec = JobSpec::Decode({b.data() + 8, spec_len});
         if (!spec.ok()) return;
         size_t off = 8 + spec_len;
-        const uint64_t staged = Get64(b.data() + off);
+        const uint64_t staged = DecodeFixed64(b.data() + off);
         off += 8;
         std::string source;
         if (!GetStr(b, &off, &source) || off != b.size()) return;
         std::lock_guard<std::mutex> l(mu_);
-        JobEntry& j = jobs_[Get32(b.data())];
+        JobEntry& j = jobs_[DecodeFixed32(b.data())];
         TrimJob(j);
         j.spec = *spec;
         const size_t n = PartitionModel(*spec).size();
@@ -343,7 +343,7 @@ void CheckpointKeeper::Serve(int fd) {
       case kDrop: {
         if (b.size() != 4) return;
         std::lock_guard<std::mutex> l(mu_);
-        auto it = jobs_.find(Get32(b.data()));
+        auto it = jobs_.find(DecodeFixed32(b.data()));
         if (it == jobs_.end()) break;
         TrimJob(it->second);
         jobs_.erase(it);
@@ -352,7 +352,7 @@ void CheckpointKeeper::Serve(int fd) {
       case kActivate: {
         if (b.size() != 4) return;
         std::lock_guard<std::mutex> l(mu_);
-        auto it = jobs_.find(Get32(b.data()));
+        auto it = jobs_.find(DecodeFixed32(b.data()));
         if (it == jobs_.end()) break;
         it->second.staged_move = 0;
         it->second.staged_from.clear();
@@ -381,26 +381,26 @@ void CheckpointKeeper::Serve(int fd) {
         uint8_t durable = 0;
         {
           std::lock_guard<std::mutex> l(mu_);
-          durable = Get32(b.data()) == 0 || Durable(Get32(b.data())) ? 1 : 0;
+          durable = DecodeFixed32(b.data()) == 0 || Durable(DecodeFixed32(b.data())) ? 1 : 0;
         }
         if (!SendOn(fd, kSyncAck, {&durable, 1}, {}).ok()) return;
         break;
       }
       case kPart: {
         if (b.size() < 8 + 24) return;
-        const uint32_t job = Get32(b.data());
-        const uint32_t part = Get32(b.data() + 4);
+        const uint32_t job = DecodeFixed32(b.data());
+        const uint32_t part = DecodeFixed32(b.data() + 4);
         std::lock_guard<std::mutex> l(mu_);
         stats_.saves_received++;
         auto it = jobs_.find(job);
         if (it == jobs_.end() || part >= it->second.parts.size()) break;
-        it->second.received[part] = Get64(b.data() + 8);
+        it->second.received[part] = DecodeFixed64(b.data() + 8);
         it->second.has[part] = 1;
         if (!store_) break;
         PartEntry& e = it->second.parts[part];
         if (e.pending) stats_.saves_superseded++;
         e.pending = true;
-        e.pending_version = Get64(b.data() + 8);
+        e.pending_version = DecodeFixed64(b.data() + 8);
         e.pending_bytes.assign(b.begin() + 8, b.end());
         cv_.notify_all();
         break;
@@ -509,12 +509,12 @@ Status CheckpointKeeper::SendRestore(int fd) {
   if (store_) {
     for (auto& [jid, j] : jobs_) {
       std::vector<uint8_t> msg(8);
-      Put32(msg.data(), jid);
+      EncodeFixed32(msg.data(), jid);
       const auto spec = j.spec.Encode();
-      Put32(msg.data() + 4, static_cast<uint32_t>(spec.size()));
+      EncodeFixed32(msg.data() + 4, static_cast<uint32_t>(spec.size()));
       msg.insert(msg.end(), spec.begin(), spec.end());
       uint8_t n[4];
-      Put32(n, static_cast<uint32_t>(j.parts.size()));
+      EncodeFixed32(n, static_cast<uint32_t>(j.parts.size()));
       msg.insert(msg.end(), n, n + 4);
       uint64_t vmin = UINT64_MAX, vmax = 0;
       for (auto& e : j.parts) {
@@ -533,12 +533,12 @@ Status CheckpointKeeper::SendRestore(int fd) {
           vmin = std::min(vmin, e.version);
           vmax = std::max(vmax, e.version);
         }
-        Put32(n, static_cast<uint32_t>(data.size()));
+        EncodeFixed32(n, static_cast<uint32_t>(data.size()));
         msg.insert(msg.end(), n, n + 4);
         msg.insert(msg.end(), data.begin(), data.end());
       }
       uint8_t mv[8];
-      Put64(mv, j.staged_move);
+      EncodeFixed64(mv, j.staged_move);
       msg.insert(msg.end(), mv, mv + 8);
       PutStr(&msg, j.staged_from);
       Status s = SendOn(fd, kRestoreJob, msg, {});

@@ -41,7 +41,7 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     uint8_t r[8];
     Status s = fabric::RandomBytes(r);
     if (!s.ok()) return s;
-    c->opt_.client_id = Get64(r) | 1;
+    c->opt_.client_id = DecodeFixed64(r) | 1;
   }
   Status s = c->Dial();
   if (!s.ok()) return s;
@@ -62,12 +62,12 @@ Status Client::Dial() {
   tr.client_id = opt_.client_id;
   uint8_t hello[40];
   std::memcpy(hello, tr.client_nonce.data(), 32);
-  Put64(hello + 32, tr.client_id);
+  EncodeFixed64(hello + 32, tr.client_id);
   auto rep = Call(Op::kHello, 0, hello);
   if (!rep.ok()) return rep.status().WithContext("paramsvc handshake");
   if (rep->size() != 40) return ProtocolError("HELLO reply of ", rep->size(), " bytes");
   std::memcpy(tr.server_nonce.data(), rep->data(), 32);
-  tr.server_id = Get64(rep->data() + 32);
+  tr.server_id = DecodeFixed64(rep->data() + 32);
   const fabric::Mac cm = fabric::ClientMac(opt_.secret, tr);
   rep = Call(Op::kAuth, 0, cm);
   if (!rep.ok()) return rep.status().WithContext("paramsvc handshake");
@@ -566,7 +566,7 @@ Status Client::GetState(std::vector<PartitionState>* out) {
   out->clear();
   for (uint32_t i = 0; i < layout_.partitions.size(); ++i) {
     uint8_t b[4];
-    Put32(b, i);
+    EncodeFixed32(b, i);
     auto rep = JobCall(Op::kGetState, b);
     if (!rep.ok() && Broken(rep.status())) {
       Status s = Reconnect(rep.status());
@@ -596,7 +596,7 @@ Status Client::PutState(const std::vector<PartitionState>& states) {
                              " elements, the partition ", n);
     }
     std::vector<uint8_t> b(4);
-    Put32(b.data(), i);
+    EncodeFixed32(b.data(), i);
     const auto enc = EncodePartitionState(st);
     b.insert(b.end(), enc.begin(), enc.end());
     auto rep = JobCall(Op::kPutState, b);

@@ -25,9 +25,9 @@ std::vector<uint8_t> EncodePartitionState(const PartitionState& s) {
   const uint32_t n = static_cast<uint32_t>(s.param.size());
   std::vector<uint8_t> out(8 + 8 + 4 + 1 + 1 + 2 +
                            4ull * n * (1 + (s.mom.empty() ? 0 : 1) + (s.mom2.empty() ? 0 : 1)));
-  Put64(out.data(), s.version);
-  Put64(out.data() + 8, s.steps);
-  Put32(out.data() + 16, n);
+  EncodeFixed64(out.data(), s.version);
+  EncodeFixed64(out.data() + 8, s.steps);
+  EncodeFixed32(out.data() + 16, n);
   out[20] = s.mom.empty() ? 0 : 1;
   out[21] = s.mom2.empty() ? 0 : 1;
   size_t off = 24;
@@ -42,9 +42,9 @@ std::vector<uint8_t> EncodePartitionState(const PartitionState& s) {
 Result<PartitionState> DecodePartitionState(std::span<const uint8_t> b, uint32_t count) {
   if (b.size() < 24) return Corruption("partition state of ", b.size(), " bytes");
   PartitionState s;
-  s.version = Get64(b.data());
-  s.steps = Get64(b.data() + 8);
-  const uint32_t n = Get32(b.data() + 16);
+  s.version = DecodeFixed64(b.data());
+  s.steps = DecodeFixed64(b.data() + 8);
+  const uint32_t n = DecodeFixed32(b.data() + 16);
   if (n != count) return Corruption("partition state holds ", n, " elements, expected ", count);
   if (b[20] > 1 || b[21] > 1) return Corruption("partition state flags");
   const size_t want = 24 + 4ull * n * (1 + b[20] + b[21]);
@@ -67,10 +67,10 @@ std::vector<uint8_t> EncodeCounters(const JobCounters& c) {
                         c.staleness_sum,   c.migrations, c.parked};
   constexpr size_t kN = sizeof(v) / sizeof(v[0]);
   std::vector<uint8_t> out(8 * kN + 4 + 8 * c.staleness_hist.size());
-  for (size_t i = 0; i < kN; ++i) Put64(out.data() + 8 * i, v[i]);
-  Put32(out.data() + 8 * kN, static_cast<uint32_t>(c.staleness_hist.size()));
+  for (size_t i = 0; i < kN; ++i) EncodeFixed64(out.data() + 8 * i, v[i]);
+  EncodeFixed32(out.data() + 8 * kN, static_cast<uint32_t>(c.staleness_hist.size()));
   for (size_t i = 0; i < c.staleness_hist.size(); ++i) {
-    Put64(out.data() + 8 * kN + 4 + 8 * i, c.staleness_hist[i]);
+    EncodeFixed64(out.data() + 8 * kN + 4 + 8 * i, c.staleness_hist[i]);
   }
   return out;
 }
@@ -81,13 +81,13 @@ Status DecodeCounters(std::span<const uint8_t> b, JobCounters* c) {
   uint64_t* f[] = {&c->pushes,  &c->applied,       &c->pending,       &c->dropped,
                    &c->late_aggregated, &c->rejected, &c->updates, &c->staleness_max,
                    &c->staleness_sum,   &c->migrations, &c->parked};
-  for (size_t i = 0; i < kN; ++i) *f[i] = Get64(b.data() + 8 * i);
-  const uint32_t n = Get32(b.data() + 8 * kN);
+  for (size_t i = 0; i < kN; ++i) *f[i] = DecodeFixed64(b.data() + 8 * i);
+  const uint32_t n = DecodeFixed32(b.data() + 8 * kN);
   if (n > 2048 || b.size() != 8 * kN + 4 + 8ull * n) {
     return ProtocolError("counters: a histogram of ", n, " buckets in ", b.size(), " bytes");
   }
   c->staleness_hist.resize(n);
-  for (uint32_t i = 0; i < n; ++i) c->staleness_hist[i] = Get64(b.data() + 8 * kN + 4 + 8 * i);
+  for (uint32_t i = 0; i < n; ++i) c->staleness_hist[i] = DecodeFixed64(b.data() + 8 * kN + 4 + 8 * i);
   return Status::Ok();
 }
 
@@ -283,7 +283,7 @@ Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Uniq
   if (impl->server_id == 0) {
     uint8_t r[8];
     if (!fabric::RandomBytes(r).ok()) return Internal("no randomness");
-    impl->server_id = Get64(r) | 1;
+    impl->server_id = DecodeFixed64(r) | 1;
   }
   impl->advertise = options.advertise;
   if (impl->advertise.empty()) {

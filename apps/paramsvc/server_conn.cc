@@ -261,7 +261,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
     }
     case Op::kGetState: {
       if (payload.size() != 4) return fail(ProtocolError("GET_STATE is ", payload.size(), " bytes, expected 4"));
-      auto jp = Resolve(h.job, Get32(payload.data()));
+      auto jp = Resolve(h.job, DecodeFixed32(payload.data()));
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
       if (job->place.load() == Job::kStaged) return arriving(*job);
@@ -276,7 +276,7 @@ void Server::Impl::Handle(const std::shared_ptr<Conn>& conn, const Header& h,
     }
     case Op::kPutState: {
       if (payload.size() < 4) return fail(ProtocolError("PUT_STATE is ", payload.size(), " bytes"));
-      auto jp = Resolve(h.job, Get32(payload.data()));
+      auto jp = Resolve(h.job, DecodeFixed32(payload.data()));
       if (!jp.ok()) return lost(jp.status());
       auto& [job, p] = *jp;
       if (job->place.load() == Job::kStaged) return arriving(*job);

@@ -97,8 +97,8 @@ void Server::Impl::SendPull(Partition& p, const std::shared_ptr<Conn>& conn, uin
     const size_t data = DTypeSize(dtype) * p.info.count;
     auto body = std::make_shared<std::vector<uint8_t>>(PullReply::kFixed + data);
     uint8_t* fixed = body->data();
-    Put64(fixed, p.st.version);
-    Put32(fixed + 8, p.info.count);
+    EncodeFixed64(fixed, p.st.version);
+    EncodeFixed32(fixed + 8, p.info.count);
     fixed[12] = static_cast<uint8_t>(dtype);
     FromF32(fixed + PullReply::kFixed, p.st.param.data(), dtype, p.info.count);
     p.snap[k] = std::move(body);

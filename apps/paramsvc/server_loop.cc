@@ -330,12 +330,12 @@ bool Server::Impl::OnFrame(const std::shared_ptr<Conn>& conn, const Header& h,
   if (!conn->authed) {
     if (op == Op::kHello && payload.size() == 40) {
       std::memcpy(conn->tr.client_nonce.data(), payload.data(), 32);
-      conn->tr.client_id = Get64(payload.data() + 32);
+      conn->tr.client_id = DecodeFixed64(payload.data() + 32);
       conn->tr.server_id = server_id;
       if (!fabric::RandomBytes(conn->tr.server_nonce).ok()) return false;
       uint8_t out[40];
       std::memcpy(out, conn->tr.server_nonce.data(), 32);
-      Put64(out + 32, server_id);
+      EncodeFixed64(out + 32, server_id);
       conn->Send(h.op, 0, h.request_id, out);
       conn->hello = true;
       return true;

@@ -161,7 +161,7 @@ Result<std::string> Server::Impl::MoveOut(const MoveJobRequest& req) {
     while (move_id == 0 || outgoing.count(move_id)) {
       uint8_t r[8];
       if (!fabric::RandomBytes(r).ok()) return Internal("no randomness");
-      move_id = Get64(r) >> 1;  // Printable as a signed 64-bit number too.
+      move_id = DecodeFixed64(r) >> 1;  // Printable as a signed 64-bit number too.
     }
     outgoing[move_id] = req.job;
   }
@@ -187,7 +187,7 @@ Result<std::string> Server::Impl::MoveOut(const MoveJobRequest& req) {
   auto begun = d.Call(Op::kImportBegin, 0, ImportBegin{move_id, advertise, job->spec}.Encode());
   if (!begun.ok()) return say(begun.status().WithContext("destination " + req.to));
   if (begun->size() != 4) return say(ProtocolError("IMPORT_BEGIN reply of ", begun->size(), " bytes"));
-  const uint32_t dest_job = Get32(begun->data());
+  const uint32_t dest_job = DecodeFixed32(begun->data());
   auto abort = [&](Status why) -> Status {
     Unfreeze(*job);
     // Best effort: a staged copy the destination does not hear about asks (MOVE_STATUS) and
@@ -338,7 +338,7 @@ Result<std::vector<uint8_t>> Server::Impl::ImportBeginOp(const std::vector<uint8
     const auto& j = jobs.at(it->second);
     if (j->place.load() == Job::kStaged && j->move_id == m->move_id) {  // Sent again
       std::vector<uint8_t> out(4);
-      Put32(out.data(), j->id);
+      EncodeFixed32(out.data(), j->id);
       return out;
     }
     return AlreadyExists("this server already has a job '", m->spec.name, "'",
@@ -356,7 +356,7 @@ Result<std::vector<uint8_t>> Server::Impl::ImportBeginOp(const std::vector<uint8
   TLOG(INFO) << "paramsvc: job '" << m->spec.name << "' arriving from " << m->source << " (move "
              << m->move_id << ") as job " << id;
   std::vector<uint8_t> out(4);
-  Put32(out.data(), id);
+  EncodeFixed32(out.data(), id);
   return out;
 }
 

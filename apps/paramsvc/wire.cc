@@ -3,94 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/coding.h"
+
 namespace tessera::paramsvc {
 namespace {
-
-// Sequential little-endian reader that records the first error (field name + reason).
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-  bool Need(size_t n, const char* what) {
-    if (!err_.ok()) return false;
-    if (b_.size() - pos_ < n) {
-      err_ = ProtocolError("truncated message: ", what, " needs ", n, " bytes, ",
-                           b_.size() - pos_, " left");
-      return false;
-    }
-    return true;
-  }
-  uint8_t U8(const char* what) { return Need(1, what) ? b_[pos_++] : 0; }
-  uint16_t U16(const char* what) {
-    if (!Need(2, what)) return 0;
-    pos_ += 2;
-    return Get16(b_.data() + pos_ - 2);
-  }
-  uint32_t U32(const char* what) {
-    if (!Need(4, what)) return 0;
-    pos_ += 4;
-    return Get32(b_.data() + pos_ - 4);
-  }
-  uint64_t U64(const char* what) {
-    if (!Need(8, what)) return 0;
-    pos_ += 8;
-    return Get64(b_.data() + pos_ - 8);
-  }
-  float F32(const char* what) {
-    uint32_t v = U32(what);
-    float f;
-    std::memcpy(&f, &v, 4);
-    return f;
-  }
-  std::string Str(const char* what) {
-    uint16_t n = U16(what);
-    if (n > kMaxNameLength) {
-      Fail(InvalidArgument(what, " is ", n, " bytes (at most ", kMaxNameLength, ")"));
-      return {};
-    }
-    if (!Need(n, what)) return {};
-    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
-    pos_ += n;
-    return s;
-  }
-  void Fail(Status s) {
-    if (err_.ok()) err_ = std::move(s);
-  }
-  Status Finish(const char* msg) {
-    if (err_.ok() && pos_ != b_.size()) {
-      err_ = ProtocolError(msg, ": ", b_.size() - pos_, " trailing bytes");
-    }
-    return err_;
-  }
-  size_t pos() const { return pos_; }
-  const Status& err() const { return err_; }
-
- private:
-  std::span<const uint8_t> b_;
-  size_t pos_ = 0;
-  Status err_;
-};
-
-class Writer {
- public:
-  void U8(uint8_t v) { b_.push_back(v); }
-  void U16(uint16_t v) { Grow(2); Put16(b_.data() + b_.size() - 2, v); }
-  void U32(uint32_t v) { Grow(4); Put32(b_.data() + b_.size() - 4, v); }
-  void U64(uint64_t v) { Grow(8); Put64(b_.data() + b_.size() - 8, v); }
-  void F32(float f) {
-    uint32_t v;
-    std::memcpy(&v, &f, 4);
-    U32(v);
-  }
-  void Str(const std::string& s) {
-    U16(static_cast<uint16_t>(s.size()));
-    b_.insert(b_.end(), s.begin(), s.end());
-  }
-  std::vector<uint8_t> Take() { return std::move(b_); }
-
- private:
-  void Grow(size_t n) { b_.resize(b_.size() + n); }
-  std::vector<uint8_t> b_;
-};
 
 Status CheckDType(uint8_t d, const char* what) {
   if (d >= kNumDTypes) return InvalidArgument(what, ": unknown dtype ", int{d}, " (0 fp32, 1 fp16, 2 bf16)");
@@ -147,37 +63,42 @@ uint32_t MaxPayload(uint8_t op) {
 }
 
 void EncodeHeader(const Header& h, uint8_t* out) {
-  Put32(out, kMagic);
-  out[4] = kWireVersion;
-  out[5] = h.op;
-  Put16(out + 6, h.status);
-  Put32(out + 8, h.payload_len);
-  Put32(out + 12, h.job);
-  Put64(out + 16, h.request_id);
+  SpanWriter(out, kHeaderSize)
+      .PutFixed32(kMagic)
+      .PutFixed8(kWireVersion)
+      .PutFixed8(h.op)
+      .PutFixed16(h.status)
+      .PutFixed32(h.payload_len)
+      .PutFixed32(h.job)
+      .PutFixed64(h.request_id);
 }
 
 Result<Header> DecodeHeader(std::span<const uint8_t> b) {
   if (b.size() != kHeaderSize) return ProtocolError("header is ", b.size(), " bytes, expected 24");
-  if (Get32(b.data()) != kMagic) {
-    return ProtocolError("bad magic 0x", std::hex, Get32(b.data()), " (not a paramsvc peer?)");
+  SpanReader r(b);
+  const uint32_t magic = r.GetFixed32("magic");
+  if (magic != kMagic) {
+    return ProtocolError("bad magic 0x", std::hex, magic, " (not a paramsvc peer?)");
   }
-  if (b[4] != kWireVersion) {
-    return ProtocolError("unsupported protocol version ", int{b[4]}, " (this side speaks ",
+  const uint8_t version = r.GetFixed8("version");
+  if (version != kWireVersion) {
+    return ProtocolError("unsupported protocol version ", int{version}, " (this side speaks ",
                          int{kWireVersion}, ")");
   }
   Header h;
-  h.op = b[5];
-  h.status = Get16(b.data() + 6);
+  h.op = r.GetFixed8("op");
+  h.status = r.GetFixed16("status");
   if (std::strcmp(OpName(h.op), "UNKNOWN") == 0 || (h.op == 0 && h.status == 0)) {
     return ProtocolError("unknown op ", int{h.op});
   }
-  h.payload_len = Get32(b.data() + 8);
+  h.payload_len = r.GetFixed32("payload length");
   if (h.payload_len > MaxPayload(h.op)) {
     return ProtocolError(OpName(h.op), " payload of ", h.payload_len, " bytes exceeds the limit of ",
                          MaxPayload(h.op));
   }
-  h.job = Get32(b.data() + 12);
-  h.request_id = Get64(b.data() + 16);
+  h.job = r.GetFixed32("job");
+  h.request_id = r.GetFixed64("request id");
+  TESSERA_RETURN_IF_ERROR(r.Finish("header"));
   return h;
 }
 
@@ -299,67 +220,67 @@ bool JobSpec::SameModel(const JobSpec& o) const {
 }
 
 std::vector<uint8_t> JobSpec::Encode() const {
-  Writer w;
-  w.Str(name);
-  w.U32(workers);
-  w.U8(static_cast<uint8_t>(mode));
-  w.U32(staleness);
-  w.U8(static_cast<uint8_t>(late));
-  w.U8(static_cast<uint8_t>(optimizer.kind));
-  w.F32(optimizer.lr);
-  w.F32(optimizer.momentum);
-  w.F32(optimizer.weight_decay);
-  w.F32(optimizer.beta1);
-  w.F32(optimizer.beta2);
-  w.F32(optimizer.eps);
-  w.U32(partition_bytes);
-  w.U32(static_cast<uint32_t>(tensors.size()));
+  ByteWriter w;
+  w.PutString16(name);
+  w.PutFixed32(workers);
+  w.PutFixed8(static_cast<uint8_t>(mode));
+  w.PutFixed32(staleness);
+  w.PutFixed8(static_cast<uint8_t>(late));
+  w.PutFixed8(static_cast<uint8_t>(optimizer.kind));
+  w.PutFloat(optimizer.lr);
+  w.PutFloat(optimizer.momentum);
+  w.PutFloat(optimizer.weight_decay);
+  w.PutFloat(optimizer.beta1);
+  w.PutFloat(optimizer.beta2);
+  w.PutFloat(optimizer.eps);
+  w.PutFixed32(partition_bytes);
+  w.PutFixed32(static_cast<uint32_t>(tensors.size()));
   for (const TensorSpec& t : tensors) {
-    w.Str(t.name);
-    w.U8(static_cast<uint8_t>(t.dtype));
-    w.U8(static_cast<uint8_t>(t.shape.size()));
-    for (uint64_t d : t.shape) w.U64(d);
+    w.PutString16(t.name);
+    w.PutFixed8(static_cast<uint8_t>(t.dtype));
+    w.PutFixed8(static_cast<uint8_t>(t.shape.size()));
+    for (uint64_t d : t.shape) w.PutFixed64(d);
   }
   return w.Take();
 }
 
 Result<JobSpec> JobSpec::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   JobSpec s;
-  s.name = r.Str("job name");
-  s.workers = r.U32("workers");
-  uint8_t mode = r.U8("mode");
-  if (r.err().ok() && mode > 2) r.Fail(InvalidArgument("unknown consistency mode ", int{mode}));
+  s.name = r.GetString16("job name", kMaxNameLength);
+  s.workers = r.GetFixed32("workers");
+  uint8_t mode = r.GetFixed8("mode");
+  if (r.status().ok() && mode > 2) r.Fail(InvalidArgument("unknown consistency mode ", int{mode}));
   s.mode = static_cast<Mode>(mode);
-  s.staleness = r.U32("staleness");
-  uint8_t late = r.U8("late policy");
-  if (r.err().ok() && late > 1) r.Fail(InvalidArgument("unknown late policy ", int{late}));
+  s.staleness = r.GetFixed32("staleness");
+  uint8_t late = r.GetFixed8("late policy");
+  if (r.status().ok() && late > 1) r.Fail(InvalidArgument("unknown late policy ", int{late}));
   s.late = static_cast<LatePolicy>(late);
-  uint8_t opt = r.U8("optimizer");
-  if (r.err().ok() && opt > 2) r.Fail(InvalidArgument("unknown optimizer ", int{opt}));
+  uint8_t opt = r.GetFixed8("optimizer");
+  if (r.status().ok() && opt > 2) r.Fail(InvalidArgument("unknown optimizer ", int{opt}));
   s.optimizer.kind = static_cast<OptimizerKind>(opt);
-  s.optimizer.lr = r.F32("lr");
-  s.optimizer.momentum = r.F32("momentum");
-  s.optimizer.weight_decay = r.F32("weight_decay");
-  s.optimizer.beta1 = r.F32("beta1");
-  s.optimizer.beta2 = r.F32("beta2");
-  s.optimizer.eps = r.F32("eps");
-  s.partition_bytes = r.U32("partition_bytes");
-  uint32_t nt = r.U32("tensor count");
-  if (r.err().ok() && (nt == 0 || nt > kMaxTensors)) {
+  s.optimizer.lr = r.GetFloat("lr");
+  s.optimizer.momentum = r.GetFloat("momentum");
+  s.optimizer.weight_decay = r.GetFloat("weight_decay");
+  s.optimizer.beta1 = r.GetFloat("beta1");
+  s.optimizer.beta2 = r.GetFloat("beta2");
+  s.optimizer.eps = r.GetFloat("eps");
+  s.partition_bytes = r.GetFixed32("partition_bytes");
+  uint32_t nt = r.GetFixed32("tensor count");
+  if (r.status().ok() && (nt == 0 || nt > kMaxTensors)) {
     r.Fail(InvalidArgument("tensor count ", nt, " not in 1..", kMaxTensors));
   }
-  for (uint32_t i = 0; r.err().ok() && i < nt; ++i) {
+  for (uint32_t i = 0; r.status().ok() && i < nt; ++i) {
     TensorSpec t;
-    t.name = r.Str("tensor name");
-    uint8_t d = r.U8("dtype");
-    if (r.err().ok()) r.Fail(CheckDType(d, "tensor"));
+    t.name = r.GetString16("tensor name", kMaxNameLength);
+    uint8_t d = r.GetFixed8("dtype");
+    if (r.status().ok()) r.Fail(CheckDType(d, "tensor"));
     t.dtype = static_cast<DType>(d);
-    uint8_t nd = r.U8("ndims");
-    if (r.err().ok() && (nd == 0 || nd > 8)) {
+    uint8_t nd = r.GetFixed8("ndims");
+    if (r.status().ok() && (nd == 0 || nd > 8)) {
       r.Fail(InvalidArgument("tensor '", t.name, "' has ", int{nd}, " dims (1..8)"));
     }
-    for (uint8_t k = 0; r.err().ok() && k < nd; ++k) t.shape.push_back(r.U64("dim"));
+    for (uint8_t k = 0; r.status().ok() && k < nd; ++k) t.shape.push_back(r.GetFixed64("dim"));
     s.tensors.push_back(std::move(t));
   }
   Status st = r.Finish("REGISTER");
@@ -382,28 +303,28 @@ std::vector<PartitionInfo> PartitionModel(const JobSpec& spec) {
 }
 
 std::vector<uint8_t> JobLayout::Encode() const {
-  Writer w;
-  w.U32(job);
-  w.U32(static_cast<uint32_t>(partitions.size()));
+  ByteWriter w;
+  w.PutFixed32(job);
+  w.PutFixed32(static_cast<uint32_t>(partitions.size()));
   for (const auto& p : partitions) {
-    w.U32(p.tensor);
-    w.U64(p.offset);
-    w.U32(p.count);
+    w.PutFixed32(p.tensor);
+    w.PutFixed64(p.offset);
+    w.PutFixed32(p.count);
   }
   return w.Take();
 }
 
 Result<JobLayout> JobLayout::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   JobLayout l;
-  l.job = r.U32("job");
-  uint32_t n = r.U32("partition count");
-  if (r.err().ok() && n > (b.size() / 16)) r.Fail(ProtocolError("partition count ", n, " too large"));
-  for (uint32_t i = 0; r.err().ok() && i < n; ++i) {
+  l.job = r.GetFixed32("job");
+  uint32_t n = r.GetFixed32("partition count");
+  if (r.status().ok() && n > (b.size() / 16)) r.Fail(ProtocolError("partition count ", n, " too large"));
+  for (uint32_t i = 0; r.status().ok() && i < n; ++i) {
     PartitionInfo p;
-    p.tensor = r.U32("tensor");
-    p.offset = r.U64("offset");
-    p.count = r.U32("count");
+    p.tensor = r.GetFixed32("tensor");
+    p.offset = r.GetFixed64("offset");
+    p.count = r.GetFixed32("count");
     l.partitions.push_back(p);
   }
   Status st = r.Finish("layout");
@@ -412,25 +333,38 @@ Result<JobLayout> JobLayout::Decode(std::span<const uint8_t> b) {
 }
 
 void PushRequest::EncodeFixed(uint8_t* out) const {
-  Put32(out, worker);
-  Put32(out + 4, partition);
-  Put64(out + 8, version);
-  out[16] = static_cast<uint8_t>(dtype);
-  out[17] = out[18] = out[19] = 0;
-  Put32(out + 20, count);
+  SpanWriter(out, kFixed)
+      .PutFixed32(worker)
+      .PutFixed32(partition)
+      .PutFixed64(version)
+      .PutFixed8(static_cast<uint8_t>(dtype))
+      .PutZeros(3)
+      .PutFixed32(count);
 }
+
+namespace {
+// A dtype byte and its three zero padding bytes, as PUSH, PULL and SET_PARAMS carry them.
+Result<DType> GetDTypeAndPadding(SpanReader* r, const char* what) {
+  const uint8_t d = r->GetFixed8("dtype");
+  const auto pad = r->GetBytes(3, "padding");
+  TESSERA_RETURN_IF_ERROR(r->status());
+  TESSERA_RETURN_IF_ERROR(CheckDType(d, what));
+  if (pad[0] | pad[1] | pad[2]) return ProtocolError(what, " padding is not zero");
+  return static_cast<DType>(d);
+}
+}  // namespace
 
 Result<PushRequest> PushRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() < kFixed) return ProtocolError("PUSH is ", b.size(), " bytes, at least ", kFixed);
   PushRequest p;
-  p.worker = Get32(b.data());
-  p.partition = Get32(b.data() + 4);
-  p.version = Get64(b.data() + 8);
-  Status d = CheckDType(b[16], "PUSH");
-  if (!d.ok()) return d;
-  if (b[17] | b[18] | b[19]) return ProtocolError("PUSH padding is not zero");
-  p.dtype = static_cast<DType>(b[16]);
-  p.count = Get32(b.data() + 20);
+  SpanReader r(b);
+  p.worker = r.GetFixed32("worker");
+  p.partition = r.GetFixed32("partition");
+  p.version = r.GetFixed64("version");
+  auto dtype = GetDTypeAndPadding(&r, "PUSH");
+  if (!dtype.ok()) return dtype.status();
+  p.dtype = *dtype;
+  p.count = r.GetFixed32("count");
   const uint64_t want = static_cast<uint64_t>(p.count) * DTypeSize(p.dtype);
   if (b.size() - kFixed != want) {
     return InvalidArgument("PUSH of ", p.count, " ", DTypeName(p.dtype), " elements carries ",
@@ -441,42 +375,49 @@ Result<PushRequest> PushRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void PushReply::EncodeTo(uint8_t* out) const {
-  out[0] = static_cast<uint8_t>(outcome);
-  out[1] = out[2] = out[3] = 0;
-  Put32(out + 4, staleness);
-  Put64(out + 8, version);
+  SpanWriter(out, kWireSize)
+      .PutFixed8(static_cast<uint8_t>(outcome))
+      .PutZeros(3)
+      .PutFixed32(staleness)
+      .PutFixed64(version);
 }
 
 Result<PushReply> PushReply::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "PUSH reply");
   if (!s.ok()) return s;
-  if (b[0] > 3) return ProtocolError("PUSH reply: unknown outcome ", int{b[0]});
+  SpanReader in(b);
+  const uint8_t outcome = in.GetFixed8("outcome");
+  if (outcome > 3) return ProtocolError("PUSH reply: unknown outcome ", int{outcome});
+  in.Skip(3, "padding");
   PushReply r;
-  r.outcome = static_cast<PushOutcome>(b[0]);
-  r.staleness = Get32(b.data() + 4);
-  r.version = Get64(b.data() + 8);
+  r.outcome = static_cast<PushOutcome>(outcome);
+  r.staleness = in.GetFixed32("staleness");
+  r.version = in.GetFixed64("version");
+  TESSERA_RETURN_IF_ERROR(in.Finish("PUSH reply"));
   return r;
 }
 
 void PullRequest::EncodeTo(uint8_t* out) const {
-  Put32(out, partition);
-  out[4] = static_cast<uint8_t>(dtype);
-  out[5] = out[6] = out[7] = 0;
-  Put64(out + 8, min_version);
-  Put32(out + 16, timeout_ms);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(partition)
+      .PutFixed8(static_cast<uint8_t>(dtype))
+      .PutZeros(3)
+      .PutFixed64(min_version)
+      .PutFixed32(timeout_ms);
 }
 
 Result<PullRequest> PullRequest::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "PULL");
   if (!s.ok()) return s;
   PullRequest p;
-  p.partition = Get32(b.data());
-  Status d = CheckDType(b[4], "PULL");
-  if (!d.ok()) return d;
-  if (b[5] | b[6] | b[7]) return ProtocolError("PULL padding is not zero");
-  p.dtype = static_cast<DType>(b[4]);
-  p.min_version = Get64(b.data() + 8);
-  p.timeout_ms = Get32(b.data() + 16);
+  SpanReader r(b);
+  p.partition = r.GetFixed32("partition");
+  auto dtype = GetDTypeAndPadding(&r, "PULL");
+  if (!dtype.ok()) return dtype.status();
+  p.dtype = *dtype;
+  p.min_version = r.GetFixed64("min_version");
+  p.timeout_ms = r.GetFixed32("timeout_ms");
+  TESSERA_RETURN_IF_ERROR(r.Finish("PULL"));
   if (p.timeout_ms > 600000) return InvalidArgument("PULL timeout_ms ", p.timeout_ms, " above 600000");
   return p;
 }
@@ -484,11 +425,12 @@ Result<PullRequest> PullRequest::Decode(std::span<const uint8_t> b) {
 Result<PullReply> PullReply::Decode(std::span<const uint8_t> b) {
   if (b.size() < kFixed) return ProtocolError("PULL reply is ", b.size(), " bytes");
   PullReply r;
-  r.version = Get64(b.data());
-  r.count = Get32(b.data() + 8);
-  Status d = CheckDType(b[12], "PULL reply");
-  if (!d.ok()) return d;
-  r.dtype = static_cast<DType>(b[12]);
+  SpanReader in(b);
+  r.version = in.GetFixed64("version");
+  r.count = in.GetFixed32("count");
+  const uint8_t dtype = in.GetFixed8("dtype");
+  TESSERA_RETURN_IF_ERROR(CheckDType(dtype, "PULL reply"));
+  r.dtype = static_cast<DType>(dtype);
   if (b.size() - kFixed != static_cast<uint64_t>(r.count) * DTypeSize(r.dtype)) {
     return ProtocolError("PULL reply data size does not match its count");
   }
@@ -497,38 +439,39 @@ Result<PullReply> PullReply::Decode(std::span<const uint8_t> b) {
 }
 
 void BarrierRequest::EncodeTo(uint8_t* out) const {
-  Put32(out, worker);
-  Put32(out + 4, timeout_ms);
-  Put64(out + 8, iteration);
+  SpanWriter(out, kWireSize).PutFixed32(worker).PutFixed32(timeout_ms).PutFixed64(iteration);
 }
 
 Result<BarrierRequest> BarrierRequest::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "BARRIER");
   if (!s.ok()) return s;
   BarrierRequest r;
-  r.worker = Get32(b.data());
-  r.timeout_ms = Get32(b.data() + 4);
-  r.iteration = Get64(b.data() + 8);
+  SpanReader in(b);
+  r.worker = in.GetFixed32("worker");
+  r.timeout_ms = in.GetFixed32("timeout_ms");
+  r.iteration = in.GetFixed64("iteration");
+  TESSERA_RETURN_IF_ERROR(in.Finish("BARRIER"));
   if (r.timeout_ms > 600000) return InvalidArgument("BARRIER timeout_ms ", r.timeout_ms, " above 600000");
   return r;
 }
 
 void SetParamsRequest::EncodeFixed(uint8_t* out) const {
-  Put32(out, partition);
-  out[4] = static_cast<uint8_t>(dtype);
-  out[5] = out[6] = out[7] = 0;
-  Put32(out + 8, count);
+  SpanWriter(out, kFixed)
+      .PutFixed32(partition)
+      .PutFixed8(static_cast<uint8_t>(dtype))
+      .PutZeros(3)
+      .PutFixed32(count);
 }
 
 Result<SetParamsRequest> SetParamsRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() < kFixed) return ProtocolError("SET_PARAMS is ", b.size(), " bytes");
   SetParamsRequest p;
-  p.partition = Get32(b.data());
-  Status d = CheckDType(b[4], "SET_PARAMS");
-  if (!d.ok()) return d;
-  if (b[5] | b[6] | b[7]) return ProtocolError("SET_PARAMS padding is not zero");
-  p.dtype = static_cast<DType>(b[4]);
-  p.count = Get32(b.data() + 8);
+  SpanReader r(b);
+  p.partition = r.GetFixed32("partition");
+  auto dtype = GetDTypeAndPadding(&r, "SET_PARAMS");
+  if (!dtype.ok()) return dtype.status();
+  p.dtype = *dtype;
+  p.count = r.GetFixed32("count");
   if (b.size() - kFixed != static_cast<uint64_t>(p.count) * DTypeSize(p.dtype)) {
     return InvalidArgument("SET_PARAMS of ", p.count, " elements carries ", b.size() - kFixed,
                            " data bytes");
@@ -538,23 +481,30 @@ Result<SetParamsRequest> SetParamsRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void MigrateRequest::EncodeTo(uint8_t* out) const {
-  Put32(out, partition);
-  Put32(out + 4, core);
+  SpanWriter(out, kWireSize).PutFixed32(partition).PutFixed32(core);
 }
 Result<MigrateRequest> MigrateRequest::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "MIGRATE");
   if (!s.ok()) return s;
-  return MigrateRequest{Get32(b.data()), Get32(b.data() + 4)};
+  SpanReader r(b);
+  MigrateRequest m;
+  m.partition = r.GetFixed32("partition");
+  m.core = r.GetFixed32("core");
+  TESSERA_RETURN_IF_ERROR(r.Finish("MIGRATE"));
+  return m;
 }
 
 void CoresRequest::EncodeTo(uint8_t* out) const {
-  Put32(out, max_cores);
-  Put32(out + 4, elastic);
+  SpanWriter(out, kWireSize).PutFixed32(max_cores).PutFixed32(elastic);
 }
 Result<CoresRequest> CoresRequest::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "CORES");
   if (!s.ok()) return s;
-  CoresRequest r{Get32(b.data()), Get32(b.data() + 4)};
+  SpanReader in(b);
+  CoresRequest r;
+  r.max_cores = in.GetFixed32("max_cores");
+  r.elastic = in.GetFixed32("elastic");
+  TESSERA_RETURN_IF_ERROR(in.Finish("CORES"));
   if (r.max_cores < 1 || r.max_cores > 256) return InvalidArgument("CORES max_cores ", r.max_cores, " not in 1..256");
   if (r.elastic > 1) return InvalidArgument("CORES elastic must be 0 or 1");
   return r;
@@ -585,21 +535,21 @@ Status CheckEndpointText(std::string_view text, const char* what) {
 }
 
 std::vector<uint8_t> MoveJobRequest::Encode() const {
-  Writer w;
-  w.Str(job);
-  w.Str(to);
-  w.U32(boundary_timeout_ms);
-  w.U8(allow_volatile ? 1 : 0);
+  ByteWriter w;
+  w.PutString16(job);
+  w.PutString16(to);
+  w.PutFixed32(boundary_timeout_ms);
+  w.PutFixed8(allow_volatile ? 1 : 0);
   return w.Take();
 }
 
 Result<MoveJobRequest> MoveJobRequest::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   MoveJobRequest m;
-  m.job = r.Str("job name");
-  m.to = r.Str("destination");
-  m.boundary_timeout_ms = r.U32("boundary_timeout_ms");
-  const uint8_t flags = r.U8("flags");
+  m.job = r.GetString16("job name", kMaxNameLength);
+  m.to = r.GetString16("destination", kMaxNameLength);
+  m.boundary_timeout_ms = r.GetFixed32("boundary_timeout_ms");
+  const uint8_t flags = r.GetFixed8("flags");
   Status st = r.Finish("MOVE_JOB");
   if (!st.ok()) return st;
   if (m.job.empty()) return InvalidArgument("MOVE_JOB: no job name");
@@ -614,9 +564,9 @@ Result<MoveJobRequest> MoveJobRequest::Decode(std::span<const uint8_t> b) {
 }
 
 std::vector<uint8_t> ImportBegin::Encode() const {
-  Writer w;
-  w.U64(move_id);
-  w.Str(source);
+  ByteWriter w;
+  w.PutFixed64(move_id);
+  w.PutString16(source);
   std::vector<uint8_t> out = w.Take();
   const auto sp = spec.Encode();
   out.insert(out.end(), sp.begin(), sp.end());
@@ -624,11 +574,11 @@ std::vector<uint8_t> ImportBegin::Encode() const {
 }
 
 Result<ImportBegin> ImportBegin::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   ImportBegin m;
-  m.move_id = r.U64("move id");
-  m.source = r.Str("source");
-  if (!r.err().ok()) return r.err();
+  m.move_id = r.GetFixed64("move id");
+  m.source = r.GetString16("source", kMaxNameLength);
+  if (!r.status().ok()) return r.status();
   if (m.move_id == 0) return InvalidArgument("IMPORT_BEGIN: move id 0");
   if (Status e = CheckEndpointText(m.source, "IMPORT_BEGIN source"); !e.ok()) return e;
   auto spec = JobSpec::Decode(b.subspan(r.pos()));
@@ -639,59 +589,55 @@ Result<ImportBegin> ImportBegin::Decode(std::span<const uint8_t> b) {
 
 std::vector<uint8_t> ImportPart::EncodeFixed(uint64_t move_id, uint32_t partition,
                                              uint32_t state_len) {
-  std::vector<uint8_t> out(16);
-  Put64(out.data(), move_id);
-  Put32(out.data() + 8, partition);
-  Put32(out.data() + 12, state_len);
-  return out;
+  ByteWriter w;
+  w.PutFixed64(move_id).PutFixed32(partition).PutFixed32(state_len);
+  return w.Take();
 }
 
 Result<ImportPart> ImportPart::Decode(std::span<const uint8_t> b) {
   if (b.size() < 16) return ProtocolError("IMPORT_PART is ", b.size(), " bytes, at least 16");
   ImportPart m;
-  m.move_id = Get64(b.data());
-  m.partition = Get32(b.data() + 8);
-  const uint32_t len = Get32(b.data() + 12);
-  if (b.size() - 16 < len) {
-    return ProtocolError("IMPORT_PART: a state of ", len, " bytes in ", b.size() - 16);
+  SpanReader r(b);
+  m.move_id = r.GetFixed64("move id");
+  m.partition = r.GetFixed32("partition");
+  const uint32_t len = r.GetFixed32("state length");
+  if (r.left() < len) {
+    return ProtocolError("IMPORT_PART: a state of ", len, " bytes in ", r.left());
   }
-  m.state = b.subspan(16, len);
-  m.counters = b.subspan(16 + len);
+  m.state = r.GetBytes(len, "state");
+  m.counters = r.Rest();
   return m;
 }
 
 void ImportPrepare::EncodeTo(uint8_t* out) const {
-  Put64(out, move_id);
-  uint32_t bits;
-  std::memcpy(&bits, &lr, 4);
-  Put32(out + 8, bits);
-  Put64(out + 12, moves);
+  SpanWriter(out, kWireSize).PutFixed64(move_id).PutFloat(lr).PutFixed64(moves);
 }
 
 Result<ImportPrepare> ImportPrepare::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "IMPORT_PREPARE");
   if (!s.ok()) return s;
   ImportPrepare m;
-  m.move_id = Get64(b.data());
-  const uint32_t bits = Get32(b.data() + 8);
-  std::memcpy(&m.lr, &bits, 4);
-  m.moves = Get64(b.data() + 12);
+  SpanReader r(b);
+  m.move_id = r.GetFixed64("move id");
+  m.lr = r.GetFloat("lr");
+  m.moves = r.GetFixed64("moves");
+  TESSERA_RETURN_IF_ERROR(r.Finish("IMPORT_PREPARE"));
   if (!std::isfinite(m.lr) || m.lr < 0) return InvalidArgument("IMPORT_PREPARE lr ", m.lr);
   return m;
 }
 
 std::vector<uint8_t> MoveRef::Encode() const {
-  Writer w;
-  w.U64(move_id);
-  w.Str(job);
+  ByteWriter w;
+  w.PutFixed64(move_id);
+  w.PutString16(job);
   return w.Take();
 }
 
 Result<MoveRef> MoveRef::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   MoveRef m;
-  m.move_id = r.U64("move id");
-  m.job = r.Str("job name");
+  m.move_id = r.GetFixed64("move id");
+  m.job = r.GetString16("job name", kMaxNameLength);
   Status st = r.Finish("move reference");
   if (!st.ok()) return st;
   if (m.move_id == 0 || m.job.empty()) return InvalidArgument("move reference without an id or a job");
@@ -699,17 +645,17 @@ Result<MoveRef> MoveRef::Decode(std::span<const uint8_t> b) {
 }
 
 std::vector<uint8_t> DrainRequest::Encode() const {
-  Writer w;
-  w.U8(on ? 1 : 0);
-  w.Str(redirect);
+  ByteWriter w;
+  w.PutFixed8(on ? 1 : 0);
+  w.PutString16(redirect);
   return w.Take();
 }
 
 Result<DrainRequest> DrainRequest::Decode(std::span<const uint8_t> b) {
-  Reader r(b);
+  SpanReader r(b);
   DrainRequest m;
-  const uint8_t on = r.U8("on");
-  m.redirect = r.Str("redirect");
+  const uint8_t on = r.GetFixed8("on");
+  m.redirect = r.GetString16("redirect", kMaxNameLength);
   Status st = r.Finish("DRAIN");
   if (!st.ok()) return st;
   if (on > 1) return InvalidArgument("DRAIN: on must be 0 or 1");
@@ -720,17 +666,14 @@ Result<DrainRequest> DrainRequest::Decode(std::span<const uint8_t> b) {
   return m;
 }
 
-void SetLrRequest::EncodeTo(uint8_t* out) const {
-  uint32_t bits;
-  std::memcpy(&bits, &lr, 4);
-  Put32(out, bits);
-}
+void SetLrRequest::EncodeTo(uint8_t* out) const { SpanWriter(out, kWireSize).PutFloat(lr); }
 Result<SetLrRequest> SetLrRequest::Decode(std::span<const uint8_t> b) {
   Status s = CheckFixed(b, kWireSize, "SET_LR");
   if (!s.ok()) return s;
-  const uint32_t bits = Get32(b.data());
+  SpanReader in(b);
   SetLrRequest r;
-  std::memcpy(&r.lr, &bits, 4);
+  r.lr = in.GetFloat("lr");
+  TESSERA_RETURN_IF_ERROR(in.Finish("SET_LR"));
   if (!std::isfinite(r.lr) || r.lr < 0) return InvalidArgument("SET_LR lr ", r.lr, " is not finite and >= 0");
   return r;
 }

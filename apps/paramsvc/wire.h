@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "apps/paramsvc/kernels.h"
+#include "common/coding.h"
 #include "common/status.h"
 
 namespace tessera::paramsvc {
@@ -296,17 +297,5 @@ struct CoresRequest {
   void EncodeTo(uint8_t* out) const;
   static Result<CoresRequest> Decode(std::span<const uint8_t> b);
 };
-
-// Little-endian helpers.
-inline void Put16(uint8_t* p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
-inline void Put32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = v >> (8 * i); }
-inline void Put64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = v >> (8 * i); }
-inline uint16_t Get16(const uint8_t* p) { return p[0] | (p[1] << 8); }
-inline uint32_t Get32(const uint8_t* p) {
-  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
-}
-inline uint64_t Get64(const uint8_t* p) {
-  return static_cast<uint64_t>(Get32(p)) | (static_cast<uint64_t>(Get32(p + 4)) << 32);
-}
 
 }  // namespace tessera::paramsvc

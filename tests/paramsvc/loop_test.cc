@@ -138,7 +138,7 @@ TEST(ParamsvcLoop, AReaderThatStopsReadingHoldsUpNoOtherJob) {
   ASSERT_GE(fd, 0);
   auto handshake = [&]() -> Status {
     uint8_t hello[40] = {};
-    Put64(hello + 32, 7);
+    EncodeFixed64(hello + 32, 7);
     TESSERA_RETURN_IF_ERROR(
         WriteFrame(fd, Header{static_cast<uint8_t>(Op::kHello), 0, 0, 0, 1}, hello));
     Header h;
@@ -149,7 +149,7 @@ TEST(ParamsvcLoop, AReaderThatStopsReadingHoldsUpNoOtherJob) {
     std::memcpy(tr.client_nonce.data(), hello, 32);
     tr.client_id = 7;
     std::memcpy(tr.server_nonce.data(), payload.data(), 32);
-    tr.server_id = Get64(payload.data() + 32);
+    tr.server_id = DecodeFixed64(payload.data() + 32);
     const fabric::Mac mac = fabric::ClientMac(kSecret, tr);
     TESSERA_RETURN_IF_ERROR(
         WriteFrame(fd, Header{static_cast<uint8_t>(Op::kAuth), 0, 0, 0, 2}, mac));

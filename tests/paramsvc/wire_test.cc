@@ -43,7 +43,7 @@ TEST(ParamsvcWire, HeaderRoundTripAndRejections) {
   bad[5] = 200;
   EXPECT_NE(DecodeHeader(bad).status().message().find("unknown op"), std::string::npos);
   std::memcpy(bad, b, kHeaderSize);
-  Put32(bad + 8, kMaxPayload + 1);
+  EncodeFixed32(bad + 8, kMaxPayload + 1);
   EXPECT_NE(DecodeHeader(bad).status().message().find("exceeds"), std::string::npos);
 }
 
