@@ -37,6 +37,9 @@ Result<std::unique_ptr<CompressedTier>> CompressedTier::Create(const CompressedT
   if (o.writeback_retry_ms < 1 || o.writeback_retry_ms > 10000) {
     return InvalidArgument("compressed tier: writeback_retry_ms must be in 1..10000");
   }
+  if (o.writeback_delay_ms > 60000) {
+    return InvalidArgument("compressed tier: writeback_delay_ms must be in 0..60000");
+  }
   std::unique_ptr<CompressedTier> t(new CompressedTier(o));
   t->thread_ = std::thread([p = t.get()] { p->Loop(); });
   return t;
@@ -191,7 +194,8 @@ Status CompressedTier::Submit(std::span<PageOp* const> ops) {
     e.len = stored_len;
     e.raw = !fits;
     e.gen = next_gen_++;
-    dirty_queue_.emplace_back(op->page, e.gen);
+    dirty_queue_.push_back(
+        {op->page, e.gen, MonotonicNs() + uint64_t{o_.writeback_delay_ms} * 1000000});
     entries_.emplace(op->page, std::move(e));
     charged_.fetch_add(stored_len + kEntryOverheadBytes, std::memory_order_relaxed);
     compressed_ += stored_len;
@@ -291,7 +295,7 @@ Status CompressedTier::Flush() {
   std::unique_lock<std::mutex> l(mu_);
   const uint64_t bound = next_gen_;  // Entries written before this call have older gens.
   auto pending = [&] {
-    for (const auto& [p, gen] : dirty_queue_) {
+    for (const auto& [p, gen, due] : dirty_queue_) {
       auto it = entries_.find(p);
       if (it != entries_.end() && it->second.gen == gen && gen < bound &&
           !it->second.written_back) {
@@ -303,8 +307,11 @@ Status CompressedTier::Flush() {
     }
     return false;
   };
+  ++flushing_;
   cv_.notify_one();
-  if (!flush_cv_.wait_for(l, kFlushTimeout, [&] { return !pending(); })) {
+  const bool done = flush_cv_.wait_for(l, kFlushTimeout, [&] { return !pending(); });
+  --flushing_;
+  if (!done) {
     return Unavailable("compressed tier: pages not written back to the store after 120 s (" +
                        std::to_string(counts_.writeback_errors) + " write-backs refused so far)");
   }
@@ -322,9 +329,15 @@ void CompressedTier::WritebackDone(PageOp* op) {
   t->cv_.notify_one();
 }
 
-void CompressedTier::StartWritebacksLocked(std::vector<PageOp*>* submit) {
+bool CompressedTier::UrgentLocked() const {
+  return flushing_ > 0 || stopping_ || charged_.load() > CapacityLocked() / 4 * 3;
+}
+
+void CompressedTier::StartWritebacksLocked(uint64_t now, std::vector<PageOp*>* submit) {
+  const bool urgent = UrgentLocked();
   while (!dirty_queue_.empty() && !free_wb_.empty()) {
-    auto [p, gen] = dirty_queue_.front();
+    auto [p, gen, due] = dirty_queue_.front();
+    if (!urgent && now < due) break;  // Later ones are due later still.
     dirty_queue_.pop_front();
     auto it = entries_.find(p);
     if (it == entries_.end() || it->second.gen != gen || it->second.written_back) continue;
@@ -382,28 +395,36 @@ void CompressedTier::Loop() {
                         << " failed write-backs so far)";
         }
         retry_after_ns_ = now + uint64_t{o_.writeback_retry_ms} * 1000000;
-        if (current) dirty_queue_.emplace_front(p, wb->gen);
+        if (current) dirty_queue_.push_front({p, wb->gen, now});
       }
       // Newer bytes written while this write-back was in flight: their turn now.
       if (it != entries_.end() && !current && !it->second.written_back) {
-        dirty_queue_.emplace_front(p, it->second.gen);
+        dirty_queue_.push_front({p, it->second.gen, now});
       }
       wb->gen = 0;
       free_wb_.push_back(wb);
     }
     if (!done.empty()) flush_cv_.notify_all();
     done.clear();
-    if (!stopping_ && now >= retry_after_ns_) StartWritebacksLocked(&submit);
+    if (!stopping_ && now >= retry_after_ns_) StartWritebacksLocked(now, &submit);
     if (complete.empty() && submit.empty() && trims.empty()) {
       if (stopping_ && inflight_.empty() && complete_.empty() && wb_done_.empty()) return;
       // Stopping with write-backs in flight: wait for their completions (a predicate true at
       // once would spin here holding mu_, which the completions need).
+      auto due = [&] {
+        const uint64_t t = MonotonicNs();
+        return !dirty_queue_.empty() && !free_wb_.empty() && t >= retry_after_ns_ &&
+               (UrgentLocked() || t >= dirty_queue_.front().due_ns);
+      };
       auto ready = [&] {
         return (stopping_ && inflight_.empty()) || !complete_.empty() || !wb_done_.empty() ||
-               (!dirty_queue_.empty() && !free_wb_.empty() && MonotonicNs() >= retry_after_ns_);
+               due();
       };
-      if (!dirty_queue_.empty() && retry_after_ns_ > now) {
-        cv_.wait_for(l, std::chrono::nanoseconds(retry_after_ns_ - now), ready);
+      if (!dirty_queue_.empty()) {
+        // Until the oldest write-back is due (or a refused one may be retried); sooner if
+        // woken (a flush, new work, a completion).
+        const uint64_t at = std::max(retry_after_ns_, dirty_queue_.front().due_ns);
+        cv_.wait_for(l, std::chrono::nanoseconds(at > now ? at - now : 0), ready);
       } else {
         cv_.wait(l, ready);
       }

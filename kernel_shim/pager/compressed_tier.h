@@ -30,8 +30,9 @@
 // the process dies, while memserver failures cannot touch it. Once written back it has the
 // store's resilience (an RS(k,r) store survives r memserver failures), and the tier copy is
 // only a cache. Flush() writes back everything written before the call and flushes the store.
-// Write-back starts as soon as a page enters the tier (up to writeback_inflight pages at
-// once, oldest first); a write-back the store refuses is retried after writeback_retry_ms.
+// Write-back starts writeback_delay_ms after a page enters the tier, at once when the tier is
+// over 3/4 of its capacity, a Flush() waits or the tier stops (up to writeback_inflight pages
+// at once, oldest first); a write-back the store refuses is retried after writeback_retry_ms.
 //
 // Threads. Every method may be called from any thread. One mutex guards the entries
 // (compression runs outside it, decompression inside: LZ4 decodes a page in about a
@@ -65,6 +66,11 @@ struct CompressedTierOptions {
   size_t max_compressed_bytes = 3072;   // 256..4096: larger results go to the store.
   size_t writeback_inflight = 32;       // 1..1024 write-backs in flight at most.
   uint32_t writeback_retry_ms = 20;     // 1..10000: wait after a refused write-back.
+  // 0..60000: a page entering the tier is written back this long after, not at once, unless
+  // the tier is over 3/4 of its capacity, a Flush() waits, or the tier stops. A page read back
+  // and evicted again within that time replaces its entry before any write-back: one store
+  // write instead of one per eviction.
+  uint32_t writeback_delay_ms = 1000;
 };
 
 struct CompressedTierStats {
@@ -146,7 +152,9 @@ class CompressedTier final : public client::PageStore {
   // they do not.
   bool MakeRoomLocked(uint64_t need);
   uint64_t CapacityLocked() const;
-  void StartWritebacksLocked(std::vector<client::PageOp*>* submit);
+  void StartWritebacksLocked(uint64_t now, std::vector<client::PageOp*>* submit);
+  // Under mu_: write-backs are due at once (a flush waits, the tier stops or is filling up).
+  bool UrgentLocked() const;
   static void WritebackDone(client::PageOp* op);
 
   const CompressedTierOptions o_;
@@ -160,8 +168,15 @@ class CompressedTier final : public client::PageStore {
   // Written-back entries, in the order they were written back (or admitted clean): the ones a
   // full tier drops first. Entries not written back are in no list (dirty_queue_ orders them).
   std::list<client::PageId> lru_;
-  // Pages to write back, oldest first, with the generation queued (stale ones are skipped).
-  std::deque<std::pair<client::PageId, uint64_t>> dirty_queue_;
+  // Pages to write back, oldest first, with the generation queued (stale ones are skipped) and
+  // when the write-back is due (writeback_delay_ms after the write).
+  struct Dirty {
+    client::PageId page;
+    uint64_t gen;
+    uint64_t due_ns;
+  };
+  std::deque<Dirty> dirty_queue_;
+  int flushing_ = 0;  // Flush() calls waiting: every queued write-back is due now.
   // Pages with a write-back in flight, and whether a Trim came meanwhile.
   std::unordered_map<client::PageId, bool> inflight_;
   std::vector<Writeback*> free_wb_;

@@ -57,10 +57,13 @@ std::vector<uint8_t> Random(uint64_t seed) {
   return b;
 }
 
-std::unique_ptr<CompressedTier> MakeTier(client::PageStore* store, uint64_t capacity) {
+// Write-backs start at once unless a delay is given (the tests of the delay give one).
+std::unique_ptr<CompressedTier> MakeTier(client::PageStore* store, uint64_t capacity,
+                                         uint32_t writeback_delay_ms = 0) {
   CompressedTierOptions o;
   o.store = store;
   o.capacity_bytes = capacity;
+  o.writeback_delay_ms = writeback_delay_ms;
   auto t = CompressedTier::Create(o);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return t.ok() ? std::move(*t) : nullptr;
@@ -80,6 +83,9 @@ TEST(CompressedTierTest, CreateAndSettingRejectBadInput) {
   EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
   o.max_compressed_bytes = 3072;
   o.writeback_inflight = 0;
+  EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.writeback_inflight = 32;
+  o.writeback_delay_ms = 60001;
   EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
 
   auto off = ParseCompressedTier("off");
@@ -282,6 +288,7 @@ TEST(CompressedTierTest, RefusedWriteBacksAreRetriedAndThePageStaysReadable) {
   o.store = &store;
   o.capacity_bytes = 1 << 20;
   o.writeback_retry_ms = 2;
+  o.writeback_delay_ms = 0;
   auto t = CompressedTier::Create(o);
   ASSERT_TRUE(t.ok());
   auto& tier = *t;
@@ -326,6 +333,48 @@ TEST(CompressedTierTest, RewritesAndTrimsDuringAWriteBackEndWithTheNewestBytes) 
   ASSERT_TRUE(tier->ReadPage(2, got.data()).ok());
   EXPECT_EQ(got, std::vector<uint8_t>(kPage, 0));
   EXPECT_EQ(tier->TierStats().entries, 0u) << "the raw page stayed after its write-back";
+}
+
+// A page read back and written again before its write-back is due replaces its entry: the
+// store gets one write, of the newest bytes, when a flush makes it due.
+TEST(CompressedTierTest, ADelayedWriteBackStoresARewrittenPageOnce) {
+  MemoryPageStore store(64);
+  auto tier = MakeTier(&store, 1 << 20, /*writeback_delay_ms=*/60000);
+  ASSERT_NE(tier, nullptr);
+  std::vector<uint8_t> got(kPage);
+  for (uint32_t v = 1; v <= 5; ++v) {
+    ASSERT_TRUE(tier->WritePage(3, Compressible(3, v).data()).ok());
+    ASSERT_TRUE(tier->ReadPage(3, got.data()).ok());
+    ASSERT_EQ(got, Compressible(3, v));
+  }
+  EXPECT_EQ(store.writes_of(3), 0u) << "written back before it was due";
+  EXPECT_EQ(tier->TierStats().dirty_entries, 1u);
+  ASSERT_TRUE(tier->Flush().ok());  // Due at once: a flush waits.
+  EXPECT_EQ(store.writes_of(3), 1u);
+  EXPECT_EQ(store.Page(3), Compressible(3, 5));
+  EXPECT_EQ(tier->TierStats().dirty_entries, 0u);
+}
+
+// A tier filling up does not wait for the delay: past 3/4 of its capacity its oldest pages are
+// written back at once, so that they can be dropped to make room.
+TEST(CompressedTierTest, ATierFillingUpWritesBackWithoutWaitingForTheDelay) {
+  MemoryPageStore store(4096);
+  const uint64_t cap = 256 << 10;
+  auto tier = MakeTier(&store, cap, /*writeback_delay_ms=*/60000);
+  ASSERT_NE(tier, nullptr);
+  PageId p = 0;
+  while (tier->charged_bytes() <= cap / 4 * 3) {
+    ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+    ++p;
+  }
+  ASSERT_TRUE(WaitFor([&] { return tier->TierStats().writebacks > 0; }))
+      << "no write-back within 20 s of the tier passing 3/4 of its capacity";
+  EXPECT_TRUE(store.Holds(0)) << "the oldest page is written back first";
+  for (PageId q = 0; q < p; ++q) {
+    std::vector<uint8_t> got(kPage);
+    ASSERT_TRUE(tier->ReadPage(q, got.data()).ok());
+    ASSERT_EQ(got, Compressible(q, 1)) << "page " << q;
+  }
 }
 
 TEST(CompressedTierTest, AsyncReadsCompleteOffTheSubmittingThread) {
