@@ -1,7 +1,7 @@
 // OffloadRuntime: runs offload functions (KV_INVOKE) on a memserver's CPU next to its KV tables.
 //
-// Functions are the built-ins (memserver/offload_builtins.h) and operators' functions loaded at
-// start-up from shared libraries (the C ABI in memserver/tessera_offload.h). They run on a
+// Functions are the built-ins (apps/kayak/wire/builtins.h) and operators' functions loaded at
+// start-up from shared libraries (the C ABI in apps/kayak/server/tessera_offload.h). They run on a
 // bounded pool of worker threads, except cheap built-ins, which run inline on the caller's thread
 // (the network I/O thread) to spare the request two thread hand-offs:
 //   - Inline: TryInline() runs a built-in whose estimated cost (hops, keys and compute rounds,
@@ -44,16 +44,18 @@
 #include <vector>
 
 #include "common/status.h"
-#include "memserver/kv_table.h"
-#include "memserver/tessera_offload.h"
+#include "apps/kayak/server/kv_table.h"
+#include "apps/kayak/server/tessera_offload.h"
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 
 struct OffloadOptions {
-  int workers = 2;                   // Worker threads, 1..64.
+  // Worker threads, 1..64, and the wall time one run may take: in a memserver, the CPU it lends
+  // the service (memserver/service.h CpuLoan) replaces both.
+  int workers = 2;
   uint32_t max_queue = 32;           // Waiting invocations beyond which Submit() pushes back.
   uint32_t hard_queue = 4096;        // Even kNoPushback invocations are refused beyond this.
-  uint64_t budget_ns = 50'000'000;   // Wall time one run of a function may take.
+  uint64_t budget_ns = 50'000'000;
   // Built-ins estimated to take at most this run inline on the I/O thread (0: never); an
   // inline run is cut off (and queued instead) after inline_ns * 4 + 20 us.
   uint64_t inline_ns = 10'000;
@@ -146,4 +148,4 @@ class OffloadRuntime {
   double compute_ns_per_iter_ = 1.0;  // Timed by Create().
 };
 
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

@@ -1,16 +1,23 @@
-// The payloads of the KV frames (ops 16..21) and the helpers that build and parse their
-// variable parts.
-#include "fabric/wire.h"
+// The payloads of the KV frames (ops 16..21), the helpers that build and parse their variable
+// parts, and the whole-payload checks of requests and responses.
+#include "apps/kayak/wire/wire.h"
 
 #include <cstring>
 
 #include "fabric/wire_checks.h"
 
-namespace tessera::fabric {
+namespace tessera::kayak::wire {
 
-using wire_internal::CheckDataLength;
-using wire_internal::CheckPad;
-using wire_internal::Short;
+using fabric::GetU16;
+using fabric::GetU32;
+using fabric::GetU64;
+using fabric::kMaxDataLength;
+using fabric::kMaxPayloadLength;
+using fabric::PutU16;
+using fabric::PutU32;
+using fabric::PutU64;
+using fabric::wire_checks::CheckPad;
+using fabric::wire_checks::Short;
 
 namespace {
 Status CheckTable(const char* what, uint32_t table) {
@@ -345,4 +352,164 @@ void AppendKvValue(std::vector<uint8_t>& out, uint64_t version, std::span<const 
   if (!value.empty()) std::memcpy(out.data() + at + KvValueHeader::kWireSize, value.data(), value.size());
 }
 
-}  // namespace tessera::fabric
+
+// ---- whole payloads -----------------------------------------------------------------------
+
+namespace {
+
+constexpr uint16_t U(Op op) { return static_cast<uint16_t>(op); }
+
+struct SizeRule {
+  uint32_t min;
+  uint32_t max;
+};
+SizeRule RequestRule(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return {KvKeyRequest::kWireSize + 1, KvKeyRequest::kWireSize + kMaxKeyLength};
+    case U(kKvMultiGet):
+      return {KvMultiGetRequest::kWireSize + 3,
+              KvMultiGetRequest::kWireSize + kMaxMultiGetKeys * (2 + kMaxKeyLength)};
+    case U(kKvPut):
+      return {KvPutRequest::kWireSize + 1,
+              KvPutRequest::kWireSize + kMaxKeyLength + kMaxValueLength};
+    case U(kKvDelete): return {KvDeleteRequest::kWireSize + 1, KvDeleteRequest::kWireSize + kMaxKeyLength};
+    case U(kKvInvoke): return {KvInvokeRequest::kWireSize, kMaxDataLength};
+    case U(kKvCommit):
+      return {KvCommitRequest::kWireSize + KvCommitWrite::kWireSize + 1,
+              KvCommitRequest::kWireSize +
+                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
+                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength)};
+  }
+  return {1, 0};
+}
+static_assert(KvCommitRequest::kWireSize +
+                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
+                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength) <=
+              kMaxPayloadLength, "a full KV_COMMIT must fit in one frame");
+static_assert(kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength) <= kMaxDataLength,
+              "a full KV_MULTIGET response must fit in one frame");
+
+SizeRule ResponseRule(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return {KvValueHeader::kWireSize, KvValueHeader::kWireSize + kMaxValueLength};
+    case U(kKvMultiGet):
+      return {KvValueHeader::kWireSize,
+              kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength)};
+    case U(kKvPut):
+    case U(kKvDelete):
+    case U(kKvCommit): return {KvWriteResponse::kWireSize, KvWriteResponse::kWireSize};
+    case U(kKvInvoke): return {KvInvokeResponse::kWireSize, kMaxDataLength};
+  }
+  return {1, 0};
+}
+
+Status CheckSize(Op op, bool response, std::span<const uint8_t> payload) {
+  if (!IsKvOp(op)) return InvalidArgument(fabric::OpName(op), " is not a KV op");
+  const SizeRule rule = response ? ResponseRule(op) : RequestRule(op);
+  if (payload.size() < rule.min || payload.size() > rule.max) {
+    return ProtocolError(KvOpName(op), response ? " response" : " request", " payload of ",
+                         payload.size(), " bytes outside ", rule.min, "..", rule.max);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status DecodeFixed(ParsedKv* f, std::span<const uint8_t> payload) {
+  return fabric::wire_checks::DecodeFixedPart<T>(KvOpName(f->op), payload, f);
+}
+
+}  // namespace
+
+std::string KvOpName(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return "KV_GET";
+    case U(kKvMultiGet): return "KV_MULTIGET";
+    case U(kKvPut): return "KV_PUT";
+    case U(kKvDelete): return "KV_DELETE";
+    case U(kKvInvoke): return "KV_INVOKE";
+    case U(kKvCommit): return "KV_COMMIT";
+  }
+  return fabric::OpName(op);
+}
+
+Result<ParsedKv> ParseRequest(Op op, std::span<const uint8_t> payload) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, false, payload));
+  ParsedKv f;
+  f.op = op;
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvKeyRequest>(&f, payload));
+      const auto& r = std::get<KvKeyRequest>(f.body);
+      if (f.data.size() != r.key_len) {
+        return ProtocolError("KV_GET: key_len ", r.key_len, " but ", f.data.size(),
+                             " bytes follow");
+      }
+      break;
+    }
+    case U(kKvMultiGet):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvMultiGetRequest>(&f, payload));
+      TESSERA_RETURN_IF_ERROR(
+          ParseKvMultiGetKeys(std::get<KvMultiGetRequest>(f.body), f.data).status());
+      break;
+    case U(kKvPut): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvPutRequest>(&f, payload));
+      const auto& r = std::get<KvPutRequest>(f.body);
+      if (f.data.size() != size_t{r.key_len} + r.value_len) {
+        return ProtocolError("KV_PUT: key_len ", r.key_len, " + value_len ", r.value_len,
+                             " but ", f.data.size(), " bytes follow");
+      }
+      break;
+    }
+    case U(kKvDelete): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvDeleteRequest>(&f, payload));
+      const auto& r = std::get<KvDeleteRequest>(f.body);
+      if (f.data.size() != r.key_len) {
+        return ProtocolError("KV_DELETE: key_len ", r.key_len, " but ", f.data.size(),
+                             " bytes follow");
+      }
+      break;
+    }
+    case U(kKvInvoke): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeRequest>(&f, payload)); break;
+    case U(kKvCommit):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvCommitRequest>(&f, payload));
+      TESSERA_RETURN_IF_ERROR(
+          ParseKvCommitItems(std::get<KvCommitRequest>(f.body), f.data).status());
+      break;
+  }
+  return f;
+}
+
+Result<ParsedKv> ParseResponse(Op op, std::span<const uint8_t> payload) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, true, payload));
+  ParsedKv f;
+  f.op = op;
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvValueHeader>(&f, payload));
+      const auto& r = std::get<KvValueHeader>(f.body);
+      if (r.version == 0) return ProtocolError("KV_GET response with version 0");
+      if (f.data.size() != r.value_len) {
+        return ProtocolError("KV_GET response: value_len ", r.value_len, " but ",
+                             f.data.size(), " bytes follow");
+      }
+      break;
+    }
+    case U(kKvMultiGet):
+      TESSERA_RETURN_IF_ERROR(ParseKvMultiGetResponse(payload, 0).status());
+      f.data = payload;
+      break;
+    case U(kKvPut):
+    case U(kKvDelete):
+    case U(kKvCommit): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvWriteResponse>(&f, payload)); break;
+    case U(kKvInvoke):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeResponse>(&f, payload));
+      if (std::get<KvInvokeResponse>(f.body).outcome == KvOutcome::kPushedBack &&
+          !f.data.empty()) {
+        return ProtocolError("KV_INVOKE response: pushed back with a result");
+      }
+      break;
+  }
+  return f;
+}
+
+}  // namespace tessera::kayak::wire

@@ -2,7 +2,7 @@
 // shipping data (KV) or shipping compute (RPC) per request under a p99 latency SLO.
 //
 // Data: one table (ClientOptions::table) sharded over the memservers by key hash
-// (memserver::KvKeyHash with a client seed). Resilience per table: `replicas` = 1 is none; n
+// (apps/kayak/wire/key_hash.h KvKeyHash with a client seed). Resilience per table: `replicas` = 1 is none; n
 // is n-way replication: a key lives on its primary (hash mod servers) and the next n-1 servers.
 // PUT and DELETE go to every replica and are acknowledged when every replica that is still up
 // has applied them (at least one must); GET and functions go to the first replica that is up.
@@ -10,10 +10,10 @@
 // the written values to the backups), so replicas never diverge. A server that fails is
 // skipped from then on; without replication its keys fail with a clear Unavailable error.
 //
-// Invoke(function, args): the built-in functions (memserver/offload_builtins.h) run either as
+// Invoke(function, args): the built-in functions (apps/kayak/wire/builtins.h) run either as
 // RPC (KV_INVOKE on the server owning the function's first key) or the KV way (the same steps
 // over GETs on the client, and for the read-write one a KV_COMMIT with the versions read,
-// retried on conflict), chosen by the Controller (apps/kayak/controller.h) per mode; the caller
+// retried on conflict), chosen by the Controller (apps/kayak/client/controller.h) per mode; the caller
 // gets one result either way. In pushback mode (and in every mode when the server refuses) a
 // pushed-back RPC is run the KV way. An RPC sees only the shard of the server it runs on, so a
 // chain must be co-located on one server (the bench builds its chains that way). Operators'
@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/kayak/connection.h"
-#include "apps/kayak/controller.h"
+#include "apps/kayak/client/connection.h"
+#include "apps/kayak/client/controller.h"
 #include "common/status.h"
 #include "fabric/transport.h"
 

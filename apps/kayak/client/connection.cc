@@ -1,4 +1,4 @@
-#include "apps/kayak/connection.h"
+#include "apps/kayak/client/connection.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "apps/kayak/wire/wire.h"
 #include "common/logging.h"
 #include "fabric/connect.h"
 #include "fabric/frame_reader.h"
@@ -16,6 +17,7 @@
 namespace kayak {
 
 namespace fab = tessera::fabric;
+namespace kw = tessera::kayak::wire;
 using tessera::Result;
 using tessera::Status;
 
@@ -151,7 +153,7 @@ void Connection::ExpireOverdue(uint64_t now_ns) {
     }
   }
   for (Pending& p : overdue) {
-    p.cb(tessera::Timeout("memserver ", endpoint_.ToString(), ": no reply to ", fab::OpName(p.op),
+    p.cb(tessera::Timeout("memserver ", endpoint_.ToString(), ": no reply to ", kw::KvOpName(p.op),
                           " within ", request_timeout_ns_ / 1'000'000,
                           " ms (the server may be stopped or overloaded)"));
   }
@@ -227,6 +229,11 @@ void Connection::ReaderMain() {
         if (f->header.status != tessera::StatusCode::kOk) {
           std::string msg(f->data.begin(), f->data.end());
           cb(Status(f->header.status, who + ": " + msg));
+        } else if (auto kv = kw::ParseResponse(f->header.op, f->data); !kv.ok()) {
+          Fail(tessera::Unavailable(who, ": malformed reply: ", kv.status().message()));
+          ::shutdown(fd_.get(), SHUT_RDWR);
+          cb(Status(kv.status().code(), who + ": " + kv.status().message()));
+          return;
         } else {
           Reply r;
           r.header = f->header;

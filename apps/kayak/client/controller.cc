@@ -1,4 +1,4 @@
-#include "apps/kayak/controller.h"
+#include "apps/kayak/client/controller.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,13 +7,15 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
-#include "memserver/kv_table.h"
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
+#include "apps/kayak/wire/key_hash.h"
+#include "apps/kayak/wire/wire.h"
 
 namespace kayak {
 
 namespace fab = tessera::fabric;
-namespace bi = tessera::memserver::builtins;
+namespace bi = tessera::kayak::builtins;
+namespace kw = tessera::kayak::wire;
 using tessera::Result;
 using tessera::Status;
 using tessera::StatusCode;
@@ -22,19 +24,11 @@ namespace {
 
 constexpr uint64_t kShardSeed = 0x6b61796b5348ull;
 
-template <typename Body>
-std::vector<uint8_t> Payload(const Body& body, std::span<const uint8_t> a = {},
-                             std::span<const uint8_t> b = {}) {
-  std::vector<uint8_t> out(Body::kWireSize + a.size() + b.size());
-  body.EncodeTo(out.data());
-  if (!a.empty()) std::memcpy(out.data() + Body::kWireSize, a.data(), a.size());
-  if (!b.empty()) std::memcpy(out.data() + Body::kWireSize + a.size(), b.data(), b.size());
-  return out;
-}
+using kw::Payload;
 
 Status CheckKey(std::span<const uint8_t> key) {
-  if (key.empty() || key.size() > fab::kMaxKeyLength) {
-    return tessera::InvalidArgument("key length ", key.size(), " outside 1..", fab::kMaxKeyLength);
+  if (key.empty() || key.size() > kw::kMaxKeyLength) {
+    return tessera::InvalidArgument("key length ", key.size(), " outside 1..", kw::kMaxKeyLength);
   }
   return Status::Ok();
 }
@@ -126,8 +120,8 @@ Status Client::MeasureRtt() {
     }
     const uint64_t t0 = tessera::MonotonicNs();
     auto r = Wait<Reply>([&](std::function<void(Result<Reply>)> cb) {
-      SendTo(server, fab::Op::kKvGet,
-             Payload(fab::KvKeyRequest{options_.table, sizeof(kProbe) - 1},
+      SendTo(server, kw::kKvGet,
+             Payload(kw::KvKeyRequest{options_.table, sizeof(kProbe) - 1},
                      std::span<const uint8_t>(kProbe, sizeof(kProbe) - 1)),
              std::move(cb));
     });
@@ -140,7 +134,7 @@ Status Client::MeasureRtt() {
 }
 
 size_t Client::PrimaryOf(Key key) const {
-  return tessera::memserver::KvKeyHash(key, kShardSeed) % conns_.size();
+  return kw::KvKeyHash(key, kShardSeed) % conns_.size();
 }
 
 std::vector<size_t> Client::ReplicasOf(Key key) const {
@@ -194,16 +188,16 @@ void Client::SendToReplica(Key key, fab::Op op, std::vector<uint8_t> payload, Re
 
 void Client::GetVersioned(Key key, std::function<void(Result<Value>)> cb) {
   if (Status s = CheckKey(key); !s.ok()) return cb(s);
-  SendToReplica(key, fab::Op::kKvGet,
-                Payload(fab::KvKeyRequest{options_.table, static_cast<uint16_t>(key.size())}, key),
+  SendToReplica(key, kw::kKvGet,
+                Payload(kw::KvKeyRequest{options_.table, static_cast<uint16_t>(key.size())}, key),
                 [cb = std::move(cb)](Result<Reply> r) {
                   if (!r.ok()) return cb(r.status());
                   std::span<const uint8_t> p = r->payload;
-                  auto h = fab::KvValueHeader::Decode(p.first(fab::KvValueHeader::kWireSize));
+                  auto h = kw::KvValueHeader::Decode(p.first(kw::KvValueHeader::kWireSize));
                   if (!h.ok()) return cb(h.status());
                   // The value is the payload after its header: reuse the reply's buffer.
                   std::vector<uint8_t> bytes = std::move(r->payload);
-                  bytes.erase(bytes.begin(), bytes.begin() + fab::KvValueHeader::kWireSize);
+                  bytes.erase(bytes.begin(), bytes.begin() + kw::KvValueHeader::kWireSize);
                   cb(Value{h->version, std::move(bytes)});
                 });
 }
@@ -225,11 +219,11 @@ struct Fanout {
 
 void Client::Put(Key key, std::span<const uint8_t> value, std::function<void(Result<uint64_t>)> cb) {
   if (Status s = CheckKey(key); !s.ok()) return cb(s);
-  if (value.size() > fab::kMaxValueLength) {
+  if (value.size() > kw::kMaxValueLength) {
     return cb(tessera::InvalidArgument("value of ", value.size(), " bytes exceeds ",
-                                       fab::kMaxValueLength));
+                                       kw::kMaxValueLength));
   }
-  fab::KvPutRequest req;
+  kw::KvPutRequest req;
   req.table = options_.table;
   req.key_len = static_cast<uint16_t>(key.size());
   req.value_len = static_cast<uint32_t>(value.size());
@@ -239,12 +233,12 @@ void Client::Put(Key key, std::span<const uint8_t> value, std::function<void(Res
   auto shared_cb = std::make_shared<std::function<void(Result<uint64_t>)>>(std::move(cb));
   f->remaining = replicas.size();
   for (size_t rank = 0; rank < replicas.size(); ++rank) {
-    conns_[replicas[rank]]->Send(fab::Op::kKvPut, payload, [f, shared_cb, rank](Result<Reply> r) {
+    conns_[replicas[rank]]->Send(kw::kKvPut, payload, [f, shared_cb, rank](Result<Reply> r) {
       Result<uint64_t> out = uint64_t{0};
       {
         std::lock_guard<std::mutex> lock(f->mu);
         if (r.ok()) {
-          auto w = fab::KvWriteResponse::Decode(r->payload);
+          auto w = kw::KvWriteResponse::Decode(r->payload);
           if (!w.ok()) {
             f->hard_error = w.status();
           } else {
@@ -276,13 +270,13 @@ void Client::Put(Key key, std::span<const uint8_t> value, std::function<void(Res
 void Client::Delete(Key key, std::function<void(Status)> cb) {
   if (Status s = CheckKey(key); !s.ok()) return cb(s);
   std::vector<uint8_t> payload =
-      Payload(fab::KvDeleteRequest{options_.table, static_cast<uint16_t>(key.size())}, key);
+      Payload(kw::KvDeleteRequest{options_.table, static_cast<uint16_t>(key.size())}, key);
   std::vector<size_t> replicas = ReplicasOf(key);
   auto f = std::make_shared<Fanout>();
   auto shared_cb = std::make_shared<std::function<void(Status)>>(std::move(cb));
   f->remaining = replicas.size();
   for (size_t rank = 0; rank < replicas.size(); ++rank) {
-    conns_[replicas[rank]]->Send(fab::Op::kKvDelete, payload, [f, shared_cb](Result<Reply> r) {
+    conns_[replicas[rank]]->Send(kw::kKvDelete, payload, [f, shared_cb](Result<Reply> r) {
       Status out;
       {
         std::lock_guard<std::mutex> lock(f->mu);
@@ -331,17 +325,17 @@ void Client::MultiGet(std::vector<std::vector<uint8_t>> keys,
   }
   std::vector<std::pair<size_t, std::vector<size_t>>> batches;
   for (size_t s = 0; s < by_server.size(); ++s) {
-    for (size_t off = 0; off < by_server[s].size(); off += fab::kMaxMultiGetKeys) {
-      size_t end = std::min(by_server[s].size(), off + fab::kMaxMultiGetKeys);
+    for (size_t off = 0; off < by_server[s].size(); off += kw::kMaxMultiGetKeys) {
+      size_t end = std::min(by_server[s].size(), off + kw::kMaxMultiGetKeys);
       batches.emplace_back(s, std::vector<size_t>(by_server[s].begin() + off, by_server[s].begin() + end));
     }
   }
   g->remaining = batches.size();
   for (auto& [server, idx] : batches) {
     std::vector<uint8_t> data;
-    for (size_t i : idx) fab::AppendKvKey(data, keys[i]);
-    auto payload = Payload(fab::KvMultiGetRequest{options_.table, static_cast<uint16_t>(idx.size())}, data);
-    SendTo(server, fab::Op::kKvMultiGet, std::move(payload), [g, idx](Result<Reply> r) {
+    for (size_t i : idx) kw::AppendKvKey(data, keys[i]);
+    auto payload = Payload(kw::KvMultiGetRequest{options_.table, static_cast<uint16_t>(idx.size())}, data);
+    SendTo(server, kw::kKvMultiGet, std::move(payload), [g, idx](Result<Reply> r) {
       std::function<void(Result<std::vector<Value>>)> done;
       Result<std::vector<Value>> out = std::vector<Value>();
       {
@@ -349,7 +343,7 @@ void Client::MultiGet(std::vector<std::vector<uint8_t>> keys,
         if (!r.ok()) {
           g->error = r.status();
         } else {
-          auto vals = fab::ParseKvMultiGetResponse(r->payload, idx.size());
+          auto vals = kw::ParseKvMultiGetResponse(r->payload, idx.size());
           if (!vals.ok()) {
             g->error = vals.status();
           } else {
@@ -377,18 +371,18 @@ void Client::CommitKv(std::vector<std::pair<std::vector<uint8_t>, uint64_t>> rea
                       std::vector<std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> writes,
                       std::function<void(Result<bool>)> cb) {
   std::vector<uint8_t> items;
-  for (auto& [k, v] : reads) fab::AppendKvCommitRead(items, k, v);
-  for (auto& [k, v] : writes) fab::AppendKvCommitWrite(items, k, v, false);
-  auto payload = Payload(fab::KvCommitRequest{options_.table, static_cast<uint16_t>(reads.size()),
+  for (auto& [k, v] : reads) kw::AppendKvCommitRead(items, k, v);
+  for (auto& [k, v] : writes) kw::AppendKvCommitWrite(items, k, v, false);
+  auto payload = Payload(kw::KvCommitRequest{options_.table, static_cast<uint16_t>(reads.size()),
                                               static_cast<uint16_t>(writes.size())},
                          items);
   std::vector<uint8_t> home = writes.front().first;
-  SendToReplica(home, fab::Op::kKvCommit, std::move(payload),
+  SendToReplica(home, kw::kKvCommit, std::move(payload),
                 [this, writes = std::move(writes), cb = std::move(cb)](Result<Reply> r) mutable {
                   if (!r.ok()) return cb(r.status());
-                  auto w = fab::KvWriteResponse::Decode(r->payload);
+                  auto w = kw::KvWriteResponse::Decode(r->payload);
                   if (!w.ok()) return cb(w.status());
-                  if (w->outcome == fab::KvOutcome::kConflict) return cb(false);
+                  if (w->outcome == kw::KvOutcome::kConflict) return cb(false);
                   if (options_.replicas == 1) return cb(true);
                   // Replication: the committed values to every other replica that is up.
                   struct Pending {
@@ -408,7 +402,7 @@ void Client::CommitKv(std::vector<std::pair<std::vector<uint8_t>, uint64_t>> rea
                         first_up_skipped = true;
                         continue;
                       }
-                      fab::KvPutRequest req;
+                      kw::KvPutRequest req;
                       req.table = options_.table;
                       req.key_len = static_cast<uint16_t>(k.size());
                       req.value_len = static_cast<uint32_t>(v.size());
@@ -418,7 +412,7 @@ void Client::CommitKv(std::vector<std::pair<std::vector<uint8_t>, uint64_t>> rea
                   if (sends.empty()) return (*shared_cb)(true);
                   p->remaining = sends.size();
                   for (auto& [rep, payload] : sends) {
-                    SendTo(rep, fab::Op::kKvPut, std::move(payload), [p, shared_cb](Result<Reply> r) {
+                    SendTo(rep, kw::kKvPut, std::move(payload), [p, shared_cb](Result<Reply> r) {
                       {
                         std::lock_guard<std::mutex> lock(p->mu);
                         if (!r.ok() && r.status().code() != StatusCode::kUnavailable) p->error = r.status();
@@ -571,7 +565,7 @@ void Client::InvokeOn(Key routing_key, uint32_t function, std::span<const uint8_
                       std::function<void(Result<InvokeResult>)> cb) {
   if (Status s = CheckKey(routing_key); !s.ok()) return cb(s);
   if (function == 0) return cb(tessera::InvalidArgument("function id must be non-zero"));
-  if (args.size() + fab::KvInvokeRequest::kWireSize > fab::kMaxDataLength) {
+  if (args.size() + kw::KvInvokeRequest::kWireSize > fab::kMaxDataLength) {
     return cb(tessera::InvalidArgument("arguments of ", args.size(), " bytes are too large"));
   }
   const uint64_t start = tessera::MonotonicNs();
@@ -595,14 +589,14 @@ void Client::InvokeOn(Key routing_key, uint32_t function, std::span<const uint8_
                     [this, start, shared_cb](Result<InvokeResult> r) { Finish(start, std::move(r), *shared_cb); });
   }
   n_rpc_.fetch_add(1, std::memory_order_relaxed);
-  fab::KvInvokeRequest req;
+  kw::KvInvokeRequest req;
   req.table = options_.table;
   req.function_id = function;
   const bool may_push_back = mode == Mode::kPushback && bi::IsBuiltin(function);
-  req.flags = may_push_back ? 0 : fab::KvInvokeRequest::kNoPushback;
+  req.flags = may_push_back ? 0 : kw::KvInvokeRequest::kNoPushback;
   std::vector<uint8_t> arg_copy(args.begin(), args.end());
   SendToReplica(
-      routing_key, fab::Op::kKvInvoke, Payload(req, args),
+      routing_key, kw::kKvInvoke, Payload(req, args),
       [this, start, shared_cb, function, arg_copy = std::move(arg_copy)](Result<Reply> r) mutable {
         if (!r.ok()) {
           if (r.status().code() == StatusCode::kNotFound && bi::IsBuiltin(function) &&
@@ -617,9 +611,9 @@ void Client::InvokeOn(Key routing_key, uint32_t function, std::span<const uint8_
           return Finish(start, r.status(), *shared_cb);
         }
         std::span<const uint8_t> p = r->payload;
-        auto resp = fab::KvInvokeResponse::Decode(p.first(fab::KvInvokeResponse::kWireSize));
+        auto resp = kw::KvInvokeResponse::Decode(p.first(kw::KvInvokeResponse::kWireSize));
         if (!resp.ok()) return Finish(start, resp.status(), *shared_cb);
-        if (resp->outcome == fab::KvOutcome::kPushedBack) {
+        if (resp->outcome == kw::KvOutcome::kPushedBack) {
           n_pushed_back_.fetch_add(1, std::memory_order_relaxed);
           return RunKvWay(function, std::move(arg_copy),
                           [this, start, shared_cb](Result<InvokeResult> kv) {
@@ -630,7 +624,7 @@ void Client::InvokeOn(Key routing_key, uint32_t function, std::span<const uint8_
         InvokeResult out;
         out.rpc = true;
         out.attempts = resp->attempts;
-        auto data = p.subspan(fab::KvInvokeResponse::kWireSize);
+        auto data = p.subspan(kw::KvInvokeResponse::kWireSize);
         out.result.assign(data.begin(), data.end());
         Finish(start, std::move(out), *shared_cb);
       });

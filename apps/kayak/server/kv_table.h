@@ -1,7 +1,8 @@
-// KV tables hosted in a memserver's slabs (the KV half of Kayak; see fabric/wire.h "KV frames").
+// KV tables hosted in a memserver's slabs (the KV half of Kayak; see apps/kayak/wire/wire.h).
 //
-// KvArena keeps object records in slabs of the server's SlabPool, owned by the reserved owner
-// kKvOwner (no client may authenticate as it). Records are carved from per-size-class slabs
+// KvArena keeps object records in slabs of the server's SlabPool, owned by the owner id the
+// memserver reserved for the service (memserver/service.h ServiceHost::slab_owner(): no client
+// may authenticate as it, and the resource monitor never evicts its slabs). Records are carved from per-size-class slabs
 // (64 B .. 128 KiB, powers of two, memcached style) and recycled through per-class free lists.
 // When the pool refuses a new slab the arena is full: a write then fails with
 // ResourceExhausted and nothing stored changes.
@@ -33,24 +34,24 @@
 #include <string>
 #include <vector>
 
+#include "apps/kayak/wire/key_hash.h"
+#include "apps/kayak/wire/wire.h"
 #include "common/status.h"
 #include "memserver/slab_pool.h"
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 
-// The SlabPool owner of KV records. The handler refuses clients that claim this id.
-inline constexpr OwnerId kKvOwner = ~OwnerId{0} - 1;
+using memserver::OwnerId;
+using memserver::SlabPool;
+using wire::KvKeyHash;
 
-inline constexpr uint32_t kKvMaxKeyLength = 64;
-inline constexpr uint32_t kKvMaxValueLength = 64u << 10;
-
-// 64-bit hash of a key (FNV-1a with a splitmix64 finish), seeded so that different users of the
-// hash (server index, client sharding) are independent.
-uint64_t KvKeyHash(std::span<const uint8_t> key, uint64_t seed);
+inline constexpr uint32_t kKvMaxKeyLength = wire::kMaxKeyLength;
+inline constexpr uint32_t kKvMaxValueLength = wire::kMaxValueLength;
 
 class KvArena {
  public:
-  explicit KvArena(SlabPool* pool);
+  // Slabs are allocated from `pool` as `owner` (the owner id reserved for the service).
+  KvArena(SlabPool* pool, OwnerId owner);
   ~KvArena();
   KvArena(const KvArena&) = delete;
   KvArena& operator=(const KvArena&) = delete;
@@ -77,6 +78,7 @@ class KvArena {
     uint64_t next = 0, end = 0;
   };
   SlabPool* const pool_;
+  const OwnerId owner_;
   const uint64_t max_slabs_;
   // Slab bases by 1-based index; entries are written once under mu_ before any reference to
   // them is published, and read lock-free after.
@@ -168,7 +170,7 @@ class KvTable {
 // Every table of one server, created on first write.
 class KvStore {
  public:
-  explicit KvStore(SlabPool* pool, KvTable::Options table_options = {});
+  KvStore(SlabPool* pool, OwnerId owner, KvTable::Options table_options = {});
   // The table, or nullptr when it does not exist and `create` is false.
   KvTable* Table(uint32_t id, bool create);
   std::string StatsText();
@@ -181,4 +183,4 @@ class KvStore {
   std::map<uint32_t, std::unique_ptr<KvTable>> tables_;  // Under mu_.
 };
 
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

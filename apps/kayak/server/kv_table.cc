@@ -1,4 +1,4 @@
-#include "memserver/kv_table.h"
+#include "apps/kayak/server/kv_table.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,16 +6,10 @@
 
 #include "common/logging.h"
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 namespace {
 
 constexpr size_t kRecordHeader = 16;
-
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t LoadU64(const uint8_t* p) {
   uint64_t v;
@@ -25,19 +19,11 @@ uint64_t LoadU64(const uint8_t* p) {
 
 }  // namespace
 
-uint64_t KvKeyHash(std::span<const uint8_t> key, uint64_t seed) {
-  uint64_t h = 0xcbf29ce484222325ull ^ Mix(seed);
-  for (uint8_t b : key) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return Mix(h ^ key.size());
-}
-
 // ---- KvArena ----
 
-KvArena::KvArena(SlabPool* pool)
+KvArena::KvArena(SlabPool* pool, OwnerId owner)
     : pool_(pool),
+      owner_(owner),
       max_slabs_(pool->counts().max_slabs),
       bases_(new std::atomic<uint8_t*>[pool->counts().max_slabs + 1]) {
   for (uint64_t i = 0; i <= max_slabs_; ++i) bases_[i].store(nullptr, std::memory_order_relaxed);
@@ -45,7 +31,7 @@ KvArena::KvArena(SlabPool* pool)
 
 KvArena::~KvArena() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (uint64_t id : slab_ids_) (void)pool_->Free(kKvOwner, id);
+  for (uint64_t id : slab_ids_) (void)pool_->Free(owner_, id);
 }
 
 size_t KvArena::ClassSize(size_t bytes) {
@@ -70,13 +56,13 @@ Result<uint64_t> KvArena::Allocate(size_t bytes) {
     c.free.pop_back();
   } else {
     if (c.slab == 0 || c.next + size > c.end) {
-      auto id = pool_->Alloc(kKvOwner);
+      auto id = pool_->Alloc(owner_);
       if (!id.ok()) {
         return ResourceExhausted("KV store full: ", slab_ids_.size(),
                                  " slabs hold the tables and the pool has no free slab (",
                                  id.status().message(), ")");
       }
-      auto mem = pool_->Resolve(kKvOwner, *id, 0, pool_->slab_bytes());
+      auto mem = pool_->Resolve(owner_, *id, 0, pool_->slab_bytes());
       TCHECK(mem.ok()) << "a fresh KV slab does not resolve: " << mem.status().ToString();
       slab_ids_.push_back(*id);
       const uint32_t index = static_cast<uint32_t>(slab_ids_.size());
@@ -362,8 +348,8 @@ KvTable::Stats KvTable::stats() const {
 
 // ---- KvStore ----
 
-KvStore::KvStore(SlabPool* pool, KvTable::Options table_options)
-    : arena_(pool), table_options_(table_options) {}
+KvStore::KvStore(SlabPool* pool, OwnerId owner, KvTable::Options table_options)
+    : arena_(pool, owner), table_options_(table_options) {}
 
 KvTable* KvStore::Table(uint32_t id, bool create) {
   {
@@ -395,4 +381,4 @@ std::string KvStore::StatsText() {
   return out.str();
 }
 
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

@@ -1,7 +1,8 @@
-// The built-in offload functions of a memserver (the Kayak benchmark workloads), as pure pieces
-// shared by the server runtime (memserver/offload.h, which runs them next to the data) and the
-// Kayak client (apps/kayak, which runs the same steps over KV GETs): so a function gives the
-// same answer either way.
+// The built-in offload functions of the Kayak service (the Kayak benchmark workloads), as pure
+// pieces shared by the server runtime (apps/kayak/server/offload.h, which runs them next to the
+// data) and the Kayak client (apps/kayak/client, which runs the same steps over KV GETs): so a
+// function gives the same answer either way. Their ids and argument and result encodings are
+// part of Kayak's wire format.
 //
 // Keys of the chase workloads are 8-byte little-endian integers; the first 8 bytes of each
 // value name the next key; bytes 8..15 of a value are a counter (the read-write function).
@@ -22,9 +23,10 @@
 #include <span>
 #include <vector>
 
+#include "apps/kayak/wire/key_hash.h"
 #include "common/status.h"
 
-namespace tessera::memserver::builtins {
+namespace tessera::kayak::builtins {
 
 enum FunctionId : uint32_t {
   kChase = 1,
@@ -49,11 +51,7 @@ inline const char* Name(uint32_t id) {
   return "unknown";
 }
 
-inline uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using wire::Mix64;
 inline uint64_t LoadLe64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -186,4 +184,4 @@ struct AggregateArgs {
   }
 };
 
-}  // namespace tessera::memserver::builtins
+}  // namespace tessera::kayak::builtins

@@ -1,4 +1,4 @@
-#include "memserver/offload.h"
+#include "apps/kayak/server/offload.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -15,13 +15,13 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
 
 #ifndef sigev_notify_thread_id
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 namespace {
 
 namespace bi = builtins;
@@ -427,7 +427,7 @@ Status OffloadRuntime::LoadLibrary(const std::string& path) {
   if (list == nullptr) {
     return InvalidArgument("--offload_lib ", path,
                            ": does not export tessera_offload_functions (see "
-                           "memserver/tessera_offload.h)");
+                           "apps/kayak/server/tessera_offload.h)");
   }
   uint32_t n = 0;
   const tessera_offload_function* fns = list(&n);
@@ -691,4 +691,4 @@ std::string OffloadRuntime::StatsText() const {
   return out.str();
 }
 
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

@@ -1,9 +1,11 @@
 // kayak::Connection: one authenticated TCP connection from a Kayak client to a memserver,
-// carrying the KV frames (fabric/wire.h ops 16..31) with many requests in flight.
+// carrying the KV frames (apps/kayak/wire/wire.h, service ops 16..21) with many requests in
+// flight.
 //
 // Open() connects and runs the fabric handshake (fabric/handshake.h). Send() appends one request
 // frame to the connection's output and registers its callback; a reader thread receives the
-// replies, validates every frame (fabric::ParseFrame) and calls the callback of its request id.
+// replies, validates every frame (fabric::ParseFrame, then the KV payload with
+// wire::ParseResponse) and calls the callback of its request id.
 //
 // Coalescing: while a reader thread runs the callbacks of the replies one recv() brought (a
 // SendBatch is open on that thread), the requests those callbacks send, to this connection or
