@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "apps/paramsvc/server_impl.h"
+#include "apps/paramsvc/server/server_impl.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "fabric/auth.h"

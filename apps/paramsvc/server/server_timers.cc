@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "apps/paramsvc/server_impl.h"
+#include "apps/paramsvc/server/server_impl.h"
 #include "common/clock.h"
 
 namespace tessera::paramsvc {

@@ -36,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/paramsvc/server.h"
-#include "apps/paramsvc/wire.h"
+#include "apps/paramsvc/server/server.h"
+#include "apps/paramsvc/wire/wire.h"
 #include "common/fd.h"
 #include "common/status.h"
 

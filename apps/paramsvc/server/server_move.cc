@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/paramsvc/client.h"
-#include "apps/paramsvc/server_impl.h"
+#include "apps/paramsvc/client/client.h"
+#include "apps/paramsvc/server/server_impl.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "fabric/auth.h"

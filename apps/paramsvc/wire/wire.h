@@ -1,5 +1,5 @@
 // The Parameter Service wire protocol (its own, beside the fabric's: page traffic and model
-// aggregation do not share a socket or a process; see apps/paramsvc/server.h).
+// aggregation do not share a socket or a process; see apps/paramsvc/server/server.h).
 //
 // Every message is a 24-byte header followed by `payload_len` bytes, little-endian:
 //   u32 magic 'TPSV' | u8 version (1) | u8 op | u16 status (replies; 0 in requests)

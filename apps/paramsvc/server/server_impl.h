@@ -1,7 +1,7 @@
 // The Parameter Service server's internals, shared by its files by concern: server.cc (the
 // public Server, status), server_cores.cc (the aggregation cores: pushes, pulls, optimizer
 // steps, migration), server_conn.cc (connections and their requests), server_timers.cc (pull
-// deadlines, elastic packing, checkpoints). Internal to apps/paramsvc/server*.cc.
+// deadlines, elastic packing, checkpoints). Internal to apps/paramsvc/server/server*.cc.
 //
 // Threads: as in server.h; each struct says what guards it.
 #pragma once
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "apps/paramsvc/io.h"
-#include "apps/paramsvc/packing.h"
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/server/packing.h"
+#include "apps/paramsvc/server/server.h"
 #include "common/fd.h"
 
 namespace tessera::paramsvc {

@@ -1,4 +1,4 @@
-#include "apps/paramsvc/wire.h"
+#include "apps/paramsvc/wire/wire.h"
 
 #include <cmath>
 #include <cstring>

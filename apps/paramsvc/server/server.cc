@@ -1,4 +1,4 @@
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/server/server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/paramsvc/server_impl.h"
+#include "apps/paramsvc/server/server_impl.h"
 #include "fabric/auth.h"
 
 namespace tessera::paramsvc {

@@ -41,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/server/server.h"
 #include "client/page_store.h"
 #include "common/fd.h"
 #include "common/status.h"

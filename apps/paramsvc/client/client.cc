@@ -1,4 +1,4 @@
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 
 #include <sys/socket.h>
 

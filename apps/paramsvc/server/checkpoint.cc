@@ -1,4 +1,4 @@
-#include "apps/paramsvc/checkpoint.h"
+#include "apps/paramsvc/server/checkpoint.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

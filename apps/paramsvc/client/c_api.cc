@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "fabric/credential.h"
 
 namespace {
