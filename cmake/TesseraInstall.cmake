@@ -7,7 +7,7 @@
 #   lib/libtessera_preload.so           found by tessera-run relative to its own directory
 #   lib/libtessera_paramsvc_c.so        the C API the Python package loads
 #   lib/libtessera_*.a, include/tessera/<folder>/*.h, lib/cmake/Tessera/
-#   lib/pkgconfig/tessera-offload.pc    memserver/tessera_offload.h, for offload functions
+#   lib/pkgconfig/tessera-offload.pc    apps/kayak/server/tessera_offload.h, for offload functions
 #   lib/systemd/system/tessera-memserver.service, share/doc/tessera/memserver.env
 #   share/tessera/scenarios/*.toml, share/tessera/workloads/
 include(CMakePackageConfigHelpers)
@@ -42,10 +42,10 @@ install(TARGETS tessera_preload tessera_paramsvc_c
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 
 # Libraries and headers for programs built against Tessera. Headers keep their paths from
-# the repository root ("apps/kayak/client.h"), under include/tessera.
+# the repository root ("apps/kayak/client/client.h"), under include/tessera.
 set(_export_libs tessera_common tessera_coding tessera_placement tessera_fabric
     tessera_memserver_core tessera_pagestore_api tessera_client tessera_membership
-    tessera_kayak tessera_paramsvc)
+    tessera_kayak_wire tessera_kayak tessera_paramsvc)
 foreach(l ${_export_libs})
   target_include_directories(${l} INTERFACE
                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tessera>)

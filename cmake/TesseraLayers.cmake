@@ -10,8 +10,14 @@
 #   2  kernel_shim   page consumers (pager, NBD export, FUSE swap file): see a store only
 #                    through the seam, so they stand below everything that implements one
 #   3  coding placement fabric
-#   4  memserver
+#      kayak_wire kayak_client
+#                    Kayak's wire format and its client (apps/kayak/wire, apps/kayak/client):
+#                    below the memserver and Kayak's server, so a client links nothing of them
+#   4  memserver     the daemon and the service API (memserver/service.h)
 #   5  client        the page stores (erasure-coded, copies, local), their fault injection
+#      kayak_server  Kayak's service (apps/kayak/server): above the memserver, which hosts
+#                    services it does not know
+
 #   6  membership    etcd views; StoreFollower binds a view to a remote store
 #   7  apps          subcommands, Kayak, the Parameter Service, the experiment runner, and the
 #                    LD_PRELOAD shim (the one library that constructs a store in-process)
@@ -20,9 +26,9 @@ set(TESSERA_FLOORS
   "common"
   "pagestore"
   "kernel_shim"
-  "coding placement fabric"
+  "coding placement fabric kayak_wire kayak_client"
   "memserver"
-  "client"
+  "client kayak_server"
   "membership"
   "apps"
   "tests bench")

@@ -21,7 +21,7 @@ message(STATUS "Installing: ${_unit_path}")
 file(WRITE "${_unit_path}" "${_unit}")
 
 set(_pc "prefix=${CMAKE_INSTALL_PREFIX}
-includedir=\${prefix}/${TESSERA_INCLUDEDIR}/tessera/memserver
+includedir=\${prefix}/${TESSERA_INCLUDEDIR}/tessera/apps/kayak/server
 
 Name: tessera-offload
 Description: C ABI of offload functions for Tessera memory servers (tessera_offload.h)

@@ -1,8 +1,9 @@
 // Connecting to a memory server from outside fabric/'s transports: a TCP socket with a
 // deadline, an authenticated socket (the HELLO/CHALLENGE/AUTH handshake of fabric/auth.h run
 // over it), the socket options a framed stream wants, and a free loopback port for another
-// process to listen on. Kayak's connection (apps/kayak), the tests and the benches use these;
-// the transports and the control client use them too (fabric/socket.h, fabric/handshake.h).
+// process to listen on. Services' clients (on connections of their own), the tests and the
+// benches use these; the transports and the control client use them too (fabric/socket.h,
+// fabric/handshake.h).
 //
 // Ownership: the fds returned belong to the caller; the fds passed in stay the caller's.
 // Threads: every function is reentrant.

@@ -1,5 +1,5 @@
 // FrameReader, the receive window of one framed TCP byte stream: the server engine, the TCP
-// client transport and Kayak's connection (apps/kayak/connection.h) read frames with it.
+// client transport and the clients of services (their own connections) read frames with it.
 //
 // Bytes arrive at the tail (RecvSpace() then Commit(n) after a recv); whole frames are taken
 // from the head (Next() then Consume()). The window grows to fit a frame larger than itself

@@ -10,7 +10,9 @@
 namespace tessera::fabric {
 
 Server::Impl::Impl(ServerOptions options, RequestHandler* handler)
-    : options_(std::move(options)), handler_(handler) {}
+    : options_(std::move(options)), handler_(handler) {
+  service_of_op_.fill(-1);
+}
 
 Server::Impl::~Impl() { Stop(Deadline::AfterMs(1000)); }
 
@@ -143,6 +145,44 @@ Status Server::Impl::Disconnect(uint64_t client_id) {
   return Status::Ok();
 }
 
+Status Server::Impl::RegisterService(std::string name, uint16_t first_op, uint16_t last_op,
+                                     ServiceHandler* handler) {
+  if (name.empty() || handler == nullptr) {
+    return InvalidArgument("RegisterService needs a name and a handler");
+  }
+  if (started_) return InvalidArgument("RegisterService(", name, ") after Start()");
+  if (first_op < kFirstServiceOp || last_op > kLastServiceOp || first_op > last_op) {
+    return InvalidArgument("service ", name, ": ops ", first_op, "..", last_op, " outside the ",
+                           "service ops ", kFirstServiceOp, "..", kLastServiceOp);
+  }
+  for (uint32_t op = first_op; op <= last_op; ++op) {
+    int16_t taken = service_of_op_[op - kFirstServiceOp];
+    if (taken >= 0) {
+      return AlreadyExists("service ", name, ": op ", op, " belongs to service ",
+                           services_[taken].name);
+    }
+  }
+  const auto index = static_cast<int16_t>(services_.size());
+  services_.push_back(Service{std::move(name), first_op, last_op, handler});
+  for (uint32_t op = first_op; op <= last_op; ++op) service_of_op_[op - kFirstServiceOp] = index;
+  return Status::Ok();
+}
+
+ServiceHandler* Server::Impl::ServiceFor(Op op) const {
+  if (!IsServiceOp(op)) return nullptr;
+  int16_t index = service_of_op_[static_cast<uint16_t>(op) - kFirstServiceOp];
+  return index < 0 ? nullptr : services_[index].handler;
+}
+
+std::string Server::Impl::ServiceNames() const {
+  if (services_.empty()) return "no services registered";
+  std::string out = "services:";
+  for (const Service& s : services_) {
+    out += " " + s.name + " " + std::to_string(s.first_op) + ".." + std::to_string(s.last_op);
+  }
+  return out;
+}
+
 Result<MemoryRegistration> Server::Impl::RegisterMemory(void* addr, size_t length) {
   if (addr == nullptr || length == 0) return InvalidArgument("RegisterMemory: empty region");
   if (started_) return InvalidArgument("RegisterMemory must be called before Start()");
@@ -168,6 +208,10 @@ Status Server::Notify(std::optional<uint64_t> client_id, const Notice& notice) {
 Status Server::Disconnect(uint64_t client_id) { return impl_->Disconnect(client_id); }
 Result<MemoryRegistration> Server::RegisterMemory(void* addr, size_t length) {
   return impl_->RegisterMemory(addr, length);
+}
+Status Server::RegisterService(std::string name, uint16_t first_op, uint16_t last_op,
+                               ServiceHandler* handler) {
+  return impl_->RegisterService(std::move(name), first_op, last_op, handler);
 }
 const std::string& Server::host() const { return impl_->options_.host; }
 uint16_t Server::port() const { return impl_->port_; }

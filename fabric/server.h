@@ -2,7 +2,8 @@
 //
 // The Server accepts TCP connections, runs the HELLO/CHALLENGE/AUTH handshake itself, parses and
 // validates every frame, and dispatches authenticated requests to a RequestHandler (implemented
-// by the memserver). For READ and WRITE the handler only validates and names the slab memory;
+// by the memserver), or, for service ops (fabric/wire.h), to the ServiceHandler registered for
+// the op (RegisterService). For READ and WRITE the handler only validates and names the slab memory;
 // the engine copies the bytes between that memory and the socket buffers. Many requests may be
 // in flight per connection and replies may leave out of order (a delayed reply does not hold up
 // the others). A malformed frame, or anything other than HELLO/AUTH before a successful AUTH,
@@ -82,8 +83,7 @@ inline constexpr size_t kPreAuthRecvBuffer = 256;
 class ServerIoThread;
 struct AsyncReplyChannel;  // Internal: how a reply finds its I/O thread.
 
-// The reply to one asynchronous request (the KV ops, see RequestHandler::HandleKv): the handler
-// keeps it and calls Send() exactly once, later, from any thread (e.g. an offload worker). The
+// The reply to one asynchronous request (a service op, see ServiceHandler): the service keeps it and calls Send() exactly once, later, from any thread (e.g. an offload worker). The
 // reply is queued to the connection's I/O thread (woken by an eventfd) and leaves in order with
 // that connection's other replies; the caller never blocks on the network. Send() is a no-op
 // when the connection has closed or the server stopped meanwhile. Copyable value; thread-safe.
@@ -101,7 +101,7 @@ class AsyncReply {
  private:
   std::shared_ptr<AsyncReplyChannel> channel_;
   uint64_t connection_id_ = 0;
-  Op op_ = Op::kKvGet;
+  Op op_ = Op{kFirstServiceOp};
   uint64_t request_id_ = 0;
 };
 
@@ -136,18 +136,6 @@ class RequestHandler {
     (void)args;
     return Unsupported("no offload function ", function_id, " on this server");
   }
-  // A KV op (fabric/wire.h "KV frames"; frame.body holds its decoded fixed part, frame.data the
-  // rest, both valid only during the call). Either answer now, on the I/O thread — return the
-  // response payload or an error — or return std::nullopt and answer later with reply.Send()
-  // (exactly once, from any thread). Long work (offload functions) must go the second way.
-  virtual std::optional<Result<std::vector<uint8_t>>> HandleKv(const PeerInfo& peer,
-                                                               const ParsedFrame& frame,
-                                                               AsyncReply reply) {
-    (void)peer;
-    (void)reply;
-    return Result<std::vector<uint8_t>>(
-        Unsupported(OpName(frame.header.op), ": this server hosts no KV tables"));
-  }
   virtual Status Fault(const PeerInfo& peer, const FaultRequest& req) {
     (void)peer;
     (void)req;
@@ -163,6 +151,25 @@ class RequestHandler {
     (void)op;
     return OpPolicy::Proceed();
   }
+};
+
+// A service the server hosts: the handler of a range of service ops (fabric/wire.h), registered
+// with Server::RegisterService before Start(), in the manner of eRPC's request-type registry.
+// The engine authenticates the connection, consults RequestHandler::BeforeOp (fault injection
+// applies to service ops too) and checks only that the payload fits in kMaxPayloadLength; the
+// service defines and validates the payload's layout. A non-OK answer goes back as an error
+// response carrying its code and message; the connection stays open.
+// Threads: HandleRequest runs on the I/O threads, concurrently when io_threads > 1.
+class ServiceHandler {
+ public:
+  virtual ~ServiceHandler() = default;
+  // One request of a registered op; `payload` is valid only during the call. Either answer now,
+  // on the I/O thread (return the response payload or an error), or return std::nullopt and
+  // answer later with reply.Send() (exactly once, from any thread). Long work must go the
+  // second way: a slow handler stalls every connection of its I/O thread.
+  virtual std::optional<Result<std::vector<uint8_t>>> HandleRequest(const PeerInfo& peer, Op op,
+                                                                    std::span<const uint8_t> payload,
+                                                                    AsyncReply reply) = 0;
 };
 
 struct ServerOptions {
@@ -239,6 +246,15 @@ class Server {
   // registered as an MR for remote READ/WRITE and the rkey returned; otherwise it is recorded
   // and rkey is 0. Call before Start(); the memory must outlive the Server.
   Result<MemoryRegistration> RegisterMemory(void* addr, size_t length);
+
+  // Hands every request of the ops first_op..last_op to `handler` (which must outlive the
+  // Server); `name` names the service in errors and logs. Call before Start(). InvalidArgument
+  // for an empty name or a range outside kFirstServiceOp..kLastServiceOp, AlreadyExists (naming
+  // the service) when another service took an op of the range, InvalidArgument after Start().
+  // A request of a service op that no service registered gets an Unsupported error response
+  // naming the op; the connection stays open.
+  Status RegisterService(std::string name, uint16_t first_op, uint16_t last_op,
+                         ServiceHandler* handler);
 
   const std::string& host() const;
   uint16_t port() const;

@@ -4,12 +4,14 @@
 //
 // Ownership: owned by Server; owns the I/O threads and the verbs listener.
 // Threads: the public methods are the facade's (thread-safe as documented there); the I/O
-// threads read options_, handler_, handshake_ and verbs_ (immutable after Start()) and update
-// the atomic counters.
+// threads read options_, handler_, services_, handshake_ and verbs_ (immutable after Start())
+// and update the atomic counters.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -33,6 +35,12 @@ class Server::Impl {
   Status Notify(std::optional<uint64_t> client_id, const Notice& notice);
   Status Disconnect(uint64_t client_id);
   Result<MemoryRegistration> RegisterMemory(void* addr, size_t length);
+  Status RegisterService(std::string name, uint16_t first_op, uint16_t last_op,
+                         ServiceHandler* handler);
+  // The service registered for a service op, or nullptr; "services: a 16..21, b 40..40" (or
+  // "no services registered") for error messages. I/O threads, after Start().
+  ServiceHandler* ServiceFor(Op op) const;
+  std::string ServiceNames() const;
 
   ServerOptions options_;
   RequestHandler* handler_;
@@ -41,6 +49,15 @@ class Server::Impl {
   ServerHandshakeConfig handshake_;  // Final once Start() has run.
   std::vector<std::unique_ptr<ServerIoThread>> threads_;
   std::unique_ptr<VerbsListener> verbs_;
+  struct Service {
+    std::string name;
+    uint16_t first_op;
+    uint16_t last_op;
+    ServiceHandler* handler;
+  };
+  std::vector<Service> services_;  // Set before Start(), read-only after.
+  // Index into services_ of each service op (minus kFirstServiceOp); -1: none.
+  std::array<int16_t, kLastServiceOp - kFirstServiceOp + 1> service_of_op_;
   bool verbs_started_ = false;
   std::atomic<bool> started_{false};
   std::atomic<bool> stopped_{false};

@@ -368,6 +368,7 @@ void ServerIoThread::Dispatch(Conn* c, const ParsedFrame& f) {
 void ServerIoThread::Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
   RequestHandler* handler = server_->handler_;
   const FrameHeader& h = f.header;
+  if (IsServiceOp(h.op)) return ExecuteService(c, f, out);
   switch (h.op) {
     case Op::kRead: {
       const auto& req = std::get<ReadRequest>(f.body);
@@ -434,19 +435,6 @@ void ServerIoThread::Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
       if (!st.ok()) return AppendError(out, h.op, h.request_id, st);
       return AppendOk(out, h.op, h.request_id);
     }
-    case Op::kKvGet:
-    case Op::kKvMultiGet:
-    case Op::kKvPut:
-    case Op::kKvDelete:
-    case Op::kKvInvoke:
-    case Op::kKvCommit: {
-      auto r = handler->HandleKv(c->peer, f,
-                                 AsyncReply(reply_channel_, c->peer.connection_id, h.op,
-                                            h.request_id));
-      if (!r) return;  // Answered later through the AsyncReply.
-      if (!r->ok()) return AppendError(out, h.op, h.request_id, r->status());
-      return AppendBytes(out, h.op, h.request_id, **r);
-    }
     case Op::kHello:
     case Op::kAuth:
     case Op::kNotice:
@@ -454,6 +442,25 @@ void ServerIoThread::Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
       break;
   }
   AppendError(out, h.op, h.request_id, Internal("op ", OpName(h.op), " reached Execute"));
+}
+
+// A service op goes to the service registered for it (Server::RegisterService); an op no
+// service took is refused with a reply, and the connection goes on.
+void ServerIoThread::ExecuteService(Conn* c, const ParsedFrame& f, ByteBuffer& out) {
+  const FrameHeader& h = f.header;
+  ServiceHandler* service = server_->ServiceFor(h.op);
+  if (service == nullptr) {
+    return AppendError(out, h.op, h.request_id,
+                       Unsupported(OpName(h.op), ": no service on this server handles op ",
+                                   static_cast<unsigned>(h.op), " (",
+                                   server_->ServiceNames(), ")"));
+  }
+  auto r = service->HandleRequest(
+      c->peer, h.op, f.data,
+      AsyncReply(reply_channel_, c->peer.connection_id, h.op, h.request_id));
+  if (!r) return;  // Answered later through the AsyncReply.
+  if (!r->ok()) return AppendError(out, h.op, h.request_id, r->status());
+  AppendBytes(out, h.op, h.request_id, **r);
 }
 
 // READV / WRITEV: every range is resolved (ownership and bounds checked by the handler) before

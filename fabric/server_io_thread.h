@@ -46,7 +46,7 @@ class ServerIoThread {
     uint64_t grace_deadline_ns = 0;
     // kReply (AsyncReply::Send): the connection, the request and its answer.
     uint64_t connection_id = 0;
-    Op op = Op::kKvGet;
+    Op op = Op{kFirstServiceOp};
     uint64_t request_id = 0;
     Result<std::vector<uint8_t>> reply = std::vector<uint8_t>();
   };
@@ -87,6 +87,7 @@ class ServerIoThread {
   void Dispatch(Conn* c, const ParsedFrame& f);
   void Execute(Conn* c, const ParsedFrame& f, ByteBuffer& out);
   void ExecuteVector(Conn* c, const ParsedFrame& f, ByteBuffer& out);
+  void ExecuteService(Conn* c, const ParsedFrame& f, ByteBuffer& out);
   void Flush(Conn* c);
   // The connection's unsent replies are below ServerOptions::max_queued_reply_bytes.
   bool RepliesUnderBound(const Conn* c) const;

@@ -7,9 +7,9 @@
 namespace tessera::fabric {
 namespace {
 
-using wire_internal::CheckDataLength;
-using wire_internal::CheckPad;
-using wire_internal::Short;
+using wire_checks::CheckDataLength;
+using wire_checks::CheckPad;
+using wire_checks::Short;
 
 
 // The payload sizes a frame of (op, direction) may have, before looking inside.
@@ -41,30 +41,10 @@ SizeRule RequestRule(Op op) {
       return {VectorRequest::kWireSize + VectorRange::kWireSize + 1,
               VectorRequest::kWireSize + VectorRange::kWireSize * kMaxVectorRanges +
                   kMaxDataLength};
-    case Op::kKvGet: return {KvKeyRequest::kWireSize + 1, KvKeyRequest::kWireSize + kMaxKeyLength};
-    case Op::kKvMultiGet:
-      return {KvMultiGetRequest::kWireSize + 3,
-              KvMultiGetRequest::kWireSize + kMaxMultiGetKeys * (2 + kMaxKeyLength)};
-    case Op::kKvPut:
-      return {KvPutRequest::kWireSize + 1,
-              KvPutRequest::kWireSize + kMaxKeyLength + kMaxValueLength};
-    case Op::kKvDelete:
-      return {KvDeleteRequest::kWireSize + 1, KvDeleteRequest::kWireSize + kMaxKeyLength};
-    case Op::kKvInvoke: return {KvInvokeRequest::kWireSize, kMaxDataLength};
-    case Op::kKvCommit:
-      return {KvCommitRequest::kWireSize + KvCommitWrite::kWireSize + 1,
-              KvCommitRequest::kWireSize +
-                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
-                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength)};
   }
+  if (IsServiceOp(op)) return {0, kMaxPayloadLength};  // The service checks the layout.
   return {1, 0};
 }
-static_assert(KvCommitRequest::kWireSize +
-                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
-                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength) <=
-              kMaxPayloadLength, "a full KV_COMMIT must fit in one frame");
-static_assert(kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength) <= kMaxDataLength,
-              "a full KV_MULTIGET response must fit in one frame");
 static_assert(VectorRequest::kWireSize + VectorRange::kWireSize * kMaxVectorRanges +
                   kMaxDataLength <= kMaxPayloadLength,
               "a full WRITEV must fit in one frame");
@@ -85,16 +65,8 @@ SizeRule ResponseRule(Op op) {
     case Op::kGoodbye: return {0, 0};
     case Op::kReadV: return {1, kMaxDataLength};
     case Op::kWriteV: return {0, 0};
-    case Op::kKvGet:
-      return {KvValueHeader::kWireSize, KvValueHeader::kWireSize + kMaxValueLength};
-    case Op::kKvMultiGet:
-      return {KvValueHeader::kWireSize,
-              kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength)};
-    case Op::kKvPut:
-    case Op::kKvDelete:
-    case Op::kKvCommit: return {KvWriteResponse::kWireSize, KvWriteResponse::kWireSize};
-    case Op::kKvInvoke: return {KvInvokeResponse::kWireSize, kMaxDataLength};
   }
+  if (IsServiceOp(op)) return {0, kMaxPayloadLength};  // The service checks the layout.
   return {1, 0};
 }
 
@@ -118,18 +90,14 @@ std::string OpName(Op op) {
     case Op::kGoodbye: return "GOODBYE";
     case Op::kReadV: return "READV";
     case Op::kWriteV: return "WRITEV";
-    case Op::kKvGet: return "KV_GET";
-    case Op::kKvMultiGet: return "KV_MULTIGET";
-    case Op::kKvPut: return "KV_PUT";
-    case Op::kKvDelete: return "KV_DELETE";
-    case Op::kKvInvoke: return "KV_INVOKE";
-    case Op::kKvCommit: return "KV_COMMIT";
   }
+  if (IsServiceOp(op)) return "SERVICE_OP(" + std::to_string(static_cast<unsigned>(op)) + ")";
   return "UNKNOWN(" + std::to_string(static_cast<unsigned>(op)) + ")";
 }
 
 bool IsKnownOp(uint16_t value) {
-  return (value >= 1 && value <= kMaxOpValue) || (value >= kFirstKvOp && value <= kLastKvOp);
+  return (value >= 1 && value <= kMaxOpValue) ||
+         (value >= kFirstServiceOp && value <= kLastServiceOp);
 }
 
 std::string FaultActionName(FaultAction a) {
@@ -229,11 +197,7 @@ std::vector<uint8_t> BuildRawFrame(FrameHeader h, std::span<const uint8_t> data)
 namespace {
 template <typename T>
 Status DecodeFixed(ParsedFrame* f, std::span<const uint8_t> payload) {
-  if (payload.size() < T::kWireSize) return Short(OpName(f->header.op).c_str(), T::kWireSize, payload.size());
-  TESSERA_ASSIGN_OR_RETURN(T body, T::Decode(payload.first(T::kWireSize)));
-  f->body = body;
-  f->data = payload.subspan(T::kWireSize);
-  return Status::Ok();
+  return wire_checks::DecodeFixedPart<T>(OpName(f->header.op), payload, f);
 }
 }  // namespace
 
@@ -249,6 +213,10 @@ Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction directi
   const FrameHeader& h = f.header;
   if (h.response && h.status != StatusCode::kOk) {
     f.data = payload;  // The error message.
+    return f;
+  }
+  if (IsServiceOp(h.op)) {
+    f.data = payload;  // Its layout is the service's (fabric/server.h ServiceHandler).
     return f;
   }
   if (!h.response) {
@@ -307,46 +275,6 @@ Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction directi
       case Op::kNotice:
         f.data = payload;
         break;
-      case Op::kKvGet: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvKeyRequest>(&f, payload));
-        const auto& r = std::get<KvKeyRequest>(f.body);
-        if (f.data.size() != r.key_len) {
-          return ProtocolError("KV_GET: key_len ", r.key_len, " but ", f.data.size(),
-                               " bytes follow");
-        }
-        break;
-      }
-      case Op::kKvMultiGet: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvMultiGetRequest>(&f, payload));
-        TESSERA_RETURN_IF_ERROR(
-            ParseKvMultiGetKeys(std::get<KvMultiGetRequest>(f.body), f.data).status());
-        break;
-      }
-      case Op::kKvPut: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvPutRequest>(&f, payload));
-        const auto& r = std::get<KvPutRequest>(f.body);
-        if (f.data.size() != size_t{r.key_len} + r.value_len) {
-          return ProtocolError("KV_PUT: key_len ", r.key_len, " + value_len ", r.value_len,
-                               " but ", f.data.size(), " bytes follow");
-        }
-        break;
-      }
-      case Op::kKvDelete: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvDeleteRequest>(&f, payload));
-        const auto& r = std::get<KvDeleteRequest>(f.body);
-        if (f.data.size() != r.key_len) {
-          return ProtocolError("KV_DELETE: key_len ", r.key_len, " but ", f.data.size(),
-                               " bytes follow");
-        }
-        break;
-      }
-      case Op::kKvInvoke: TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeRequest>(&f, payload)); break;
-      case Op::kKvCommit: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvCommitRequest>(&f, payload));
-        TESSERA_RETURN_IF_ERROR(
-            ParseKvCommitItems(std::get<KvCommitRequest>(f.body), f.data).status());
-        break;
-      }
     }
   } else {
     switch (h.op) {
@@ -366,33 +294,6 @@ Result<ParsedFrame> ParseFrame(std::span<const uint8_t> bytes, Direction directi
       case Op::kGoodbye:
         f.data = payload;
         break;
-      case Op::kKvGet: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvValueHeader>(&f, payload));
-        const auto& r = std::get<KvValueHeader>(f.body);
-        if (r.version == 0) return ProtocolError("KV_GET response with version 0");
-        if (f.data.size() != r.value_len) {
-          return ProtocolError("KV_GET response: value_len ", r.value_len, " but ",
-                               f.data.size(), " bytes follow");
-        }
-        break;
-      }
-      case Op::kKvMultiGet:
-        TESSERA_RETURN_IF_ERROR(ParseKvMultiGetResponse(payload, 0).status());
-        f.data = payload;
-        break;
-      case Op::kKvPut:
-      case Op::kKvDelete:
-      case Op::kKvCommit:
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvWriteResponse>(&f, payload));
-        break;
-      case Op::kKvInvoke: {
-        TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeResponse>(&f, payload));
-        if (std::get<KvInvokeResponse>(f.body).outcome == KvOutcome::kPushedBack &&
-            !f.data.empty()) {
-          return ProtocolError("KV_INVOKE response: pushed back with a result");
-        }
-        break;
-      }
     }
   }
   return f;

@@ -1,16 +1,19 @@
-// Checks shared by the wire codecs of fabric/ (wire.cc, wire_payloads.cc, wire_kv.cc).
-// Internal to fabric/: other folders use fabric/wire.h.
+// Checks shared by the wire codecs: fabric's own frames (wire.cc, wire_payloads.cc) and the
+// payloads of the services' ops, which their services define in their own folders (so every
+// codec words a short payload or non-zero padding the same way).
 //
 // Threads: pure functions.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
 
 #include "common/status.h"
 #include "fabric/wire.h"
 
-namespace tessera::fabric::wire_internal {
+namespace tessera::fabric::wire_checks {
 
 inline Status Short(const char* what, size_t want, size_t got) {
   return ProtocolError(what, " payload must be ", want, " bytes, got ", got);
@@ -35,4 +38,16 @@ inline Status CheckDataLength(const char* what, uint32_t length) {
   return Status::Ok();
 }
 
-}  // namespace tessera::fabric::wire_internal
+// Decodes T's fixed part at the start of `payload` into frame->body and views the bytes after
+// it as frame->data; `what` names the op in the error of a payload shorter than the fixed part.
+// For any parsed-frame type with `body` (a variant holding T) and `data` members.
+template <typename T, typename Frame>
+Status DecodeFixedPart(const std::string& what, std::span<const uint8_t> payload, Frame* frame) {
+  if (payload.size() < T::kWireSize) return Short(what.c_str(), T::kWireSize, payload.size());
+  TESSERA_ASSIGN_OR_RETURN(T body, T::Decode(payload.first(T::kWireSize)));
+  frame->body = body;
+  frame->data = payload.subspan(T::kWireSize);
+  return Status::Ok();
+}
+
+}  // namespace tessera::fabric::wire_checks

@@ -8,9 +8,9 @@
 
 namespace tessera::fabric {
 
-using wire_internal::CheckDataLength;
-using wire_internal::CheckPad;
-using wire_internal::Short;
+using wire_checks::CheckDataLength;
+using wire_checks::CheckPad;
+using wire_checks::Short;
 
 void HelloRequest::EncodeTo(uint8_t* out) const {
   std::memcpy(out, client_nonce.data(), kNonceSize);

@@ -44,8 +44,6 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   ho.max_slabs_per_client = options.max_slabs_per_client;
   ho.build_info_metrics = options.build_info_metrics;
   d->handler_ = std::make_unique<MemServerHandler>(d->pool_.get(), ho);
-  TESSERA_ASSIGN_OR_RETURN(d->kv_, KvService::Create(d->pool_.get(), options.offload));
-  d->handler_->AttachKv(d->kv_.get());
 
   d->source_ = std::make_unique<MeminfoSource>(options.meminfo_path);
   ResourceMonitor::Options mo;
@@ -76,6 +74,7 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
   TESSERA_ASSIGN_OR_RETURN(fabric::MemoryRegistration reg,
                            d->server_->RegisterMemory(d->pool_->base(), d->pool_->region_bytes()));
   d->handler_->AttachServer(d->server_.get(), reg);
+  TESSERA_RETURN_IF_ERROR(d->StartServices());
   TESSERA_RETURN_IF_ERROR(d->server_->Start());
   if (options.transport == fabric::TransportKind::kRdma && !d->server_->rdma_enabled()) {
     return Unsupported("--transport=rdma requested but the verbs listener did not start");
@@ -99,6 +98,54 @@ Result<std::unique_ptr<MemServerDaemon>> MemServerDaemon::Start(const DaemonOpti
                      ? std::string("off")
                      : std::to_string(options.orphan_grace_ns / 1000000) + " ms");
   return d;
+}
+
+namespace {
+
+// What one service sees of the daemon (memserver/service.h).
+class DaemonServiceHost final : public ServiceHost {
+ public:
+  DaemonServiceHost(std::string name, fabric::Server* server, SlabPool* pool, OwnerId owner,
+                    const CpuLoan* cpu)
+      : name_(std::move(name)), server_(server), pool_(pool), owner_(owner), cpu_(cpu) {}
+  Status RegisterRequestTypes(uint16_t first_op, uint16_t last_op,
+                              fabric::ServiceHandler* handler) override {
+    return server_->RegisterService(name_, first_op, last_op, handler);
+  }
+  SlabPool& slabs() override { return *pool_; }
+  OwnerId slab_owner() const override { return owner_; }
+  const CpuLoan& cpu() const override { return *cpu_; }
+
+ private:
+  const std::string name_;
+  fabric::Server* const server_;
+  SlabPool* const pool_;
+  const OwnerId owner_;
+  const CpuLoan* const cpu_;
+};
+
+}  // namespace
+
+Status MemServerDaemon::StartServices() {
+  if (options_.services.size() > kMaxServices) {
+    return InvalidArgument(options_.services.size(), " services; a memserver hosts at most ",
+                           kMaxServices);
+  }
+  if (options_.service_cpu.workers < 1 || options_.service_cpu.workers > 64 ||
+      options_.service_cpu.budget_ns == 0) {
+    return InvalidArgument("service CPU: workers must be in [1, 64] and the budget > 0");
+  }
+  for (size_t i = 0; i < options_.services.size(); ++i) {
+    const ServicePlugin& plugin = options_.services[i];
+    DaemonServiceHost host(plugin.name, server_.get(), pool_.get(),
+                           ServiceOwner(static_cast<uint32_t>(i)), &options_.service_cpu);
+    auto service = plugin.create(host);
+    if (!service.ok()) return service.status().WithContext("service " + plugin.name);
+    handler_->AttachService(service->get());
+    services_.push_back(std::move(*service));
+    TLOG(INFO) << "memserver: service " << plugin.name << " started";
+  }
+  return Status::Ok();
 }
 
 MemServerDaemon::~MemServerDaemon() { Shutdown(); }

@@ -1,5 +1,6 @@
 // MemServerDaemon: one memory server process, wired together — slab pool, request handler,
-// resource monitor, the fabric engine and (optionally) the Prometheus endpoint.
+// resource monitor, the fabric engine, the hosted services (memserver/service.h) and
+// (optionally) the Prometheus endpoint.
 //
 // Start() builds everything and starts accepting; after it returns, port() is the bound port
 // and the caller prints `listening on HOST:PORT`. RunUntilSignal() then drives the resource
@@ -16,14 +17,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "fabric/server.h"
 #include "fabric/transport.h"
 #include "memserver/handler.h"
 #include "memserver/http_metrics.h"
-#include "memserver/kv_service.h"
 #include "memserver/resource_monitor.h"
+#include "memserver/service.h"
 #include "memserver/slab_pool.h"
 
 namespace tessera::memserver {
@@ -55,8 +57,10 @@ struct DaemonOptions {
   uint32_t max_connections_per_client = 256;
   uint32_t handshake_timeout_ms = 10000;
   uint64_t max_queued_reply_bytes = 16ull << 20;
-  // KV tables and offload functions (Kayak): workers, pushback bound, budget, libraries.
-  OffloadOptions offload;
+  // The services hosted in this process, made in order at start-up (at most kMaxServices), and
+  // the CPU lent to each beside the I/O threads.
+  std::vector<ServicePlugin> services;
+  CpuLoan service_cpu;
 };
 
 class MemServerDaemon {
@@ -80,11 +84,13 @@ class MemServerDaemon {
  private:
   explicit MemServerDaemon(const DaemonOptions& options) : options_(options) {}
   void TickOnce();
+  Status StartServices();  // After the server is created, before it starts.
 
   DaemonOptions options_;
   // Destroyed bottom-up: endpoint, network, monitor, handler, memory.
   std::unique_ptr<SlabPool> pool_;
-  std::unique_ptr<KvService> kv_;  // Outlives the handler; its slabs go back to the pool.
+  // After the network has stopped and before the pool: their slabs go back to the pool.
+  std::vector<std::unique_ptr<Service>> services_;
   std::unique_ptr<MemServerHandler> handler_;
   std::unique_ptr<MeminfoSource> source_;
   MonotonicClock clock_;

@@ -420,9 +420,10 @@ Result<std::string> MemServerHandler::FlipBits(const FaultSpec& spec) {
 }
 
 fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
-  if (peer.client_id == kKvOwner || peer.owner_id == kKvOwner) {
-    // The KV tables' slabs belong to this id: no client may act as it.
-    TLOG(WARNING) << "client " << peer.address << " claims the reserved KV owner id; dropped";
+  if (IsServiceOwner(peer.client_id) || IsServiceOwner(peer.owner_id)) {
+    // The services' slabs belong to these ids: no client may act as one.
+    TLOG(WARNING) << "client " << peer.address << " claims an owner id reserved for services; "
+                  << "dropped";
     return fabric::OpPolicy::Drop();
   }
   if (op == Op::kRead || op == Op::kWrite) metrics_.CountDataRequest();
@@ -440,17 +441,6 @@ fabric::OpPolicy MemServerHandler::BeforeOp(const PeerInfo& peer, Op op) {
     return fabric::OpPolicy::Delay(d.delay_ns);
   }
   return fabric::OpPolicy::Proceed();
-}
-
-std::optional<Result<std::vector<uint8_t>>> MemServerHandler::HandleKv(
-    const PeerInfo& peer, const fabric::ParsedFrame& frame, fabric::AsyncReply reply) {
-  (void)peer;
-  KvService* kv = kv_.load(std::memory_order_acquire);
-  if (kv == nullptr) {
-    return Result<std::vector<uint8_t>>(
-        Unsupported(fabric::OpName(frame.header.op), ": this memserver hosts no KV tables"));
-  }
-  return kv->Handle(frame, std::move(reply));
 }
 
 void MemServerHandler::SlabEvicting(OwnerId owner, uint64_t slab_id, uint64_t deadline_ms) {
@@ -517,7 +507,7 @@ std::string MemServerHandler::StatsText() {
   o << "service_p99_ns " << metrics_.service().Percentile(0.99) << "\n";
   o << "load_permille " << metrics_.load_permille() << "\n";
   o << "faulted_ops " << metrics_.faulted_ops() << "\n";
-  if (KvService* kv = kv_.load(std::memory_order_acquire)) o << kv->StatsText();
+  for (Service* service : services_) o << service->StatsText();
   o << "faults " << faults_.Describe(now) << "\n";
   return o.str();
 }

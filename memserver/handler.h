@@ -41,9 +41,9 @@
 
 #include "fabric/server.h"
 #include "memserver/fault_state.h"
-#include "memserver/kv_service.h"
 #include "memserver/metrics.h"
 #include "memserver/resource_monitor.h"
+#include "memserver/service.h"
 #include "memserver/slab_pool.h"
 
 namespace tessera::memserver {
@@ -78,8 +78,9 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
 
   void AttachServer(fabric::Server* server, fabric::MemoryRegistration registration);
   void AttachMonitor(ResourceMonitor* monitor);
-  // The KV tables and offload runtime (KV frames); without it KV ops get Unsupported.
-  void AttachKv(KvService* kv) { kv_.store(kv, std::memory_order_release); }
+  // A hosted service whose StatsText() goes into STATS. Before Server::Start; it must outlive
+  // the handler's use (the daemon destroys services after the network stops).
+  void AttachService(Service* service) { services_.push_back(service); }
 
   // Registers an INVOKE function. AlreadyExists for a taken id; InvalidArgument for ids at or
   // above kReservedFunctionIdBase.
@@ -100,9 +101,6 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   Result<std::vector<uint8_t>> Invoke(const fabric::PeerInfo& peer, uint32_t function_id,
                                       std::span<const uint8_t> args) override;
   Status Fault(const fabric::PeerInfo& peer, const fabric::FaultRequest& req) override;
-  std::optional<Result<std::vector<uint8_t>>> HandleKv(const fabric::PeerInfo& peer,
-                                                       const fabric::ParsedFrame& frame,
-                                                       fabric::AsyncReply reply) override;
   fabric::OpPolicy BeforeOp(const fabric::PeerInfo& peer, fabric::Op op) override;
 
   // EvictionSink (called by the monitor).
@@ -135,7 +133,7 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   const uint64_t start_ns_;
   std::atomic<fabric::Server*> server_{nullptr};
   std::atomic<ResourceMonitor*> monitor_{nullptr};
-  std::atomic<KvService*> kv_{nullptr};
+  std::vector<Service*> services_;  // Set before Server::Start, read-only after.
   fabric::MemoryRegistration registration_;  // Set before Start().
   FaultState faults_;
   ServerMetrics metrics_;

@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "common/clock.h"
-#include "memserver/kv_table.h"
 #include "common/logging.h"
 #include "common/units.h"
 
@@ -134,9 +133,9 @@ uint64_t ResourceMonitor::StartEvictions(uint64_t n, uint64_t now_ns) {
   for (const auto& s : slabs) {
     if (started == n) break;
     if (s.state != SlabPool::SlabState::kAllocated) continue;
-    // KV table slabs have no client to move their data to; they are never evicted (the KV
-    // store stops growing instead, as the pool's limit falls).
-    if (s.owner == kKvOwner) continue;
+    // A service's slabs have no client to move their data to; they are never evicted (the
+    // service stops growing instead, as the pool's limit falls).
+    if (IsServiceOwner(s.owner)) continue;
     Result<OwnerId> owner = pool_->MarkEvicting(s.slab_id);
     if (!owner.ok()) continue;  // Freed meanwhile.
     pending_.push_back(Pending{s.slab_id, *owner, now_ns + options_.eviction_grace_ns});

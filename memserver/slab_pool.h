@@ -34,6 +34,15 @@ namespace tessera::memserver {
 // The authenticated identity of a client, as the memserver knows it. 0 means "nobody".
 using OwnerId = uint64_t;
 
+// Owner ids reserved for the services hosted in the memserver (memserver/service.h), one each:
+// the kMaxServices ids just below ~0. No client may authenticate as one (the handler drops such
+// a connection), and the resource monitor never evicts their slabs.
+inline constexpr uint32_t kMaxServices = 16;
+inline constexpr OwnerId ServiceOwner(uint32_t index) { return ~OwnerId{0} - 1 - index; }
+inline constexpr bool IsServiceOwner(OwnerId owner) {
+  return owner >= ServiceOwner(kMaxServices - 1) && owner <= ServiceOwner(0);
+}
+
 class SlabPool {
  public:
   struct Options {

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
 #include "apps/cli/membership_cli.h"
 #include "fabric/cluster_file.h"
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
 
 DEFINE_string(cluster, "", "Cluster file listing the memservers (or --etcd)");
 DEFINE_string(etcd, "",
@@ -38,7 +38,7 @@ namespace {
 
 using tessera::cli::CliSpec;
 using tessera::cli::UsageError;
-namespace bi = tessera::memserver::builtins;
+namespace bi = tessera::kayak::builtins;
 
 const CliSpec kSpec = {
     "tessera kv",

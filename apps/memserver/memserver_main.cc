@@ -1,4 +1,5 @@
-// `tessera memserver`: a memory server daemon that lends its memory in slabs.
+// `tessera memserver`: a memory server daemon that lends its memory in slabs, and hosts the
+// Kayak service (KV tables and offload functions, apps/kayak/server) on the CPU it lends.
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/cli/version.h"
+#include "apps/kayak/server/kv_service.h"
 #include "common/logging.h"
 #include "common/units.h"
 #include "membership/etcd_client.h"
@@ -60,7 +62,7 @@ DEFINE_string(max_queued_replies, "16M",
               "(64K..1G)");
 DEFINE_string(offload_lib, "",
               "Comma-separated shared libraries of operators' offload functions, loaded at "
-              "start-up (C ABI: memserver/tessera_offload.h)");
+              "start-up (C ABI: apps/kayak/server/tessera_offload.h)");
 DEFINE_int32(offload_workers, 2, "Worker threads that run offload functions (1..64)");
 DEFINE_int32(offload_queue, 32,
              "Offload invocations that may wait for a worker; beyond it the server answers "
@@ -182,21 +184,24 @@ int main(int argc, char** argv) {
   if (FLAGS_offload_queue < 1 || FLAGS_offload_queue > 4096) {
     UsageError(kSpec, "--offload_queue must be in [1, 4096]");
   }
-  o.offload.workers = FLAGS_offload_workers;
-  o.offload.max_queue = static_cast<uint32_t>(FLAGS_offload_queue);
-  o.offload.budget_ns = DurationFlag("offload_budget", FLAGS_offload_budget);
+  // The CPU lent to the hosted services, and the Kayak service's own settings.
+  o.service_cpu.workers = FLAGS_offload_workers;
+  o.service_cpu.budget_ns = DurationFlag("offload_budget", FLAGS_offload_budget);
+  tessera::kayak::OffloadOptions offload;
+  offload.max_queue = static_cast<uint32_t>(FLAGS_offload_queue);
   if (FLAGS_offload_inline == "0") {
-    o.offload.inline_ns = 0;
+    offload.inline_ns = 0;
   } else {
-    o.offload.inline_ns = DurationFlag("offload_inline", FLAGS_offload_inline);
-    if (o.offload.inline_ns > 1'000'000) UsageError(kSpec, "--offload_inline must be at most 1ms");
+    offload.inline_ns = DurationFlag("offload_inline", FLAGS_offload_inline);
+    if (offload.inline_ns > 1'000'000) UsageError(kSpec, "--offload_inline must be at most 1ms");
   }
   for (size_t start = 0; start < FLAGS_offload_lib.size();) {
     size_t comma = FLAGS_offload_lib.find(',', start);
     if (comma == std::string::npos) comma = FLAGS_offload_lib.size();
-    if (comma > start) o.offload.libraries.push_back(FLAGS_offload_lib.substr(start, comma - start));
+    if (comma > start) offload.libraries.push_back(FLAGS_offload_lib.substr(start, comma - start));
     start = comma + 1;
   }
+  o.services.push_back(tessera::kayak::Plugin(std::move(offload)));
 
   // etcd registration settings, checked before anything starts.
   const bool use_etcd = !FLAGS_etcd.empty();

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "common/status.h"
 
 namespace tessera::paramsvc {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/paramsvc/wire.h"
+#include "apps/paramsvc/wire/wire.h"
 #include "common/fd.h"
 #include "common/status.h"
 

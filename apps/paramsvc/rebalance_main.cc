@@ -7,7 +7,7 @@
 
 #include "apps/cli/cli.h"
 #include "apps/paramsvc/admin_cli.h"
-#include "apps/paramsvc/packing.h"
+#include "apps/paramsvc/server/packing.h"
 
 DEFINE_double(above, 0.8,
               "Relieve services whose utilisation (measured load / (cores x target "

@@ -1,6 +1,6 @@
 // `tessera paramsvc serve`: the Parameter Service on a memserver host.
 //
-// Two processes (apps/paramsvc/checkpoint.h says why): this supervisor binds the port, owns the
+// Two processes (apps/paramsvc/server/checkpoint.h says why): this supervisor binds the port, owns the
 // erasure-coded checkpoint store on the memservers (--store), and runs the aggregation server
 // as a child (the same program with --role=aggregator), restarting it from the latest
 // checkpoint when it dies. The aggregation server is a companion process rather than part of
@@ -24,8 +24,8 @@
 #include <thread>
 
 #include "apps/cli/cli.h"
-#include "apps/paramsvc/checkpoint.h"
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/server/checkpoint.h"
+#include "apps/paramsvc/server/server.h"
 #include "apps/cli/membership_cli.h"
 #include "apps/cli/store_flags.h"
 #include "apps/cli/store_metrics.h"

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli/cli.h"
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "fabric/auth.h"
 #include "fabric/credential.h"
 #include "fabric/transport.h"

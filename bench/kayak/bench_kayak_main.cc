@@ -32,14 +32,14 @@
 #include <thread>
 
 #include "apps/cli/cli.h"
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
 #include "bench/kayak/redis_client.h"
 #include "bench/support/bench_hosts.h"
 #include "client/local_cluster.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
 
 DEFINE_bool(quick, false, "A short run (smaller key space, fewer workloads, short points)");
 DEFINE_bool(json, false, "One JSON object per line instead of a table");
@@ -87,7 +87,7 @@ namespace {
 
 using tessera::cli::CliSpec;
 using tessera::cli::UsageError;
-namespace bi = tessera::memserver::builtins;
+namespace bi = tessera::kayak::builtins;
 using kayak::Mode;
 
 const CliSpec kSpec = {

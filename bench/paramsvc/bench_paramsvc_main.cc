@@ -35,7 +35,7 @@
 #include <thread>
 
 #include "apps/cli/cli.h"
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "apps/paramsvc/kernels.h"
 #include "bench/support/bench_hosts.h"
 #include "common/clock.h"

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
 #include "fabric/cluster_file.h"
 #include "fabric/credential.h"
 

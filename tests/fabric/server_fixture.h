@@ -66,7 +66,9 @@ inline Completion WaitNotice(Transport& t, std::vector<Completion>* data = nullp
 
 class ServerFixture {
  public:
-  explicit ServerFixture(bool rdma = false, const std::function<void(ServerOptions&)>& tune = {}) {
+  // `before_start` runs on the created server before Start() (RegisterService, say).
+  explicit ServerFixture(bool rdma = false, const std::function<void(ServerOptions&)>& tune = {},
+                         const std::function<void(Server&)>& before_start = {}) {
     ServerOptions o;
     if (tune) tune(o);
     o.secret = kSecret;
@@ -79,6 +81,7 @@ class ServerFixture {
     auto reg = server_->RegisterMemory(handler_.pool(), handler_.pool_size());
     TCHECK(reg.ok()) << reg.status();
     handler_.SetRegistration(*reg);
+    if (before_start) before_start(*server_);
     TCHECK_OK(server_->Start());
   }
   Endpoint endpoint() const { return Endpoint{"127.0.0.1", server_->port()}; }

@@ -139,7 +139,7 @@ class TestHandler : public RequestHandler {
   std::vector<int> free_;
   std::map<uint64_t, Owned> owners_;
   uint64_t next_id_ = 1;
-  std::array<OpPolicy, kMaxOpValue + 1> policies_{};
+  std::array<OpPolicy, kLastServiceOp + 1> policies_{};  // By op value, service ops too.
 };
 
 }  // namespace tessera::fabric::testing

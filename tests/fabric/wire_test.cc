@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <variant>
 
 namespace tessera::fabric {
 namespace {
@@ -129,7 +130,11 @@ TEST(WireTest, RejectsEveryMalformedHeaderField) {
   f[6] = 0;
   ExpectRejected(f, Direction::kRequest, "unknown op");
   f = ReadFrame();
-  f[6] = 200;
+  f[6] = 15;  // Unassigned.
+  ExpectRejected(f, Direction::kRequest, "unknown op");
+  f = ReadFrame();
+  f[6] = 0;
+  f[7] = 1;  // 256: above the service ops.
   ExpectRejected(f, Direction::kRequest, "unknown op");
   f = ReadFrame();
   ExpectRejected(f, Direction::kResponse, "request where a response");
@@ -349,121 +354,45 @@ TEST(WireTest, RejectsEveryMalformedVectorField) {
 
 TEST(WireTest, OpNames) {
   EXPECT_EQ(OpName(Op::kAllocSlab), "ALLOC_SLAB");
-  EXPECT_EQ(OpName(static_cast<Op>(99)), "UNKNOWN(99)");
+  EXPECT_EQ(OpName(static_cast<Op>(15)), "UNKNOWN(15)");
   EXPECT_FALSE(IsKnownOp(0));
   EXPECT_TRUE(IsKnownOp(kMaxOpValue));
   EXPECT_FALSE(IsKnownOp(kMaxOpValue + 1));
 }
 
 
-std::vector<uint8_t> Bytes(std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-std::vector<uint8_t> Cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+// Service ops: the engine checks only the size bound and hands the payload over whole; every op
+// outside the service range and the base ops stays a protocol error.
+TEST(WireTest, ServiceOpsCarryTheirPayloadWhole) {
+  EXPECT_FALSE(IsKnownOp(kFirstServiceOp - 1)) << "15 is unassigned";
+  EXPECT_TRUE(IsKnownOp(kFirstServiceOp));
+  EXPECT_TRUE(IsKnownOp(kLastServiceOp));
+  EXPECT_FALSE(IsKnownOp(kLastServiceOp + 1));
+  EXPECT_TRUE(IsServiceOp(Op{40}));
+  EXPECT_FALSE(IsServiceOp(Op::kRead));
+  EXPECT_EQ(OpName(Op{40}), "SERVICE_OP(40)");
+  EXPECT_EQ(OpName(Op{kLastServiceOp + 1}), "UNKNOWN(256)");
 
-TEST(WireTest, KvFramesRoundTrip) {
-  EXPECT_TRUE(IsKnownOp(16));
-  EXPECT_TRUE(IsKnownOp(21));
-  EXPECT_FALSE(IsKnownOp(22));
-  EXPECT_FALSE(IsKnownOp(32));
-  EXPECT_EQ(OpName(Op::kKvMultiGet), "KV_MULTIGET");
-  auto key = Bytes("user:42");
-  EXPECT_EQ(RoundTrip(Op::kKvGet, false, KvKeyRequest{9, 7}, key).table, 9u);
-  auto value = Bytes("hello world");
-  EXPECT_EQ(RoundTrip(Op::kKvGet, true, KvValueHeader{5, 11}, value).version, 5u);
-  KvPutRequest put;
-  put.table = 3;
-  put.key_len = 7;
-  put.expect_version = kMustBeAbsent;
-  put.value_len = 11;
-  EXPECT_EQ(RoundTrip(Op::kKvPut, false, put, Cat(key, value)).expect_version, kMustBeAbsent);
-  KvDeleteRequest del{3, 7, 12};
-  EXPECT_EQ(RoundTrip(Op::kKvDelete, false, del, key).expect_version, 12u);
-  KvWriteResponse conflict{8, KvOutcome::kConflict};
-  EXPECT_EQ(RoundTrip(Op::kKvPut, true, conflict).outcome, KvOutcome::kConflict);
-  EXPECT_EQ(RoundTrip(Op::kKvCommit, true, KvWriteResponse{9}).version, 9u);
-  KvInvokeRequest inv{1, 2, KvInvokeRequest::kNoPushback};
-  EXPECT_EQ(RoundTrip(Op::kKvInvoke, false, inv, value).function_id, 2u);
-  EXPECT_EQ(RoundTrip(Op::kKvInvoke, true, KvInvokeResponse{KvOutcome::kDone, 3}, value).attempts,
-            3u);
-  EXPECT_EQ(RoundTrip(Op::kKvInvoke, true, KvInvokeResponse{KvOutcome::kPushedBack, 0}).outcome,
-            KvOutcome::kPushedBack);
+  const std::vector<uint8_t> payload = {1, 2, 3, 0, 0, 9};
+  for (bool response : {false, true}) {
+    auto frame = BuildRawFrame(FrameHeader{Op{40}, response, 5}, payload);
+    auto f = ParseFrame(frame, response ? Direction::kResponse : Direction::kRequest);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(std::holds_alternative<std::monostate>(f->body));
+    EXPECT_EQ(std::vector<uint8_t>(f->data.begin(), f->data.end()), payload);
+  }
+  auto empty = ParseFrame(BuildRawFrame(FrameHeader{Op{16}, false, 5}), Direction::kRequest);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->data.empty());
 
-  std::vector<uint8_t> keys;
-  AppendKvKey(keys, key);
-  AppendKvKey(keys, Bytes("k2"));
-  KvMultiGetRequest mg{1, 2};
-  RoundTrip(Op::kKvMultiGet, false, mg, keys);
-  auto parsed = ParseKvMultiGetKeys(mg, keys);
-  ASSERT_TRUE(parsed.ok());
-  ASSERT_EQ(parsed->size(), 2u);
-  EXPECT_EQ(std::string((*parsed)[1].begin(), (*parsed)[1].end()), "k2");
-  std::vector<uint8_t> resp;
-  AppendKvValue(resp, 4, value);
-  AppendKvValue(resp, 0, {});
-  auto frame = BuildRawFrame(FrameHeader{Op::kKvMultiGet, true, 1}, resp);
-  auto f = ParseFrame(frame, Direction::kResponse);
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto values = ParseKvMultiGetResponse(f->data, 2);
-  ASSERT_TRUE(values.ok());
-  EXPECT_EQ((*values)[0].version, 4u);
-  EXPECT_EQ((*values)[1].version, 0u);
-  EXPECT_FALSE(ParseKvMultiGetResponse(f->data, 3).ok());
-
-  std::vector<uint8_t> items;
-  AppendKvCommitRead(items, key, 4);
-  AppendKvCommitWrite(items, key, value, false);
-  AppendKvCommitWrite(items, Bytes("gone"), {}, true);
-  KvCommitRequest commit{1, 1, 2};
-  RoundTrip(Op::kKvCommit, false, commit, items);
-  auto ci = ParseKvCommitItems(commit, items);
-  ASSERT_TRUE(ci.ok());
-  EXPECT_EQ(ci->reads[0].version, 4u);
-  EXPECT_TRUE(ci->writes[1].is_delete);
-}
-
-TEST(WireTest, KvFramesRejectBadInput) {
-  auto key = Bytes("k");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvGet, false, 1}, KvKeyRequest{0, 1}, key),
-                 Direction::kRequest, "table id");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvGet, false, 1}, KvKeyRequest{1, 2}, key),
-                 Direction::kRequest, "key_len");
-  std::vector<uint8_t> long_key(65, 'k');
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvDelete, false, 1}, KvDeleteRequest{1, 65}, long_key),
-                 Direction::kRequest, "");
-  KvPutRequest put;
-  put.table = 1;
-  put.key_len = 1;
-  put.value_len = kMaxValueLength + 1;
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvPut, false, 1}, put, key), Direction::kRequest, "");
-  put.value_len = 3;
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvPut, false, 1}, put, Cat(key, Bytes("ab"))),
-                 Direction::kRequest, "value_len");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvInvoke, false, 1}, KvInvokeRequest{1, 0}),
-                 Direction::kRequest, "function_id");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvInvoke, false, 1}, KvInvokeRequest{1, 1, 6}),
-                 Direction::kRequest, "flags");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvInvoke, true, 1},
-                            KvInvokeResponse{KvOutcome::kPushedBack, 0}, key),
-                 Direction::kResponse, "pushed back");
-  std::vector<uint8_t> keys;
-  AppendKvKey(keys, key);
-  keys.push_back(0);  // A stray byte.
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvMultiGet, false, 1}, KvMultiGetRequest{1, 1}, keys),
-                 Direction::kRequest, "stray");
-  std::vector<uint8_t> items;
-  AppendKvCommitWrite(items, key, Bytes("a"), false);
-  AppendKvCommitWrite(items, key, Bytes("b"), false);
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvCommit, false, 1}, KvCommitRequest{1, 0, 2}, items),
-                 Direction::kRequest, "twice");
-  std::vector<uint8_t> del_with_value;
-  AppendKvCommitWrite(del_with_value, key, Bytes("a"), true);
-  ExpectRejected(
-      BuildFrame(FrameHeader{Op::kKvCommit, false, 1}, KvCommitRequest{1, 0, 1}, del_with_value),
-      Direction::kRequest, "delete with a value");
-  ExpectRejected(BuildFrame(FrameHeader{Op::kKvGet, true, 1}, KvValueHeader{0, 1}, key),
-                 Direction::kResponse, "");
+  // Above the payload bound: refused from the header alone.
+  uint8_t h[kHeaderSize];
+  EncodeHeader(FrameHeader{Op{40}, false, 5, StatusCode::kOk, kMaxPayloadLength + 1}, h);
+  auto big = DecodeHeader(h, Direction::kRequest);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("exceeds"), std::string::npos) << big.status();
+  auto unknown = BuildRawFrame(FrameHeader{Op{kLastServiceOp + 1}, false, 5}, payload);
+  ExpectRejected(unknown, Direction::kRequest, "");
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ cmake --install "$build" --prefix "$prefix" --strip >/dev/null
 for f in bin/tessera libexec/tessera/tessera-memserver libexec/tessera/tessera-run \
          lib/libtessera_preload.so lib/libtessera_paramsvc_c.so \
          lib/cmake/Tessera/TesseraConfig.cmake lib/pkgconfig/tessera-offload.pc \
-         include/tessera/apps/kayak/client.h share/tessera/workloads/workload.py \
+         include/tessera/apps/kayak/client/client.h share/tessera/workloads/workload.py \
          share/tessera/scenarios/r-plus-one.toml lib/systemd/system/tessera-memserver.service \
          share/doc/tessera/memserver.env share/man/man1/tessera-run.1 \
          share/bash-completion/completions/tessera share/tessera/examples/paramsvc_train.py; do
@@ -34,7 +34,7 @@ grep -q "^ExecStart=$prefix/bin/tessera memserver" "$prefix/lib/systemd/system/t
 "$prefix/bin/tessera" experiment list | grep -q 'kill-during-python' \
   || { echo "FAIL: tessera experiment list"; exit 1; }
 PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags tessera-offload \
-  | grep -q -- "-I$prefix/include/tessera/memserver" || { echo "FAIL: pkg-config"; exit 1; }
+  | grep -q -- "-I$prefix/include/tessera/apps/kayak/server" || { echo "FAIL: pkg-config"; exit 1; }
 
 # tessera run from the prefix: finds lib/libtessera_preload.so and starts its embedded
 # memservers from libexec/tessera.

@@ -1,6 +1,6 @@
 // kayak::Controller on a simulated server with known throughput curves: the X-loop finds the
 // best RPC fraction, the R-loop keeps p99 at the SLO, and both follow a phase change.
-#include "apps/kayak/controller.h"
+#include "apps/kayak/client/controller.h"
 
 #include <gtest/gtest.h>
 

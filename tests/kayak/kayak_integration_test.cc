@@ -1,27 +1,30 @@
 // kayak::Client and `tessera kv` against real `tessera memserver` processes on loopback: KV
 // operations, the same answer as RPC or KV, concurrent read-write functions from both ways,
 // pushback, operators' functions that misbehave, and a memserver SIGKILLed mid-run with and
-// without replication.
+// without replication; the memserver hosting Kayak as a service beside ops it does not know.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
+#include "apps/kayak/client/connection.h"
+#include "apps/kayak/wire/builtins.h"
+#include "apps/kayak/wire/wire.h"
 #include "client/local_cluster.h"
-#include "memserver/offload_builtins.h"
 #include "tests/support/test_util.h"
 
 namespace kayak {
 namespace {
 
-namespace bi = tessera::memserver::builtins;
+namespace bi = tessera::kayak::builtins;
 using tessera::client::LocalCluster;
 using tessera::client::LocalClusterOptions;
 
@@ -111,6 +114,57 @@ TEST(KayakIntegrationTest, KvOperationsAndErrors) {
   EXPECT_EQ(c->InvokeOn(k, 77, {}).status().code(), tessera::StatusCode::kNotFound);
   EXPECT_EQ(c->Invoke(bi::kChase, std::vector<uint8_t>{1, 2}).status().code(),
             tessera::StatusCode::kInvalidArgument);
+}
+
+// One request on a raw Kayak connection; the reply, or Timeout when none came within 10 s.
+tessera::Result<Reply> Call(Connection& conn, tessera::fabric::Op op,
+                            std::span<const uint8_t> payload) {
+  auto done = std::make_shared<std::promise<tessera::Result<Reply>>>();
+  auto got = done->get_future();
+  conn.Send(op, payload, [done](tessera::Result<Reply> r) { done->set_value(std::move(r)); });
+  if (got.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return tessera::Timeout("no reply within 10 s");
+  }
+  return got.get();
+}
+
+// `tessera memserver` hosts Kayak as a service of ops 16..21: a service op next to them that no
+// service registered is answered with an error naming the services, a KV payload the service
+// refuses is answered with the field it refused, and the connection serves KV ops after both.
+TEST(KayakIntegrationTest, TheMemserverAnswersOpsNoServiceRegisteredWithAClearError) {
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  namespace kw = tessera::kayak::wire;
+  auto conn = Connection::Open(cluster->endpoints()[0], cluster->secret(), 4242,
+                               tessera::Deadline::AfterMs(10000));
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+
+  const std::vector<uint8_t> junk = {1, 2, 3};
+  auto unknown = Call(**conn, tessera::fabric::Op{kw::kLastOp + 1}, junk);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), tessera::StatusCode::kUnsupported) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("no service on this server handles op 22"),
+            std::string::npos)
+      << unknown.status();
+  EXPECT_NE(unknown.status().message().find("kayak 16..21"), std::string::npos)
+      << unknown.status();
+
+  // A KV_GET whose key length does not match the bytes that follow.
+  auto bad = Call(**conn, kw::kKvGet, kw::Payload(kw::KvKeyRequest{1, 5}, junk));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), tessera::StatusCode::kProtocolError) << bad.status();
+  EXPECT_NE(bad.status().message().find("key_len"), std::string::npos) << bad.status();
+
+  const std::vector<uint8_t> key = {'k'}, value = {'v', 'w'};
+  auto put = Call(**conn, kw::kKvPut,
+                  kw::Payload(kw::KvPutRequest{1, 1, kw::kAnyVersion, 2}, key, value));
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  auto get = Call(**conn, kw::kKvGet, kw::Payload(kw::KvKeyRequest{1, 1}, key));
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  auto parsed = kw::ParseResponse(kw::kKvGet, get->payload);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(parsed->data.begin(), parsed->data.end()), value);
+  EXPECT_TRUE(conn.value()->up());
 }
 
 TEST(KayakIntegrationTest, SameAnswerAsRpcOrKv) {

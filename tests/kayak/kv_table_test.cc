@@ -1,5 +1,5 @@
-// KvTable / KvArena: the memserver's KV hash table in slabs.
-#include "memserver/kv_table.h"
+// KvTable / KvArena: the Kayak service's KV hash table in a memserver's slabs.
+#include "apps/kayak/server/kv_table.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,11 @@
 #include <string>
 #include <thread>
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 namespace {
+
+// The slab owner the memserver would reserve for the service (memserver/service.h).
+constexpr OwnerId kOwner = memserver::ServiceOwner(0);
 
 std::span<const uint8_t> B(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -30,7 +33,7 @@ std::unique_ptr<SlabPool> Pool(uint64_t capacity, uint64_t slab) {
 
 TEST(KvTableTest, PutGetOverwriteDeleteWithVersions) {
   auto pool = Pool(16 << 20, 1 << 20);
-  KvStore store(pool.get());
+  KvStore store(pool.get(), kOwner);
   EXPECT_EQ(store.Table(7, false), nullptr);
   KvTable* t = store.Table(7, true);
   ASSERT_NE(t, nullptr);
@@ -73,7 +76,7 @@ TEST(KvTableTest, PutGetOverwriteDeleteWithVersions) {
 
 TEST(KvTableTest, RejectsBadSizesWithoutChangingAnything) {
   auto pool = Pool(16 << 20, 1 << 20);
-  KvStore store(pool.get());
+  KvStore store(pool.get(), kOwner);
   KvTable* t = store.Table(1, true);
   std::string key65(65, 'k');
   EXPECT_EQ(t->Put(B(key65), B("v"), 0).status().code(), StatusCode::kInvalidArgument);
@@ -91,7 +94,7 @@ TEST(KvTableTest, RejectsBadSizesWithoutChangingAnything) {
 
 TEST(KvTableTest, GrowsAndDeletesAgainstAModel) {
   auto pool = Pool(64 << 20, 1 << 20);
-  KvStore store(pool.get(), KvTable::Options{4, 8});
+  KvStore store(pool.get(), kOwner, KvTable::Options{4, 8});
   KvTable* t = store.Table(3, true);
   std::map<std::string, std::string> model;
   std::mt19937_64 rng(42);
@@ -136,7 +139,7 @@ TEST(KvTableTest, GrowsAndDeletesAgainstAModel) {
 
 TEST(KvTableTest, FullSlabsRefuseWritesAndKeepData) {
   auto pool = Pool(2 << 20, 1 << 20);  // Two slabs only.
-  KvStore store(pool.get());
+  KvStore store(pool.get(), kOwner);
   KvTable* t = store.Table(1, true);
   std::string value(900, 'v');  // 1 KiB chunks: one slab holds 1024 of them.
   int stored = 0;
@@ -173,7 +176,7 @@ TEST(KvTableTest, FullSlabsRefuseWritesAndKeepData) {
 
 TEST(KvTableTest, CommitValidatesReadVersions) {
   auto pool = Pool(16 << 20, 1 << 20);
-  KvStore store(pool.get());
+  KvStore store(pool.get(), kOwner);
   KvTable* t = store.Table(1, true);
   uint64_t va = t->Put(B("a"), B("1"), 0)->version;
   std::vector<KvTable::ReadItem> reads = {{B("a"), va}, {B("b"), 0}};
@@ -194,7 +197,7 @@ TEST(KvTableTest, CommitValidatesReadVersions) {
 // Concurrent read-modify-write through Commit: no increment is lost.
 TEST(KvTableTest, ConcurrentOptimisticIncrementsLoseNothing) {
   auto pool = Pool(16 << 20, 1 << 20);
-  KvStore store(pool.get());
+  KvStore store(pool.get(), kOwner);
   KvTable* t = store.Table(1, true);
   ASSERT_TRUE(t->Put(B("ctr"), B(std::string(8, '\0')), 0).ok());
   constexpr int kThreads = 4, kPerThread = 2000;
@@ -230,4 +233,4 @@ TEST(KvTableTest, ConcurrentOptimisticIncrementsLoseNothing) {
 }
 
 }  // namespace
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

@@ -1,6 +1,6 @@
 // OffloadRuntime: built-in functions, operators' functions from a shared library, pushback,
 // optimistic retries, and misbehaving functions that must be stopped while the runtime goes on.
-#include "memserver/offload.h"
+#include "apps/kayak/server/offload.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,13 @@
 #include <future>
 #include <mutex>
 
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
 
-namespace tessera::memserver {
+namespace tessera::kayak {
 namespace {
+
+// The slab owner the memserver would reserve for the service (memserver/service.h).
+constexpr OwnerId kOwner = memserver::ServiceOwner(0);
 
 namespace bi = builtins;
 
@@ -27,7 +30,7 @@ std::vector<uint8_t> ChainValue(uint64_t next, uint64_t counter, size_t size = 1
 struct Fixture {
   Fixture() {
     pool = SlabPool::Create({32 << 20, 1 << 20, false}).value();
-    store = std::make_unique<KvStore>(pool.get());
+    store = std::make_unique<KvStore>(pool.get(), kOwner);
     table = store->Table(1, true);
     // A ring of 100 keys: key i -> i+1 (mod 100).
     for (uint64_t i = 0; i < 100; ++i) {
@@ -305,4 +308,4 @@ TEST(OffloadTest, BadLibrariesAreRefusedAtStartUp) {
 #endif
 
 }  // namespace
-}  // namespace tessera::memserver
+}  // namespace tessera::kayak

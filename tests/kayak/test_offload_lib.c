@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "memserver/tessera_offload.h"
+#include "apps/kayak/server/tessera_offload.h"
 
 /* 300 sum: args = n 8-byte keys; result = 8-byte sum of the first 8 bytes of each found value. */
 static int Sum(const tessera_offload_api* api, tessera_kv* kv, const uint8_t* args,

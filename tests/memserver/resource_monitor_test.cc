@@ -206,6 +206,27 @@ TEST_F(ResourceMonitorTest, EvictNowPicksLruSlabs) {
   EXPECT_EQ(pool_->counts().allocated_slabs, 0u);
 }
 
+// A hosted service's slabs (memserver/service.h) have no client to move their data to: the
+// monitor passes them over, however it is asked, and evicts the clients' slabs around them.
+TEST_F(ResourceMonitorTest, ServiceSlabsAreNeverEvicted) {
+  auto m = Make();
+  mem_.bytes = 100 * kSlab;
+  const uint64_t service_slab = *pool_->Alloc(ServiceOwner(0));  // Least recently used.
+  const uint64_t last_service_slab = *pool_->Alloc(ServiceOwner(kMaxServices - 1));
+  const uint64_t client_slab = *pool_->Alloc(7);
+  EXPECT_EQ(m->EvictNow(3), 1u);
+  ASSERT_EQ(sink_.notices.size(), 1u);
+  EXPECT_EQ(sink_.notices[0].slab_id, client_slab);
+  clock_.now += 500 * kMs;
+  m->Tick();
+  EXPECT_TRUE(pool_->Resolve(ServiceOwner(0), service_slab, 0, 8).ok());
+  EXPECT_TRUE(pool_->Resolve(ServiceOwner(kMaxServices - 1), last_service_slab, 0, 8).ok());
+  EXPECT_EQ(pool_->counts().allocated_slabs, 2u);
+  EXPECT_TRUE(IsServiceOwner(ServiceOwner(0)));
+  EXPECT_FALSE(IsServiceOwner(ServiceOwner(kMaxServices)));
+  EXPECT_FALSE(IsServiceOwner(~OwnerId{0}));
+}
+
 TEST(MeminfoSourceTest, ParsesMemAvailable) {
   EXPECT_EQ(*MeminfoSource::ParseMemAvailable("MemTotal: 10 kB\nMemAvailable:   2048 kB\n"),
             2048u * 1024);

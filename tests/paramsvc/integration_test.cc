@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "client/hosts.h"
 #include "client/local_cluster.h"
 #include "common/subprocess.h"

@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "apps/paramsvc/io.h"
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/server/server.h"
 #include "common/clock.h"
 #include "fabric/auth.h"
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "client/local_cluster.h"
 #include "common/subprocess.h"
 #include "tests/paramsvc/serve_process.h"

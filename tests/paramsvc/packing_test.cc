@@ -1,4 +1,4 @@
-#include "apps/paramsvc/packing.h"
+#include "apps/paramsvc/server/packing.h"
 
 #include <gtest/gtest.h>
 

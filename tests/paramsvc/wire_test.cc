@@ -1,11 +1,11 @@
-#include "apps/paramsvc/wire.h"
+#include "apps/paramsvc/wire/wire.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "apps/paramsvc/client.h"
-#include "apps/paramsvc/server.h"
+#include "apps/paramsvc/client/client.h"
+#include "apps/paramsvc/server/server.h"
 
 namespace tessera::paramsvc {
 namespace {

@@ -1,5 +1,5 @@
 // kind = kv: a Kayak KV table loaded before t = 0 (event "loaded"), then `clients` closed-loop
-// threads of GET, PUT and Invoke (a built-in chase) through one kayak::Client. Thread t owns
+// threads of GET, PUT and Invoke (a built-in chase) through one ::kayak::Client. Thread t owns
 // the keys k with k % clients == t, so it knows the last acknowledged PUT of each: a GET must
 // return exactly it, a chase must fold exactly it (a PUT that failed leaves either value
 // acceptable until the next acknowledged one). A read that returns an older version of the key,
@@ -10,14 +10,14 @@
 #include <random>
 
 #include "apps/experiment/workload.h"
-#include "apps/kayak/client.h"
+#include "apps/kayak/client/client.h"
 #include "common/clock.h"
-#include "memserver/offload_builtins.h"
+#include "apps/kayak/wire/builtins.h"
 
 namespace tessera::experiment {
 namespace {
 
-namespace kbi = memserver::builtins;
+namespace kbi = kayak::builtins;
 
 class KvWorkload : public Workload {
  public:
@@ -32,13 +32,13 @@ class KvWorkload : public Workload {
 
   // Every thread writes its keys once (seq 1).
   Status Start(RunContext& ctx) override {
-    kayak::ClientOptions ko;
+    ::kayak::ClientOptions ko;
     ko.servers = ctx.cluster().endpoints();
     ko.secret = ctx.cluster().secret();
     ko.client_id = seed_ * 2 + 1;
     ko.replicas = static_cast<uint32_t>(w_.replicas);
-    TESSERA_ASSIGN_OR_RETURN(ko.controller.mode, kayak::ParseMode(w_.mode));
-    TESSERA_ASSIGN_OR_RETURN(client_, kayak::Client::Connect(ko));
+    TESSERA_ASSIGN_OR_RETURN(ko.controller.mode, ::kayak::ParseMode(w_.mode));
+    TESSERA_ASSIGN_OR_RETURN(client_, ::kayak::Client::Connect(ko));
     std::vector<Status> load_st(nthreads_);
     RunThreads(nthreads_, [&](size_t t) {
       for (size_t j = 0; j < state_[t].size() && load_st[t].ok(); ++j) {
@@ -252,17 +252,17 @@ class KvWorkload : public Workload {
   uint64_t seed_;
   size_t nthreads_, vsize_;
   std::vector<std::vector<KeyState>> state_;  // state_[t]: thread t's keys
-  std::unique_ptr<kayak::Client> client_;
+  std::unique_ptr<::kayak::Client> client_;
   std::atomic<uint64_t> ops_{0}, issued_{0}, lost_{0}, wrong_bytes_{0}, wrong_values_{0};
   std::atomic<uint64_t> get_errors_{0}, put_errors_{0}, invoke_errors_{0}, checked_{0};
   uint64_t final_errors_ = 0;
   PhaseLatency latency_;
   std::mutex err_mu_;
   std::string first_error_;  // The first failed op, for the report.
-  kayak::Client::Counters counters_;
+  ::kayak::Client::Counters counters_;
 };
 
-// kayak::Client has no per-op timeout: an op to a server stopped or partitioned for good would
+// ::kayak::Client has no per-op timeout: an op to a server stopped or partitioned for good would
 // block the load forever, so such faults need a duration or a later resume/heal.
 Status CheckKv(const Scenario& s) {
   TESSERA_RETURN_IF_ERROR(NoLayout(s));
@@ -279,7 +279,7 @@ Status CheckKv(const Scenario& s) {
       return Unsupported(s.origin, ":", f.line, ": with kind = \"kv\" a ",
                          FaultActionName(f.action), " needs duration_s or a later ",
                          FaultActionName(undo),
-                         " (kayak::Client has no per-operation timeout: requests to that "
+                         " (::kayak::Client has no per-operation timeout: requests to that "
                          "server would wait for ever)");
     }
   }

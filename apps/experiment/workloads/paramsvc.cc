@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "apps/experiment/workload.h"
-#include "apps/paramsvc/client.h"
+#include "apps/paramsvc/client/client.h"
 #include "common/clock.h"
 #include "common/subprocess.h"
 

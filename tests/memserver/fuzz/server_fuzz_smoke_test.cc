@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/kayak/wire/wire.h"
 #include "fabric/wire.h"
 #include "tests/support/fuzz_smoke.h"
 
@@ -16,6 +17,12 @@ void ShutdownServerFuzzHarness();
 
 namespace tessera::fabric {
 namespace {
+
+using kayak::wire::kAnyVersion;
+using kayak::wire::KvDeleteRequest;
+using kayak::wire::KvInvokeRequest;
+using kayak::wire::KvKeyRequest;
+using kayak::wire::KvPutRequest;
 
 void Append(std::vector<uint8_t>& out, const std::vector<uint8_t>& frame) {
   out.insert(out.end(), frame.begin(), frame.end());
@@ -74,14 +81,16 @@ std::vector<std::vector<uint8_t>> Seeds() {
             BuildRawFrame(FrameHeader{Op::kHeartbeat, false, 17}),
             BuildRawFrame(FrameHeader{Op::kGoodbye, false, 18})}),
       Seed(3, 77,
-           {BuildFrame(FrameHeader{Op::kKvPut, false, 20}, KvPutRequest{1, 3, kAnyVersion, 3},
+           {BuildFrame(FrameHeader{kayak::wire::kKvPut, false, 20}, KvPutRequest{1, 3, kAnyVersion, 3},
                        put_data),
-            BuildFrame(FrameHeader{Op::kKvGet, false, 21}, KvKeyRequest{1, 3}, kv_key),
-            BuildFrame(FrameHeader{Op::kKvDelete, false, 22}, KvDeleteRequest{1, 3, kAnyVersion},
+            BuildFrame(FrameHeader{kayak::wire::kKvGet, false, 21}, KvKeyRequest{1, 3}, kv_key),
+            BuildFrame(FrameHeader{kayak::wire::kKvDelete, false, 22}, KvDeleteRequest{1, 3, kAnyVersion},
                        kv_key),
-            BuildFrame(FrameHeader{Op::kKvInvoke, false, 23}, KvInvokeRequest{1, 1, 0}, args),
+            BuildFrame(FrameHeader{kayak::wire::kKvInvoke, false, 23}, KvInvokeRequest{1, 1, 0}, args),
             BuildFrame(FrameHeader{Op::kInvoke, false, 24}, InvokeRequest{1}, args),
-            BuildFrame(FrameHeader{Op::kFault, false, 25}, FaultRequest{})}),
+            BuildFrame(FrameHeader{Op::kFault, false, 25}, FaultRequest{}),
+            // A service op no service registered: an error reply, the connection goes on.
+            BuildRawFrame(FrameHeader{Op{kLastServiceOp}, false, 26}, args)}),
       // A WRITE cut short: its header and 200 bytes of its payload.
       Seed(
           1, 2,

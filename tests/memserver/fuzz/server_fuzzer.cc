@@ -1,5 +1,6 @@
 // libFuzzer target for the stateful memory server: the real network engine (fabric/server.h)
-// with the real memserver handler (slabs, quota, leases, KV tables, offload functions), started
+// with the real memserver handler (slabs, quota, leases) and the Kayak service (KV tables,
+// offload functions) registered as a memserver daemon registers it, started
 // once in this process on loopback. Every input is one client connection:
 //
 //   byte 0   mode: bit 0 = the harness first runs a real handshake with a client token, so the
@@ -26,6 +27,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "apps/kayak/server/kv_service.h"
 #include "common/clock.h"
 #include "common/fd.h"
 #include "fabric/connect.h"
@@ -60,7 +62,8 @@ Harness* Get() {
     o.orphan_grace_ns = 1;  // Freed by the harness's reclaim after each input.
     o.max_slabs_per_client = 16;
     o.handshake_timeout_ms = 2000;
-    o.offload.workers = 1;
+    o.service_cpu.workers = 1;
+    o.services.push_back(kayak::Plugin(kayak::OffloadOptions{}));
     auto d = memserver::MemServerDaemon::Start(o);
     if (!d.ok()) {
       std::fprintf(stderr, "server fuzzer: %s\n", d.status().ToString().c_str());

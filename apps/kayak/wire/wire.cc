@@ -1,0 +1,515 @@
+// The payloads of the KV frames (ops 16..21), the helpers that build and parse their variable
+// parts, and the whole-payload checks of requests and responses.
+#include "apps/kayak/wire/wire.h"
+
+#include <cstring>
+
+#include "fabric/wire_checks.h"
+
+namespace tessera::kayak::wire {
+
+using fabric::GetU16;
+using fabric::GetU32;
+using fabric::GetU64;
+using fabric::kMaxDataLength;
+using fabric::kMaxPayloadLength;
+using fabric::PutU16;
+using fabric::PutU32;
+using fabric::PutU64;
+using fabric::wire_checks::CheckPad;
+using fabric::wire_checks::Short;
+
+namespace {
+Status CheckTable(const char* what, uint32_t table) {
+  if (table == 0) return ProtocolError(what, ": table id must be non-zero");
+  return Status::Ok();
+}
+Status CheckKeyLength(const char* what, uint32_t key_len) {
+  if (key_len == 0 || key_len > kMaxKeyLength) {
+    return ProtocolError(what, ": key length ", key_len, " outside 1..", kMaxKeyLength);
+  }
+  return Status::Ok();
+}
+Status CheckValueLength(const char* what, uint32_t value_len) {
+  if (value_len > kMaxValueLength) {
+    return ProtocolError(what, ": value length ", value_len, " exceeds ", kMaxValueLength);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+void KvKeyRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU16(out + 4, key_len);
+  PutU16(out + 6, 0);
+}
+Result<KvKeyRequest> KvKeyRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_GET", kWireSize, b.size());
+  KvKeyRequest r;
+  r.table = GetU32(b.data());
+  r.key_len = GetU16(b.data() + 4);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_GET", b.data() + 6, 2));
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_GET", r.table));
+  TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_GET", r.key_len));
+  return r;
+}
+
+void KvValueHeader::EncodeTo(uint8_t* out) const {
+  PutU64(out, version);
+  PutU32(out + 8, value_len);
+  PutU32(out + 12, 0);
+}
+Result<KvValueHeader> KvValueHeader::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV value", kWireSize, b.size());
+  KvValueHeader r;
+  r.version = GetU64(b.data());
+  r.value_len = GetU32(b.data() + 8);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV value", b.data() + 12, 4));
+  TESSERA_RETURN_IF_ERROR(CheckValueLength("KV value", r.value_len));
+  if (r.version == 0 && r.value_len != 0) {
+    return ProtocolError("KV value: an absent key (version 0) with ", r.value_len, " value bytes");
+  }
+  return r;
+}
+
+void KvMultiGetRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU16(out + 4, count);
+  PutU16(out + 6, 0);
+}
+Result<KvMultiGetRequest> KvMultiGetRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_MULTIGET", kWireSize, b.size());
+  KvMultiGetRequest r;
+  r.table = GetU32(b.data());
+  r.count = GetU16(b.data() + 4);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_MULTIGET", b.data() + 6, 2));
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_MULTIGET", r.table));
+  if (r.count == 0 || r.count > kMaxMultiGetKeys) {
+    return ProtocolError("KV_MULTIGET: count ", r.count, " outside 1..", kMaxMultiGetKeys);
+  }
+  return r;
+}
+
+void KvPutRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU16(out + 4, key_len);
+  PutU16(out + 6, 0);
+  PutU64(out + 8, expect_version);
+  PutU32(out + 16, value_len);
+  PutU32(out + 20, 0);
+}
+Result<KvPutRequest> KvPutRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_PUT", kWireSize, b.size());
+  KvPutRequest r;
+  r.table = GetU32(b.data());
+  r.key_len = GetU16(b.data() + 4);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", b.data() + 6, 2));
+  r.expect_version = GetU64(b.data() + 8);
+  r.value_len = GetU32(b.data() + 16);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", b.data() + 20, 4));
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_PUT", r.table));
+  TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_PUT", r.key_len));
+  TESSERA_RETURN_IF_ERROR(CheckValueLength("KV_PUT", r.value_len));
+  return r;
+}
+
+void KvDeleteRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU16(out + 4, key_len);
+  PutU16(out + 6, 0);
+  PutU64(out + 8, expect_version);
+}
+Result<KvDeleteRequest> KvDeleteRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_DELETE", kWireSize, b.size());
+  KvDeleteRequest r;
+  r.table = GetU32(b.data());
+  r.key_len = GetU16(b.data() + 4);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_DELETE", b.data() + 6, 2));
+  r.expect_version = GetU64(b.data() + 8);
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_DELETE", r.table));
+  TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_DELETE", r.key_len));
+  if (r.expect_version == kMustBeAbsent) {
+    return ProtocolError("KV_DELETE: expect_version 'must be absent' makes no sense");
+  }
+  return r;
+}
+
+void KvWriteResponse::EncodeTo(uint8_t* out) const {
+  PutU64(out, version);
+  PutU32(out + 8, static_cast<uint32_t>(outcome));
+  PutU32(out + 12, 0);
+}
+Result<KvWriteResponse> KvWriteResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV write response", kWireSize, b.size());
+  KvWriteResponse r;
+  r.version = GetU64(b.data());
+  uint32_t outcome = GetU32(b.data() + 8);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV write response", b.data() + 12, 4));
+  if (outcome != static_cast<uint32_t>(KvOutcome::kDone) &&
+      outcome != static_cast<uint32_t>(KvOutcome::kConflict)) {
+    return ProtocolError("KV write response: outcome ", outcome, " is not done or conflict");
+  }
+  r.outcome = static_cast<KvOutcome>(outcome);
+  return r;
+}
+
+void KvInvokeRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU32(out + 4, function_id);
+  PutU32(out + 8, flags);
+  PutU32(out + 12, 0);
+}
+Result<KvInvokeRequest> KvInvokeRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_INVOKE", kWireSize, b.size());
+  KvInvokeRequest r;
+  r.table = GetU32(b.data());
+  r.function_id = GetU32(b.data() + 4);
+  r.flags = GetU32(b.data() + 8);
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_INVOKE", b.data() + 12, 4));
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_INVOKE", r.table));
+  if (r.function_id == 0) return ProtocolError("KV_INVOKE: function_id must be non-zero");
+  if ((r.flags & ~kNoPushback) != 0) return ProtocolError("KV_INVOKE: unknown flags ", r.flags);
+  return r;
+}
+
+void KvInvokeResponse::EncodeTo(uint8_t* out) const {
+  PutU32(out, static_cast<uint32_t>(outcome));
+  PutU32(out + 4, attempts);
+}
+Result<KvInvokeResponse> KvInvokeResponse::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_INVOKE response", kWireSize, b.size());
+  KvInvokeResponse r;
+  uint32_t outcome = GetU32(b.data());
+  r.attempts = GetU32(b.data() + 4);
+  if (outcome == static_cast<uint32_t>(KvOutcome::kDone)) {
+    if (r.attempts == 0) return ProtocolError("KV_INVOKE response: done after 0 attempts");
+  } else if (outcome == static_cast<uint32_t>(KvOutcome::kPushedBack)) {
+    if (r.attempts != 0) return ProtocolError("KV_INVOKE response: pushed back with attempts");
+  } else {
+    return ProtocolError("KV_INVOKE response: outcome ", outcome, " is not done or pushed back");
+  }
+  r.outcome = static_cast<KvOutcome>(outcome);
+  return r;
+}
+
+void KvCommitRequest::EncodeTo(uint8_t* out) const {
+  PutU32(out, table);
+  PutU16(out + 4, reads);
+  PutU16(out + 6, writes);
+}
+Result<KvCommitRequest> KvCommitRequest::Decode(std::span<const uint8_t> b) {
+  if (b.size() != kWireSize) return Short("KV_COMMIT", kWireSize, b.size());
+  KvCommitRequest r;
+  r.table = GetU32(b.data());
+  r.reads = GetU16(b.data() + 4);
+  r.writes = GetU16(b.data() + 6);
+  TESSERA_RETURN_IF_ERROR(CheckTable("KV_COMMIT", r.table));
+  if (r.reads > kMaxCommitItems) {
+    return ProtocolError("KV_COMMIT: ", r.reads, " reads exceed ", kMaxCommitItems);
+  }
+  if (r.writes == 0 || r.writes > kMaxCommitItems) {
+    return ProtocolError("KV_COMMIT: writes ", r.writes, " outside 1..", kMaxCommitItems);
+  }
+  return r;
+}
+
+Result<std::vector<std::span<const uint8_t>>> ParseKvMultiGetKeys(const KvMultiGetRequest& req,
+                                                                  std::span<const uint8_t> data) {
+  std::vector<std::span<const uint8_t>> keys;
+  keys.reserve(req.count);
+  size_t off = 0;
+  for (uint32_t i = 0; i < req.count; ++i) {
+    if (data.size() - off < 2) return ProtocolError("KV_MULTIGET: key ", i, " truncated");
+    uint16_t len = GetU16(data.data() + off);
+    off += 2;
+    TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_MULTIGET", len));
+    if (data.size() - off < len) return ProtocolError("KV_MULTIGET: key ", i, " truncated");
+    keys.push_back(data.subspan(off, len));
+    off += len;
+  }
+  if (off != data.size()) {
+    return ProtocolError("KV_MULTIGET: ", data.size() - off, " stray bytes after the keys");
+  }
+  return keys;
+}
+
+Result<KvCommitItems> ParseKvCommitItems(const KvCommitRequest& req,
+                                         std::span<const uint8_t> data) {
+  KvCommitItems items;
+  size_t off = 0;
+  for (uint32_t i = 0; i < req.reads; ++i) {
+    if (data.size() - off < KvCommitRead::kWireSize) {
+      return ProtocolError("KV_COMMIT: read ", i, " truncated");
+    }
+    const uint8_t* p = data.data() + off;
+    KvCommitItem it;
+    it.version = GetU64(p);
+    uint16_t len = GetU16(p + 8);
+    TESSERA_RETURN_IF_ERROR(CheckPad("KV_COMMIT read", p + 10, 6));
+    TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_COMMIT read", len));
+    if (it.version == kMustBeAbsent) return ProtocolError("KV_COMMIT: read version ~0");
+    off += KvCommitRead::kWireSize;
+    if (data.size() - off < len) return ProtocolError("KV_COMMIT: read ", i, " key truncated");
+    it.key = data.subspan(off, len);
+    off += len;
+    items.reads.push_back(it);
+  }
+  for (uint32_t i = 0; i < req.writes; ++i) {
+    if (data.size() - off < KvCommitWrite::kWireSize) {
+      return ProtocolError("KV_COMMIT: write ", i, " truncated");
+    }
+    const uint8_t* p = data.data() + off;
+    KvCommitItem it;
+    uint32_t vlen = GetU32(p);
+    uint16_t klen = GetU16(p + 4);
+    uint16_t flags = GetU16(p + 6);
+    if ((flags & ~KvCommitWrite::kDelete) != 0) {
+      return ProtocolError("KV_COMMIT: write ", i, " has unknown flags ", flags);
+    }
+    it.is_delete = (flags & KvCommitWrite::kDelete) != 0;
+    TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_COMMIT write", klen));
+    TESSERA_RETURN_IF_ERROR(CheckValueLength("KV_COMMIT write", vlen));
+    if (it.is_delete && vlen != 0) return ProtocolError("KV_COMMIT: a delete with a value");
+    off += KvCommitWrite::kWireSize;
+    if (data.size() - off < size_t{klen} + vlen) {
+      return ProtocolError("KV_COMMIT: write ", i, " truncated");
+    }
+    it.key = data.subspan(off, klen);
+    it.value = data.subspan(off + klen, vlen);
+    off += size_t{klen} + vlen;
+    items.writes.push_back(it);
+  }
+  if (off != data.size()) {
+    return ProtocolError("KV_COMMIT: ", data.size() - off, " stray bytes after the items");
+  }
+  for (size_t i = 0; i < items.writes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      const auto& a = items.writes[i].key;
+      const auto& b = items.writes[j].key;
+      if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) {
+        return ProtocolError("KV_COMMIT: key written twice");
+      }
+    }
+  }
+  return items;
+}
+
+Result<std::vector<KvValueView>> ParseKvMultiGetResponse(std::span<const uint8_t> data,
+                                                         size_t expected_count) {
+  std::vector<KvValueView> out;
+  out.reserve(expected_count);
+  size_t off = 0;
+  while (off < data.size()) {
+    if (data.size() - off < KvValueHeader::kWireSize) {
+      return ProtocolError("KV_MULTIGET response: entry ", out.size(), " truncated");
+    }
+    TESSERA_ASSIGN_OR_RETURN(KvValueHeader h,
+                             KvValueHeader::Decode(data.subspan(off, KvValueHeader::kWireSize)));
+    off += KvValueHeader::kWireSize;
+    if (data.size() - off < h.value_len) {
+      return ProtocolError("KV_MULTIGET response: value ", out.size(), " truncated");
+    }
+    out.push_back({h.version, data.subspan(off, h.value_len)});
+    off += h.value_len;
+  }
+  if (expected_count != 0 && out.size() != expected_count) {
+    return ProtocolError("KV_MULTIGET response: ", out.size(), " entries for ", expected_count,
+                         " keys");
+  }
+  return out;
+}
+
+void AppendKvKey(std::vector<uint8_t>& out, std::span<const uint8_t> key) {
+  size_t at = out.size();
+  out.resize(at + 2 + key.size());
+  PutU16(out.data() + at, static_cast<uint16_t>(key.size()));
+  if (!key.empty()) std::memcpy(out.data() + at + 2, key.data(), key.size());
+}
+void AppendKvCommitRead(std::vector<uint8_t>& out, std::span<const uint8_t> key,
+                        uint64_t version) {
+  size_t at = out.size();
+  out.resize(at + KvCommitRead::kWireSize + key.size(), 0);
+  PutU64(out.data() + at, version);
+  PutU16(out.data() + at + 8, static_cast<uint16_t>(key.size()));
+  std::memcpy(out.data() + at + KvCommitRead::kWireSize, key.data(), key.size());
+}
+void AppendKvCommitWrite(std::vector<uint8_t>& out, std::span<const uint8_t> key,
+                         std::span<const uint8_t> value, bool is_delete) {
+  size_t at = out.size();
+  out.resize(at + KvCommitWrite::kWireSize + key.size() + value.size(), 0);
+  uint8_t* p = out.data() + at;
+  PutU32(p, static_cast<uint32_t>(value.size()));
+  PutU16(p + 4, static_cast<uint16_t>(key.size()));
+  PutU16(p + 6, is_delete ? KvCommitWrite::kDelete : 0);
+  std::memcpy(p + KvCommitWrite::kWireSize, key.data(), key.size());
+  if (!value.empty()) std::memcpy(p + KvCommitWrite::kWireSize + key.size(), value.data(), value.size());
+}
+void AppendKvValue(std::vector<uint8_t>& out, uint64_t version, std::span<const uint8_t> value) {
+  size_t at = out.size();
+  out.resize(at + KvValueHeader::kWireSize + value.size());
+  KvValueHeader h{version, static_cast<uint32_t>(value.size())};
+  h.EncodeTo(out.data() + at);
+  if (!value.empty()) std::memcpy(out.data() + at + KvValueHeader::kWireSize, value.data(), value.size());
+}
+
+
+// ---- whole payloads -----------------------------------------------------------------------
+
+namespace {
+
+constexpr uint16_t U(Op op) { return static_cast<uint16_t>(op); }
+
+struct SizeRule {
+  uint32_t min;
+  uint32_t max;
+};
+SizeRule RequestRule(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return {KvKeyRequest::kWireSize + 1, KvKeyRequest::kWireSize + kMaxKeyLength};
+    case U(kKvMultiGet):
+      return {KvMultiGetRequest::kWireSize + 3,
+              KvMultiGetRequest::kWireSize + kMaxMultiGetKeys * (2 + kMaxKeyLength)};
+    case U(kKvPut):
+      return {KvPutRequest::kWireSize + 1,
+              KvPutRequest::kWireSize + kMaxKeyLength + kMaxValueLength};
+    case U(kKvDelete): return {KvDeleteRequest::kWireSize + 1, KvDeleteRequest::kWireSize + kMaxKeyLength};
+    case U(kKvInvoke): return {KvInvokeRequest::kWireSize, kMaxDataLength};
+    case U(kKvCommit):
+      return {KvCommitRequest::kWireSize + KvCommitWrite::kWireSize + 1,
+              KvCommitRequest::kWireSize +
+                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
+                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength)};
+  }
+  return {1, 0};
+}
+static_assert(KvCommitRequest::kWireSize +
+                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
+                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength) <=
+              kMaxPayloadLength, "a full KV_COMMIT must fit in one frame");
+static_assert(kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength) <= kMaxDataLength,
+              "a full KV_MULTIGET response must fit in one frame");
+
+SizeRule ResponseRule(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return {KvValueHeader::kWireSize, KvValueHeader::kWireSize + kMaxValueLength};
+    case U(kKvMultiGet):
+      return {KvValueHeader::kWireSize,
+              kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength)};
+    case U(kKvPut):
+    case U(kKvDelete):
+    case U(kKvCommit): return {KvWriteResponse::kWireSize, KvWriteResponse::kWireSize};
+    case U(kKvInvoke): return {KvInvokeResponse::kWireSize, kMaxDataLength};
+  }
+  return {1, 0};
+}
+
+Status CheckSize(Op op, bool response, std::span<const uint8_t> payload) {
+  if (!IsKvOp(op)) return InvalidArgument(fabric::OpName(op), " is not a KV op");
+  const SizeRule rule = response ? ResponseRule(op) : RequestRule(op);
+  if (payload.size() < rule.min || payload.size() > rule.max) {
+    return ProtocolError(KvOpName(op), response ? " response" : " request", " payload of ",
+                         payload.size(), " bytes outside ", rule.min, "..", rule.max);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status DecodeFixed(ParsedKv* f, std::span<const uint8_t> payload) {
+  return fabric::wire_checks::DecodeFixedPart<T>(KvOpName(f->op), payload, f);
+}
+
+}  // namespace
+
+std::string KvOpName(Op op) {
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): return "KV_GET";
+    case U(kKvMultiGet): return "KV_MULTIGET";
+    case U(kKvPut): return "KV_PUT";
+    case U(kKvDelete): return "KV_DELETE";
+    case U(kKvInvoke): return "KV_INVOKE";
+    case U(kKvCommit): return "KV_COMMIT";
+  }
+  return fabric::OpName(op);
+}
+
+Result<ParsedKv> ParseRequest(Op op, std::span<const uint8_t> payload) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, false, payload));
+  ParsedKv f;
+  f.op = op;
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvKeyRequest>(&f, payload));
+      const auto& r = std::get<KvKeyRequest>(f.body);
+      if (f.data.size() != r.key_len) {
+        return ProtocolError("KV_GET: key_len ", r.key_len, " but ", f.data.size(),
+                             " bytes follow");
+      }
+      break;
+    }
+    case U(kKvMultiGet):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvMultiGetRequest>(&f, payload));
+      TESSERA_RETURN_IF_ERROR(
+          ParseKvMultiGetKeys(std::get<KvMultiGetRequest>(f.body), f.data).status());
+      break;
+    case U(kKvPut): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvPutRequest>(&f, payload));
+      const auto& r = std::get<KvPutRequest>(f.body);
+      if (f.data.size() != size_t{r.key_len} + r.value_len) {
+        return ProtocolError("KV_PUT: key_len ", r.key_len, " + value_len ", r.value_len,
+                             " but ", f.data.size(), " bytes follow");
+      }
+      break;
+    }
+    case U(kKvDelete): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvDeleteRequest>(&f, payload));
+      const auto& r = std::get<KvDeleteRequest>(f.body);
+      if (f.data.size() != r.key_len) {
+        return ProtocolError("KV_DELETE: key_len ", r.key_len, " but ", f.data.size(),
+                             " bytes follow");
+      }
+      break;
+    }
+    case U(kKvInvoke): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeRequest>(&f, payload)); break;
+    case U(kKvCommit):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvCommitRequest>(&f, payload));
+      TESSERA_RETURN_IF_ERROR(
+          ParseKvCommitItems(std::get<KvCommitRequest>(f.body), f.data).status());
+      break;
+  }
+  return f;
+}
+
+Result<ParsedKv> ParseResponse(Op op, std::span<const uint8_t> payload) {
+  TESSERA_RETURN_IF_ERROR(CheckSize(op, true, payload));
+  ParsedKv f;
+  f.op = op;
+  switch (static_cast<uint16_t>(op)) {
+    case U(kKvGet): {
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvValueHeader>(&f, payload));
+      const auto& r = std::get<KvValueHeader>(f.body);
+      if (r.version == 0) return ProtocolError("KV_GET response with version 0");
+      if (f.data.size() != r.value_len) {
+        return ProtocolError("KV_GET response: value_len ", r.value_len, " but ",
+                             f.data.size(), " bytes follow");
+      }
+      break;
+    }
+    case U(kKvMultiGet):
+      TESSERA_RETURN_IF_ERROR(ParseKvMultiGetResponse(payload, 0).status());
+      f.data = payload;
+      break;
+    case U(kKvPut):
+    case U(kKvDelete):
+    case U(kKvCommit): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvWriteResponse>(&f, payload)); break;
+    case U(kKvInvoke):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeResponse>(&f, payload));
+      if (std::get<KvInvokeResponse>(f.body).outcome == KvOutcome::kPushedBack &&
+          !f.data.empty()) {
+        return ProtocolError("KV_INVOKE response: pushed back with a result");
+      }
+      break;
+  }
+  return f;
+}
+
+}  // namespace tessera::kayak::wire
