@@ -34,6 +34,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/coding.h"
 #include "common/status.h"
 
 namespace tessera::fabric {
@@ -337,24 +338,12 @@ std::vector<uint8_t> BuildFrame(FrameHeader h, const Body& body,
 // A frame whose payload is only `data` (or empty): STATS, GOODBYE, error responses, ...
 std::vector<uint8_t> BuildRawFrame(FrameHeader h, std::span<const uint8_t> data = {});
 
-// Little-endian helpers, exposed for the engines.
-inline void PutU16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); }
-inline void PutU32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
-}
-inline void PutU64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i));
-}
-inline uint16_t GetU16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
-inline uint32_t GetU32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-inline uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
+// Little-endian helpers, exposed for the engines: the one codec's (common/coding.h).
+inline void PutU16(uint8_t* p, uint16_t v) { EncodeFixed16(p, v); }
+inline void PutU32(uint8_t* p, uint32_t v) { EncodeFixed32(p, v); }
+inline void PutU64(uint8_t* p, uint64_t v) { EncodeFixed64(p, v); }
+inline uint16_t GetU16(const uint8_t* p) { return DecodeFixed16(p); }
+inline uint32_t GetU32(const uint8_t* p) { return DecodeFixed32(p); }
+inline uint64_t GetU64(const uint8_t* p) { return DecodeFixed64(p); }
 
 }  // namespace tessera::fabric
