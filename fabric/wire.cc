@@ -113,26 +113,28 @@ std::string FaultActionName(FaultAction a) {
 }
 
 void EncodeHeader(const FrameHeader& h, uint8_t* out) {
-  PutU32(out, kMagic);
-  PutU16(out + 4, kProtocolVersion);
-  PutU16(out + 6, static_cast<uint16_t>(static_cast<uint16_t>(h.op) | (h.response ? kResponseBit : 0)));
-  PutU64(out + 8, h.request_id);
-  PutU32(out + 16, static_cast<uint32_t>(h.status));
-  PutU32(out + 20, h.payload_len);
+  SpanWriter(out, kHeaderSize)
+      .PutFixed32(kMagic)
+      .PutFixed16(kProtocolVersion)
+      .PutFixed16(
+          static_cast<uint16_t>(static_cast<uint16_t>(h.op) | (h.response ? kResponseBit : 0)))
+      .PutFixed64(h.request_id)
+      .PutFixed32(static_cast<uint32_t>(h.status))
+      .PutFixed32(h.payload_len);
 }
 
 Result<FrameHeader> DecodeHeader(std::span<const uint8_t> b, Direction expected) {
   if (b.size() < kHeaderSize) {
     return ProtocolError("frame header needs ", kHeaderSize, " bytes, got ", b.size());
   }
-  const uint8_t* p = b.data();
-  uint32_t magic = GetU32(p);
+  SpanReader in(b.first(kHeaderSize));
+  uint32_t magic = in.GetFixed32("magic");
   if (magic != kMagic) return ProtocolError("bad magic 0x", std::hex, magic);
-  uint16_t version = GetU16(p + 4);
+  uint16_t version = in.GetFixed16("version");
   if (version != kProtocolVersion) {
     return ProtocolError("unsupported protocol version ", version, " (want ", kProtocolVersion, ")");
   }
-  uint16_t raw_op = GetU16(p + 6);
+  uint16_t raw_op = in.GetFixed16("op");
   bool response = (raw_op & kResponseBit) != 0;
   uint16_t op_value = raw_op & static_cast<uint16_t>(~kResponseBit);
   if (!IsKnownOp(op_value)) return ProtocolError("unknown op ", op_value);
@@ -143,9 +145,9 @@ Result<FrameHeader> DecodeHeader(std::span<const uint8_t> b, Direction expected)
     return ProtocolError(OpName(h.op), response ? " response where a request was expected"
                                                 : " request where a response was expected");
   }
-  h.request_id = GetU64(p + 8);
-  uint32_t status = GetU32(p + 16);
-  h.payload_len = GetU32(p + 20);
+  h.request_id = in.GetFixed64("request_id");
+  uint32_t status = in.GetFixed32("status");
+  h.payload_len = in.GetFixed32("payload_len");
   if (h.payload_len > kMaxPayloadLength) {
     return ProtocolError(OpName(h.op), ": payload_len ", h.payload_len, " exceeds ",
                          kMaxPayloadLength);

@@ -13,18 +13,20 @@ using wire_checks::CheckPad;
 using wire_checks::Short;
 
 void HelloRequest::EncodeTo(uint8_t* out) const {
-  std::memcpy(out, client_nonce.data(), kNonceSize);
-  PutU64(out + 32, client_id);
-  PutU16(out + 40, min_version);
-  PutU16(out + 42, max_version);
+  SpanWriter(out, kWireSize)
+      .PutBytes(client_nonce)
+      .PutFixed64(client_id)
+      .PutFixed16(min_version)
+      .PutFixed16(max_version);
 }
 Result<HelloRequest> HelloRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("HELLO", kWireSize, b.size());
   HelloRequest r;
-  std::memcpy(r.client_nonce.data(), b.data(), kNonceSize);
-  r.client_id = GetU64(b.data() + 32);
-  r.min_version = GetU16(b.data() + 40);
-  r.max_version = GetU16(b.data() + 42);
+  SpanReader in(b);
+  std::memcpy(r.client_nonce.data(), in.GetBytes(kNonceSize, "client nonce").data(), kNonceSize);
+  r.client_id = in.GetFixed64("client_id");
+  r.min_version = in.GetFixed16("min_version");
+  r.max_version = in.GetFixed16("max_version");
   if (r.client_id == 0) return ProtocolError("HELLO: client_id must be non-zero");
   if (r.min_version == 0 || r.min_version > r.max_version) {
     return ProtocolError("HELLO: bad version range ", r.min_version, "..", r.max_version);
@@ -33,18 +35,20 @@ Result<HelloRequest> HelloRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void ChallengeResponse::EncodeTo(uint8_t* out) const {
-  std::memcpy(out, server_nonce.data(), kNonceSize);
-  PutU64(out + 32, server_id);
-  PutU16(out + 40, version);
-  PutU16(out + 42, 0);
+  SpanWriter(out, kWireSize)
+      .PutBytes(server_nonce)
+      .PutFixed64(server_id)
+      .PutFixed16(version)
+      .PutZeros(2);
 }
 Result<ChallengeResponse> ChallengeResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("CHALLENGE", kWireSize, b.size());
   ChallengeResponse r;
-  std::memcpy(r.server_nonce.data(), b.data(), kNonceSize);
-  r.server_id = GetU64(b.data() + 32);
-  r.version = GetU16(b.data() + 40);
-  TESSERA_RETURN_IF_ERROR(CheckPad("CHALLENGE", b.data() + 42, 2));
+  SpanReader in(b);
+  std::memcpy(r.server_nonce.data(), in.GetBytes(kNonceSize, "server nonce").data(), kNonceSize);
+  r.server_id = in.GetFixed64("server_id");
+  r.version = in.GetFixed16("version");
+  TESSERA_RETURN_IF_ERROR(CheckPad("CHALLENGE", in.GetBytes(2, "padding").data(), 2));
   if (r.server_id == 0) return ProtocolError("CHALLENGE: server_id must be non-zero");
   if (r.version != kProtocolVersion) {
     return ProtocolError("CHALLENGE: server chose unsupported version ", r.version);
@@ -61,29 +65,31 @@ Result<AuthRequest> AuthRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void AuthOkResponse::EncodeTo(uint8_t* out) const {
-  std::memcpy(out, server_mac.data(), kMacSize);
-  PutU64(out + 32, slab_size);
-  PutU64(out + 40, capacity_bytes);
-  PutU64(out + 48, rdma_token);
-  PutU32(out + 56, flags);
-  PutU16(out + 60, rdma_port);
-  PutU16(out + 62, 0);
-  std::memset(out + 64, 0, kMaxRdmaHostLength);
-  std::memcpy(out + 64, rdma_host.data(), std::min(rdma_host.size(), kMaxRdmaHostLength));
+  const size_t host = std::min(rdma_host.size(), kMaxRdmaHostLength);
+  SpanWriter(out, kWireSize)
+      .PutBytes(server_mac)
+      .PutFixed64(slab_size)
+      .PutFixed64(capacity_bytes)
+      .PutFixed64(rdma_token)
+      .PutFixed32(flags)
+      .PutFixed16(rdma_port)
+      .PutZeros(2)
+      .PutBytes({reinterpret_cast<const uint8_t*>(rdma_host.data()), host})
+      .PutZeros(kMaxRdmaHostLength - host);
 }
 Result<AuthOkResponse> AuthOkResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("AUTH_OK", kWireSize, b.size());
-  const uint8_t* p = b.data();
+  SpanReader in(b);
   AuthOkResponse r;
-  std::memcpy(r.server_mac.data(), p, kMacSize);
-  r.slab_size = GetU64(p + 32);
-  r.capacity_bytes = GetU64(p + 40);
-  r.rdma_token = GetU64(p + 48);
-  r.flags = GetU32(p + 56);
-  r.rdma_port = GetU16(p + 60);
-  TESSERA_RETURN_IF_ERROR(CheckPad("AUTH_OK", p + 62, 2));
+  std::memcpy(r.server_mac.data(), in.GetBytes(kMacSize, "server mac").data(), kMacSize);
+  r.slab_size = in.GetFixed64("slab_size");
+  r.capacity_bytes = in.GetFixed64("capacity_bytes");
+  r.rdma_token = in.GetFixed64("rdma_token");
+  r.flags = in.GetFixed32("flags");
+  r.rdma_port = in.GetFixed16("rdma_port");
+  TESSERA_RETURN_IF_ERROR(CheckPad("AUTH_OK", in.GetBytes(2, "padding").data(), 2));
   if ((r.flags & ~kRdmaOffered) != 0) return ProtocolError("AUTH_OK: unknown flags ", r.flags);
-  const uint8_t* host = p + 64;
+  const uint8_t* host = in.GetBytes(kMaxRdmaHostLength, "rdma_host").data();
   size_t n = 0;
   while (n < kMaxRdmaHostLength && host[n] != 0) ++n;
   TESSERA_RETURN_IF_ERROR(CheckPad("AUTH_OK rdma_host", host + n, kMaxRdmaHostLength - n));
@@ -103,29 +109,33 @@ Result<AuthOkResponse> AuthOkResponse::Decode(std::span<const uint8_t> b) {
   return r;
 }
 
-void AllocSlabRequest::EncodeTo(uint8_t* out) const { PutU64(out, size_hint); }
+void AllocSlabRequest::EncodeTo(uint8_t* out) const {
+  SpanWriter(out, kWireSize).PutFixed64(size_hint);
+}
 Result<AllocSlabRequest> AllocSlabRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("ALLOC_SLAB", kWireSize, b.size());
   AllocSlabRequest r;
-  r.size_hint = GetU64(b.data());
+  r.size_hint = SpanReader(b).GetFixed64("size_hint");
   return r;
 }
 
 void AllocSlabResponse::EncodeTo(uint8_t* out) const {
-  PutU64(out, slab_id);
-  PutU64(out + 8, size);
-  PutU64(out + 16, remote_addr);
-  PutU32(out + 24, rkey);
-  PutU32(out + 28, 0);
+  SpanWriter(out, kWireSize)
+      .PutFixed64(slab_id)
+      .PutFixed64(size)
+      .PutFixed64(remote_addr)
+      .PutFixed32(rkey)
+      .PutZeros(4);
 }
 Result<AllocSlabResponse> AllocSlabResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("ALLOC_SLAB response", kWireSize, b.size());
   AllocSlabResponse r;
-  r.slab_id = GetU64(b.data());
-  r.size = GetU64(b.data() + 8);
-  r.remote_addr = GetU64(b.data() + 16);
-  r.rkey = GetU32(b.data() + 24);
-  TESSERA_RETURN_IF_ERROR(CheckPad("ALLOC_SLAB response", b.data() + 28, 4));
+  SpanReader in(b);
+  r.slab_id = in.GetFixed64("slab_id");
+  r.size = in.GetFixed64("size");
+  r.remote_addr = in.GetFixed64("remote_addr");
+  r.rkey = in.GetFixed32("rkey");
+  TESSERA_RETURN_IF_ERROR(CheckPad("ALLOC_SLAB response", in.GetBytes(4, "padding").data(), 4));
   if (r.slab_id == 0) return ProtocolError("ALLOC_SLAB response: slab_id must be non-zero");
   if (r.size == 0) return ProtocolError("ALLOC_SLAB response: size must be non-zero");
   if (r.remote_addr + r.size < r.remote_addr) {
@@ -134,11 +144,13 @@ Result<AllocSlabResponse> AllocSlabResponse::Decode(std::span<const uint8_t> b) 
   return r;
 }
 
-void FreeSlabRequest::EncodeTo(uint8_t* out) const { PutU64(out, slab_id); }
+void FreeSlabRequest::EncodeTo(uint8_t* out) const {
+  SpanWriter(out, kWireSize).PutFixed64(slab_id);
+}
 Result<FreeSlabRequest> FreeSlabRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("FREE_SLAB", kWireSize, b.size());
   FreeSlabRequest r;
-  r.slab_id = GetU64(b.data());
+  r.slab_id = SpanReader(b).GetFixed64("slab_id");
   if (r.slab_id == 0) return ProtocolError("FREE_SLAB: slab_id must be non-zero");
   return r;
 }
@@ -146,19 +158,21 @@ Result<FreeSlabRequest> FreeSlabRequest::Decode(std::span<const uint8_t> b) {
 namespace {
 template <typename T>
 void EncodeRw(const T& r, uint8_t* out) {
-  PutU64(out, r.slab_id);
-  PutU64(out + 8, r.offset);
-  PutU32(out + 16, r.length);
-  PutU32(out + 20, 0);
+  SpanWriter(out, T::kWireSize)
+      .PutFixed64(r.slab_id)
+      .PutFixed64(r.offset)
+      .PutFixed32(r.length)
+      .PutZeros(4);
 }
 template <typename T>
 Result<T> DecodeRw(const char* what, std::span<const uint8_t> b) {
   if (b.size() != T::kWireSize) return Short(what, T::kWireSize, b.size());
   T r;
-  r.slab_id = GetU64(b.data());
-  r.offset = GetU64(b.data() + 8);
-  r.length = GetU32(b.data() + 16);
-  TESSERA_RETURN_IF_ERROR(CheckPad(what, b.data() + 20, 4));
+  SpanReader in(b);
+  r.slab_id = in.GetFixed64("slab_id");
+  r.offset = in.GetFixed64("offset");
+  r.length = in.GetFixed32("length");
+  TESSERA_RETURN_IF_ERROR(CheckPad(what, in.GetBytes(4, "padding").data(), 4));
   if (r.slab_id == 0) return ProtocolError(what, ": slab_id must be non-zero");
   TESSERA_RETURN_IF_ERROR(CheckDataLength(what, r.length));
   if (r.offset + r.length < r.offset) return ProtocolError(what, ": offset + length overflows");
@@ -179,23 +193,23 @@ Result<VectorRange> VectorRange::Decode(std::span<const uint8_t> b) {
   return DecodeRw<VectorRange>("vector range", b);
 }
 VectorRange VectorRangeAt(std::span<const uint8_t> data, uint32_t i) {
-  const uint8_t* p = data.data() + size_t{i} * VectorRange::kWireSize;
+  SpanReader in(data.subspan(size_t{i} * VectorRange::kWireSize, VectorRange::kWireSize));
   VectorRange r;
-  r.slab_id = GetU64(p);
-  r.offset = GetU64(p + 8);
-  r.length = GetU32(p + 16);
+  r.slab_id = in.GetFixed64("slab_id");
+  r.offset = in.GetFixed64("offset");
+  r.length = in.GetFixed32("length");
   return r;
 }
 
 void VectorRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, count);
-  PutU32(out + 4, total_length);
+  SpanWriter(out, kWireSize).PutFixed32(count).PutFixed32(total_length);
 }
 Result<VectorRequest> VectorRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("vector request", kWireSize, b.size());
   VectorRequest v;
-  v.count = GetU32(b.data());
-  v.total_length = GetU32(b.data() + 4);
+  SpanReader in(b);
+  v.count = in.GetFixed32("count");
+  v.total_length = in.GetFixed32("total_length");
   if (v.count == 0 || v.count > kMaxVectorRanges) {
     return ProtocolError("vector request: count ", v.count, " outside 1..", kMaxVectorRanges);
   }
@@ -204,62 +218,65 @@ Result<VectorRequest> VectorRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void HeartbeatResponse::EncodeTo(uint8_t* out) const {
-  PutU64(out, server_time_ns);
-  PutU64(out + 8, free_bytes);
-  PutU64(out + 16, total_bytes);
-  PutU32(out + 24, slabs_used);
-  PutU32(out + 28, slabs_free);
-  PutU32(out + 32, load_permille);
-  PutU32(out + 36, connections);
+  SpanWriter(out, kWireSize)
+      .PutFixed64(server_time_ns)
+      .PutFixed64(free_bytes)
+      .PutFixed64(total_bytes)
+      .PutFixed32(slabs_used)
+      .PutFixed32(slabs_free)
+      .PutFixed32(load_permille)
+      .PutFixed32(connections);
 }
 Result<HeartbeatResponse> HeartbeatResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("HEARTBEAT response", kWireSize, b.size());
-  const uint8_t* p = b.data();
+  SpanReader in(b);
   HeartbeatResponse r;
-  r.server_time_ns = GetU64(p);
-  r.free_bytes = GetU64(p + 8);
-  r.total_bytes = GetU64(p + 16);
-  r.slabs_used = GetU32(p + 24);
-  r.slabs_free = GetU32(p + 28);
-  r.load_permille = GetU32(p + 32);
-  r.connections = GetU32(p + 36);
+  r.server_time_ns = in.GetFixed64("server_time_ns");
+  r.free_bytes = in.GetFixed64("free_bytes");
+  r.total_bytes = in.GetFixed64("total_bytes");
+  r.slabs_used = in.GetFixed32("slabs_used");
+  r.slabs_free = in.GetFixed32("slabs_free");
+  r.load_permille = in.GetFixed32("load_permille");
+  r.connections = in.GetFixed32("connections");
   if (r.free_bytes > r.total_bytes) {
     return ProtocolError("HEARTBEAT: free_bytes ", r.free_bytes, " > total_bytes ", r.total_bytes);
   }
-  if (r.load_permille > 1000) return ProtocolError("HEARTBEAT: load_permille ", r.load_permille, " > 1000");
+  if (r.load_permille > 1000)
+    return ProtocolError("HEARTBEAT: load_permille ", r.load_permille, " > 1000");
   return r;
 }
 
 void InvokeRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, function_id);
-  PutU32(out + 4, 0);
+  SpanWriter(out, kWireSize).PutFixed32(function_id).PutZeros(4);
 }
 Result<InvokeRequest> InvokeRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("INVOKE", kWireSize, b.size());
   InvokeRequest r;
-  r.function_id = GetU32(b.data());
-  TESSERA_RETURN_IF_ERROR(CheckPad("INVOKE", b.data() + 4, 4));
+  SpanReader in(b);
+  r.function_id = in.GetFixed32("function_id");
+  TESSERA_RETURN_IF_ERROR(CheckPad("INVOKE", in.GetBytes(4, "padding").data(), 4));
   return r;
 }
 
 void FaultRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, static_cast<uint32_t>(action));
-  PutU32(out + 4, op_mask);
-  PutU64(out + 8, delay_us);
-  PutU64(out + 16, duration_ms);
-  PutU64(out + 24, count);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(static_cast<uint32_t>(action))
+      .PutFixed32(op_mask)
+      .PutFixed64(delay_us)
+      .PutFixed64(duration_ms)
+      .PutFixed64(count);
 }
 Result<FaultRequest> FaultRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("FAULT", kWireSize, b.size());
-  const uint8_t* p = b.data();
-  uint32_t action = GetU32(p);
+  SpanReader in(b);
+  uint32_t action = in.GetFixed32("action");
   if (action > kMaxFaultAction) return ProtocolError("FAULT: unknown action ", action);
   FaultRequest r;
   r.action = static_cast<FaultAction>(action);
-  r.op_mask = GetU32(p + 4);
-  r.delay_us = GetU64(p + 8);
-  r.duration_ms = GetU64(p + 16);
-  r.count = GetU64(p + 24);
+  r.op_mask = in.GetFixed32("op_mask");
+  r.delay_us = in.GetFixed64("delay_us");
+  r.duration_ms = in.GetFixed64("duration_ms");
+  r.count = in.GetFixed64("count");
   uint32_t valid_mask = ((1u << (kMaxOpValue + 1)) - 1) & ~1u;
   if ((r.op_mask & ~valid_mask) != 0) return ProtocolError("FAULT: op_mask has unknown op bits");
   if (r.delay_us > 3600ull * 1000000) return ProtocolError("FAULT: delay_us above one hour");
@@ -270,21 +287,22 @@ Result<FaultRequest> FaultRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void Notice::EncodeTo(uint8_t* out) const {
-  PutU32(out, static_cast<uint32_t>(kind));
-  PutU32(out + 4, 0);
-  PutU64(out + 8, slab_id);
-  PutU64(out + 16, deadline_ms);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(static_cast<uint32_t>(kind))
+      .PutZeros(4)
+      .PutFixed64(slab_id)
+      .PutFixed64(deadline_ms);
 }
 Result<Notice> Notice::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("NOTICE", kWireSize, b.size());
-  const uint8_t* p = b.data();
-  uint32_t kind = GetU32(p);
+  SpanReader in(b);
+  uint32_t kind = in.GetFixed32("kind");
   if (kind == 0 || kind > kMaxNoticeKind) return ProtocolError("NOTICE: unknown kind ", kind);
   Notice n;
   n.kind = static_cast<NoticeKind>(kind);
-  TESSERA_RETURN_IF_ERROR(CheckPad("NOTICE", p + 4, 4));
-  n.slab_id = GetU64(p + 8);
-  n.deadline_ms = GetU64(p + 16);
+  TESSERA_RETURN_IF_ERROR(CheckPad("NOTICE", in.GetBytes(4, "padding").data(), 4));
+  n.slab_id = in.GetFixed64("slab_id");
+  n.deadline_ms = in.GetFixed64("deadline_ms");
   if (n.kind == NoticeKind::kSlabEvicting && n.slab_id == 0) {
     return ProtocolError("NOTICE: slab eviction without a slab_id");
   }
