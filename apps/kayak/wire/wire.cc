@@ -39,32 +39,30 @@ Status CheckValueLength(const char* what, uint32_t value_len) {
 }  // namespace
 
 void KvKeyRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU16(out + 4, key_len);
-  PutU16(out + 6, 0);
+  SpanWriter(out, kWireSize).PutFixed32(table).PutFixed16(key_len).PutZeros(2);
 }
 Result<KvKeyRequest> KvKeyRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_GET", kWireSize, b.size());
   KvKeyRequest r;
-  r.table = GetU32(b.data());
-  r.key_len = GetU16(b.data() + 4);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_GET", b.data() + 6, 2));
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.key_len = in.GetFixed16("key_len");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_GET", in.GetBytes(2, "padding").data(), 2));
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_GET", r.table));
   TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_GET", r.key_len));
   return r;
 }
 
 void KvValueHeader::EncodeTo(uint8_t* out) const {
-  PutU64(out, version);
-  PutU32(out + 8, value_len);
-  PutU32(out + 12, 0);
+  SpanWriter(out, kWireSize).PutFixed64(version).PutFixed32(value_len).PutZeros(4);
 }
 Result<KvValueHeader> KvValueHeader::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV value", kWireSize, b.size());
   KvValueHeader r;
-  r.version = GetU64(b.data());
-  r.value_len = GetU32(b.data() + 8);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV value", b.data() + 12, 4));
+  SpanReader in(b);
+  r.version = in.GetFixed64("version");
+  r.value_len = in.GetFixed32("value_len");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV value", in.GetBytes(4, "padding").data(), 4));
   TESSERA_RETURN_IF_ERROR(CheckValueLength("KV value", r.value_len));
   if (r.version == 0 && r.value_len != 0) {
     return ProtocolError("KV value: an absent key (version 0) with ", r.value_len, " value bytes");
@@ -73,16 +71,15 @@ Result<KvValueHeader> KvValueHeader::Decode(std::span<const uint8_t> b) {
 }
 
 void KvMultiGetRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU16(out + 4, count);
-  PutU16(out + 6, 0);
+  SpanWriter(out, kWireSize).PutFixed32(table).PutFixed16(count).PutZeros(2);
 }
 Result<KvMultiGetRequest> KvMultiGetRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_MULTIGET", kWireSize, b.size());
   KvMultiGetRequest r;
-  r.table = GetU32(b.data());
-  r.count = GetU16(b.data() + 4);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_MULTIGET", b.data() + 6, 2));
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.count = in.GetFixed16("count");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_MULTIGET", in.GetBytes(2, "padding").data(), 2));
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_MULTIGET", r.table));
   if (r.count == 0 || r.count > kMaxMultiGetKeys) {
     return ProtocolError("KV_MULTIGET: count ", r.count, " outside 1..", kMaxMultiGetKeys);
@@ -91,22 +88,24 @@ Result<KvMultiGetRequest> KvMultiGetRequest::Decode(std::span<const uint8_t> b) 
 }
 
 void KvPutRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU16(out + 4, key_len);
-  PutU16(out + 6, 0);
-  PutU64(out + 8, expect_version);
-  PutU32(out + 16, value_len);
-  PutU32(out + 20, 0);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(table)
+      .PutFixed16(key_len)
+      .PutZeros(2)
+      .PutFixed64(expect_version)
+      .PutFixed32(value_len)
+      .PutZeros(4);
 }
 Result<KvPutRequest> KvPutRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_PUT", kWireSize, b.size());
   KvPutRequest r;
-  r.table = GetU32(b.data());
-  r.key_len = GetU16(b.data() + 4);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", b.data() + 6, 2));
-  r.expect_version = GetU64(b.data() + 8);
-  r.value_len = GetU32(b.data() + 16);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", b.data() + 20, 4));
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.key_len = in.GetFixed16("key_len");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", in.GetBytes(2, "padding").data(), 2));
+  r.expect_version = in.GetFixed64("expect_version");
+  r.value_len = in.GetFixed32("value_len");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_PUT", in.GetBytes(4, "padding").data(), 4));
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_PUT", r.table));
   TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_PUT", r.key_len));
   TESSERA_RETURN_IF_ERROR(CheckValueLength("KV_PUT", r.value_len));
@@ -114,18 +113,20 @@ Result<KvPutRequest> KvPutRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void KvDeleteRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU16(out + 4, key_len);
-  PutU16(out + 6, 0);
-  PutU64(out + 8, expect_version);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(table)
+      .PutFixed16(key_len)
+      .PutZeros(2)
+      .PutFixed64(expect_version);
 }
 Result<KvDeleteRequest> KvDeleteRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_DELETE", kWireSize, b.size());
   KvDeleteRequest r;
-  r.table = GetU32(b.data());
-  r.key_len = GetU16(b.data() + 4);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_DELETE", b.data() + 6, 2));
-  r.expect_version = GetU64(b.data() + 8);
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.key_len = in.GetFixed16("key_len");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_DELETE", in.GetBytes(2, "padding").data(), 2));
+  r.expect_version = in.GetFixed64("expect_version");
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_DELETE", r.table));
   TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_DELETE", r.key_len));
   if (r.expect_version == kMustBeAbsent) {
@@ -135,14 +136,16 @@ Result<KvDeleteRequest> KvDeleteRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void KvWriteResponse::EncodeTo(uint8_t* out) const {
-  PutU64(out, version);
-  PutU32(out + 8, static_cast<uint32_t>(outcome));
-  PutU32(out + 12, 0);
+  SpanWriter(out, kWireSize)
+      .PutFixed64(version)
+      .PutFixed32(static_cast<uint32_t>(outcome))
+      .PutZeros(4);
 }
 Result<KvWriteResponse> KvWriteResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV write response", kWireSize, b.size());
   KvWriteResponse r;
-  r.version = GetU64(b.data());
+  SpanReader in(b);
+  r.version = in.GetFixed64("version");
   uint32_t outcome = GetU32(b.data() + 8);
   TESSERA_RETURN_IF_ERROR(CheckPad("KV write response", b.data() + 12, 4));
   if (outcome != static_cast<uint32_t>(KvOutcome::kDone) &&
@@ -154,18 +157,20 @@ Result<KvWriteResponse> KvWriteResponse::Decode(std::span<const uint8_t> b) {
 }
 
 void KvInvokeRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU32(out + 4, function_id);
-  PutU32(out + 8, flags);
-  PutU32(out + 12, 0);
+  SpanWriter(out, kWireSize)
+      .PutFixed32(table)
+      .PutFixed32(function_id)
+      .PutFixed32(flags)
+      .PutZeros(4);
 }
 Result<KvInvokeRequest> KvInvokeRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_INVOKE", kWireSize, b.size());
   KvInvokeRequest r;
-  r.table = GetU32(b.data());
-  r.function_id = GetU32(b.data() + 4);
-  r.flags = GetU32(b.data() + 8);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV_INVOKE", b.data() + 12, 4));
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.function_id = in.GetFixed32("function_id");
+  r.flags = in.GetFixed32("flags");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV_INVOKE", in.GetBytes(4, "padding").data(), 4));
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_INVOKE", r.table));
   if (r.function_id == 0) return ProtocolError("KV_INVOKE: function_id must be non-zero");
   if ((r.flags & ~kNoPushback) != 0) return ProtocolError("KV_INVOKE: unknown flags ", r.flags);
@@ -173,8 +178,7 @@ Result<KvInvokeRequest> KvInvokeRequest::Decode(std::span<const uint8_t> b) {
 }
 
 void KvInvokeResponse::EncodeTo(uint8_t* out) const {
-  PutU32(out, static_cast<uint32_t>(outcome));
-  PutU32(out + 4, attempts);
+  SpanWriter(out, kWireSize).PutFixed32(static_cast<uint32_t>(outcome)).PutFixed32(attempts);
 }
 Result<KvInvokeResponse> KvInvokeResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_INVOKE response", kWireSize, b.size());
@@ -193,16 +197,15 @@ Result<KvInvokeResponse> KvInvokeResponse::Decode(std::span<const uint8_t> b) {
 }
 
 void KvCommitRequest::EncodeTo(uint8_t* out) const {
-  PutU32(out, table);
-  PutU16(out + 4, reads);
-  PutU16(out + 6, writes);
+  SpanWriter(out, kWireSize).PutFixed32(table).PutFixed16(reads).PutFixed16(writes);
 }
 Result<KvCommitRequest> KvCommitRequest::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_COMMIT", kWireSize, b.size());
   KvCommitRequest r;
-  r.table = GetU32(b.data());
-  r.reads = GetU16(b.data() + 4);
-  r.writes = GetU16(b.data() + 6);
+  SpanReader in(b);
+  r.table = in.GetFixed32("table");
+  r.reads = in.GetFixed16("reads");
+  r.writes = in.GetFixed16("writes");
   TESSERA_RETURN_IF_ERROR(CheckTable("KV_COMMIT", r.table));
   if (r.reads > kMaxCommitItems) {
     return ProtocolError("KV_COMMIT: ", r.reads, " reads exceed ", kMaxCommitItems);
@@ -325,8 +328,7 @@ void AppendKvKey(std::vector<uint8_t>& out, std::span<const uint8_t> key) {
   PutU16(out.data() + at, static_cast<uint16_t>(key.size()));
   if (!key.empty()) std::memcpy(out.data() + at + 2, key.data(), key.size());
 }
-void AppendKvCommitRead(std::vector<uint8_t>& out, std::span<const uint8_t> key,
-                        uint64_t version) {
+void AppendKvCommitRead(std::vector<uint8_t>& out, std::span<const uint8_t> key, uint64_t version) {
   size_t at = out.size();
   out.resize(at + KvCommitRead::kWireSize + key.size(), 0);
   PutU64(out.data() + at, version);
@@ -342,16 +344,17 @@ void AppendKvCommitWrite(std::vector<uint8_t>& out, std::span<const uint8_t> key
   PutU16(p + 4, static_cast<uint16_t>(key.size()));
   PutU16(p + 6, is_delete ? KvCommitWrite::kDelete : 0);
   std::memcpy(p + KvCommitWrite::kWireSize, key.data(), key.size());
-  if (!value.empty()) std::memcpy(p + KvCommitWrite::kWireSize + key.size(), value.data(), value.size());
+  if (!value.empty())
+    std::memcpy(p + KvCommitWrite::kWireSize + key.size(), value.data(), value.size());
 }
 void AppendKvValue(std::vector<uint8_t>& out, uint64_t version, std::span<const uint8_t> value) {
   size_t at = out.size();
   out.resize(at + KvValueHeader::kWireSize + value.size());
   KvValueHeader h{version, static_cast<uint32_t>(value.size())};
   h.EncodeTo(out.data() + at);
-  if (!value.empty()) std::memcpy(out.data() + at + KvValueHeader::kWireSize, value.data(), value.size());
+  if (!value.empty())
+    std::memcpy(out.data() + at + KvValueHeader::kWireSize, value.data(), value.size());
 }
-
 
 // ---- whole payloads -----------------------------------------------------------------------
 
@@ -365,15 +368,18 @@ struct SizeRule {
 };
 SizeRule RequestRule(Op op) {
   switch (static_cast<uint16_t>(op)) {
-    case U(kKvGet): return {KvKeyRequest::kWireSize + 1, KvKeyRequest::kWireSize + kMaxKeyLength};
+    case U(kKvGet):
+      return {KvKeyRequest::kWireSize + 1, KvKeyRequest::kWireSize + kMaxKeyLength};
     case U(kKvMultiGet):
       return {KvMultiGetRequest::kWireSize + 3,
               KvMultiGetRequest::kWireSize + kMaxMultiGetKeys * (2 + kMaxKeyLength)};
     case U(kKvPut):
       return {KvPutRequest::kWireSize + 1,
               KvPutRequest::kWireSize + kMaxKeyLength + kMaxValueLength};
-    case U(kKvDelete): return {KvDeleteRequest::kWireSize + 1, KvDeleteRequest::kWireSize + kMaxKeyLength};
-    case U(kKvInvoke): return {KvInvokeRequest::kWireSize, kMaxDataLength};
+    case U(kKvDelete):
+      return {KvDeleteRequest::kWireSize + 1, KvDeleteRequest::kWireSize + kMaxKeyLength};
+    case U(kKvInvoke):
+      return {KvInvokeRequest::kWireSize, kMaxDataLength};
     case U(kKvCommit):
       return {KvCommitRequest::kWireSize + KvCommitWrite::kWireSize + 1,
               KvCommitRequest::kWireSize +
@@ -383,22 +389,27 @@ SizeRule RequestRule(Op op) {
   return {1, 0};
 }
 static_assert(KvCommitRequest::kWireSize +
-                  kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
-                  kMaxCommitItems * (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength) <=
-              kMaxPayloadLength, "a full KV_COMMIT must fit in one frame");
+                      kMaxCommitItems * (KvCommitRead::kWireSize + kMaxKeyLength) +
+                      kMaxCommitItems *
+                          (KvCommitWrite::kWireSize + kMaxKeyLength + kMaxValueLength) <=
+                  kMaxPayloadLength,
+              "a full KV_COMMIT must fit in one frame");
 static_assert(kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength) <= kMaxDataLength,
               "a full KV_MULTIGET response must fit in one frame");
 
 SizeRule ResponseRule(Op op) {
   switch (static_cast<uint16_t>(op)) {
-    case U(kKvGet): return {KvValueHeader::kWireSize, KvValueHeader::kWireSize + kMaxValueLength};
+    case U(kKvGet):
+      return {KvValueHeader::kWireSize, KvValueHeader::kWireSize + kMaxValueLength};
     case U(kKvMultiGet):
       return {KvValueHeader::kWireSize,
               kMaxMultiGetKeys * (KvValueHeader::kWireSize + kMaxValueLength)};
     case U(kKvPut):
     case U(kKvDelete):
-    case U(kKvCommit): return {KvWriteResponse::kWireSize, KvWriteResponse::kWireSize};
-    case U(kKvInvoke): return {KvInvokeResponse::kWireSize, kMaxDataLength};
+    case U(kKvCommit):
+      return {KvWriteResponse::kWireSize, KvWriteResponse::kWireSize};
+    case U(kKvInvoke):
+      return {KvInvokeResponse::kWireSize, kMaxDataLength};
   }
   return {1, 0};
 }
@@ -422,12 +433,18 @@ Status DecodeFixed(ParsedKv* f, std::span<const uint8_t> payload) {
 
 std::string KvOpName(Op op) {
   switch (static_cast<uint16_t>(op)) {
-    case U(kKvGet): return "KV_GET";
-    case U(kKvMultiGet): return "KV_MULTIGET";
-    case U(kKvPut): return "KV_PUT";
-    case U(kKvDelete): return "KV_DELETE";
-    case U(kKvInvoke): return "KV_INVOKE";
-    case U(kKvCommit): return "KV_COMMIT";
+    case U(kKvGet):
+      return "KV_GET";
+    case U(kKvMultiGet):
+      return "KV_MULTIGET";
+    case U(kKvPut):
+      return "KV_PUT";
+    case U(kKvDelete):
+      return "KV_DELETE";
+    case U(kKvInvoke):
+      return "KV_INVOKE";
+    case U(kKvCommit):
+      return "KV_COMMIT";
   }
   return fabric::OpName(op);
 }
@@ -455,8 +472,8 @@ Result<ParsedKv> ParseRequest(Op op, std::span<const uint8_t> payload) {
       TESSERA_RETURN_IF_ERROR(DecodeFixed<KvPutRequest>(&f, payload));
       const auto& r = std::get<KvPutRequest>(f.body);
       if (f.data.size() != size_t{r.key_len} + r.value_len) {
-        return ProtocolError("KV_PUT: key_len ", r.key_len, " + value_len ", r.value_len,
-                             " but ", f.data.size(), " bytes follow");
+        return ProtocolError("KV_PUT: key_len ", r.key_len, " + value_len ", r.value_len, " but ",
+                             f.data.size(), " bytes follow");
       }
       break;
     }
@@ -469,7 +486,9 @@ Result<ParsedKv> ParseRequest(Op op, std::span<const uint8_t> payload) {
       }
       break;
     }
-    case U(kKvInvoke): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeRequest>(&f, payload)); break;
+    case U(kKvInvoke):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeRequest>(&f, payload));
+      break;
     case U(kKvCommit):
       TESSERA_RETURN_IF_ERROR(DecodeFixed<KvCommitRequest>(&f, payload));
       TESSERA_RETURN_IF_ERROR(
@@ -489,8 +508,8 @@ Result<ParsedKv> ParseResponse(Op op, std::span<const uint8_t> payload) {
       const auto& r = std::get<KvValueHeader>(f.body);
       if (r.version == 0) return ProtocolError("KV_GET response with version 0");
       if (f.data.size() != r.value_len) {
-        return ProtocolError("KV_GET response: value_len ", r.value_len, " but ",
-                             f.data.size(), " bytes follow");
+        return ProtocolError("KV_GET response: value_len ", r.value_len, " but ", f.data.size(),
+                             " bytes follow");
       }
       break;
     }
@@ -500,11 +519,12 @@ Result<ParsedKv> ParseResponse(Op op, std::span<const uint8_t> payload) {
       break;
     case U(kKvPut):
     case U(kKvDelete):
-    case U(kKvCommit): TESSERA_RETURN_IF_ERROR(DecodeFixed<KvWriteResponse>(&f, payload)); break;
+    case U(kKvCommit):
+      TESSERA_RETURN_IF_ERROR(DecodeFixed<KvWriteResponse>(&f, payload));
+      break;
     case U(kKvInvoke):
       TESSERA_RETURN_IF_ERROR(DecodeFixed<KvInvokeResponse>(&f, payload));
-      if (std::get<KvInvokeResponse>(f.body).outcome == KvOutcome::kPushedBack &&
-          !f.data.empty()) {
+      if (std::get<KvInvokeResponse>(f.body).outcome == KvOutcome::kPushedBack && !f.data.empty()) {
         return ProtocolError("KV_INVOKE response: pushed back with a result");
       }
       break;
