@@ -1,6 +1,8 @@
 // Socket helpers (see fabric/socket.h).
 #include "fabric/socket.h"
 
+#include "common/net.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -59,40 +61,10 @@ Result<UniqueFd> ConnectTcp(const Endpoint& ep, Deadline deadline) {
 }
 
 Result<UniqueFd> BindListener(const std::string& host, uint16_t port, bool reuseport) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port_str = std::to_string(port);
-  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &res);
-  if (rc != 0) return InvalidArgument("cannot resolve listen host '", host, "': ", gai_strerror(rc));
-  Status last = Unavailable("no address for '", host, "'");
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd) {
-      last = ErrnoError("socket");
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (reuseport && ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
-      last = ErrnoError("setsockopt(SO_REUSEPORT)");
-      continue;
-    }
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      last = ErrnoError("bind ", host, ":", port);
-      continue;
-    }
-    if (::listen(fd.get(), 1024) != 0) {
-      last = ErrnoError("listen");
-      continue;
-    }
-    freeaddrinfo(res);
-    return fd;
-  }
-  freeaddrinfo(res);
-  return last;
+  ListenOptions o;
+  o.backlog = 1024;
+  o.reuse_port = reuseport;
+  return ListenTcp(host, port, o);
 }
 
 Result<uint16_t> PickListenPort() {

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/net.h"
 
 namespace tessera::memserver {
 namespace {
@@ -53,31 +54,12 @@ std::string Response(int code, const char* reason, const std::string& body,
 Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host,
                                                                     uint16_t port,
                                                                     Render render) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  std::string port_text = std::to_string(port);
-  int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &res);
-  if (rc != 0) return InvalidArgument("metrics address '", host, "': ", gai_strerror(rc));
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
-  UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoError("socket");
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), res->ai_addr, res->ai_addrlen) != 0) {
-    return ErrnoError("bind metrics endpoint ", host, ":", port);
-  }
-  if (::listen(fd.get(), 16) != 0) return ErrnoError("listen");
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
-    return ErrnoError("getsockname");
-  }
-  uint16_t bound = ss.ss_family == AF_INET6
-                       ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                       : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  ListenOptions o;
+  o.backlog = 16;
+  o.what = "metrics endpoint";
+  TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(host, port, o));
+  const uint16_t bound = BoundPort(fd.get());
+  if (bound == 0) return ErrnoError("getsockname");
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake) return ErrnoError("eventfd");
   auto server = std::unique_ptr<MetricsHttpServer>(

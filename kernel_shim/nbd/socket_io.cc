@@ -15,6 +15,8 @@
 #include <cstring>
 #include <memory>
 
+#include "common/net.h"
+
 namespace tessera::nbd {
 
 bool ReadFull(int fd, void* buf, size_t n) {
@@ -119,30 +121,11 @@ std::string PeerName(int fd) {
 }
 
 Result<UniqueFd> ListenTcpSocket(const std::string& host, uint16_t port, uint16_t* bound) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string port_s = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_s.c_str(), &hints, &res);
-  if (rc != 0) return InvalidArgument("cannot resolve \"", host, "\": ", gai_strerror(rc));
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, &freeaddrinfo);
-  UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoError("socket");
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), res->ai_addr, res->ai_addrlen) != 0) {
-    return ErrnoError("bind ", host, ":", port);
-  }
-  if (::listen(fd.get(), 64) != 0) return ErrnoError("listen");
-  sockaddr_storage ss{};
-  socklen_t sl = sizeof ss;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &sl) != 0) {
-    return ErrnoError("getsockname");
-  }
-  *bound = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                    : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  ListenOptions o;
+  o.backlog = 64;
+  TESSERA_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(host, port, o));
+  *bound = BoundPort(fd.get());
+  if (*bound == 0) return ErrnoError("getsockname");
   return fd;
 }
 

@@ -17,6 +17,7 @@
 
 #include "apps/paramsvc/server/server_impl.h"
 #include "common/logging.h"
+#include "common/net.h"
 #include "fabric/auth.h"
 
 namespace tessera::paramsvc {
@@ -215,37 +216,15 @@ JobCounters Server::Impl::Sum(Job& job) {
 }
 
 Result<UniqueFd> Server::Listen(const std::string& host, uint16_t port) {
-  // IPv4 or IPv6, by the form of the address ("::" listens on both where the system allows).
-  sockaddr_storage ss{};
-  socklen_t len = 0;
+  // An address, not a name: the service says where it listens in the form it was given.
   std::string h = host;
   if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h.find(':') != std::string::npos) {
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    a6->sin6_family = AF_INET6;
-    a6->sin6_port = htons(port);
-    if (::inet_pton(AF_INET6, h.c_str(), &a6->sin6_addr) != 1) {
-      return InvalidArgument("bad IPv6 listen address '", host, "'");
-    }
-    len = sizeof(sockaddr_in6);
-  } else {
-    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
-    a4->sin_family = AF_INET;
-    a4->sin_port = htons(port);
-    if (::inet_pton(AF_INET, h.c_str(), &a4->sin_addr) != 1) {
-      return InvalidArgument("bad listen address '", host, "' (want an IPv4 or IPv6 address)");
-    }
-    len = sizeof(sockaddr_in);
+  in6_addr a6;
+  in_addr a4;
+  if (::inet_pton(AF_INET6, h.c_str(), &a6) != 1 && ::inet_pton(AF_INET, h.c_str(), &a4) != 1) {
+    return InvalidArgument("bad listen address '", host, "' (want an IPv4 or IPv6 address)");
   }
-  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return ErrnoError("socket");
-  int one = 1;
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    return ErrnoError("bind ", host, ":", port);
-  }
-  if (::listen(fd.get(), 512) != 0) return ErrnoError("listen");
-  return fd;
+  return ListenTcp(h, port);
 }
 
 Result<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, UniqueFd listen_fd) {
