@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/clock.h"
@@ -101,19 +102,29 @@ void WaitProgram(Env* env, Subprocess* p, const Mode& m, Outcome* o) {
   o->ok = true;
 }
 
+// Starts `argv` under `m` and waits for it (bounded); the process, for its output, or null
+// when it could not start (o->error says why).
+std::optional<Subprocess> StartAndWait(Env* env, const Mode& m,
+                                       const std::vector<std::string>& argv,
+                                       std::vector<std::string> extra_env, Outcome* o) {
+  const uint64_t t0 = MonotonicNs();
+  auto p = Subprocess::Start(Wrap(env, m, argv), Subprocess::Options{true, true, extra_env});
+  if (!p.ok()) {
+    o->error = p.status().ToString();
+    return std::nullopt;
+  }
+  WaitProgram(env, &*p, m, o);
+  o->secs = (MonotonicNs() - t0) / 1e9;
+  return std::move(*p);
+}
+
 // Runs `argv` under `m`; its identity is the lines of its stdout that start with `prefix`.
 // (Its few output lines wait in the pipe while the exit is polled and its RSS sampled.)
 Outcome RunForDigest(Env* env, const Mode& m, const std::vector<std::string>& argv,
                      const std::string& prefix, std::vector<std::string> extra_env = {}) {
   Outcome o;
-  const uint64_t t0 = MonotonicNs();
-  auto p = Subprocess::Start(Wrap(env, m, argv), Subprocess::Options{true, true, extra_env});
-  if (!p.ok()) {
-    o.error = p.status().ToString();
-    return o;
-  }
-  WaitProgram(env, &*p, m, &o);
-  o.secs = (MonotonicNs() - t0) / 1e9;
+  auto p = StartAndWait(env, m, argv, std::move(extra_env), &o);
+  if (!p) return o;
   for (;;) {
     auto line = p->ReadLine(Deadline::AfterMs(10000));
     if (!line.ok()) break;
@@ -130,14 +141,7 @@ Outcome RunForDigest(Env* env, const Mode& m, const std::vector<std::string>& ar
 Outcome RunForFile(Env* env, const Mode& m, const std::vector<std::string>& argv,
                    const std::string& out, std::vector<std::string> extra_env = {}) {
   Outcome o;
-  const uint64_t t0 = MonotonicNs();
-  auto p = Subprocess::Start(Wrap(env, m, argv), Subprocess::Options{true, true, extra_env});
-  if (!p.ok()) {
-    o.error = p.status().ToString();
-    return o;
-  }
-  WaitProgram(env, &*p, m, &o);
-  o.secs = (MonotonicNs() - t0) / 1e9;
+  if (!StartAndWait(env, m, argv, std::move(extra_env), &o)) return o;
   o.identity = ReadAll(out);
   ::unlink(out.c_str());
   if (o.ok && o.identity.empty()) {
