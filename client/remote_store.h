@@ -41,8 +41,14 @@
 // a slab is freed only once no op of it is in flight. Destroying the store FREEs every slab it
 // holds (bounded to 2 s; what a server does not free, its --orphan_grace lease reclaims).
 // Slab allocation: a server that fails or does not answer an ALLOC within the op timeout is
-// declared failed and the split is placed on placement's replacement (up to 3 times), so a
-// write needing a new slab does not fail because one server died unnoticed.
+// reported (suspected) and the split is placed on placement's replacement (up to 3 times), so a
+// write needing a new slab does not fail because one server died unnoticed. No control call
+// runs on an I/O thread: each has a thread that makes its ALLOCs (a new slab's members, the
+// replacement of a member whose server failed or evicted it) and one that makes its FREEs;
+// the group layout allocates one slab ahead of need, so a stripe never waits for an ALLOC
+// unless a whole slab filled up while one was out. A reconnect's connect and handshake are
+// made on a short-lived thread first, and the I/O thread connects (bounded) only once the
+// server answered them.
 // Coalescing: an I/O thread hands the transport all the requests of one loop iteration in one
 // Post(), and the TCP transport sends the splits bound for one server as one READV/WRITEV
 // request (fabric/wire.h), so with many pages in flight a server gets one request per batch
@@ -146,7 +152,8 @@ struct GroupOptions {
   uint32_t hedge_us = 2000;
   // Garbage bound: compaction keeps the data slots of used stripes at most this factor times the
   // live pages (plus two stripes of slack), so the memory overhead stays within
-  // (k+r)/k x this factor (plus one slab per I/O thread). 1.05..4.
+  // (k+r)/k x this factor (plus two slabs per I/O thread: the one being filled, and the spare
+  // each I/O thread allocates ahead of need so that a stripe never waits for an ALLOC). 1.05..4.
   double max_garbage_factor = 1.2;
   // How garbage is reclaimed when the bound above is exceeded (draining a slab to give it back
   // always re-stripes). The default is the one `tessera bench pagestore --scenarios
@@ -179,6 +186,18 @@ struct RemoteStoreOptions {
   uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
   int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.
   uint32_t max_inflight_pages = 256;  // Pages in flight per I/O thread (8..16384).
+  // Requests one I/O thread may have outstanding at one server (0: its op contexts,
+  // max_inflight_pages + 16; else 8..65536). An op has at most one request at a server, so
+  // only requests left at a server that does not answer (late requests of finished reads) take
+  // it past the default; a lower cap bounds the share of a thread's op contexts one stopped or
+  // hung server can hold. Past the cap the server is left out as a suspect one is: reads ask
+  // the other members (it only when k cannot be had without it), and writes to it wait until
+  // it is below the cap again. A server at its cap that has also given this thread no reply
+  // for a quarter of op_timeout_ms (at most 1 s) is not answering, not busy: its data
+  // connection is aborted, which returns every request slot and buffer it held (reads ask
+  // elsewhere, writes wait for the connection), the server is suspected, and the connection is
+  // re-established once it answers again. A busy server that keeps answering is never aborted.
+  uint32_t max_outstanding_per_server = 0;
   // After its last bit of work an I/O thread keeps polling (completions, new ops) for this long
   // before it sleeps (0..1000). Sleeping means the next op or reply has to wake it, which costs
   // tens of microseconds on a virtual machine; polling costs CPU the servers on a shared box

@@ -10,14 +10,17 @@
 //   split_layout.cc      split layout and copies: hooks, direct-read tables
 //   read_path.cc         split layout: k+delta reads, verification, decode, corrupt-split repair
 //   write_path.cc        split layout: encode, k+r writes, acknowledgement, per-page write queue
-//   slab_alloc.cc        split layout: slab allocation off the I/O thread, items held behind it
+//   slab_alloc.cc        split layout: writes waiting for a new slab, items held behind them
 //   group_layout.cc      group layout: hooks, rebuilds, direct-read tables
 //   group_read.cc        group layout: one-server reads, degraded (stripe) reads, hedging
-//   group_write.cc       group layout: stripe buffer, stripe writes, compaction, group trim
+//   group_write.cc       group layout: stripe buffer, stripe writes, slabs allocated ahead,
+//                        compaction, group trim
 //   stripe_codec.cc      RS(k,r) across k whole pages (ISA-L)
-//   slabs.cc             placement of new slabs, blocking allocation, repair writes' end
+//   slabs.cc             placement of new slabs, their allocation off the I/O thread
+//                        (SlabAllocator), repair writes' end
 //   trim.cc              trims and freeing remote slabs
-//   recovery.cc          failed servers, eviction notices, re-placement, regeneration, op timeouts
+//   recovery.cc          failed servers, eviction notices, re-placement (off the I/O thread),
+//                        regeneration, op timeouts, the cap per server, reconnects
 //   direct_read.cc       run-to-completion reads on the caller's thread
 //   direct_publish.cc    the slab members the I/O threads publish for them; locating a page
 //   failure_detector.cc  heartbeats (monitor thread), failure marking, straggler classification
@@ -356,6 +359,15 @@ struct SharedStats {
       reconnects{0}, stale_repairs{0};
 };
 
+// A reconnect's TCP connect and authentication handshake, tried on a thread of its own
+// (IoThread::Reconnect): the thread is detached and touches nothing but this shared state, so
+// a store shutting down never waits for a handshake with a stopped server.
+struct ReconnectProbe {
+  std::atomic<bool> done{false};  // The thread set status and server_id (release).
+  Status status;
+  uint64_t server_id = 0;  // The instance that answered.
+};
+
 // A split (group: stripe member) that a write could not store on a live server, to rewrite from
 // the other members once the server is reachable again (IoThread::RepairStale).
 struct StaleSplit {
@@ -436,12 +448,26 @@ class IoThread {
     c->slab_ref = true;
     ++slabs_[slab].refs;
   }
-  // ---- slabs.cc ----
-  // Allocates slab `s`'s remote slabs with blocking control calls (the group layout's, whose
-  // stripe buffer cannot wait; the split layout's go through BeginAllocate).
-  Status AllocateSlab(Slab& s);
-  // The placement of slab `s` (its id set, its servers counted in the store's load), and, once
-  // every member is allocated, the rest of what makes it usable.
+  // ---- slabs.cc: slab allocation, off this thread ----
+  // Every ALLOC control call (a new slab's members, the replacement of a member) is made by
+  // allocator_'s thread; this thread places, hands the calls over, and takes the answers in
+  // TakeAllocAnswers() (from the loop). It never waits on the network for a slab.
+  //
+  // Starts allocating slab `s` (not allocated, not being allocated): places it and asks for
+  // every member; a member that cannot be had is re-placed (kMaxAllocReplacements times at
+  // most) or, in the group layout (KeepsMissingMembers), left missing (up to r of them). Ends,
+  // now or later, with layout_->SlabReady(slab, status): the slab is allocated (FinishSlab), or
+  // what it got was given back.
+  void BeginAllocate(Slab& s);
+  // Slab `slab` is being allocated (its members got so far are in its Slab).
+  bool Allocating(uint32_t slab) const;
+  // New slabs or replacements being allocated.
+  bool AllocationsPending() const { return !allocs_.empty() || !replacing_.empty(); }
+  // Handles the allocator's answers; true when there were any.
+  bool TakeAllocAnswers();
+  // Shutdown: stops allocator_ and takes its last answers (calls not made are Cancelled).
+  void StopAllocations();
+  // The placement of slab `s` (its id set, its servers counted in the store's load).
   Result<std::vector<placement::ServerId>> PlaceSlab(Slab& s);
   // A new slab's member j (logical slab ls) could not be allocated on servers[j] (`why`): puts
   // placement's replacement in servers[j], counted in the store's load. False when there is
@@ -450,6 +476,49 @@ class IoThread {
                         const Status& why);
   static constexpr int kMaxAllocReplacements = 3;
   void FinishSlab(Slab& s);
+  struct PendingAlloc {
+    uint32_t slab = kNoSlot;
+    std::vector<placement::ServerId> servers;
+    std::array<uint64_t, kMaxWidth> tag{};   // Of each member's ALLOC out.
+    std::array<uint8_t, kMaxWidth> tries{};  // Replacements made per member.
+    uint64_t asked = 0;                      // Members whose ALLOC is out.
+    uint64_t got = 0;                        // Members allocated (known to the data transport).
+    uint64_t missing = 0;  // Group layout: members left missing (see BeginAllocate).
+    Status failed;         // Not ok: the allocation failed; answers still out are given back.
+  };
+  void AskMember(PendingAlloc& a, int j);
+  // Re-places member j of `a` after `why`; false when it is not asked again (left missing, or
+  // the allocation failed).
+  bool ReplaceMember(PendingAlloc& a, int j, const Status& why);
+  void OnAllocAnswer(SlabAllocator::Answer& answer);
+  // Ends allocs_[i] once no answer is out (see BeginAllocate).
+  void MaybeEndAlloc(size_t i);
+  // A member being re-placed (ReplaceSplit): its old server and remote slab, the servers not
+  // to choose, and the replacement whose ALLOC is out. The member stays where it is meanwhile
+  // (an erasure for reads when its server failed; writes to it wait, PostOrPark).
+  struct PendingReplace {
+    uint64_t tag = 0;
+    uint32_t slab = 0;
+    int j = 0;
+    uint32_t old = kNoServer;
+    uint64_t old_remote = 0;
+    std::vector<placement::ServerId> current;
+    uint32_t chosen = kNoServer;
+    int attempt = 0;
+    bool cancelled = false;  // The slab was freed meanwhile: the answer is given back.
+  };
+  // Asks for replacing_[i]'s next replacement; erases it when there is none.
+  void AskReplacement(size_t i);
+  void OnReplaceAnswer(size_t i, SlabAllocator::Answer& answer);
+  // Member j of `s` moves to `server`, whose remote slab `r` is known to the data transport;
+  // its pages are rebuilt there by regeneration.
+  void InstallReplacement(Slab& s, int j, uint32_t server, const fabric::AllocSlabResponse& r,
+                          uint32_t old, uint64_t old_remote);
+  // Member j of slab `slab` is being re-placed.
+  bool Replacing(uint32_t slab, int j) const;
+  // Trims dispatched while allocations were out complete once those ended (their slabs given
+  // back if the trim left them unwanted): handed to freer_ then.
+  void MaybeReleaseTrims();
   // A repair or regeneration write (of either layout) completed with `st`.
   void RepairWritten(Ctx* c, const Status& st);
   void Dispatch(const QueueItem& item);
@@ -471,9 +540,16 @@ class IoThread {
   // reads ask other members, writes leave that split stale, repaired after the reconnect) and
   // reconnect from Housekeeping.
   void ConnLost(uint32_t server, const std::string& why);
-  // Reconnects the lost data connections that are due (bounded; only to servers the monitor
-  // does not suspect, so a stopped server never blocks this thread in a handshake).
+  // Reconnects the lost data connections that are due: a ReconnectProbe (connect and
+  // handshake with the store's credential) runs on a thread of its own first, and only once the
+  // server answered it does this thread connect its transport (bounded by kReconnectMs: the
+  // server answered a handshake a moment ago). A Transport belongs to one thread and cannot
+  // take over a connection made on another (the verbs transport's queue pair is set up on its
+  // own thread), so that last connect stays here. After a failed attempt, a server the
+  // monitor suspects is left to the monitor until it answers again.
   void Reconnect(uint64_t now);
+  std::shared_ptr<ReconnectProbe> StartReconnectProbe(uint32_t server);
+  static constexpr uint32_t kReconnectMs = 100;
   // A split (group: stripe member) that a write could not store on a live server: rewritten
   // from the other members once the server is reachable again (RepairStale).
   void NoteStale(uint32_t slab, uint32_t pidx, int j, uint32_t server);
@@ -488,6 +564,15 @@ class IoThread {
   void RepairStale();
   // Can new requests go to `server` on this thread's data connection?
   bool Usable(uint32_t server) const;  // Defined after RemoteStore.
+  // `server` holds as many of this thread's requests as it may (max_outstanding_per_server):
+  // reads leave it out (AskPass), writes to it wait (PostOrPark, ResumeParked).
+  bool AtCap(uint32_t server) const {
+    return server < outstanding_.size() && outstanding_[server] >= cap_;
+  }
+  // Aborts the data connection of every server at its cap that has given this thread no reply
+  // for silent_abort_ns_ while its oldest request waited as long (silent, not busy). From the
+  // timeout scan.
+  void AbortSilentCapped(uint64_t now);
   // Requests posted before the I/O thread itself stalled (a blocking control call, being
   // descheduled) get that time back: op timeouts measure the server, not this thread.
   void ExcuseStall(uint64_t ns);
@@ -495,12 +580,9 @@ class IoThread {
   // asked members have not all answered within the hedge time asks the members not asked yet.
   void Rehedge(uint64_t now);
   void HandleLocalFailures();
+  // Moves member j of `s` to a replacement placement chooses (failed server, eviction notice):
+  // its ALLOC goes to allocator_ (PendingReplace); the member moves when the slab is there.
   void ReplaceSplit(Slab& s, int j);
-  void ReplaceSplitOnce(Slab& s, int j);
-  // This thread's control client of `server`, reconnected first if its connection was lost.
-  Result<fabric::ControlClient*> Control(uint32_t server, Deadline deadline);
-  // A slab on `server` through its control client, made known to the data transport.
-  Result<fabric::AllocSlabResponse> AllocRemote(uint32_t server, Deadline deadline);
   // Forgets the slab in the data transport and hands its FREE to freer_ (never blocks).
   void ReleaseRemote(uint32_t server, uint64_t slab_id);
   void Housekeeping();
@@ -526,8 +608,12 @@ class IoThread {
   }
   // The pass of AskMore / GroupAskMore in which a split (member) on `server` is asked: 0 settled
   // on a server answering normally, 1 settled on a server classified slow, 2 not rebuilt yet
-  // (`settled` false), 3 on a silent server (only while k cannot be had without it).
+  // (`settled` false); then, only while k cannot be had without them (never for the delta
+  // extras): 3 on a server at its cap that answers, 4 on a silent or suspect server, or one at
+  // its cap that does not answer.
   int AskPass(uint32_t server, bool settled) const;  // Defined after RemoteStore.
+  static constexpr int kAskPasses = 5;
+  static constexpr int kLeftOutPass = 3;  // From this pass on: only while k cannot be had.
 
   RemoteStore* const store_;
   const int index_;
@@ -548,16 +634,28 @@ class IoThread {
   std::unique_ptr<fabric::Transport> t_;                       // The data path.
   std::unique_ptr<SlabFreer> freer_;  // FREE control calls, off this thread.
   std::vector<fabric::ConnectionId> conn_;                      // Per server, in t_.
-  std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;    // Per server: slab alloc/free.
+  std::unique_ptr<SlabAllocator> allocator_;  // ALLOC control calls, off this thread.
+  std::vector<PendingAlloc> allocs_;          // New slabs being allocated (a few at most).
+  std::vector<PendingReplace> replacing_;     // Members being re-placed.
+  std::vector<SlabAllocator::Answer> answers_;
+  uint64_t next_tag_ = 0;                      // Of the ALLOCs handed to allocator_.
+  std::vector<QueueJob*> trims_after_allocs_;  // See MaybeReleaseTrims().
   std::vector<uint8_t> local_failed_;
   // Per server: the data connection is lost and not reconnected yet; when to try next; failed
   // attempts in a row (backoff).
   std::vector<uint8_t> conn_down_;
   std::vector<uint64_t> reconnect_at_;
   std::vector<uint32_t> reconnect_fails_;
+  std::vector<std::shared_ptr<ReconnectProbe>> probes_;  // Per server: the probe out, if any.
   // Per server: data requests failed with Unavailable since its last good reply. Past
   // kBrokenAfter the data path is reported broken (HealthTracker::Trouble).
   std::vector<uint32_t> errors_in_a_row_;
+  // Per server: requests posted on this thread's data connection and not completed (orphans
+  // too), and the cap on them (RemoteStoreOptions::max_outstanding_per_server; see AtCap). A
+  // server at its cap that gave no reply for silent_abort_ns_ is aborted (AbortSilentCapped).
+  std::vector<uint32_t> outstanding_;
+  uint32_t cap_ = 0;
+  uint64_t silent_abort_ns_ = 0;
   static constexpr uint32_t kBrokenAfter = 16;
   std::vector<StaleSplit> stale_;
   struct Parked {
@@ -801,8 +899,14 @@ inline bool IoThread::Usable(uint32_t server) const {
 }
 
 inline int IoThread::AskPass(uint32_t server, bool settled) const {
-  // Silent (see Silent()) and suspect servers alike: asked only when k cannot be had without.
-  if (Silent(server) || store_->Suspect(server)) return 3;
+  // Silent (see Silent()) and suspect servers: asked only when k cannot be had without, last.
+  if (Silent(server) || store_->Suspect(server)) return 4;
+  // At its cap (AtCap()): only when k cannot be had without too, but before those while it
+  // answers (busy); one that has not answered for kLateReadNs waits with them.
+  if (AtCap(server)) {
+    return server < last_reply_ns_.size() && now_ns_ - last_reply_ns_[server] <= kLateReadNs ? 3
+                                                                                             : 4;
+  }
   if (!settled) return 2;
   return server < slow_.size() && slow_[server] ? 1 : 0;
 }

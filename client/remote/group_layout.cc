@@ -130,8 +130,72 @@ void GroupLayout::ReleaseCtx(Ctx* c) {
 
 bool GroupLayout::Flush() { return Seal(); }
 
+void GroupLayout::Stop() {
+  // Shutdown (the engine ended the allocations): what waited behind the stripe buffer fails like
+  // the rest of the queue.
+  for (const QueueItem& item : held_) {
+    if (item.kind == QueueItem::Kind::kPage) {
+      io_.Complete(item.op, Unavailable("page store is shutting down"), 0);
+    } else if (item.kind == QueueItem::Kind::kLocate) {
+      item.locate->Done(Unavailable("page store is shutting down"));
+    } else {
+      item.trim->Done(Unavailable("page store is shutting down"));
+    }
+  }
+  held_.clear();
+  held_writes_.clear();
+  held_barriers_ = 0;
+}
+
+bool GroupLayout::Hold(const QueueItem& item) {
+  if ((held_.empty() && !BufferFull()) || !MustHold(item)) return false;
+  HoldItem(item);
+  return true;
+}
+
+bool GroupLayout::MustHold(const QueueItem& item) const {
+  if (held_barriers_ > 0) return true;
+  if (item.kind != QueueItem::Kind::kPage) return !held_.empty();
+  if (item.op->page >= store_->opt_.capacity_pages) return false;  // Fails at once.
+  if (item.op->kind == PageOp::Kind::kWrite) return BufferFull() || !held_.empty();
+  return held_writes_.count(item.op->page) > 0;  // Must see the write waiting before it.
+}
+
+void GroupLayout::HoldItem(const QueueItem& item) {
+  if (item.kind != QueueItem::Kind::kPage) {
+    ++held_barriers_;
+  } else if (item.op->kind == PageOp::Kind::kWrite) {
+    ++held_writes_[item.op->page];
+  }
+  held_.push_back(item);
+}
+
+void GroupLayout::ReleaseHeld() {
+  // Take everything out and put back what must still wait, in order (the counts rebuilt as it
+  // goes, so an item waits exactly when one before it that it must follow still waits).
+  std::deque<QueueItem> items;
+  items.swap(held_);
+  held_writes_.clear();
+  held_barriers_ = 0;
+  for (const QueueItem& item : items) {
+    if (io_.free_ctx_ == nullptr || MustHold(item)) {
+      HoldItem(item);
+    } else {
+      io_.Dispatch(item);
+    }
+  }
+}
+
+bool GroupLayout::Poll() {
+  if (held_.empty() || BufferFull()) return false;
+  const size_t held = held_.size();
+  ReleaseHeld();
+  return held_.size() != held;
+}
+
 uint64_t GroupLayout::SleepBound(uint64_t timeout) const {
-  if (gbuf_.empty()) return timeout;
+  // (A buffer waiting for a slab is woken by the allocator's answer, not by its fill time.)
+  if (gbuf_.empty() || waiting_alloc_) return timeout;
   // Wake when the oldest buffered page's fill delay is up.
   const uint64_t due = gbuf_since_ns_ + uint64_t{lay_.g.fill_us} * 1000;
   const uint64_t now = MonotonicNs();

@@ -14,7 +14,9 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -50,7 +52,7 @@ class GroupLayout final : public Layout {
 
   uint64_t SlabCount() const override;
   void Setup(uint32_t nctx) override;
-  void Stop() override {}
+  void Stop() override;
   void StoreBuffered() override;
   void AbandonCtx(size_t i, Ctx& c) override;
   void StartOp(PageOp* op, uint64_t now, bool degraded, bool verify) override;
@@ -58,12 +60,12 @@ class GroupLayout final : public Layout {
   uint8_t* WriteBuf(Ctx* c, int j) override { return io_.SplitBuf(c, j); }
   void WriteGivenUp(Ctx* c) override;
   void ReleaseCtx(Ctx* c) override;
-  bool Hold(const QueueItem&) override { return false; }
+  bool Hold(const QueueItem& item) override;
   bool Flush() override;
-  bool Poll() override { return false; }
+  bool Poll() override;
   uint64_t SleepBound(uint64_t timeout) const override;
   void SlabAllocated(Slab& s) override;
-  bool Allocating(uint32_t) const override { return false; }  // Allocations block (AllocateSlab).
+  void SlabReady(uint32_t slab, const Status& st) override;
   uint32_t InUse(const Slab& s) const override { return s.stripes_used; }
   void SlabFreed(Slab& s) override;
   bool KeepsMissingMembers() const override { return true; }
@@ -137,7 +139,41 @@ class GroupLayout final : public Layout {
   }
   void Housekeeping(uint64_t now) override;
   void Trim(PageId first, uint64_t count) override;
-  bool FreeRow(uint32_t* slab, uint32_t* row, Status* why);
+  // A free row for a new stripe: of a healthy slab, else (while a new slab is being allocated,
+  // or when none can be) of a slab with up to r members missing, else of a draining slab. False
+  // with *wait set: none now, but the slab being allocated will have them (the stripe buffer
+  // waits); false otherwise: none at all (*why).
+  bool FreeRow(uint32_t* slab, uint32_t* row, Status* why, bool* wait);
+  // Members of `s` on failed servers, or allocated nowhere (left missing).
+  int Missing(const Slab& s) const;
+  // Free rows of the slabs that take new stripes (allocated, not draining, at most r members
+  // missing), but for `except`.
+  uint64_t SpareRows(const Slab* except) const;
+
+  // ---- group_write.cc: slabs allocated ahead of need ----
+  // New slabs are allocated off this thread (IoThread::BeginAllocate), one at a time, and ahead
+  // of need: whenever the free rows of the slabs that take stripes drop below one slab's worth
+  // (SpareRows), the next slab is allocated, so a stripe finds a free row at once and an
+  // allocation (which may take until its deadline, when a server has stopped answering) only
+  // holds up writes when a whole slab of rows was filled while it was out. Empty slabs are given
+  // back only while the others keep a slab's worth of free rows (MaybeReleaseStripe, Compact),
+  // so the two rules never undo each other; a thread that holds no page keeps no slab
+  // (MaybeFreeSpare). The cost: up to one slab per I/O thread more remote memory.
+  // Starts allocating the next slab (none is being allocated, the thread is not stopping, and,
+  // unless `needed`, no failure is being backed off from); false when it did not.
+  bool StartAllocation(uint64_t now, bool needed);
+  void MaybeAllocateAhead(uint64_t now);
+  // No page of this thread is stored, being written, buffered or waiting.
+  bool HoldsNothing() const { return gused_ == 0 && gbuf_.empty() && held_.empty(); }
+  // When HoldsNothing(): gives every empty slab back.
+  void MaybeFreeSpare();
+  bool BufferFull() const { return gbuf_.size() >= static_cast<size_t>(lay_.k); }
+  // Queue items that must wait while the stripe buffer is full (a write), or behind one that
+  // waits (a read of a page whose write waits; a trim, flush or locate, and everything after
+  // it): held_, in order, released by Poll().
+  bool MustHold(const QueueItem& item) const;
+  void HoldItem(const QueueItem& item);
+  void ReleaseHeld();
   // This thread's index of page p (its runs of kGroupRun pages, packed).
   uint64_t LocalIndex(PageId p) const {
     const uint64_t T = static_cast<uint64_t>(store_->opt_.io_threads);
@@ -209,6 +245,21 @@ class GroupLayout final : public Layout {
   std::vector<std::pair<uint32_t, uint32_t>> reclaiming_;  // (slab, row): in flight or ready.
   int reclaim_inflight_ = 0;
   uint64_t out_of_space_ = 0;  // Seals refused for want of stripe space (logged 1, 2, 4, ...).
+  // Slabs allocated ahead (StartAllocation): the stripe buffer waits for the slab being
+  // allocated (Seal found no row); the allocation it waited for failed, so the next seal fails
+  // its writes instead of waiting again; no slab is allocated ahead before alloc_retry_ns_
+  // (after a failure: alloc_backoff_ns_, doubling from 200 ms up to 5 s); and the last failure,
+  // which seals that cannot wait fail with.
+  bool waiting_alloc_ = false;
+  bool fail_next_seal_ = false;
+  uint64_t alloc_retry_ns_ = 0;
+  uint64_t alloc_backoff_ns_ = 0;
+  Status alloc_failure_;
+  uint64_t alloc_failures_ = 0;  // Logged at 1, 2, 4, ...
+  // Held queue items (MustHold); how many writes of each page and how many barriers are held.
+  std::deque<QueueItem> held_;
+  std::unordered_map<PageId, uint32_t> held_writes_;
+  uint32_t held_barriers_ = 0;
 };
 
 }  // namespace tessera::client::remote

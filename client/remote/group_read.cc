@@ -59,7 +59,8 @@ void GroupLayout::StartRead(Ctx* c, bool degraded, bool verify) {
   c->degraded = false;
   Slab& s = io_.slabs_[c->slab];
   const uint32_t server = s.server[c->col].load(std::memory_order_relaxed);
-  const bool silent = io_.Silent(server);
+  // (A server at its cap of outstanding requests is left out like a silent one.)
+  const bool silent = io_.Silent(server) || io_.AtCap(server);
   // A member a direct read just found corrupt is asked even on a slow server: unread, its
   // corruption would be neither counted nor repaired.
   const bool classified_slow =
@@ -95,11 +96,12 @@ void GroupLayout::AskMore(Ctx* c) {
              c->outstanding - std::popcount(c->late & ~(c->good | c->bad));
   // The page's own member, still outstanding, counts (it finishes the read on its own).
   // Pass 0: settled members on servers that answer normally; pass 1: settled members on servers
-  // much slower than the others; pass 2: members not rebuilt yet; pass 3: members on silent
-  // servers (see Silent()), and only while fewer than k could arrive without them: never for
-  // the extra delta members (a request there would hold buffers until the server fails).
-  for (int pass = 0; pass < 4; ++pass) {
-    const int limit = pass == 3 ? lay_.k : want;
+  // much slower than the others; pass 2: members not rebuilt yet; passes 3 and 4: members on
+  // servers at their cap of outstanding requests, then on silent or suspect servers (see
+  // AskPass()), and only while fewer than k could arrive without them: never for the extra
+  // delta members (a request there would hold buffers until the server fails).
+  for (int pass = 0; pass < IoThread::kAskPasses; ++pass) {
+    const int limit = pass >= IoThread::kLeftOutPass ? lay_.k : want;
     for (int j = 0; j < lay_.width() && have < limit; ++j) {
       const uint64_t bit = 1ull << j;
       if ((c->asked & bit) != 0 || (c->zero & bit) != 0) continue;
@@ -252,9 +254,10 @@ void GroupLayout::FinishRead(Ctx* c, Status st) {
     c->op = nullptr;
   } else if (c->kind == Ctx::Kind::kMove) {
     L->moving = false;
-    if (st.ok() && unchanged) {
+    if (st.ok() && unchanged && !BufferFull()) {
       BufferPage(c->page, out, nullptr, 0);  // Kills the old slot; the move is buffered.
     } else {
+      // (A full buffer waits for a row; the page stays where it is, and moves another time.)
       --compact_inflight_;
       if (!st.ok()) {
         TLOG(WARNING) << store_->name_ << ": compaction cannot read page " << c->page << ": " << st;

@@ -11,7 +11,9 @@
 // stored). A row whose pages all died (rewritten or trimmed) is free again; a slab whose rows
 // are all free is given back. Compaction re-stripes the live pages of the stripes with the most
 // garbage (read, then buffered like a write) whenever the used data slots exceed
-// max_garbage_factor x the live pages (+ two stripes).
+// max_garbage_factor x the live pages (+ two stripes). New slabs are allocated off the I/O
+// thread, one ahead of need (see GroupLayout::StartAllocation); while the buffer waits for one
+// (a whole slab filled up while its ALLOC was out), writes wait behind it (held_).
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -99,60 +101,121 @@ void GroupLayout::MaybeReleaseStripe(uint32_t slab, uint32_t row) {
   st.zero = 0;
   st.rebuilding = 0;
   if (s.stripes_used == 0) {
-    // Give an empty slab back when a trim asked for it or when the other slabs have a slab's
-    // worth of free rows (so a steady write load does not allocate and free in turn).
-    uint64_t free_rows = 0;
-    for (const Slab& o : io_.slabs_) {
-      if (o.allocated && &o != &s) free_rows += gslab_rows_ - o.stripes_used;
-    }
-    if (free_rows >= gslab_rows_) s.free_wanted = true;
+    // Give an empty slab back when a trim asked for it or when the other slabs keep a slab's
+    // worth of free rows without it (the spare MaybeAllocateAhead keeps: so a steady write load
+    // does not allocate and free in turn).
+    if (SpareRows(&s) >= gslab_rows_) s.free_wanted = true;
     io_.MaybeFreeSlab(s);  // Once no op context uses it (else when the last one is released).
   }
 }
 
-bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why) {
+int GroupLayout::Missing(const Slab& s) const {
+  int n = 0;
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+    n += server == kNoServer || s.remote[j] == 0 || io_.local_failed_[server] ||
+                 store_->failed_[server].load()
+             ? 1
+             : 0;
+  }
+  return n;
+}
+
+uint64_t GroupLayout::SpareRows(const Slab* except) const {
+  uint64_t rows = 0;
+  for (const Slab& s : io_.slabs_) {
+    if (!s.allocated || s.draining || &s == except || Missing(s) > lay_.r) continue;
+    rows += gslab_rows_ - s.stripes_used;
+  }
+  return rows;
+}
+
+bool GroupLayout::StartAllocation(uint64_t now, bool needed) {
+  if (!io_.allocs_.empty() || io_.stop_.load(std::memory_order_relaxed)) return false;
+  if (!needed && now < alloc_retry_ns_) return false;
+  for (Slab& s : io_.slabs_) {
+    if (s.allocated) continue;
+    io_.BeginAllocate(s);  // SlabReady() when it ends (maybe at once).
+    return true;
+  }
+  return false;  // The slab table is full (compaction keeps it from filling up).
+}
+
+void GroupLayout::MaybeAllocateAhead(uint64_t now) {
+  if (!io_.allocs_.empty() || HoldsNothing()) return;
+  if (SpareRows(nullptr) < gslab_rows_) (void)StartAllocation(now, /*needed=*/false);
+}
+
+void GroupLayout::MaybeFreeSpare() {
+  if (!HoldsNothing()) return;
+  for (Slab& s : io_.slabs_) {
+    if (!s.allocated || s.stripes_used != 0) continue;
+    s.free_wanted = true;
+    io_.MaybeFreeSlab(s);
+  }
+}
+
+void GroupLayout::SlabReady(uint32_t /*slab*/, const Status& st) {
+  const uint64_t now = MonotonicNs();
+  auto back_off = [&] {
+    alloc_backoff_ns_ = std::clamp<uint64_t>(2 * alloc_backoff_ns_, 200'000'000, 5'000'000'000);
+    alloc_retry_ns_ = now + alloc_backoff_ns_;
+  };
+  if (st.ok()) {
+    alloc_backoff_ns_ = 0;
+    alloc_retry_ns_ = 0;
+    alloc_failure_ = Status::Ok();
+    MaybeFreeSpare();  // A trim emptied this thread while the slab was being allocated.
+  } else {
+    alloc_failure_ = st;
+    back_off();
+    // The buffer that waited for it stores its pages elsewhere or fails them (FreeRow), rather
+    // than wait for allocation after allocation.
+    if (waiting_alloc_) fail_next_seal_ = true;
+    if (st.code() != StatusCode::kCancelled && LogThisOne(++alloc_failures_)) {
+      TLOG(WARNING) << store_->name_ << ": cannot allocate a stripe slab: " << st << " ("
+                    << alloc_failures_ << " so far on this thread)";
+    }
+  }
+  if (waiting_alloc_) {
+    // The stripe buffer waited for it: seal at the next housekeeping (not from here: this may
+    // run inside Seal, through BeginAllocate).
+    waiting_alloc_ = false;
+    io_.seal_wanted_.store(true, std::memory_order_relaxed);
+  }
+}
+
+bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why, bool* wait) {
   // Members of a slab on failed servers (no replacement was found): stripes there are stored
   // with fewer members, so new stripes go to healthy slabs first.
-  auto missing = [&](const Slab& s) {
-    int n = 0;
-    for (int j = 0; j < lay_.width(); ++j) {
-      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
-      n += server == kNoServer || io_.local_failed_[server] || store_->failed_[server].load() ? 1
-                                                                                              : 0;
-    }
-    return n;
-  };
   // Fill the fullest healthy slab first (so emptier ones drain and can be given back).
   auto pick = [&](int max_missing) {
     int best = -1;
     for (size_t i = 0; i < io_.slabs_.size(); ++i) {
       const Slab& s = io_.slabs_[i];
       if (!s.allocated || s.draining || s.stripes_used >= gslab_rows_) continue;
-      if (missing(s) > max_missing) continue;
+      if (Missing(s) > max_missing) continue;
       if (best < 0 || s.stripes_used > io_.slabs_[best].stripes_used) best = static_cast<int>(i);
     }
     return best;
   };
   int best = pick(0);
-  if (best < 0) {
-    for (size_t i = 0; i < io_.slabs_.size(); ++i) {
-      if (io_.slabs_[i].allocated) continue;
-      Status st = io_.AllocateSlab(io_.slabs_[i]);
-      io_.now_ns_ = MonotonicNs();  // The control calls may have blocked.
-      if (!st.ok()) {
-        *why = st;
-      } else {
-        best = static_cast<int>(i);
-      }
-      break;
-    }
-  }
   if (best < 0) best = pick(lay_.r);  // Degraded: still at least k members.
+  // No row at all: the slab allocated ahead is late (its ALLOCs are out; or a failure took the
+  // spare). Wait for it, or allocate one now -- unless the last allocation, which the buffer
+  // waited for, failed: then fail the buffered writes (below) rather than wait for another.
+  const bool may_allocate = !fail_next_seal_;
+  fail_next_seal_ = false;
+  if (best < 0 && may_allocate) (void)StartAllocation(io_.now_ns_, /*needed=*/true);
+  if (best < 0 && !io_.allocs_.empty()) {
+    *wait = true;
+    return false;
+  }
   if (best < 0) {
     // Out of slabs: stop draining one rather than fail.
     for (size_t i = 0; i < io_.slabs_.size() && best < 0; ++i) {
       Slab& s = io_.slabs_[i];
-      if (s.allocated && s.draining && s.stripes_used < gslab_rows_ && missing(s) <= lay_.r) {
+      if (s.allocated && s.draining && s.stripes_used < gslab_rows_ && Missing(s) <= lay_.r) {
         s.draining = false;
         s.free_wanted = false;
         best = static_cast<int>(i);
@@ -160,11 +223,11 @@ bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why) {
     }
   }
   if (best < 0) {
-    if (why->ok()) {
-      *why = ResourceExhausted("group layout: no stripe slot of this I/O thread is free on " +
-                               std::to_string(lay_.k + 1) +
-                               " or more live servers; compaction has not caught up");
-    }
+    *why = !alloc_failure_.ok()
+               ? alloc_failure_
+               : ResourceExhausted("group layout: no stripe slot of this I/O thread is free on " +
+                                   std::to_string(lay_.k + 1) +
+                                   " or more live servers; compaction has not caught up");
     return false;
   }
   Slab& s = io_.slabs_[best];
@@ -200,7 +263,14 @@ bool GroupLayout::Seal(bool all) {
     }
     uint32_t slab = 0, row = 0;
     Status why;
-    if (n > 0 && !FreeRow(&slab, &row, &why)) {
+    bool wait = false;
+    if (n > 0 && !FreeRow(&slab, &row, &why, &wait)) {
+      if (wait) {
+        // A slab is being allocated (off this thread): the buffered pages wait for it (writes
+        // coming meanwhile wait in held_ once the buffer is full; reads go on).
+        waiting_alloc_ = true;
+        return false;
+      }
       // No stripe space: fail the buffered writes (their pages become never-written) rather than
       // block the thread; logged at 1, 2, 4, ...
       if (LogThisOne(++out_of_space_)) {
@@ -296,6 +366,7 @@ bool GroupLayout::Seal(bool all) {
     c->asked = all & ~c->zero;
     c->good = c->bad = 0;
     PostAsked(c);
+    MaybeAllocateAhead(io_.now_ns_);  // The row taken may leave less than a spare slab's worth.
     return true;
   }
   return true;
@@ -596,7 +667,8 @@ void GroupLayout::StripeSettled(Ctx* c) {
 // has moved. At most 64 moves are in flight, and only while op contexts are plentiful.
 void GroupLayout::Compact() {
   constexpr uint32_t kMaxMoves = 64;
-  if (compact_inflight_ >= kMaxMoves || io_.free_ctx_count_ < 8) return;
+  // (Not while the stripe buffer waits for a slab: a move needs a row as a write does.)
+  if (compact_inflight_ >= kMaxMoves || io_.free_ctx_count_ < 8 || waiting_alloc_) return;
   Stripe* open = open_slab_ == kNoSlot ? nullptr : &io_.slabs_[open_slab_].stripes[open_row_];
   auto move_stripe = [&](Stripe& st) {
     if (&st == open) return;  // Filling up in place; not garbage.
@@ -614,8 +686,9 @@ void GroupLayout::Compact() {
       StartRead(c);
     }
   };
-  // Scattered free rows: pick a slab to drain when none is draining.
-  uint64_t free_rows = 0;
+  // Scattered free rows: pick a slab to drain when none is draining, if the other slabs that
+  // take stripes have room for its rows and still a slab's worth of free rows (the spare
+  // MaybeAllocateAhead keeps) after taking them.
   Slab* draining = nullptr;
   Slab* emptiest = nullptr;
   for (Slab& s : io_.slabs_) {
@@ -624,12 +697,10 @@ void GroupLayout::Compact() {
       draining = &s;
       continue;
     }
-    free_rows += gslab_rows_ - s.stripes_used;
     if (emptiest == nullptr || s.stripes_used < emptiest->stripes_used) emptiest = &s;
   }
   if (draining == nullptr && emptiest != nullptr &&
-      free_rows - (gslab_rows_ - emptiest->stripes_used) >= emptiest->stripes_used &&
-      free_rows > gslab_rows_) {
+      SpareRows(emptiest) >= uint64_t{emptiest->stripes_used} + gslab_rows_) {
     draining = emptiest;
     draining->draining = true;
     draining->free_wanted = true;  // Given back once empty.
@@ -639,7 +710,11 @@ void GroupLayout::Compact() {
     }
   }
   if (draining != nullptr) {
+    // (An empty one, e.g. a spare the others' free rows make surplus, goes back at once: no
+    // stripe release is left to give it back.)
+    if (draining->stripes_used == 0) io_.MaybeFreeSlab(*draining);
     for (uint32_t row = 0; row < gslab_rows_ && compact_inflight_ < kMaxMoves; ++row) {
+      if (!draining->allocated) break;
       Stripe& st = draining->stripes[row];
       if (st.state == Stripe::State::kSealed && st.live > 0) move_stripe(st);
     }
@@ -721,6 +796,7 @@ void GroupLayout::Housekeeping(uint64_t now) {
     last_hedge_scan_ns_ = now;
     Hedge(now);
     Compact();
+    MaybeAllocateAhead(now);
   }
 }
 
@@ -749,10 +825,12 @@ void GroupLayout::Trim(PageId first, uint64_t count) {
       PublishPage(p);
     }
   }
-  // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now).
+  // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now),
+  // and the spare too when the thread is left with no page.
   for (Slab& s : io_.slabs_) {
     if (s.allocated && s.free_wanted && s.stripes_used == 0) io_.MaybeFreeSlab(s);
   }
+  MaybeFreeSpare();
 }
 
 }  // namespace tessera::client::remote

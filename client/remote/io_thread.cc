@@ -76,12 +76,13 @@ Status IoThread::ConnectServer(uint32_t i) {
   const fabric::Endpoint& ep = store_->server(i).endpoint;
   // The slot exists (as failed) even when the connection does not, so indices stay aligned.
   conn_.resize(i + 1, kNoConn);
-  ctl_.resize(i + 1);
   local_failed_.resize(i + 1, 1);
   conn_down_.resize(i + 1, 0);
   reconnect_at_.resize(i + 1, 0);
   reconnect_fails_.resize(i + 1, 0);
+  probes_.resize(i + 1);
   errors_in_a_row_.resize(i + 1, 0);
+  outstanding_.resize(i + 1, 0);
   latency_ewma_ns_.resize(i + 1, 0);
   slow_.resize(i + 1, 0);
   late_strikes_.resize(i + 1, 0);
@@ -95,11 +96,6 @@ Status IoThread::ConnectServer(uint32_t i) {
     return Unavailable("cannot connect to " + ep.ToString() + ": " + c.status().ToString());
   }
   conn_[i] = *c;
-  auto ctl = fabric::ControlClient::Connect(ep, co);
-  if (!ctl.ok()) {
-    return Unavailable("cannot connect to " + ep.ToString() + ": " + ctl.status().ToString());
-  }
-  ctl_[i] = std::move(*ctl);
   TESSERA_ASSIGN_OR_RETURN(auto info, t_->Info(*c));
   (void)store_->SameInstance(i, info.server_id);
   if (info.slab_size != store_->slab_size_) {
@@ -125,28 +121,6 @@ void IoThread::SyncServers() {
   store_->sync_cv_.notify_all();
 }
 
-Result<fabric::ControlClient*> IoThread::Control(uint32_t server, Deadline deadline) {
-  if (ctl_[server] && ctl_[server]->connected()) return ctl_[server].get();
-  // Lost (reset, or timed out mid-frame): a new control connection, same credential.
-  fabric::ConnectOptions co;
-  co.secret = store_->opt_.secret;
-  co.client_id = store_->client_id_;
-  co.deadline = deadline;
-  TESSERA_ASSIGN_OR_RETURN(ctl_[server],
-                           fabric::ControlClient::Connect(store_->server(server).endpoint, co));
-  return ctl_[server].get();
-}
-
-Result<fabric::AllocSlabResponse> IoThread::AllocRemote(uint32_t server, Deadline deadline) {
-  TESSERA_ASSIGN_OR_RETURN(fabric::ControlClient * ctl, Control(server, deadline));
-  TESSERA_ASSIGN_OR_RETURN(fabric::AllocSlabResponse r, ctl->AllocSlab({}, deadline));
-  if (Status st = t_->AddSlab(conn_[server], r); !st.ok()) {
-    freer_->Free(server, r.slab_id);
-    return st;
-  }
-  return r;
-}
-
 void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
   t_->RemoveSlab(conn_[server], slab_id);
   freer_->Free(server, slab_id);
@@ -154,6 +128,7 @@ void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
 
 void IoThread::Run(std::promise<Status>* started) {
   freer_ = std::make_unique<SlabFreer>(store_);
+  allocator_ = std::make_unique<SlabAllocator>(store_, [this] { Wake(); });
   Status st = Connect();
   if (!st.ok()) {
     started->set_value(st);
@@ -177,6 +152,14 @@ void IoThread::Run(std::promise<Status>* started) {
   free_ctx_count_ = static_cast<int>(nctx);
   const uint32_t nreq =
       std::min<uint32_t>(65536, nctx * static_cast<uint32_t>(lay_.width()) * 2);
+  // The cap per server (RemoteStoreOptions::max_outstanding_per_server): by default the op
+  // contexts. An op has at most one request at a server, so live ops never take a server past
+  // it; requests left at a server that does not answer (late reads let go by their ops) do.
+  cap_ =
+      store_->opt_.max_outstanding_per_server != 0 ? store_->opt_.max_outstanding_per_server : nctx;
+  // No reply for a quarter of the op timeout (at most 1 s) while at the cap: not answering. A
+  // busy server answers within milliseconds; the stuck-request abort waits 2 x the op timeout.
+  silent_abort_ns_ = std::min<uint64_t>(uint64_t{store_->opt_.op_timeout_ms} * 250000, 1000000000);
   reqs_ = std::vector<Request>(nreq);
   pending_wrs_.reserve(nreq);
   flushing_.reserve(nreq);
@@ -192,6 +175,7 @@ void IoThread::Run(std::promise<Status>* started) {
   Loop();
   // Shutdown: end the slab allocations still out and what waits for them, fail queued ops, then
   // give in-flight ones a bounded time to finish.
+  StopAllocations();
   layout_->Stop();
   QueueItem item;
   while (queue_.pop(item)) {
@@ -272,6 +256,7 @@ void IoThread::Loop() {
     for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
     progress |= n > 0;
     const int before = free_ctx_count_;
+    progress |= TakeAllocAnswers();
     progress |= layout_->Poll();
     progress |= Drain();
     progress |= free_ctx_count_ != before;
@@ -374,7 +359,13 @@ void IoThread::Dispatch(const QueueItem& item) {
     freer_->After(item.trim);  // After the frees of the trims before it, too.
   } else if (item.kind == QueueItem::Kind::kTrim) {
     layout_->Trim(item.trim->first, item.trim->count);
-    freer_->After(item.trim);  // Done once the slabs it released are freed remotely.
+    // Done once the slabs it released are freed remotely, and the slabs being allocated now
+    // are there (or given back, when the trim left them unwanted).
+    if (AllocationsPending()) {
+      trims_after_allocs_.push_back(item.trim);
+    } else {
+      freer_->After(item.trim);
+    }
   } else {
     StartOp(item.op, item.degraded, item.verify);
   }
@@ -410,7 +401,7 @@ void IoThread::StartOp(PageOp* op, bool degraded, bool verify) {
 bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   Slab& s = slabs_[c->slab];
   const uint32_t server = s.server[split].load(std::memory_order_relaxed);
-  // remote 0: a group member whose allocation failed (left missing, see AllocateSlab).
+  // remote 0: a group member whose allocation failed (left missing, see BeginAllocate).
   if (server == kNoServer || !Usable(server) || s.remote[split] == 0) return false;
   if (free_req_ >= reqs_.size()) return false;
   const uint32_t ri = free_req_;
@@ -439,6 +430,7 @@ bool IoThread::Post(Ctx* c, int split, fabric::OpKind kind, uint8_t* local) {
   wr.cookie = ri;
   pending_wrs_.push_back(wr);  // Sent by FlushPosts() at the end of this loop iteration.
   ++c->outstanding;
+  ++outstanding_[server];
   (kind == fabric::OpKind::kWrite ? store_->stats_.bytes_sent : store_->stats_.bytes_received)
       .fetch_add(lay_.split, std::memory_order_relaxed);
   return true;
@@ -478,6 +470,7 @@ void IoThread::OnCompletion(const fabric::Completion& comp) {
   rq.orphan_buf = nullptr;
   rq.next_free = free_req_;
   free_req_ = static_cast<uint32_t>(comp.cookie);
+  if (server < outstanding_.size()) --outstanding_[server];
   if (c == nullptr) {
     // A detached late read: its op is long finished. Only what it says about the server counts.
     const size_t bi = static_cast<size_t>(orphan_buf - bufs_.data()) / buf_bytes_;

@@ -77,8 +77,9 @@ class Layout {
   // ---- slabs ----
   // Slab `s` was allocated: the layout's per-slab state (before it is published).
   virtual void SlabAllocated(Slab& s) = 0;
-  // Slab `slab` is being allocated off this thread (its members got so far are in its Slab).
-  virtual bool Allocating(uint32_t slab) const = 0;
+  // The allocation IoThread::BeginAllocate started for slab `slab` ended: OK (it is allocated;
+  // SlabAllocated ran), or failed (nothing of it is left). May be called from BeginAllocate.
+  virtual void SlabReady(uint32_t slab, const Status& st) = 0;
   // Pages (rows) of `s` in use: the slab is freed only at zero.
   virtual uint32_t InUse(const Slab& s) const = 0;
   // Slab `s` is being freed.

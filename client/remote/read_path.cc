@@ -52,11 +52,12 @@ void SplitLayout::AskMore(Ctx* c) {
   // Pass 0: settled splits on servers that answer normally (data splits first, so an
   // undisturbed read needs no decode); pass 1: settled splits on servers currently much slower
   // than the others (a straggler is asked only when the others do not suffice); pass 2: splits
-  // whose regeneration has not reached this page yet; pass 3: splits on silent servers (see
-  // Silent()), and only while fewer than k could arrive without them: never for the extra
-  // delta splits (a request there would hold buffers until the server fails).
-  for (int pass = 0; pass < 4; ++pass) {
-    const int limit = pass == 3 ? std::min(want, lay_.k) : want;
+  // whose regeneration has not reached this page yet; passes 3 and 4: splits on servers at
+  // their cap of outstanding requests, then on silent or suspect servers (see AskPass()), and
+  // only while fewer than k could arrive without them: never for the extra delta splits (a
+  // request there would hold buffers until the server fails).
+  for (int pass = 0; pass < IoThread::kAskPasses; ++pass) {
+    const int limit = pass >= IoThread::kLeftOutPass ? std::min(want, lay_.k) : want;
     for (int j = 0; j < lay_.width() && have < limit; ++j) {
       const uint64_t bit = 1ull << j;
       if ((c->asked & bit) != 0) continue;

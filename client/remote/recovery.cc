@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -68,38 +69,79 @@ void IoThread::ConnLost(uint32_t server, const std::string& why) {
              << "); reconnecting";
 }
 
+std::shared_ptr<ReconnectProbe> IoThread::StartReconnectProbe(uint32_t server) {
+  auto p = std::make_shared<ReconnectProbe>();
+  fabric::ConnectOptions co;
+  co.secret = store_->opt_.secret;
+  co.client_id = store_->client_id_;
+  std::thread([p, ep = store_->server(server).endpoint, co,
+               ms = store_->opt_.connect_timeout_ms]() mutable {
+    co.deadline = Deadline::AfterMs(ms);
+    auto c = fabric::ControlClient::Connect(ep, co);
+    if (c.ok()) {
+      p->server_id = (*c)->info().server_id;
+      (void)(*c)->Close(Deadline::AfterMs(100));
+    } else {
+      p->status = c.status();
+    }
+    p->done.store(true, std::memory_order_release);
+  }).detach();
+  return p;
+}
+
 void IoThread::Reconnect(uint64_t now) {
   const RemoteStoreOptions& o = store_->opt_;
   for (uint32_t i = 0; i < conn_down_.size(); ++i) {
-    if (!conn_down_[i] || local_failed_[i] || store_->failed_[i].load()) continue;
-    if (now < reconnect_at_[i]) continue;
-    // A suspect server may be stopped: a handshake with it would hold this thread until the
-    // deadline. Wait until it answers the monitor again (or is failed) -- except for the first
-    // attempt, which finds a reset connection to a live server at once.
-    if (reconnect_fails_[i] > 0 && store_->Suspect(i)) continue;
-    fabric::ConnectOptions co;
-    co.secret = o.secret;
-    co.client_id = store_->client_id_;
-    co.deadline = Deadline::AfterMs(std::min<uint32_t>(o.connect_timeout_ms, 250));
-    auto c = t_->Connect(store_->server(i).endpoint, co);
-    Status st = c.ok() ? Status::Ok() : c.status();
+    std::shared_ptr<ReconnectProbe>& probe = probes_[i];
+    if (!conn_down_[i] || local_failed_[i] || store_->failed_[i].load()) {
+      probe.reset();  // (One still out ends on its own.)
+      continue;
+    }
+    if (!probe) {
+      if (now < reconnect_at_[i]) continue;
+      // A suspect server may be stopped: after a failed attempt, wait until it answers the
+      // monitor again (or is failed) rather than keep a handshake with it out.
+      if (reconnect_fails_[i] > 0 && store_->Suspect(i)) continue;
+      probe = StartReconnectProbe(i);  // The connect and handshake, off this thread.
+      continue;
+    }
+    if (!probe->done.load(std::memory_order_acquire)) continue;  // Still out.
+    Status st = probe->status;
+    const uint64_t id = probe->server_id;
+    probe.reset();
+    if (st.ok() && !store_->SameInstance(i, id)) {
+      // A new process on the same address (restarted): our slabs died with the old one.
+      store_->MarkFailed(i,
+                         "it was restarted (a new instance answers at its address and holds "
+                         "none of this client's slabs)");
+      HandleLocalFailures();
+      continue;
+    }
+    Result<fabric::ConnectionId> c = Unavailable("not connected");
+    if (st.ok()) {
+      // It answered a handshake a moment ago: the transport's own takes a round trip or two.
+      // Bounded all the same (it may have stopped since), and excused like any stall.
+      fabric::ConnectOptions co;
+      co.secret = o.secret;
+      co.client_id = store_->client_id_;
+      co.deadline = Deadline::AfterMs(std::min(o.connect_timeout_ms, kReconnectMs));
+      c = t_->Connect(store_->server(i).endpoint, co);
+      st = c.ok() ? Status::Ok() : c.status();
+    }
     if (c.ok()) {
       auto info = t_->Info(*c);
       if (info.ok() && !store_->SameInstance(i, info->server_id)) {
-        // A new process on the same address (restarted): our slabs died with the old one.
         (void)t_->Abort(*c);
         store_->MarkFailed(i, "it was restarted (a new instance answers at its address and holds "
                               "none of this client's slabs)");
         HandleLocalFailures();
         continue;
       }
-    }
-    if (c.ok()) {
       // The memserver kept our slabs (they belong to the client id, not the connection).
       for (const Slab& s : slabs_) {
-        // Also the members a slab being allocated has got so far (slab_alloc.cc).
+        // Also the members a slab being allocated has got so far (slabs.cc).
         const uint32_t idx = static_cast<uint32_t>(&s - slabs_.data());
-        if (!s.allocated && !layout_->Allocating(idx)) continue;
+        if (!s.allocated && !Allocating(idx)) continue;
         for (int j = 0; j < lay_.width() && st.ok(); ++j) {
           if (s.server[j].load(std::memory_order_relaxed) == i && s.remote_info[j].slab_id != 0) {
             st = t_->AddSlab(*c, s.remote_info[j]);
@@ -179,13 +221,24 @@ void IoThread::Rehedge(uint64_t now) {
 }
 
 bool IoThread::PostOrPark(Ctx* c, int j, uint8_t* buf) {
-  if (Post(c, j, fabric::OpKind::kWrite, buf)) return true;
   const Slab& s = slabs_[c->slab];
   uint32_t server = s.server[j].load(std::memory_order_relaxed);
+  if (server != kNoServer && s.remote[j] != 0 && Usable(server) && AtCap(server)) {
+    Park(c, j);  // Posted once the server holds fewer of our requests than the cap.
+    return true;
+  }
+  if (Post(c, j, fabric::OpKind::kWrite, buf)) return true;
   if (server != kNoServer && store_->failed_[server].load()) {
-    HandleLocalFailures();  // Re-places it.
+    HandleLocalFailures();  // Starts re-placing it.
     if (Post(c, j, fabric::OpKind::kWrite, buf)) return true;
     server = s.server[j].load(std::memory_order_relaxed);
+  }
+  if (Replacing(c->slab, j) || (server != kNoServer && server < conn_.size() &&
+                                !local_failed_[server] && store_->failed_[server].load())) {
+    // Written to the replacement once its slab is allocated (a server failed a moment ago,
+    // whose failure this thread has not taken in yet, is re-placed when it does).
+    Park(c, j);
+    return true;
   }
   if (server == kNoServer || server >= conn_.size() || store_->failed_[server].load() ||
       local_failed_[server] || s.remote[j] == 0) {
@@ -212,8 +265,12 @@ void IoThread::ResumeParked(uint64_t now) {
     const uint32_t server = s.server[p.split].load(std::memory_order_relaxed);
     const bool give_up = now - p.since > limit;
     const bool failed = server == kNoServer || store_->failed_[server].load();
-    if (!give_up && !failed && !Usable(server)) {
-      parked_.push_back(p);  // Still unreachable and not failed: keep waiting.
+    const bool replacing =
+        Replacing(c->slab, p.split) || (failed && server != kNoServer && !local_failed_[server]);
+    if (!give_up && (replacing || (!failed && (!Usable(server) || AtCap(server))))) {
+      // Still unreachable (or at its cap) and not failed, or its replacement is being
+      // allocated: keep waiting.
+      parked_.push_back(p);
       continue;
     }
     --c->outstanding;
@@ -236,6 +293,31 @@ void IoThread::ExcuseStall(uint64_t ns) {
     // Never past now: a request is at most as old as zero.
     if (rq.live) rq.post_ns = std::min(rq.post_ns + ns, now_ns_);
   }
+  // Nor is a server's silence (AbortSilentCapped) ours.
+  for (uint64_t& t : last_reply_ns_) {
+    if (t != 0) t = std::min(t + ns, now_ns_);
+  }
+}
+
+void IoThread::AbortSilentCapped(uint64_t now) {
+  for (uint32_t i = 0; i < outstanding_.size(); ++i) {
+    if (outstanding_[i] < cap_ || conn_down_[i] || local_failed_[i] ||
+        store_->failed_[i].load(std::memory_order_relaxed)) {
+      continue;
+    }
+    // Busy, not stuck: it answered us lately (its replies come back while requests wait).
+    if (last_reply_ns_[i] != 0 && now - last_reply_ns_[i] <= silent_abort_ns_) continue;
+    uint64_t oldest = now;
+    for (const Request& rq : reqs_) {
+      if (rq.live && rq.server == i) oldest = std::min(oldest, rq.post_ns);
+    }
+    if (now - oldest <= silent_abort_ns_) continue;  // Reached the cap just now: give it time.
+    const std::string why = std::to_string(outstanding_[i]) +
+                            " requests outstanding (the cap per server) and no reply for " +
+                            std::to_string((now - oldest) / 1000000) + " ms";
+    store_->ReportTrouble(i, why);  // Suspect: asked last until it answers again.
+    ConnLost(i, why);  // Reconnected off this thread (Reconnect) once it answers a handshake.
+  }
 }
 
 void IoThread::HandleLocalFailures() {
@@ -252,9 +334,6 @@ void IoThread::HandleLocalFailures() {
     // In-flight ops to it complete with Cancelled (reads then ask other splits, writes re-place).
     // No GOODBYE exchange: a stopped server would hold this thread for its whole timeout.
     (void)t_->Abort(conn_[i]);
-    // Closing the control connection too starts the server's lease on our slabs there (it
-    // reclaims them after its orphan grace if it comes back).
-    ctl_[i].reset();
     for (Slab& s : slabs_) {
       if (!s.allocated) continue;
       for (int j = 0; j < lay_.width(); ++j) {
@@ -267,72 +346,143 @@ void IoThread::HandleLocalFailures() {
 }
 
 void IoThread::ReplaceSplit(Slab& s, int j) {
-  ReplaceSplitOnce(s, j);
-  now_ns_ = MonotonicNs();  // AllocSlab / FreeSlab may have blocked.
+  const uint32_t slab = static_cast<uint32_t>(&s - slabs_.data());
+  if (Replacing(slab, j)) return;  // Under way (an eviction notice, then the server failed).
+  PendingReplace r;
+  r.slab = slab;
+  r.j = j;
+  r.old = s.server[j].load(std::memory_order_relaxed);
+  r.old_remote = s.remote[j];
+  r.current.resize(lay_.width());
+  for (int i = 0; i < lay_.width(); ++i) r.current[i] = s.server[i].load();
+  replacing_.push_back(std::move(r));
+  AskReplacement(replacing_.size() - 1);
 }
 
-void IoThread::ReplaceSplitOnce(Slab& s, int j) {
-  const uint32_t old = s.server[j].load(std::memory_order_relaxed);
-  std::vector<placement::ServerId> current(lay_.width());
-  for (int i = 0; i < lay_.width(); ++i) current[i] = s.server[i].load();
-  for (int attempt = 0; attempt < 3; ++attempt) {
+bool IoThread::Replacing(uint32_t slab, int j) const {
+  return std::any_of(replacing_.begin(), replacing_.end(), [&](const PendingReplace& r) {
+    return r.slab == slab && r.j == j && !r.cancelled;
+  });
+}
+
+void IoThread::AskReplacement(size_t i) {
+  PendingReplace& r = replacing_[i];
+  const Slab& s = slabs_[r.slab];
+  while (r.attempt < 3 && !stop_.load(std::memory_order_relaxed)) {
     placement::ServerId chosen;
     {
       std::lock_guard<std::mutex> lock(store_->mu_);
-      auto r = store_->ReplacementLocked(s.id + attempt, current, j);
-      if (!r.ok()) {
+      auto c = store_->ReplacementLocked(s.id + static_cast<uint64_t>(r.attempt), r.current, r.j);
+      if (!c.ok()) {
         // Logged at 1, 2, 4, ... per thread: when servers go away, every slab they held asks.
         if (LogThisOne(++no_replacement_)) {
-          TLOG(WARNING) << store_->name_ << ": no replacement for split " << j
-                        << " of logical slab " << s.id << ": " << r.status() << " ("
+          TLOG(WARNING) << store_->name_ << ": no replacement for split " << r.j
+                        << " of logical slab " << s.id << ": " << c.status() << " ("
                         << no_replacement_ << " splits so far on this thread)";
         }
-        return;
+        break;
       }
-      chosen = *r;
+      chosen = *c;
+    }
+    ++r.attempt;
+    if (!Usable(chosen)) {
+      r.current[r.j] = chosen;  // Failed or not connected now: another one.
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(store_->mu_);
       store_->load_[chosen]++;
     }
-    if (!Usable(chosen)) {
-      current[j] = chosen;  // Failed or not connected now: another one.
-      continue;
-    }
-    auto a = AllocRemote(chosen, Deadline::AfterMs(store_->opt_.control_timeout_ms));
-    if (!a.ok()) {
-      TLOG(WARNING) << store_->name_ << ": cannot allocate a replacement slab on "
-                    << store_->server(chosen).endpoint.ToString() << ": " << a.status();
-      if (IsConnectionError(a.status())) {
-        store_->ReportTrouble(chosen, "replacement slab allocation: " + a.status().ToString());
-      }
-      current[j] = chosen;  // Do not pick it again.
-      continue;
-    }
-    const uint64_t old_remote = s.remote[j];
-    s.server[j].store(chosen, std::memory_order_relaxed);
-    s.remote[j] = a->slab_id;
-    s.remote_info[j] = *a;
-    const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
-    // What needs rebuilding: written pages (split layout), or rows in use whose member j is
-    // not padding (group layout).
-    auto needs = [&](uint32_t p) -> uint64_t { return layout_->NeedsRebuild(s, p, j) ? 1 : 0; };
-    uint64_t pending = 0;
-    for (uint32_t p = 0; p < pps; ++p) pending += needs(p);
-    // Pages the previous rebuild of this split had not reached yet are counted again below.
-    const uint32_t was = s.regen_cursor[j];
-    if (was < pps) {
-      uint64_t left = 0;
-      for (uint32_t p = was; p < pps; ++p) left += needs(p);
-      store_->stats_.regenerations_pending.fetch_sub(left, std::memory_order_relaxed);
-    } else {
-      ++regen_active_;
-    }
-    s.regen_cursor[j] = 0;
-    PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));  // With nothing of j settled yet.
-    store_->stats_.regenerations_pending.fetch_add(pending, std::memory_order_relaxed);
-    if (old != kNoServer && !store_->failed_[old].load() && !local_failed_[old]) {
-      // Eviction: give the old slab back (the server drops it anyway).
-      ReleaseRemote(old, old_remote);
-    }
+    r.chosen = chosen;
+    r.tag = ++next_tag_;
+    allocator_->Alloc(r.tag, chosen, store_->opt_.control_timeout_ms);
     return;
+  }
+  // No replacement: the member stays where it is (an erasure while its server is failed).
+  replacing_.erase(replacing_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void IoThread::OnReplaceAnswer(size_t i, SlabAllocator::Answer& answer) {
+  PendingReplace& r = replacing_[i];
+  Slab& s = slabs_[r.slab];
+  const uint32_t chosen = r.chosen;
+  // Still the member it was asked for (not freed, and not moved by anything else).
+  const bool wanted = !r.cancelled && s.allocated &&
+                      s.server[r.j].load(std::memory_order_relaxed) == r.old &&
+                      s.remote[r.j] == r.old_remote;
+  Status why;
+  if (answer.slab.ok()) {
+    const fabric::AllocSlabResponse& a = *answer.slab;
+    if (!wanted) {
+      why = Cancelled("not wanted any more");
+    } else if (Status added = Usable(chosen) ? t_->AddSlab(conn_[chosen], a)
+                                             : Unavailable("data connection down");
+               added.ok()) {
+      const int j = r.j;
+      const uint32_t old = r.old;
+      const uint64_t old_remote = r.old_remote;
+      replacing_.erase(replacing_.begin() + static_cast<std::ptrdiff_t>(i));
+      InstallReplacement(s, j, chosen, a, old, old_remote);
+      return;
+    } else {
+      why = added;
+    }
+    freer_->Free(chosen, a.slab_id);
+  } else {
+    why = answer.slab.status();
+    if (why.code() != StatusCode::kCancelled) {
+      TLOG(WARNING) << store_->name_ << ": cannot allocate a replacement slab on "
+                    << store_->server(chosen).endpoint.ToString() << ": " << why;
+      if (IsConnectionError(why)) {
+        store_->ReportTrouble(chosen, "replacement slab allocation: " + why.ToString());
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    if (store_->load_[chosen] > 0) store_->load_[chosen]--;
+  }
+  if (!wanted || why.code() == StatusCode::kCancelled) {
+    replacing_.erase(replacing_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+  r.current[r.j] = chosen;  // Do not pick it again.
+  r.chosen = kNoServer;
+  r.tag = 0;
+  AskReplacement(i);
+}
+
+void IoThread::InstallReplacement(Slab& s, int j, uint32_t server,
+                                  const fabric::AllocSlabResponse& a, uint32_t old,
+                                  uint64_t old_remote) {
+  s.server[j].store(server, std::memory_order_relaxed);
+  s.remote[j] = a.slab_id;
+  s.remote_info[j] = a;
+  const uint32_t pps = static_cast<uint32_t>(store_->pages_per_slab_);
+  // What needs rebuilding: written pages (split layout), or rows in use whose member j is
+  // not padding (group layout).
+  auto needs = [&](uint32_t p) -> uint64_t { return layout_->NeedsRebuild(s, p, j) ? 1 : 0; };
+  uint64_t pending = 0;
+  for (uint32_t p = 0; p < pps; ++p) pending += needs(p);
+  // Pages the previous rebuild of this split had not reached yet are counted again below.
+  const uint32_t was = s.regen_cursor[j];
+  if (was < pps) {
+    uint64_t left = 0;
+    for (uint32_t p = was; p < pps; ++p) left += needs(p);
+    store_->stats_.regenerations_pending.fetch_sub(left, std::memory_order_relaxed);
+  } else {
+    ++regen_active_;
+  }
+  s.regen_cursor[j] = 0;
+  PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));  // With nothing of j settled yet.
+  store_->stats_.regenerations_pending.fetch_add(pending, std::memory_order_relaxed);
+  if (old != kNoServer) {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    if (store_->load_[old] > 0) store_->load_[old]--;
+  }
+  if (old != kNoServer && old_remote != 0 && !store_->failed_[old].load() && !local_failed_[old]) {
+    // Eviction: give the old slab back (the server drops it anyway).
+    ReleaseRemote(old, old_remote);
   }
 }
 
@@ -434,6 +584,7 @@ void IoThread::Housekeeping() {
         }
       }
       DetachLateReads(now);
+      AbortSilentCapped(now);
     }
     Rehedge(now);
     Reconnect(now);

@@ -61,12 +61,26 @@ void SlabAllocator::Finish() {
   if (thread_.joinable()) thread_.join();
 }
 
+void SlabAllocator::CloseFailed() {
+  // Closing our control connection to a failed server starts its lease on our slabs there (it
+  // reclaims them after its orphan grace if it comes back), as the other connections close.
+  for (size_t i = 0; i < ctl_.size(); ++i) {
+    if (ctl_[i] && store_->failed_[i].load(std::memory_order_relaxed)) ctl_[i].reset();
+  }
+}
+
 void SlabAllocator::Loop() {
   for (;;) {
     Ask ask;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return finishing_ || !queue_.empty(); });
+      while (!finishing_ && queue_.empty()) {
+        if (cv_.wait_for(lock, std::chrono::seconds(1)) == std::cv_status::timeout) {
+          lock.unlock();
+          CloseFailed();
+          lock.lock();
+        }
+      }
       if (finishing_) {
         for (const Ask& a : queue_) {
           done_.push_back({a.tag, a.server, Cancelled("page store is shutting down")});
@@ -77,6 +91,7 @@ void SlabAllocator::Loop() {
       ask = queue_.front();
       queue_.pop_front();
     }
+    CloseFailed();
     const Deadline deadline = Deadline::AfterMs(ask.timeout_ms);
     Answer answer{ask.tag, ask.server, Unavailable("not asked")};
     auto ctl = OwnControl(store_, &ctl_, ask.server, deadline);

@@ -1,13 +1,16 @@
 // SlabAllocator: the ALLOC control calls of one I/O thread, made on a thread of their own, so
-// that the split layout's I/O thread never waits on the network for a new slab (an allocation
-// from a server that has stopped answering takes up to its deadline, and every request of the
-// I/O thread would wait behind it).
+// that an I/O thread never waits on the network for a slab (an allocation from a server that
+// has stopped answering takes up to its deadline, and every request of the I/O thread would
+// wait behind it): the members of a new slab (both layouts) and the replacement of a member
+// whose server failed or evicted it (IoThread::BeginAllocate, IoThread::ReplaceSplit).
 //
 // The I/O thread chooses the server of every member (placement, replacements) and hands each
 // ALLOC here with a tag; the allocator makes the calls in the order given, over its own control
 // connections (the store's credential and owner id, on the server instance the store knows),
 // and hands every answer back through Take(), waking the I/O thread with `wake`. The I/O thread
-// makes each new slab known to its data transport itself.
+// makes each new slab known to its data transport itself. The connection to a server marked
+// failed is closed (at the next call, or within a second), so that the server's lease on our
+// slabs starts.
 //
 // Threads: Alloc/Take from the owning I/O thread; Finish from it at shutdown.
 #pragma once
@@ -64,6 +67,7 @@ class SlabAllocator {
     uint32_t timeout_ms;
   };
   void Loop();
+  void CloseFailed();  // The allocator thread only.
 
   RemoteStore* const store_;
   const std::function<void()> wake_;

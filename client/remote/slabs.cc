@@ -1,11 +1,13 @@
 // Slabs of either layout: placement of a new logical slab (its members re-placed when they
-// cannot be allocated), blocking allocation (the group layout's: its stripe buffer cannot wait
-// for an allocation off this thread), and what makes an allocated slab usable; and the end of
-// a repair or regeneration write.
+// cannot be allocated), its allocation off this thread (the ALLOC calls are made by the
+// SlabAllocator's thread; answers come back through TakeAllocAnswers), and what makes an
+// allocated slab usable; and the end of a repair or regeneration write. The re-placement of a
+// member after a failure or an eviction is recovery.cc's, over the same allocator.
 #include "client/remote/engine.h"
 #include "client/remote/layout.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "common/logging.h"
 
@@ -65,76 +67,179 @@ bool IoThread::ReplaceNewMember(uint64_t ls, std::vector<placement::ServerId>& s
   return true;
 }
 
-Status IoThread::AllocateSlab(Slab& s) {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<placement::ServerId> servers, PlaceSlab(s));
-  const uint64_t ls = s.id;
-  const size_t pps = store_->pages_per_slab_;
-  // A server that does not answer an allocation within the op timeout is declared failed, as
-  // for data ops; a split whose server failed or refused (full) is placed on the replacement
-  // placement chooses, a few times at most, instead of failing the write.
-  const uint32_t attempt_ms = std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms);
-  int missing = 0;  // Group layout: members left on a failed server (see below).
-  for (int j = 0; j < lay_.width(); ++j) {
-    Status last;
-    bool done = false;
-    for (int attempt = 0; attempt <= kMaxAllocReplacements && !done; ++attempt) {
-      const uint32_t server = servers[j];
-      // A suspect server is skipped while there is another choice (it may be stopped: an
-      // allocation there would hold this thread until the deadline), tried as the last resort.
-      if (Usable(server) && (!store_->Suspect(server) || attempt == kMaxAllocReplacements)) {
-        auto r = AllocRemote(server, Deadline::AfterMs(attempt_ms));
-        if (r.ok()) {
-          s.server[j].store(server, std::memory_order_relaxed);
-          s.remote[j] = r->slab_id;
-          s.remote_info[j] = *r;
-          s.regen_cursor[j] = static_cast<uint32_t>(pps);
-          done = true;
-          break;
-        }
-        last = r.status();
-        if (IsConnectionError(r.status())) {
-          store_->ReportTrouble(server, "slab allocation: " + r.status().ToString());
-        }
-      } else {
-        last = Unavailable("server is failed, suspect or not connected");
-      }
-      if (attempt == kMaxAllocReplacements || !ReplaceNewMember(ls, servers, j, last)) break;
+void IoThread::BeginAllocate(Slab& s) {
+  const uint32_t slab = static_cast<uint32_t>(&s - slabs_.data());
+  Result<std::vector<placement::ServerId>> servers = stop_.load(std::memory_order_relaxed)
+                                                         ? Cancelled("page store is shutting down")
+                                                         : PlaceSlab(s);
+  if (!servers.ok()) {
+    layout_->SlabReady(slab, servers.status());
+    return;
+  }
+  allocs_.emplace_back();
+  PendingAlloc& a = allocs_.back();
+  a.slab = slab;
+  a.servers = std::move(*servers);
+  for (int j = 0; j < lay_.width() && a.failed.ok(); ++j) AskMember(a, j);
+  MaybeEndAlloc(allocs_.size() - 1);
+}
+
+bool IoThread::Allocating(uint32_t slab) const {
+  return std::any_of(allocs_.begin(), allocs_.end(),
+                     [slab](const PendingAlloc& a) { return a.slab == slab; });
+}
+
+void IoThread::AskMember(PendingAlloc& a, int j) {
+  for (;;) {
+    const uint32_t server = a.servers[j];
+    // A suspect server is skipped while there is another choice (it may be stopped), and asked
+    // as the last resort. A server that does not answer within the op timeout counts as a
+    // failed allocation there, as for data ops.
+    if (Usable(server) && (!store_->Suspect(server) || a.tries[j] == kMaxAllocReplacements)) {
+      a.tag[j] = ++next_tag_;
+      allocator_->Alloc(a.tag[j], server,
+                        std::min(store_->opt_.control_timeout_ms, store_->opt_.op_timeout_ms));
+      a.asked |= 1ull << j;
+      return;
     }
-    if (!done && layout_->KeepsMissingMembers() && missing < lay_.r && IsConnectionError(last)) {
-      // Group layout: every write may need a new slab, so a cluster that lost servers (and has
-      // no spare in the coding group) must still take writes. The member stays on its failed
-      // server: its writes fail (stripes are stored with fewer members, at least k) and reads
-      // treat it as an erasure, as for a slab whose server failed after allocation. At most r
-      // members of a slab can be missing.
-      ++missing;
-      s.server[j].store(servers[j], std::memory_order_relaxed);
-      s.remote[j] = 0;
-      s.remote_info[j] = fabric::AllocSlabResponse{};
-      s.regen_cursor[j] = static_cast<uint32_t>(pps);
-      store_->ReportTrouble(servers[j], "cannot allocate a slab there: " + last.ToString());
-      continue;
-    }
-    if (!done) {
-      // Roll back what we took.
-      for (int i = 0; i < j; ++i) {
-        const uint32_t srv = s.server[i].load();
-        if (!local_failed_[srv] && !store_->failed_[srv].load()) {
-          ReleaseRemote(srv, s.remote[i]);
-        }
-        s.server[i].store(kNoServer);
-      }
-      {
-        std::lock_guard<std::mutex> lock(store_->mu_);
-        for (auto id : servers) {
-          if (store_->load_[id] > 0) store_->load_[id]--;
-        }
-      }
-      return Unavailable("cannot allocate a slab on " +
-                         store_->server(servers[j]).endpoint.ToString() + ": " + last.ToString());
+    if (!ReplaceMember(a, j, Unavailable("server is failed, suspect or not connected"))) return;
+  }
+}
+
+bool IoThread::ReplaceMember(PendingAlloc& a, int j, const Status& why) {
+  if (!a.failed.ok()) return false;
+  if (a.tries[j] < kMaxAllocReplacements &&
+      ReplaceNewMember(slabs_[a.slab].id, a.servers, j, why)) {
+    ++a.tries[j];
+    return true;
+  }
+  if (layout_->KeepsMissingMembers() && std::popcount(a.missing) < lay_.r &&
+      IsConnectionError(why) && why.code() != StatusCode::kCancelled) {
+    // Group layout: every write may need a new slab, so a cluster that lost servers (and has
+    // no spare in the coding group) must still take writes. The member stays on its server,
+    // allocated nowhere: its writes fail (stripes are stored with fewer members, at least k)
+    // and reads treat it as an erasure, as for a slab whose server failed after allocation. At
+    // most r members of a slab can be missing.
+    Slab& s = slabs_[a.slab];
+    a.missing |= 1ull << j;
+    s.server[j].store(a.servers[j], std::memory_order_relaxed);
+    s.remote[j] = 0;
+    s.remote_info[j] = fabric::AllocSlabResponse{};
+    s.regen_cursor[j] = static_cast<uint32_t>(store_->pages_per_slab_);
+    store_->ReportTrouble(a.servers[j], "cannot allocate a slab there: " + why.ToString());
+    return false;
+  }
+  a.failed = Unavailable("cannot allocate a slab on " +
+                         store_->server(a.servers[j]).endpoint.ToString() + ": " + why.ToString());
+  return false;
+}
+
+bool IoThread::TakeAllocAnswers() {
+  if (allocator_ == nullptr || !allocator_->Take(&answers_)) return false;
+  std::vector<SlabAllocator::Answer> answers;
+  answers.swap(answers_);
+  for (SlabAllocator::Answer& answer : answers) OnAllocAnswer(answer);
+  MaybeReleaseTrims();
+  return true;
+}
+
+void IoThread::OnAllocAnswer(SlabAllocator::Answer& answer) {
+  const uint32_t server = answer.server;
+  for (size_t i = 0; i < replacing_.size(); ++i) {
+    if (replacing_[i].tag == answer.tag) {
+      OnReplaceAnswer(i, answer);
+      return;
     }
   }
-  FinishSlab(s);
-  return Status::Ok();
+  size_t i = 0;
+  int j = 0;
+  for (; i < allocs_.size(); ++i) {
+    for (j = 0; j < lay_.width(); ++j) {
+      if (((allocs_[i].asked >> j) & 1) && allocs_[i].tag[j] == answer.tag) break;
+    }
+    if (j < lay_.width()) break;
+  }
+  if (i == allocs_.size()) {  // Cannot happen: an answer always has its allocation.
+    if (answer.slab.ok()) freer_->Free(server, answer.slab->slab_id);
+    return;
+  }
+  PendingAlloc& a = allocs_[i];
+  a.asked &= ~(1ull << j);
+  Slab& s = slabs_[a.slab];
+  Status why;
+  if (answer.slab.ok()) {
+    const fabric::AllocSlabResponse& r = *answer.slab;
+    if (!a.failed.ok()) {
+      freer_->Free(server, r.slab_id);  // The allocation failed meanwhile: give it back.
+    } else if (Status added = Usable(server) ? t_->AddSlab(conn_[server], r)
+                                             : Unavailable("data connection down");
+               added.ok()) {
+      s.server[j].store(server, std::memory_order_relaxed);
+      s.remote[j] = r.slab_id;
+      s.remote_info[j] = r;
+      s.regen_cursor[j] = static_cast<uint32_t>(store_->pages_per_slab_);
+      a.got |= 1ull << j;
+    } else {
+      freer_->Free(server, r.slab_id);
+      why = added;
+    }
+  } else {
+    why = answer.slab.status();
+    if (why.code() == StatusCode::kCancelled) {
+      if (a.failed.ok()) a.failed = why;  // Shutting down: no replacement.
+    } else if (IsConnectionError(why)) {
+      store_->ReportTrouble(server, "slab allocation: " + why.ToString());
+    }
+  }
+  if (!why.ok() && a.failed.ok() && ReplaceMember(a, j, why)) AskMember(a, j);
+  MaybeEndAlloc(i);
+}
+
+void IoThread::MaybeEndAlloc(size_t i) {
+  PendingAlloc& a = allocs_[i];
+  if (a.asked != 0) return;
+  const uint32_t slab = a.slab;
+  Slab& s = slabs_[slab];
+  const Status failed = a.failed;
+  if (!failed.ok()) {
+    for (uint64_t m = a.got; m != 0; m &= m - 1) {
+      const int j = std::countr_zero(m);
+      const uint32_t srv = s.server[j].load(std::memory_order_relaxed);
+      if (!local_failed_[srv] && !store_->failed_[srv].load()) ReleaseRemote(srv, s.remote[j]);
+      s.remote[j] = 0;
+      s.remote_info[j] = fabric::AllocSlabResponse{};
+    }
+    for (int j = 0; j < lay_.width(); ++j) s.server[j].store(kNoServer);
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    for (auto id : a.servers) {
+      if (store_->load_[id] > 0) store_->load_[id]--;
+    }
+  } else {
+    FinishSlab(s);
+    // A member whose server was failed while the others were being allocated (after
+    // HandleLocalFailures went over the allocated slabs) is re-placed like any other.
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint32_t srv = s.server[j].load(std::memory_order_relaxed);
+      if (srv != kNoServer && local_failed_[srv]) ReplaceSplit(s, j);
+    }
+  }
+  allocs_.erase(allocs_.begin() + static_cast<std::ptrdiff_t>(i));
+  layout_->SlabReady(slab, failed);
+}
+
+void IoThread::StopAllocations() {
+  if (allocator_ == nullptr) return;
+  allocator_->Finish();  // Every call not made is answered Cancelled.
+  while (AllocationsPending() && TakeAllocAnswers()) {
+  }
+  for (QueueJob* job : trims_after_allocs_) freer_->After(job);
+  trims_after_allocs_.clear();
+}
+
+void IoThread::MaybeReleaseTrims() {
+  if (AllocationsPending() || trims_after_allocs_.empty()) return;
+  for (QueueJob* job : trims_after_allocs_) freer_->After(job);
+  trims_after_allocs_.clear();
 }
 
 void IoThread::FinishSlab(Slab& s) {

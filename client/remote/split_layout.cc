@@ -56,7 +56,6 @@ uint64_t SplitLayout::SlabCount() const {
 }
 
 void SplitLayout::Setup(uint32_t) {
-  allocator_ = std::make_unique<SlabAllocator>(store_, [this] { io_.Wake(); });
   if (lay_.copies || !store_->opt_.direct_reads) return;
   // Direct reads: slab members now, page tables per slab when first allocated.
   io_.dslab_.reset(new DirectSlab[io_.slabs_.size()]);
@@ -94,13 +93,13 @@ void SplitLayout::OnReply(Ctx* c, int member, uint32_t server, bool write, const
 }
 
 bool SplitLayout::Hold(const QueueItem& item) {
-  if ((allocs_.empty() && held_.empty()) || !MustHold(item)) return false;
+  if ((waiting_.empty() && held_.empty()) || !MustHold(item)) return false;
   HoldItem(item);
   return true;
 }
 
 bool SplitLayout::Poll() {
-  bool any = TakeAllocAnswers();
+  bool any = false;
   if (!held_.empty()) {
     const size_t held = held_.size();
     ReleaseHeld();

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "client/remote/engine.h"
@@ -74,10 +75,7 @@ class SplitLayout final : public Layout {
   void Housekeeping(uint64_t) override {}
   uint64_t SleepBound(uint64_t timeout) const override { return timeout; }
   void SlabAllocated(Slab& s) override;
-  bool Allocating(uint32_t slab) const override {
-    return std::any_of(allocs_.begin(), allocs_.end(),
-                       [slab](const PendingAlloc& a) { return a.slab == slab; });
-  }
+  void SlabReady(uint32_t slab, const Status& st) override;
   uint32_t InUse(const Slab& s) const override { return s.written_count; }
   void SlabFreed(Slab&) override {}
   bool KeepsMissingMembers() const override { return false; }
@@ -104,28 +102,10 @@ class SplitLayout final : public Layout {
   void OnReadSplit(Ctx* c, int split, const Status& st);
   void FinishRead(Ctx* c, Status st);
   // ---- slab_alloc.cc: slab allocation off this thread ----
-  // Starts allocating slab `s` (its ALLOCs go to allocator_); the write `c` starts once it is
-  // allocated, or fails with the allocation. Queue items that must come after that write
-  // (SlabIndexOf, HoldItem) wait in held_ meanwhile; everything else goes on.
+  // Starts allocating slab `s` (IoThread::BeginAllocate); the write `c` starts once it is
+  // allocated (SlabReady), or fails with the allocation. Queue items that must come after that
+  // write (SlabIndexOf, HoldItem) wait in held_ meanwhile; everything else goes on.
   void AllocateThenWrite(Slab& s, Ctx* c);
-  struct PendingAlloc {
-    uint32_t slab = kNoSlot;
-    std::vector<placement::ServerId> servers;
-    std::array<uint8_t, kMaxWidth> tries{};  // Replacements made per member.
-    uint64_t asked = 0;                      // Members whose ALLOC is out.
-    uint64_t got = 0;                        // Members allocated (known to the data transport).
-    Status failed;              // Not ok: the allocation failed; answers still out are given back.
-    std::vector<Ctx*> waiting;  // Writes that start once the slab is allocated.
-  };
-  void AskMember(PendingAlloc& a, int j);
-  // Re-places member j after `why` (false: no replacement left; the allocation failed).
-  bool ReplaceMember(PendingAlloc& a, int j, const Status& why);
-  void OnAllocAnswer(SlabAllocator::Answer& answer);
-  // Ends allocation allocs_[i] once no answer is out: the slab is usable and its writes start,
-  // or what it got is given back and its writes fail.
-  void MaybeEndAlloc(size_t i);
-  // Takes the allocator's answers (from the loop); true when there were any.
-  bool TakeAllocAnswers();
   // Split layout: the index in slabs_ of page `page`'s slab (this thread's).
   uint32_t SlabIndexOf(PageId page) const {
     return static_cast<uint32_t>(page / store_->pages_per_slab_ / store_->opt_.io_threads);
@@ -158,17 +138,15 @@ class SplitLayout final : public Layout {
   IoThread& io_;
   RemoteStore* const store_;
   const LayoutParams& lay_;
-  // ALLOC control calls, off this thread (made by Setup()).
-  std::unique_ptr<SlabAllocator> allocator_;
-  std::vector<PendingAlloc> allocs_;  // Allocations in progress (a few at most).
-  std::vector<SlabAllocator::Answer> answers_;
+  // Per slab being allocated (a few at most): the writes that start once it is.
+  std::vector<std::pair<uint32_t, std::vector<Ctx*>>> waiting_;
   // Queue items waiting for an allocation (MustHold), in their order; per slab index, how many
   // of them touch it; how many are barriers (trim, flush, locate).
   std::deque<QueueItem> held_;
   std::vector<uint32_t> held_per_slab_;
   uint32_t held_barriers_ = 0;
   // Direct reads: per slab index, its pages' table (see kSplitZero), allocated by the slab's
-  // first AllocateSlab and published through dsplit_ptr_ (release) before the slab is.
+  // first allocation and published through dsplit_ptr_ (release) before the slab is.
   std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> dsplit_;
   std::unique_ptr<std::atomic<std::atomic<uint32_t>*>[]> dsplit_ptr_;
 };

@@ -24,6 +24,10 @@ Status RemoteStore::Init() {
   if (o.max_inflight_pages < 8 || o.max_inflight_pages > 16384) {
     return InvalidArgument("max_inflight_pages must be 8..16384");
   }
+  if (o.max_outstanding_per_server != 0 &&
+      (o.max_outstanding_per_server < 8 || o.max_outstanding_per_server > 65536)) {
+    return InvalidArgument("max_outstanding_per_server must be 0 (automatic) or 8..65536");
+  }
   if (o.capacity_pages == 0) return InvalidArgument("capacity_pages must be > 0");
   if (o.poll_us > 1000) return InvalidArgument("poll_us must be 0..1000");
   if (o.direct_spin_us > 1000) return InvalidArgument("direct_spin_us must be 0..1000");

@@ -19,6 +19,11 @@ void IoThread::MaybeFreeSlab(Slab& s) {
   // server failure noticed during the frees below does not try to re-place these splits.
   s.allocated = false;
   s.free_wanted = false;
+  // A replacement still being allocated for one of its members is given back when it comes.
+  const uint32_t slab = static_cast<uint32_t>(&s - slabs_.data());
+  for (PendingReplace& r : replacing_) {
+    if (r.slab == slab) r.cancelled = true;
+  }
   for (int j = 0; j < lay_.width(); ++j) {
     if (s.regen_cursor[j] < pps) --regen_active_;  // No written page is left to rebuild.
     s.regen_cursor[j] = pps;
@@ -26,7 +31,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
     s.server[j].store(kNoServer, std::memory_order_relaxed);
     s.remote_info[j] = fabric::AllocSlabResponse{};
   }
-  PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
+  PublishSlab(slab);
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
     for (int j = 0; j < lay_.width(); ++j) {
@@ -37,7 +42,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
   for (int j = 0; j < lay_.width(); ++j) {
     const uint32_t server = remotes[j].first;
     if (server == kNoServer || local_failed_[server] || store_->failed_[server].load()) continue;
-    ReleaseRemote(server, remotes[j].second);
+    if (remotes[j].second != 0) ReleaseRemote(server, remotes[j].second);  // 0: left missing.
   }
   store_->stats_.slabs_freed.fetch_add(1, std::memory_order_relaxed);
 }

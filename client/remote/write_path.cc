@@ -27,20 +27,9 @@ void SplitLayout::Unwrite(Slab& s, uint32_t p) {
 
 void SplitLayout::StartWrite(Ctx* c) {
   Slab& s = io_.slabs_[c->slab];
-  if (!s.allocated && allocator_ != nullptr) {
+  if (!s.allocated) {
     AllocateThenWrite(s, c);  // Started again once the slab is allocated.
     return;
-  }
-  if (!s.allocated) {
-    Status st = io_.AllocateSlab(s);
-    io_.now_ns_ = MonotonicNs();  // The control calls may have blocked.
-    if (!st.ok()) {
-      c->finished = true;
-      io_.Complete(c->op, st, c->start_ns);
-      c->op = nullptr;
-      io_.MaybeRelease(c);
-      return;
-    }
   }
   if (Ctx* w = s.busy[c->pidx]; w != nullptr && w != c) {
     while (w->next_write != nullptr) w = w->next_write;

@@ -22,6 +22,27 @@ void TransportFaults::FailOpsTo(const std::string& endpoint, bool on) {
   }
 }
 
+void TransportFaults::DropConnectionTo(const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_.insert(endpoint);
+}
+
+bool TransportFaults::TakeDrop(const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return drop_.erase(endpoint) > 0;
+}
+
+void TransportFaults::NoteConnect(const std::string& endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++connects_[endpoint];
+}
+
+uint64_t TransportFaults::connects_to(const std::string& endpoint) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = connects_.find(endpoint);
+  return it == connects_.end() ? 0 : it->second;
+}
+
 bool TransportFaults::corrupting(const std::string& endpoint) const {
   std::lock_guard<std::mutex> lock(mu_);
   return corrupt_.count(endpoint) > 0;
@@ -34,6 +55,7 @@ bool TransportFaults::failing(const std::string& endpoint) const {
 
 Result<fabric::ConnectionId> FaultInjectingTransport::Connect(
     const fabric::Endpoint& endpoint, const fabric::ConnectOptions& options) {
+  faults_->NoteConnect(endpoint.ToString());
   TESSERA_ASSIGN_OR_RETURN(fabric::ConnectionId c, inner_->Connect(endpoint, options));
   endpoint_[c] = endpoint.ToString();
   return c;
@@ -47,12 +69,18 @@ Status FaultInjectingTransport::Post(std::span<const fabric::WorkRequest> batch)
   for (const fabric::WorkRequest& wr : batch) {
     auto it = endpoint_.find(wr.connection);
     const std::string& ep = it == endpoint_.end() ? std::string() : it->second;
-    if (!ep.empty() && faults_->failing(ep)) {
+    if (!ep.empty() && inner_->Connected(wr.connection) && faults_->TakeDrop(ep)) {
+      (void)inner_->Abort(wr.connection);
+      dropped_.insert(wr.connection);
+    }
+    const bool dropped = dropped_.count(wr.connection) > 0;
+    if (!ep.empty() && (dropped || faults_->failing(ep))) {
       fabric::Completion comp;
       comp.kind = fabric::CompletionKind::kData;
       comp.cookie = wr.cookie;
       comp.connection = wr.connection;
-      comp.status = Unavailable("injected fault: op to " + ep + " failed");
+      comp.status = Unavailable(dropped ? "injected fault: connection to " + ep + " dropped"
+                                        : "injected fault: op to " + ep + " failed");
       fail.push_back(std::move(comp));
       continue;
     }

@@ -2,8 +2,10 @@
 // data path, the way LevelDB's fault-injection Env wraps its Env. Hand its factory to
 // RemoteStoreOptions::transport_factory and the remote store runs its real code paths (CRC
 // checks, degraded reads, repair, failure handling) against faults no memserver produces on
-// demand: flipped bytes in read replies of chosen servers, and data ops of chosen servers that
-// fail with Unavailable without reaching them.
+// demand: flipped bytes in read replies of chosen servers, data ops of chosen servers that
+// fail with Unavailable without reaching them, and a data connection dropped on the client's
+// side (whatever state the server is in, e.g. stopped). It also counts the connections the
+// store's transports try to make to each server.
 //
 // Threads: a TransportFaults plan is shared by every transport the factory made (one per store
 // thread) and may be changed from any thread at any time (mutex). Each FaultInjectingTransport
@@ -28,8 +30,15 @@ class TransportFaults {
  public:
   void CorruptReadsFrom(const std::string& endpoint, bool on);
   void FailOpsTo(const std::string& endpoint, bool on);
+  // The next data op posted to `endpoint` (by any transport of the factory) aborts its
+  // connection first and fails with Unavailable: the connection is lost, once.
+  void DropConnectionTo(const std::string& endpoint);
+  // Transport::Connect calls made to `endpoint` so far (made, not necessarily succeeded).
+  uint64_t connects_to(const std::string& endpoint) const;
   bool corrupting(const std::string& endpoint) const;
   bool failing(const std::string& endpoint) const;
+  bool TakeDrop(const std::string& endpoint);  // True once per DropConnectionTo.
+  void NoteConnect(const std::string& endpoint);
   std::atomic<uint64_t> reads_corrupted{0};
   std::atomic<uint64_t> ops_failed{0};
 
@@ -37,6 +46,8 @@ class TransportFaults {
   mutable std::mutex mu_;
   std::set<std::string> corrupt_;  // Guarded by mu_.
   std::set<std::string> fail_;     // Guarded by mu_.
+  std::set<std::string> drop_;     // Guarded by mu_.
+  std::unordered_map<std::string, uint64_t> connects_;  // Guarded by mu_.
 };
 
 class FaultInjectingTransport final : public fabric::Transport {
@@ -83,6 +94,7 @@ class FaultInjectingTransport final : public fabric::Transport {
   };
   std::unordered_map<uint64_t, ReadInfo> to_corrupt_;  // By cookie.
   std::vector<fabric::Completion> failed_;             // Injected failures not yet returned.
+  std::set<fabric::ConnectionId> dropped_;             // Connections DropConnectionTo aborted.
 };
 
 // A RemoteStoreOptions::transport_factory: real transports (fabric::Transport::Create) wrapped

@@ -1,7 +1,8 @@
-// The remote stores over FaultInjectingTransport (client/testing/): corrupted read replies and
-// failed data ops, injected in the client's transport seam, against real memservers. Both
-// erasure-coded layouts return every page right, count and repair the corruption, and fail the
-// servers whose ops fail.
+// The remote stores over FaultInjectingTransport (client/testing/): corrupted read replies,
+// failed data ops and dropped data connections, injected in the client's transport seam,
+// against real memservers. Both erasure-coded layouts return every page right, count and
+// repair the corruption, fail the servers whose ops fail, and reconnect to a stopped server
+// without the I/O thread waiting for its handshake.
 #include "client/testing/fault_injecting_transport.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
+#include "common/clock.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/test_util.h"
 
@@ -111,6 +113,82 @@ TEST_P(FaultInjectionTest, CorruptRepliesAndFailedOpsLoseNothing) {
   EXPECT_EQ(st.server_failures, 2u) << "the two servers whose data ops fail were not failed in 30 s";
   EXPECT_GE(st.server_suspicions, 2u);
   EXPECT_EQ(st.data_loss, 0u);
+}
+
+// A data connection lost while its server is stopped (SIGSTOP; no heartbeats, so it is not
+// suspected): the reconnect's connect and handshake, which a stopped server never answers,
+// run off the I/O thread, and the I/O thread makes its own connection only once the server has
+// answered them. Reads meanwhile complete without that server, and the I/O thread never tries
+// to connect to it while it is stopped (it used to, for up to 250 ms per attempt, with every
+// request of the thread waiting); once the server runs again, the connection comes back.
+TEST_P(FaultInjectionTest, AReconnectToAStoppedServerDoesNotHoldTheIoThread) {
+  LocalClusterOptions co;
+  co.bin_dir = ::tessera::testing::BinDir();
+  co.servers = 6;
+  co.capacity = "4M";
+  co.slab_size = "64K";
+  auto cluster = LocalCluster::Start(co);
+  ASSERT_THAT(cluster, IsOk());
+  auto faults = std::make_shared<testing::TransportFaults>();
+  ErasureCodedStoreOptions o;
+  for (const auto& e : (*cluster)->endpoints()) o.remote.servers.push_back(RemoteServer{e, ""});
+  o.remote.secret = (*cluster)->secret();
+  o.remote.transport = fabric::TransportKind::kTcp;
+  o.remote.capacity_pages = 256;
+  o.remote.transport_factory = testing::FaultInjectingFactory(faults);
+  o.remote.direct_reads = false;  // Every read through the I/O thread.
+  o.remote.heartbeat_interval_ms = 600000;
+  o.remote.heartbeat_timeout_ms = 600000;
+  o.remote.op_timeout_ms = 60000;
+  o.remote.connect_timeout_ms = 20000;
+  o.k = 4;
+  o.r = 2;
+  o.layout = GetParam();
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  constexpr PageId kPages = 256;
+  std::vector<uint8_t> data(kPages * kPageSize);
+  std::vector<PageId> ids(kPages);
+  for (PageId p = 0; p < kPages; ++p) {
+    ids[p] = p;
+    Fill(p, data.data() + p * kPageSize);
+  }
+  ASSERT_THAT(store->WritePages(ids.data(), kPages, data.data()), IsOk());
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto verify = [&] {
+    std::vector<uint8_t> got(kPages * kPageSize);
+    ASSERT_THAT(store->ReadPages(ids.data(), kPages, got.data()), IsOk());
+    for (PageId p = 0; p < kPages; ++p) {
+      ASSERT_EQ(std::memcmp(got.data() + p * kPageSize, data.data() + p * kPageSize, kPageSize), 0)
+          << "page " << p;
+    }
+  };
+  auto servers = ServersOfPage(*store, 0);
+  ASSERT_THAT(servers, IsOk());
+  const size_t stopped = (*servers)[0];
+  const std::string ep = (*cluster)->endpoints()[stopped].ToString();
+  const uint64_t connects = faults->connects_to(ep);
+  ASSERT_THAT((*cluster)->Stop(stopped), IsOk());
+  faults->DropConnectionTo(ep);
+  uint8_t buf[kPageSize];
+  ASSERT_THAT(store->ReadPage(0, buf), IsOk());  // Its request there drops the connection.
+  ASSERT_EQ(std::memcmp(buf, data.data(), kPageSize), 0);
+  for (int round = 0; round < 10; ++round) verify();  // Many housekeeping rounds.
+  EXPECT_EQ(faults->connects_to(ep), connects)
+      << "the I/O thread tried to connect to the stopped server (a handshake it never answers)";
+  EXPECT_EQ(store->Stats().reconnects, 0u);
+
+  ASSERT_THAT((*cluster)->Cont(stopped), IsOk());
+  const Deadline d = Deadline::AfterMs(30000);
+  while (store->Stats().reconnects == 0 && !d.Expired()) verify();
+  EXPECT_EQ(store->Stats().reconnects, 1u) << "the connection did not come back in 30 s";
+  EXPECT_GT(faults->connects_to(ep), connects);
+  ASSERT_THAT(store->WritePages(ids.data(), kPages, data.data()), IsOk());
+  ASSERT_THAT(store->Flush(), IsOk());  // Every member stored, the resumed server's too.
+  verify();
+  EXPECT_EQ(store->Stats().server_failures, 0u);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, FaultInjectionTest,

@@ -1,6 +1,7 @@
 // Remote slabs of the stores against real memservers (LocalCluster): allocation (placed away
 // from dead, hung and full servers) and release (trim, regeneration, destruction), with the
-// servers' own slab counts as the measure; FREE calls never hold up an I/O thread's requests.
+// servers' own slab counts as the measure; ALLOC calls (new slabs of either layout, the
+// replacement of a failed member) and FREE calls never hold up an I/O thread's requests.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -430,6 +431,131 @@ TEST(RemoteStoreTest, AllocationsFromHungServersDoNotHoldUpReads) {
   ASSERT_THAT(store->Flush(), IsOk());
   EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 3 * 3u);
   EXPECT_EQ(store->Stats().write_errors, 0u);
+}
+
+// Writes submitted without waiting for them (PageStore::Submit): their completions are counted.
+class PendingWrites {
+ public:
+  explicit PendingWrites(size_t n) : bufs_(n * kPageSize), ops_(n) {}
+  // Pages [first, first + n) at `version`.
+  void Submit(PageStore* store, PageId first, uint32_t version) {
+    std::vector<PageOp*> ptrs;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      PageOp& op = ops_[i];
+      Fill(first + i, version, bufs_.data() + i * kPageSize);
+      op.kind = PageOp::Kind::kWrite;
+      op.page = first + i;
+      op.buf = bufs_.data() + i * kPageSize;
+      op.user = this;
+      op.done = [](PageOp* w) { static_cast<PendingWrites*>(w->user)->done_.fetch_add(1); };
+      ptrs.push_back(&op);
+    }
+    ASSERT_THAT(store->Submit(ptrs), IsOk());
+  }
+  size_t done() const { return done_.load(); }
+  bool all_done() const { return done() == ops_.size(); }
+  void ExpectAllOk() const {
+    for (const PageOp& op : ops_) EXPECT_THAT(op.status, IsOk()) << "page " << op.page;
+  }
+
+ private:
+  std::vector<uint8_t> bufs_;
+  std::vector<PageOp> ops_;
+  std::atomic<size_t> done_{0};
+};
+
+// The group layout allocates its slabs off the I/O thread, one slab ahead of need: while the
+// ALLOC of the next slab waits for a server that has stopped (SIGSTOP; no heartbeats, so it is
+// not suspected), the writes that the spare slab has rows for are stored, and the reads of the
+// slabs the store has complete; only a stripe that needs the new slab waits for it. With the
+// ALLOC on the I/O thread, everything waited control_timeout_ms behind it.
+TEST(GroupLayoutTest, WritesAndReadsGoOnWhileANewSlabsAllocWaitsForAStoppedServer) {
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPerSlab = 32;  // RS(2,1), 64K slabs: 16 rows of 2 data pages.
+  ErasureCodedStoreOptions o = OneIoThreadNoHeartbeats(*cluster, 8 * kPerSlab, 6000);
+  o.layout = EcLayout::kGroup;
+  o.ack = AckPolicy::kFirstK;  // A stripe is acknowledged without the stopped server's member.
+  o.group.fill_us = 10000;     // Full stripes: a batch takes a known number of rows.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, 2 * kPerSlab);  // Two slabs full ...
+  ASSERT_THAT(store->Flush(), IsOk());
+  // ... and the spare allocated ahead of need.
+  WaitFor([&] { return SumServerStat(*cluster, "slabs_allocated") == 3 * 3u; }, "the spare slab");
+
+  ASSERT_TRUE(cluster->Stop(2).ok());
+  // A slab's worth of new pages fills the spare; its first stripe starts the allocation of the
+  // next slab, whose ALLOC to the stopped server waits for its deadline (6 s).
+  PendingWrites spare(kPerSlab);
+  spare.Submit(store, 2 * kPerSlab, 1);
+  // One stripe more, which needs the next slab.
+  PendingWrites next(2);
+  next.Submit(store, 3 * kPerSlab, 1);
+  ExpectVersion(store, 0, 2 * kPerSlab, 1);
+  WaitFor([&] { return spare.all_done(); }, "the writes the spare slab has rows for");
+  EXPECT_EQ(next.done(), 0u) << "the stripe that needs the new slab did not wait for its ALLOC, "
+                                "or the reads and the other writes waited for it";
+  spare.ExpectAllOk();
+
+  ASSERT_TRUE(cluster->Cont(2).ok());
+  WaitFor([&] { return next.all_done(); }, "the stripe of the new slab");
+  next.ExpectAllOk();
+  ASSERT_THAT(store->Flush(), IsOk());
+  VerifyAll(store, std::vector<uint32_t>(3 * kPerSlab + 2, 1));
+  EXPECT_EQ(store->Stats().server_failures, 0u);
+  EXPECT_EQ(store->Stats().write_errors, 0u);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+// The replacement of a failed server's member is allocated off the I/O thread too: while its
+// ALLOC waits for the only server left to take it, which has stopped (6 s deadline), reads of
+// the slab (degraded) complete, and a write to the slab waits for the replacement to be there
+// (it is stored on all k + r members). With the ALLOC on the I/O thread, the reads waited
+// behind it, and the write was stored without the member.
+TEST(RemoteStoreTest, ReadsGoOnWhileAReplacementsAllocWaitsForAStoppedServer) {
+  auto cluster = StartCluster(4);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPps = 32;
+  ErasureCodedStoreOptions o = OneIoThreadNoHeartbeats(*cluster, 4 * kPps, 6000);
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  WriteAll(store, kPps);  // Logical slab 0.
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto servers = ServersOfPage(*store, 0);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  ASSERT_EQ(servers->size(), 3u);
+  size_t spare = 0;
+  while (std::find(servers->begin(), servers->end(), spare) != servers->end()) ++spare;
+  const size_t dead = (*servers)[0];
+
+  ASSERT_TRUE(cluster->Stop(spare).ok());
+  ASSERT_TRUE(cluster->Kill(dead).ok());
+  // The I/O thread finds the connection gone at its next request there, cannot reconnect, and
+  // the monitor's probe is refused: a verdict. The split on it is re-placed on the stopped one.
+  uint8_t buf[kPageSize];
+  ASSERT_THAT(store->ReadPage(0, buf), IsOk());
+  WaitFor([&] { return store->Stats().server_failures == 1; }, "the killed server's verdict");
+  PendingWrites write(1);
+  write.Submit(store, 5, 2);
+  ExpectVersion(store, 0, 5, 1);
+  ExpectVersion(store, 6, kPps, 1);
+  EXPECT_EQ(write.done(), 0u) << "the write did not wait for the replacement, or the reads "
+                                 "waited for its ALLOC";
+
+  ASSERT_TRUE(cluster->Cont(spare).ok());
+  WaitFor([&] { return write.all_done(); }, "the write to the replacement");
+  write.ExpectAllOk();
+  auto now = ServersOfPage(*store, 0);
+  ASSERT_TRUE(now.ok());
+  EXPECT_NE(std::find(now->begin(), now->end(), spare), now->end()) << "not re-placed";
+  ExpectVersion(store, 5, 6, 2);
+  ExpectVersion(store, 6, kPps, 1);
+  EXPECT_EQ(store->Stats().server_failures, 1u);
+  EXPECT_EQ(store->Stats().write_errors, 0u);
+  EXPECT_EQ(store->Stats().data_loss, 0u);
 }
 
 }  // namespace
