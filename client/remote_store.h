@@ -208,6 +208,11 @@ struct RemoteStoreOptions {
   // the servers holding it (see "Direct reads" in the file comment). False: every read goes
   // through the I/O threads.
   bool direct_reads = true;
+  // Servers whose replies are much slower than the others' (latency EWMA > 2x the median and
+  // > median + 100 us), or silent (late for 8 reads in a row while others answered), are asked
+  // last by reads (ErasureCodedStoreOptions::delta). False: only suspect and capped servers are
+  // left out (a test whose faults must reach a given server on a loaded machine).
+  bool avoid_slow_servers = true;
   // A direct read polls for its reply for twice the reader's recent reply time, but at most this
   // long (0..1000 us; 0: never polls), before it sleeps in the transport's Wait(); if the recent
   // replies took longer than this, it sleeps at once. Polling saves a wake-up (tens of

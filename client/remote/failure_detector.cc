@@ -124,6 +124,7 @@ void RemoteStore::ReportTrouble(uint32_t server, std::string why, bool broken) {
 
 void IoThread::ClassifySlow() {
   since_classify_ = 0;
+  if (!store_->opt_.avoid_slow_servers) return;  // slow_ stays all 0.
   uint64_t v[kMaxServersForMedian];
   size_t n = 0;
   for (size_t i = 0; i < latency_ewma_ns_.size() && n < kMaxServersForMedian; ++i) {
@@ -143,6 +144,7 @@ void IoThread::ClassifySlow() {
 
 
 void IoThread::NoteLateRequests(const Ctx* c) {
+  if (!store_->opt_.avoid_slow_servers) return;  // No server is made slow or silent.
   if (c->outstanding <= 0 || c->slab >= slabs_.size()) return;
   const Slab& s = slabs_[c->slab];
   uint64_t pending = c->asked & ~(c->good | c->bad);
