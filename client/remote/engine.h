@@ -522,6 +522,9 @@ class IoThread {
   // A repair or regeneration write (of either layout) completed with `st`.
   void RepairWritten(Ctx* c, const Status& st);
   void Dispatch(const QueueItem& item);
+  // Ends a queue item the thread will not serve (shutdown): its op, trim, flush or locate gets
+  // Unavailable.
+  void FailAtShutdown(const QueueItem& item);
   // ---- direct_read.cc (I/O thread) ----
   // Publishes slab `slab`'s members for direct readers. Call after every change of a slab's
   // servers.

@@ -133,15 +133,7 @@ bool GroupLayout::Flush() { return Seal(); }
 void GroupLayout::Stop() {
   // Shutdown (the engine ended the allocations): what waited behind the stripe buffer fails like
   // the rest of the queue.
-  for (const QueueItem& item : held_) {
-    if (item.kind == QueueItem::Kind::kPage) {
-      io_.Complete(item.op, Unavailable("page store is shutting down"), 0);
-    } else if (item.kind == QueueItem::Kind::kLocate) {
-      item.locate->Done(Unavailable("page store is shutting down"));
-    } else {
-      item.trim->Done(Unavailable("page store is shutting down"));
-    }
-  }
+  for (const QueueItem& item : held_) io_.FailAtShutdown(item);
   held_.clear();
   held_writes_.clear();
   held_barriers_ = 0;

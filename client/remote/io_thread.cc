@@ -178,17 +178,7 @@ void IoThread::Run(std::promise<Status>* started) {
   StopAllocations();
   layout_->Stop();
   QueueItem item;
-  while (queue_.pop(item)) {
-    if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
-      item.trim->Done(Unavailable("page store is shutting down"));
-      continue;
-    }
-    if (item.kind == QueueItem::Kind::kLocate) {
-      item.locate->Done(Unavailable("page store is shutting down"));
-      continue;
-    }
-    Complete(item.op, Unavailable("page store is shutting down"), 0);
-  }
+  while (queue_.pop(item)) FailAtShutdown(item);
   layout_->StoreBuffered();
   Deadline d = Deadline::AfterMs(2000);
   FlushPosts();
@@ -527,6 +517,17 @@ Result<std::vector<size_t>> IoThread::ServersOf(PageId page) const {
     out.push_back(s);
   }
   return out;
+}
+
+void IoThread::FailAtShutdown(const QueueItem& item) {
+  const Status st = Unavailable("page store is shutting down");
+  if (item.kind == QueueItem::Kind::kTrim || item.kind == QueueItem::Kind::kFlush) {
+    item.trim->Done(st);
+  } else if (item.kind == QueueItem::Kind::kLocate) {
+    item.locate->Done(st);
+  } else {
+    Complete(item.op, st, 0);
+  }
 }
 
 }  // namespace tessera::client::remote

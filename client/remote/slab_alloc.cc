@@ -86,15 +86,7 @@ void SplitLayout::ReleaseHeld() {
 void SplitLayout::Stop() {
   // The engine ended the allocations (StopAllocations) and the writes waiting for them.
   // Whatever waited for them fails like the rest of the queue at shutdown.
-  for (const QueueItem& item : held_) {
-    if (item.kind == QueueItem::Kind::kPage) {
-      io_.Complete(item.op, Unavailable("page store is shutting down"), 0);
-    } else if (item.kind == QueueItem::Kind::kLocate) {
-      item.locate->Done(Unavailable("page store is shutting down"));
-    } else {
-      item.trim->Done(Unavailable("page store is shutting down"));
-    }
-  }
+  for (const QueueItem& item : held_) io_.FailAtShutdown(item);
   held_.clear();
 }
 
