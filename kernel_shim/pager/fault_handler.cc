@@ -144,15 +144,25 @@ void PagerImpl::FaultLoop(int index) {
   // This thread's page buffer for the reads it serves itself (fault_thread_reads).
   alignas(64) static thread_local uint8_t sync_page[kPageSize];
   uint8_t* const sync_buf = o_.fault_thread_reads ? sync_page : nullptr;
+  const int bell = fault_bells_.empty() ? -1 : fault_bells_[index].get();
   while (!stopping_.load(std::memory_order_relaxed)) {
-    pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    int n = ::poll(fds, 2, -1);
+    if (fork_read_only_.load()) {
+      ReadThroughForkWindow(index);
+      continue;
+    }
+    pollfd fds[3] = {{uffd_.fd(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}, {bell, POLLIN, 0}};
+    int n = ::poll(fds, bell >= 0 ? 3 : 2, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       TLOG(ERROR) << "pager: poll: " << strerror(errno);
       return;
     }
     if (stopping_.load()) return;
+    if (bell >= 0 && (fds[2].revents & POLLIN)) {
+      uint64_t v;
+      (void)!::read(bell, &v, sizeof v);
+      if (fork_read_only_.load()) continue;  // Handoffs and faults wait for the window's end.
+    }
     if (fds[1].revents & POLLIN) {
       uint64_t v;
       (void)!::read(stop_fd_.get(), &v, sizeof v);
@@ -165,6 +175,7 @@ void PagerImpl::FaultLoop(int index) {
     }
     if (!(fds[0].revents & POLLIN)) continue;
     for (;;) {
+      if (fork_read_only_.load()) break;  // A fork is under way: read only (above).
       ssize_t got = ::read(uffd_.fd(), msgs, sizeof msgs);
       if (got < 0) {
         if (errno == EINTR) continue;
@@ -225,6 +236,134 @@ void PagerImpl::FaultLoop(int index) {
       if (static_cast<size_t>(got) < sizeof msgs && !SpinForFault()) break;
     }
   }
+}
+
+void PagerImpl::ReadThroughForkWindow(int index) {
+  // Says "reading only" once per window (a thread still here from the last one says it again
+  // for the next); false once the window is closed.
+  uint64_t acked = 0;
+  auto ack = [&] {
+    {
+      std::lock_guard<std::mutex> l(fork_window_mu_);
+      if (!fork_read_only_.load()) return false;
+      if (acked == fork_window_gen_) return true;
+      acked = fork_window_gen_;
+      ++read_only_threads_;
+    }
+    fork_window_cv_.notify_all();
+    return true;
+  };
+  if (!ack()) return;
+  // From here until the window closes: no allocation, no lock but fork_window_mu_ (which no
+  // holder keeps across an allocation), no logging.
+  constexpr int kBatch = 64;
+  uffd_msg msgs[kBatch];
+  const int bell = fault_bells_[index].get();
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    pollfd fds[2] = {{uffd_.fd(), POLLIN, 0}, {bell, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;  // The normal loop reports it.
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t v;
+      (void)!::read(bell, &v, sizeof v);
+      if (!ack()) return;
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    for (;;) {
+      const ssize_t got = ::read(uffd_.fd(), msgs, sizeof msgs);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      const size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+      for (size_t i = 0; i < count; ++i) {
+        if (msgs[i].event == UFFD_EVENT_FORK) {
+          // Read: fork() goes on (and releases the allocator) while this runs.
+          OnForkEvent(static_cast<int>(msgs[i].arg.fork.ufd));
+        } else if (msgs[i].event == UFFD_EVENT_PAGEFAULT) {
+          const uint64_t addr = msgs[i].arg.pagefault.address;
+          bool queued = false;
+          {
+            std::lock_guard<std::mutex> l(fork_window_mu_);
+            if (window_count_ < kForkWindowQueue) {
+              window_q_[(window_head_ + window_count_) % kForkWindowQueue] =
+                  QueuedFault{addr, msgs[i].arg.pagefault.flags};
+              ++window_count_;
+              queued = true;
+            }
+          }
+          if (queued) {
+            fork_window_cv_.notify_all();
+          } else {
+            // Full (thousands of threads faulting at once): the thread retries its access,
+            // and its fault comes back.
+            uffd_.Wake(reinterpret_cast<void*>(addr & ~(uint64_t{kPageSize} - 1)), kPageSize);
+          }
+        }
+      }
+      if (static_cast<size_t>(got) < sizeof msgs) break;
+    }
+  }
+}
+
+void PagerImpl::ForkWindowLoop() {
+  std::unique_lock<std::mutex> l(fork_window_mu_);
+  for (;;) {
+    fork_window_cv_.wait(l, [&] { return window_count_ > 0 || stopping_.load(); });
+    if (window_count_ == 0) return;  // Stopping.
+    const QueuedFault f = window_q_[window_head_];
+    window_head_ = (window_head_ + 1) % kForkWindowQueue;
+    --window_count_;
+    l.unlock();
+    const uintptr_t b = reinterpret_cast<uintptr_t>(base());
+    if (f.addr >= b && f.addr < b + size()) {
+      const PageId p = (f.addr - b) / kPageSize;
+      fork_window_faults_.fetch_add(1, std::memory_order_relaxed);
+      if (f.flags & UFFD_PAGEFAULT_FLAG_WP) {
+        HandleWp(p);
+      } else {
+        HandleMissing(p, (f.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0, MonotonicNs(), nullptr);
+      }
+    }
+    l.lock();
+  }
+}
+
+void PagerImpl::RingFaultThreads() {
+  const uint64_t one = 1;
+  for (const UniqueFd& bell : fault_bells_) (void)!::write(bell.get(), &one, sizeof one);
+}
+
+bool PagerImpl::OpenForkWindow(const Deadline& deadline) {
+  if (fault_bells_.empty()) return true;  // No fork events: fork() waits on no reader.
+  {
+    std::lock_guard<std::mutex> l(fork_window_mu_);
+    ++fork_window_gen_;
+    read_only_threads_ = 0;
+    fork_read_only_.store(true);
+  }
+  RingFaultThreads();
+  bool all = false;
+  {
+    std::unique_lock<std::mutex> l(fork_window_mu_);
+    while (!(all = read_only_threads_ >= fault_threads_) && !deadline.Expired()) {
+      fork_window_cv_.wait_for(l, std::chrono::milliseconds(std::max(1, deadline.RemainingMs())));
+    }
+  }
+  if (!all) CloseForkWindow();
+  return all;
+}
+
+void PagerImpl::CloseForkWindow() {
+  if (fault_bells_.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(fork_window_mu_);
+    fork_read_only_.store(false);
+    read_only_threads_ = 0;
+  }
+  RingFaultThreads();
 }
 
 void PagerImpl::ServeMissingBatch(const std::vector<std::pair<PageId, uint64_t>>& missing,

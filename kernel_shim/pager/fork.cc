@@ -117,8 +117,16 @@ Status PagerImpl::PrepareFork() {
       return st;
     }
   }
-  std::lock_guard<std::mutex> l(child_mu_);
-  expect_child_ = fork_snapshot_;
+  {
+    std::lock_guard<std::mutex> l(child_mu_);
+    expect_child_ = fork_snapshot_;
+  }
+  // Last: from here until ParentAfterFork the fault threads only read (see fork_read_only_).
+  if (!OpenForkWindow(Deadline::AfterMs(kForkTimeoutMs))) {
+    ParentAfterFork(-1);
+    return Timeout("pager: fork: a fault thread was still serving a fault after ",
+                   kForkTimeoutMs / 1000, " s");
+  }
   return Status::Ok();
 }
 
@@ -353,6 +361,7 @@ void PagerImpl::ParentAfterFork(pid_t child) {
     if (child_paged_ && cshared_ != nullptr) cshared_->paused.store(0);
     return;
   }
+  CloseForkWindow();  // fork() has returned: the fault threads serve again.
   if (fork_snapshot_) {
     bool attached = false, active = false;
     {

@@ -61,6 +61,17 @@ Status PagerImpl::Start() {
     child_wake_.Reset(cw);
   }
   int nthreads = std::clamp(o_.fault_threads, 1, 8);
+  fault_threads_ = nthreads;
+  if (uffd_.has_fork_events()) {
+    // fork() waits on a reader of uffd_: the fork window's bells, queue and server.
+    for (int i = 0; i < nthreads; ++i) {
+      int bell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (bell < 0) return ErrnoError("eventfd");
+      fault_bells_.emplace_back(bell);
+    }
+    window_q_ = std::make_unique<QueuedFault[]>(kForkWindowQueue);
+    threads_->emplace_back([this] { ForkWindowLoop(); });
+  }
   for (int i = 0; i < nthreads; ++i) threads_->emplace_back([this, i] { FaultLoop(i); });
   if (child_wake_.valid()) threads_->emplace_back([this] { ChildLoop(); });
   chooser_ = std::make_unique<VictimChooser>(o_.victim, o_.write_traps, states_,
@@ -92,6 +103,9 @@ PagerImpl::~PagerImpl() {
     if (child_wake_.valid()) (void)!::write(child_wake_.get(), &one, sizeof one);
   }
   child_cv_.notify_all();
+  { std::lock_guard<std::mutex> l(fork_window_mu_); }
+  fork_window_cv_.notify_all();
+  RingFaultThreads();
   for (auto& t : *threads_) t.join();
   ReleaseSnapshot();
   CloseForkSockets();
@@ -419,6 +433,7 @@ PagerStats PagerImpl::Stats() const {
   s.limit_pages = LimitPages();
   s.fork_snapshots = fork_snapshots_.load();
   s.fork_fallbacks = fork_fallbacks_.load();
+  s.fork_window_faults = fork_window_faults_.load();
   s.fork_preserved = fork_preserved_.load();
   s.fork_pinned = fork_pinned_.load();
   s.fork_child_faults = fork_child_served_.load();

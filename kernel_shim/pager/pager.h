@@ -216,6 +216,7 @@ struct PagerStats {
   uint64_t fork_fallbacks = 0;   // Forks that paged everything in first.
   uint64_t fork_preserved = 0;   // Store pages copied aside for a child before a write-back.
   uint64_t fork_pinned = 0;      // Write-backs held back (no spare store page): page kept.
+  uint64_t fork_window_faults = 0;  // Faults of the parent served while a fork() was made.
   uint64_t fork_child_faults = 0;           // Missing faults served to children.
   uint64_t fork_child_dropped = 0;          // Pages children's evictors dropped.
   uint64_t fork_child_limit_pages = 0;      // The last child's cap.

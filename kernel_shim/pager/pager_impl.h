@@ -129,6 +129,16 @@ class PagerImpl final : public Pager {
   uint8_t* Addr(PageId p) const { return base() + p * kPageSize; }
 
   void FaultLoop(int index);
+  // The fork window (see fork_window_mu_): a fault thread that saw fork_read_only_ reads the
+  // userfaultfd and queues page faults for ForkWindowLoop until the window closes, allocating
+  // nothing; UFFD_EVENT_FORK it hands to OnForkEvent as always.
+  void ReadThroughForkWindow(int index);
+  void ForkWindowLoop();
+  // Opens the window and waits until every fault thread reads only (false: one did not within
+  // the deadline, the window is closed again); CloseForkWindow lets them serve again.
+  bool OpenForkWindow(const Deadline& deadline);
+  void CloseForkWindow();
+  void RingFaultThreads();
   // Polls the userfaultfd for up to fault_spin_us; true when a fault is waiting.
   bool SpinForFault();
   // Serves a missing fault on page p. With `sync_buf` (a fault thread's own page buffer) a
@@ -361,6 +371,29 @@ class PagerImpl final : public Pager {
       fork_child_peak_dirty_{0}, fork_child_limit_{0}, fork_child_dropped_{0};
 
   std::vector<std::thread>* threads_ = new std::vector<std::thread>();
+
+  // The fork window, from PrepareFork's return to ParentAfterFork. fork() waits inside the
+  // kernel until a reader of uffd_ reads its UFFD_EVENT_FORK, and the C library holds its
+  // allocator's locks around that copy: a fault thread that allocates while serving a fault of
+  // another thread (the store's Submit, a vector) would block until fork() returns, and fork()
+  // would wait for it forever. So in the window the fault threads only read: page faults go to
+  // a fixed queue that ForkWindowLoop serves (it may block in an allocation until fork()
+  // returns; the readers go on and read the fork event). Faults of the forking thread itself
+  // before the copy (fork handlers) are served by it the same way.
+  std::atomic<bool> fork_read_only_{false};
+  std::vector<UniqueFd> fault_bells_;  // An eventfd per fault thread: look at fork_read_only_.
+  int fault_threads_ = 0;
+  std::mutex fork_window_mu_;
+  std::condition_variable fork_window_cv_;  // Queued faults, a thread reading only, or stop.
+  uint64_t fork_window_gen_ = 0;            // Windows opened, under fork_window_mu_.
+  int read_only_threads_ = 0;               // In this window, under fork_window_mu_.
+  struct QueuedFault {
+    uint64_t addr = 0, flags = 0;
+  };
+  static constexpr size_t kForkWindowQueue = 4096;
+  std::unique_ptr<QueuedFault[]> window_q_;  // Ring under fork_window_mu_.
+  size_t window_head_ = 0, window_count_ = 0;
+  std::atomic<uint64_t> fork_window_faults_{0};
 
   // Fill contexts.
   static constexpr size_t kDemandReserve = 64;

@@ -87,6 +87,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["limit_pages"] = p.limit_pages;
   r["fork_snapshots"] = p.fork_snapshots;
   r["fork_fallbacks"] = p.fork_fallbacks;
+  r["fork_window_faults"] = p.fork_window_faults;
   r["fork_preserved"] = p.fork_preserved;
   r["fork_pinned"] = p.fork_pinned;
   r["fork_child_faults"] = p.fork_child_faults;

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <functional>
@@ -326,6 +328,119 @@ TEST(PagerForkTest, ForkRacingWithWritesAndDiscards) {
   EXPECT_FALSE(failed.load());
   EXPECT_EQ(rig.pager->Stats().fork_snapshots, 4u);
   EXPECT_EQ(rig.pager->Stats().fill_errors, 0u);
+}
+
+// fork() of a multithreaded paged process while another thread faults. fork() waits in the
+// kernel until the pager reads its UFFD_EVENT_FORK, and the C library holds its allocator's
+// locks around the copy; a fault thread that allocates while serving another thread's fault in
+// that moment would block until fork() returns, so fork() would wait forever (the whole process
+// stuck in the kernel). The store below allocates in a loop in Submit until fork() has returned,
+// for a read submitted from inside fork() (a fork handler makes a thread fault on a stored page
+// and waits until its read reaches the store), so the serving thread is sure to allocate while
+// the locks are held. The scenario runs in a subprocess, so that a deadlock is a bounded wait.
+std::atomic<bool> g_gate_armed{false}, g_gate_entered{false}, g_fork_returned{false};
+std::atomic<int> g_touch_request{0};
+
+class AllocatingStore final : public client::PageStore {
+ public:
+  explicit AllocatingStore(uint64_t pages) : inner_(pages) {}
+  std::string name() const override { return "allocating"; }
+  uint64_t capacity_pages() const override { return inner_.capacity_pages(); }
+  double memory_overhead() const override { return 1.0; }
+  Status Submit(std::span<client::PageOp* const> ops) override {
+    bool read = false;
+    for (const client::PageOp* op : ops) read |= op != nullptr && op->kind == client::PageOp::Kind::kRead;
+    if (read && g_gate_armed.exchange(false)) {
+      g_gate_entered.store(true);
+      const Deadline give_up = Deadline::AfterMs(30000);
+      while (!g_fork_returned.load() && !give_up.Expired()) {
+        void* volatile p = ::malloc(512);
+        ::free(p);
+        sched_yield();
+      }
+    }
+    return inner_.Submit(ops);
+  }
+  Status Trim(client::PageId first, uint64_t count) override { return inner_.Trim(first, count); }
+  Status Flush() override { return inner_.Flush(); }
+  client::PageStoreStats Stats() const override { return inner_.Stats(); }
+
+ private:
+  MemoryPageStore inner_;
+};
+
+void ForkPrepare() {
+  if (g_touch_request.load() != 1) return;
+  g_gate_armed.store(true);
+  g_touch_request.store(2);  // The toucher thread faults now.
+  const Deadline d = Deadline::AfterMs(20000);
+  while (!g_gate_entered.load() && !d.Expired()) sched_yield();
+}
+void ForkParent() { g_fork_returned.store(true); }
+
+// Exit codes of the subprocess.
+enum : int { kScenarioOk = 0, kNoPager = 10, kNoStoredPage, kReadNotSubmitted, kForkFailed,
+             kChildFailed, kWrongBytes, kNotThroughWindow };
+
+int ForkWhileServingScenario() {
+  constexpr size_t kPages = 256, kCap = 32;
+  AllocatingStore store(2 * kPages);
+  PagerOptions o;
+  o.store = &store;
+  o.region_bytes = kPages * kPage;
+  o.local_limit_bytes = kCap * kPage;
+  o.evict_batch = 16;
+  o.fault_threads = 1;  // One reader: nobody else could read the fork event.
+  o.prefetch = false;
+  auto r = Pager::Create(o);
+  if (!r.ok()) return kNoPager;
+  std::unique_ptr<Pager> pager = std::move(r).value();
+  auto page = [&](size_t p) { return pager->base() + p * kPage; };
+  for (size_t p = 0; p < kPages; ++p) FillPage(page(p), p, 1);
+  if (!testing::WaitFor([&] { return pager->Stats().resident_pages <= kCap; }, 20000)) {
+    return kNoStoredPage;
+  }
+  // A page only the store holds (mincore: not mapped), so that touching it reads the store.
+  size_t target = kPages;
+  std::vector<unsigned char> vec(kPages);
+  if (::mincore(pager->base(), kPages * kPage, vec.data()) != 0) return kNoStoredPage;
+  for (size_t p = 0; p < kPages && target == kPages; ++p) {
+    if (!(vec[p] & 1)) target = p;
+  }
+  if (target == kPages) return kNoStoredPage;
+  std::atomic<bool> toucher_ok{false};
+  std::thread toucher([&] {
+    const Deadline d = Deadline::AfterMs(30000);
+    while (g_touch_request.load() != 2 && !d.Expired()) sched_yield();
+    toucher_ok.store(CheckPage(page(target), target, 1));
+  });
+  ::pthread_atfork(ForkPrepare, ForkParent, nullptr);
+  g_touch_request.store(1);
+  if (!pager->PrepareFork().ok()) return kForkFailed;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    pager->ChildAfterFork();
+    ::_exit(CheckPage(page(target), target, 1) ? 0 : 1);
+  }
+  pager->ParentAfterFork(pid);
+  toucher.join();
+  if (pid < 0) return kForkFailed;
+  if (!g_gate_entered.load()) return kReadNotSubmitted;
+  if (Reap(pid) != 0) return kChildFailed;
+  if (!toucher_ok.load()) return kWrongBytes;
+  if (pager->Stats().fork_window_faults == 0) return kNotThroughWindow;
+  return kScenarioOk;
+}
+
+TEST(PagerForkTest, ForkWhileAFaultThreadWouldAllocateDoesNotDeadlock) {
+  // A deadlocked fork() never returns (the process sits in the kernel): -1 after the bound.
+  const int rc = testing::RunInChild(ForkWhileServingScenario, 60000);
+  ASSERT_NE(rc, -1) << "fork() in a paged process deadlocked: its UFFD_EVENT_FORK was never "
+                       "read while a fault thread served another thread's fault";
+  EXPECT_EQ(rc, kScenarioOk)
+      << "10 no pager, 11 no stored page, 12 the read never reached the store, 13 fork "
+         "failed, 14 the child read wrong bytes, 15 the faulting thread read wrong bytes, 16 "
+         "the fault was not served through the fork window";
 }
 
 // The paging parent goes away while its child still shares pages. A "middle" process (forked
