@@ -77,6 +77,7 @@ Status PagerImpl::PrepareFork() {
   // Without a limit everything is resident: the child's full private copy costs nothing to
   // make, and sharing through the store would first write the whole heap back.
   const bool no_limit = LimitPages() == 0;
+  if (!no_limit) AwaitEndedChild(Deadline::AfterMs(10000));
   bool in_use = false;
   {
     std::lock_guard<std::mutex> l(snap_mu_);
@@ -128,6 +129,27 @@ Status PagerImpl::PrepareFork() {
                    kForkTimeoutMs / 1000, " s");
   }
   return Status::Ok();
+}
+
+void PagerImpl::AwaitEndedChild(const Deadline& deadline) {
+  // A child that has exited, whose end the monitor (ChildLoop) has not handled yet: a program
+  // forking its children one after another would otherwise page its whole heap in for the next
+  // one. A child still running keeps sharing; the fallback applies then.
+  std::unique_lock<std::mutex> l(child_mu_);
+  auto released = [&] { return !child_active_ && !snap_live_.load() && snap_end_.load() == 0; };
+  if (released()) return;
+  if (child_active_) {
+    if (child_pidfd_ < 0) return;
+    pollfd p{child_pidfd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return;  // Still running.
+  }
+  if (child_wake_.valid()) {
+    uint64_t one = 1;
+    (void)!::write(child_wake_.get(), &one, sizeof one);
+  }
+  while (!released() && !deadline.Expired()) {
+    child_cv_.wait_for(l, std::chrono::milliseconds(std::max(1, deadline.RemainingMs())));
+  }
 }
 
 Status PagerImpl::PageIn(bool staged_only) {
@@ -798,8 +820,12 @@ void PagerImpl::ReleaseSnapshot() {
   for (uint64_t id : spares) FreeSpare(id);
   ::madvise(snap_, pages_ * sizeof(uint64_t), MADV_DONTNEED);
   ::madvise(marks_, pages_, MADV_DONTNEED);
-  std::lock_guard<std::mutex> l(snap_mu_);
-  snap_end_ = 0;
+  {
+    std::lock_guard<std::mutex> l(snap_mu_);
+    snap_end_ = 0;
+  }
+  { std::lock_guard<std::mutex> l(child_mu_); }  // AwaitEndedChild checks under child_mu_.
+  child_cv_.notify_all();
 }
 
 bool PagerImpl::AllocSpare(uint64_t* id) {

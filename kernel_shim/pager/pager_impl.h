@@ -267,6 +267,8 @@ class PagerImpl final : public Pager {
   // With staged_only, the inactive list's pages only (moved back: the child then shares the rest
   // through the store).
   Status PageIn(bool staged_only);
+  // Waits (bounded) until an earlier child that has exited is released (ReleaseSnapshot).
+  void AwaitEndedChild(const Deadline& deadline);
   // Writes back every dirty resident page (kept resident, clean and write-protected), so that
   // every page of the child has its bytes in the store or mapped write-protected.
   Status WriteBackForFork(const Deadline& deadline);
