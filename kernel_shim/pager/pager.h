@@ -76,7 +76,11 @@
 // every page the child has not (HandOffChildren), and if it dies without doing so (SIGKILL, a
 // crash), the child serves its own faults: zeros where the snapshot says zeros, SIGBUS (with a
 // line on stderr) where only the store had the bytes.
-// If PrepareFork fails, fork must not happen (the shim fails it with ENOMEM).
+// If PrepareFork fails, fork must not happen (the shim fails it with ENOMEM). From PrepareFork's
+// return until ParentAfterFork the fault threads only read the userfaultfd (fork() waits until
+// its fork event is read, while the C library holds its allocator's locks): the faults of other
+// threads in that window are served by one thread that may wait for fork() to return, so call
+// fork() and ParentAfterFork right after PrepareFork.
 //
 // Threads. All methods are thread-safe. The pager owns its threads (fault handling, eviction)
 // and the store's done() callbacks may run pager code on store threads; none of them ever
