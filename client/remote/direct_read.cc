@@ -380,6 +380,10 @@ class DirectReader {
   }
 
   size_t live() const { return live_; }
+  // Requests whose read ended before their reply came (given up: stuck; or finished from other
+  // parts: orphans). They hold their buffers, and a stuck one keeps its server out of new reads
+  // (Start), until Reap() sees their replies.
+  size_t late() const { return stuck_ + orphans_; }
 
  private:
   struct Server {
@@ -648,7 +652,11 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
   size_t Poll() override {
     (void)reader_.Flush(this);  // A refused batch: every op of it is handed over.
     size_t n = 0;
-    if (reader_.live() > 0) n += reader_.Reap(false, Deadline(0), this);
+    // Late replies are reaped even when no read is live: a server with a request of ours given
+    // up is left out of new reads until its reply is reaped, so after a stall longer than the
+    // hedge time on every server (or with every buffer held by late requests) no read can be
+    // started here, and reaping only for live reads would hand every later read over for good.
+    if (reader_.live() > 0 || reader_.late() > 0) n += reader_.Reap(false, Deadline(0), this);
     return n + Finish(n > 0 ? &SharedStats::direct_spin_hits : nullptr);
   }
 

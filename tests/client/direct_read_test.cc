@@ -3,13 +3,17 @@
 // Covered: the fast path is taken (PageStoreStats::direct_reads) and can be turned off;
 // readers on several threads racing rewrites, compaction moves and trims of the same pages
 // always get the latest acknowledged data (or newer); a server SIGKILLed or SIGSTOPped while
-// readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired.
+// readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired; a
+// ThreadReader (both layouts) reads directly again after every server was late at once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -507,6 +511,129 @@ TEST(DirectReadTest, SplitLayoutReadsDirectlyAndCorruptSplitsFallBackAndAreRepai
     ASSERT_EQ(VersionOf(p, got.data() + p * kPageSize), 6) << "page " << p;
   }
   EXPECT_GE(store->Stats().direct_reads - direct, kPages - 8);
+}
+
+// A ThreadReader whose direct reads were all given up at once (every server slower than the
+// hedge time: a loaded machine's stall, here SIGSTOPped servers) reads directly again once the
+// servers answer. The given-up requests keep their servers out of new reads until their late
+// replies are reaped; with every server out, no page can be started directly (split: fewer than
+// k servers left; group: its one server is out), so the reader must reap them although none of
+// its reads is in flight, or every later read is handed to the I/O thread for good.
+void ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout layout) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64;
+  ErasureCodedStoreOptions o =
+      layout == EcLayout::kSplit ? SplitOptions(*cluster, kPages) : GroupOptions(*cluster, kPages);
+  o.group.hedge_us = 1000000;  // A loaded machine's hiccup is not a straggler here.
+  o.remote.op_timeout_ms = 60000;  // Stopped servers are neither timed out...
+  o.remote.heartbeat_timeout_ms = 60000;  // ... nor suspected.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 3);
+  ASSERT_THAT(store->Flush(), IsOk());
+  auto reader = store->NewThreadReader({});
+  ASSERT_THAT(reader, IsOk());
+  ThreadReader* tr = reader->get();
+
+  // Completions come from this thread (read here) or an I/O thread (handed over).
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t n = 0;
+  } done;
+  std::vector<PageOp> ops(kPages);
+  std::vector<uint8_t> bufs(kPages * kPageSize);
+  for (PageId p = 0; p < kPages; ++p) {
+    ops[p].kind = PageOp::Kind::kRead;
+    ops[p].page = p;
+    ops[p].buf = bufs.data() + p * kPageSize;
+    ops[p].user = &done;
+    ops[p].done = [](PageOp* op) {
+      auto* d = static_cast<Done*>(op->user);
+      std::lock_guard<std::mutex> lock(d->mu);
+      ++d->n;
+      d->cv.notify_all();
+    };
+  }
+  // Reads `n` ops from `first` through the reader; true once all of them completed (20 s).
+  auto read = [&](size_t first, size_t n) {
+    uint64_t target;
+    {
+      std::lock_guard<std::mutex> lock(done.mu);
+      target = done.n + n;
+    }
+    std::vector<PageOp*> batch;
+    for (size_t i = first; i < first + n; ++i) batch.push_back(&ops[i]);
+    if (!tr->Submit(batch).ok()) return false;
+    const Deadline deadline = Deadline::AfterMs(20000);
+    // As an event loop does: Wait() at least once (it posts what Submit() queued), then until
+    // nothing is left here (read, or handed over).
+    do {
+      (void)tr->Wait(deadline);
+    } while (tr->inflight() > 0 && !deadline.Expired());
+    std::unique_lock<std::mutex> lock(done.mu);
+    return done.cv.wait_for(lock, std::chrono::milliseconds(deadline.RemainingMs()),
+                            [&] { return done.n >= target; });
+  };
+
+  // Read once with every server running: the reader connects to them (and reads directly).
+  ASSERT_TRUE(read(0, kPages)) << "the first reads did not complete in 20 s";
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(ops[p].status, IsOk());
+    ASSERT_EQ(VersionOf(p, ops[p].buf), 3) << "page " << p;
+  }
+  const PageStoreStats before = store->Stats();
+  ASSERT_GT(before.direct_reads, 0u);
+
+  // Every server stopped: each direct read is given up after the hedge time and handed over;
+  // the I/O thread reads the pages once the servers run again.
+  for (size_t i = 0; i < cluster->size(); ++i) ASSERT_THAT(cluster->Stop(i), IsOk());
+  std::vector<PageOp*> all;
+  for (PageOp& op : ops) all.push_back(&op);
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(done.mu);
+    target = done.n + kPages;
+  }
+  ASSERT_THAT(tr->Submit(all), IsOk());
+  const Deadline handed = Deadline::AfterMs(20000);
+  while (tr->inflight() > 0 && !handed.Expired()) (void)tr->Wait(handed);
+  ASSERT_EQ(tr->inflight(), 0u) << "direct reads not handed over after the hedge time";
+  EXPECT_EQ(store->Stats().direct_reads, before.direct_reads);
+  for (size_t i = 0; i < cluster->size(); ++i) ASSERT_THAT(cluster->Cont(i), IsOk());
+  {
+    std::unique_lock<std::mutex> lock(done.mu);
+    ASSERT_TRUE(done.cv.wait_for(lock, std::chrono::seconds(30), [&] { return done.n >= target; }))
+        << "the handed-over reads did not complete in 30 s after the servers ran again";
+  }
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(ops[p].status, IsOk());
+    ASSERT_EQ(VersionOf(p, ops[p].buf), 3) << "page " << p;
+  }
+
+  // The servers answer again (the late replies arrive as they run): reads of the same pages
+  // are read on this thread again.
+  const Deadline again = Deadline::AfterMs(10000);
+  uint64_t direct = 0;
+  for (size_t i = 0; direct == 0 && !again.Expired(); i = (i + 1) % kPages) {
+    ASSERT_TRUE(read(i, 1)) << "a read of page " << i << " did not complete in 20 s";
+    ASSERT_THAT(ops[i].status, IsOk());
+    ASSERT_EQ(VersionOf(i, ops[i].buf), 3) << "page " << i;
+    direct = store->Stats().direct_reads - before.direct_reads;
+  }
+  EXPECT_GT(direct, 0u) << "no page read directly in the 10 s after the servers ran again: "
+                           "the reader still keeps every server out";
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+TEST(DirectReadTest, ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate) {
+  ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout::kGroup);
+}
+
+TEST(DirectReadTest, SplitLayoutThreadReaderReadsDirectlyAgainAfterEveryServerWasLate) {
+  ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout::kSplit);
 }
 
 TEST(DirectReadTest, BadSpinIsRefused) {
