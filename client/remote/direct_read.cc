@@ -130,6 +130,7 @@ class DirectReader {
     std::array<int, kMaxWidth> pick{};
     std::array<int64_t, kMaxWidth> conn{};
     int picked = 0;
+    uint64_t silent = 0;  // Parts on silent servers (Silent()), left for last.
     for (int j = 0; j < t.parts && picked < ask_; ++j) {
       const uint32_t server = t.part[j].server;
       if (server == kNoServer || t.part[j].remote.slab_id == 0) continue;
@@ -151,6 +152,21 @@ class DirectReader {
         if (!split_) return Began::kDegraded;  // Hedge at once: the I/O thread asks the stripe.
         continue;
       }
+      if (split_ && Silent(server)) {
+        silent |= 1ull << j;
+        continue;
+      }
+      const int64_t c = Connection(server);
+      if (c < 0) continue;
+      if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) continue;
+      pick[picked] = j;
+      conn[picked] = c;
+      ++picked;
+    }
+    // Silent servers only while k cannot be had without them, never for the delta extras.
+    for (uint64_t m = silent; m != 0 && picked < need_; m &= m - 1) {
+      const int j = std::countr_zero(m);
+      const uint32_t server = t.part[j].server;
       const int64_t c = Connection(server);
       if (c < 0) continue;
       if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) continue;
@@ -243,6 +259,8 @@ class DirectReader {
       const uint64_t slot = comp.cookie;
       if (slot >= num_slots_ || !slots_[slot].busy) continue;
       Slot& sl = slots_[slot];
+      servers_[sl.server].strikes = 0;  // It answered (or its connection went: a new one).
+      servers_[sl.server].last_reply_ns = now;
       if (comp.status.ok() || !IsConnectionError(comp.status)) store_->NoteAlive(sl.server, now);
       if (!comp.status.ok() && IsConnectionError(comp.status)) {
         // A lost connection is dropped (reconnected later unless the store fails the server);
@@ -380,6 +398,10 @@ class DirectReader {
   }
 
   size_t live() const { return live_; }
+  // Requests whose read ended before their reply came (given up: stuck; or finished from other
+  // parts: orphans). They hold their buffers, and a stuck one keeps its server out of new reads
+  // (Start), until Reap() sees their replies.
+  size_t late() const { return stuck_ + orphans_; }
 
  private:
   struct Server {
@@ -387,6 +409,8 @@ class DirectReader {
     uint64_t retry_ns = 0;     // No connection attempt before this (after a failure).
     uint32_t backoff_ms = 0;   // The next failure's backoff (doubles up to 1 s).
     uint32_t stuck = 0;        // Requests there that timed out and have not completed yet.
+    uint32_t strikes = 0;      // Reads in a row that left a request there (see Silent()).
+    uint64_t last_reply_ns = 0;  // When a reply of it was last reaped.
     bool dropped = false;      // Its connection was dropped: the next one is a reconnect.
     std::unordered_set<uint64_t> slabs;  // Added to t_ on `conn`.
   };
@@ -472,12 +496,30 @@ class DirectReader {
       } else {
         sl.orphan = true;
         ++orphans_;
+        NoteLeftBehind(sl.server);
       }
     }
     r.active = false;
     free_reads_.push_back(ri);
     sink->Finished(r.tag, outcome);
   }
+
+  // A read ended with a request still at `server` (the reply keeps its buffer until it comes).
+  void NoteLeftBehind(uint32_t server) {
+    if (!store_->opt_.avoid_slow_servers) return;  // No server is made silent.
+    Server& sv = servers_[server];
+    if (MonotonicNs() - sv.last_reply_ns < kLateReadNs) return;  // It answers: just late.
+    if (sv.strikes < kLateStrikes) ++sv.strikes;
+  }
+
+  // Split layout: kLateStrikes reads in a row ended with a request left at the server, and it
+  // has answered nothing since (any reply resets the strikes). Each such request holds a reply
+  // buffer until it is answered: a server that stopped answering (descheduled on a loaded
+  // machine, stopped) and kept being asked for the delta extra would take every buffer within
+  // a few hundred reads, and then no read could start here although k other servers answer.
+  // So reads ask a silent server only when they cannot reach k without it.
+  bool Silent(uint32_t server) const { return servers_[server].strikes >= kLateStrikes; }
+  static constexpr uint32_t kLateStrikes = 8;
 
   void ReleaseSlot(uint32_t slot) {
     Slot& sl = slots_[slot];
@@ -548,6 +590,7 @@ class DirectReader {
     }
     sv.conn = -1;
     sv.slabs.clear();
+    sv.strikes = 0;
   }
 
   RemoteStore* const store_;
@@ -648,7 +691,11 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
   size_t Poll() override {
     (void)reader_.Flush(this);  // A refused batch: every op of it is handed over.
     size_t n = 0;
-    if (reader_.live() > 0) n += reader_.Reap(false, Deadline(0), this);
+    // Late replies are reaped even when no read is live: a server with a request of ours given
+    // up is left out of new reads until its reply is reaped, so after a stall longer than the
+    // hedge time on every server (or with every buffer held by late requests) no read can be
+    // started here, and reaping only for live reads would hand every later read over for good.
+    if (reader_.live() > 0 || reader_.late() > 0) n += reader_.Reap(false, Deadline(0), this);
     return n + Finish(n > 0 ? &SharedStats::direct_spin_hits : nullptr);
   }
 

@@ -3,13 +3,17 @@
 // Covered: the fast path is taken (PageStoreStats::direct_reads) and can be turned off;
 // readers on several threads racing rewrites, compaction moves and trims of the same pages
 // always get the latest acknowledged data (or newer); a server SIGKILLed or SIGSTOPped while
-// readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired.
+// readers read; corrupted replies (FaultInjectingTransport) fall back and are repaired; a
+// ThreadReader (both layouts) reads directly again after every server was late at once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -507,6 +511,171 @@ TEST(DirectReadTest, SplitLayoutReadsDirectlyAndCorruptSplitsFallBackAndAreRepai
     ASSERT_EQ(VersionOf(p, got.data() + p * kPageSize), 6) << "page " << p;
   }
   EXPECT_GE(store->Stats().direct_reads - direct, kPages - 8);
+}
+
+// Reads pages [0, pages) of `store` through a ThreadReader, as an event loop does. Completions
+// come from this thread (read here) or an I/O thread (handed over).
+class ReaderLoop {
+ public:
+  ReaderLoop(PageStore* store, uint64_t pages) : ops_(pages), bufs_(pages * kPageSize) {
+    auto r = store->NewThreadReader({});
+    EXPECT_THAT(r, IsOk());
+    if (r.ok()) reader_ = std::move(*r);
+    for (PageId p = 0; p < pages; ++p) {
+      ops_[p].kind = PageOp::Kind::kRead;
+      ops_[p].page = p;
+      ops_[p].buf = bufs_.data() + p * kPageSize;
+      ops_[p].user = this;
+      ops_[p].done = [](PageOp* op) {
+        auto* self = static_cast<ReaderLoop*>(op->user);
+        std::lock_guard<std::mutex> lock(self->mu_);
+        ++self->done_;
+        self->cv_.notify_all();
+      };
+    }
+  }
+  ThreadReader* reader() { return reader_.get(); }
+  const PageOp& op(PageId p) const { return ops_[p]; }
+
+  // Submits the reads of pages [first, first + n) and Wait()s (at least once: it posts what
+  // Submit() queued) until none is left here (read, or handed over).
+  void Start(PageId first, uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target_ = done_ + n;
+    }
+    std::vector<PageOp*> batch;
+    for (PageId p = first; p < first + n; ++p) batch.push_back(&ops_[p]);
+    ASSERT_THAT(reader_->Submit(batch), IsOk());
+    const Deadline deadline = Deadline::AfterMs(20000);
+    do {
+      (void)reader_->Wait(deadline);
+    } while (reader_->inflight() > 0 && !deadline.Expired());
+    ASSERT_EQ(reader_->inflight(), 0u) << "reads neither read nor handed over in 20 s";
+  }
+  // True once every read Start() began has completed (the handed-over ones too), within `ms`.
+  bool Finished(int ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return done_ >= target_; });
+  }
+  // Start() and Finished(); then each page holds version v.
+  void Read(PageId first, uint64_t n, uint32_t v) {
+    ASSERT_NO_FATAL_FAILURE(Start(first, n));
+    ASSERT_TRUE(Finished(20000)) << "handed-over reads did not complete in 20 s";
+    for (PageId p = first; p < first + n; ++p) {
+      ASSERT_THAT(ops_[p].status, IsOk());
+      ASSERT_EQ(VersionOf(p, ops_[p].buf), v) << "page " << p;
+    }
+  }
+
+ private:
+  std::unique_ptr<ThreadReader> reader_;
+  std::vector<PageOp> ops_;
+  std::vector<uint8_t> bufs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t done_ = 0;    // Guarded by mu_.
+  uint64_t target_ = 0;  // Guarded by mu_.
+};
+
+// A store whose stopped servers are neither timed out nor suspected (only the direct reader's
+// own handling is at work), with a hedge time that a loaded machine's hiccup does not reach.
+ErasureCodedStoreOptions ReaderOptions(const LocalCluster& c, EcLayout layout, uint64_t pages) {
+  ErasureCodedStoreOptions o =
+      layout == EcLayout::kSplit ? SplitOptions(c, pages) : GroupOptions(c, pages);
+  o.group.hedge_us = 1000000;
+  o.remote.op_timeout_ms = 60000;
+  o.remote.heartbeat_timeout_ms = 60000;
+  return o;
+}
+
+// A ThreadReader whose direct reads were all given up at once (every server slower than the
+// hedge time: a loaded machine's stall, here SIGSTOPped servers) reads directly again once the
+// servers answer. The given-up requests keep their servers out of new reads until their late
+// replies are reaped; with every server out, no page can be started directly (split: fewer than
+// k servers left; group: its one server is out), so the reader must reap them although none of
+// its reads is in flight, or every later read is handed to the I/O thread for good.
+void ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout layout) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64;
+  auto s = CreateErasureCodedStore(ReaderOptions(*cluster, layout, kPages));
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 3);
+  ASSERT_THAT(store->Flush(), IsOk());
+  ReaderLoop loop(store, kPages);
+  ASSERT_NE(loop.reader(), nullptr);
+  // Every server running: the reader connects to them (and reads directly).
+  ASSERT_NO_FATAL_FAILURE(loop.Read(0, kPages, 3));
+  const PageStoreStats before = store->Stats();
+  ASSERT_GT(before.direct_reads, 0u);
+
+  // Every server stopped: each direct read is given up after the hedge time and handed over;
+  // the I/O thread reads the pages once the servers run again.
+  for (size_t i = 0; i < cluster->size(); ++i) ASSERT_THAT(cluster->Stop(i), IsOk());
+  ASSERT_NO_FATAL_FAILURE(loop.Start(0, kPages));
+  EXPECT_EQ(store->Stats().direct_reads, before.direct_reads);
+  for (size_t i = 0; i < cluster->size(); ++i) ASSERT_THAT(cluster->Cont(i), IsOk());
+  ASSERT_TRUE(loop.Finished(30000))
+      << "the handed-over reads did not complete in 30 s after the servers ran again";
+  for (PageId p = 0; p < kPages; ++p) {
+    ASSERT_THAT(loop.op(p).status, IsOk());
+    ASSERT_EQ(VersionOf(p, loop.op(p).buf), 3) << "page " << p;
+  }
+
+  // The servers answer again (the late replies arrive as they run): reads of the same pages
+  // are read on this thread again.
+  const Deadline again = Deadline::AfterMs(10000);
+  uint64_t direct = 0;
+  for (PageId p = 0; direct == 0 && !again.Expired(); p = (p + 1) % kPages) {
+    ASSERT_NO_FATAL_FAILURE(loop.Read(p, 1, 3));
+    direct = store->Stats().direct_reads - before.direct_reads;
+  }
+  EXPECT_GT(direct, 0u) << "no page read directly in the 10 s after the servers ran again: "
+                           "the reader still keeps every server out";
+  EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+TEST(DirectReadTest, ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate) {
+  ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout::kGroup);
+}
+
+TEST(DirectReadTest, SplitLayoutThreadReaderReadsDirectlyAgainAfterEveryServerWasLate) {
+  ThreadReaderReadsDirectlyAgainAfterEveryServerWasLate(EcLayout::kSplit);
+}
+
+// Split layout, one server stopped (as a descheduled memserver on a loaded machine answers
+// nothing for a while): every page is still read on the reader's thread, from the others (k +
+// delta = 5 of the 6 splits are asked). A request left at the stopped server holds a reply
+// buffer until it answers; after a few such reads the server is asked only when k cannot be
+// had without it, so its requests never take the reader's 512 buffers (asked for every page,
+// it would hold one for each of the 1024 reads here).
+TEST(DirectReadTest, SplitLayoutThreadReaderReadsDirectlyWhileAServerAnswersNothing) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64;
+  auto s = CreateErasureCodedStore(ReaderOptions(*cluster, EcLayout::kSplit, kPages));
+  ASSERT_THAT(s, IsOk());
+  PageStore* store = s->get();
+  WriteRange(store, 0, kPages, 7);
+  ASSERT_THAT(store->Flush(), IsOk());
+  ReaderLoop loop(store, kPages);
+  ASSERT_NE(loop.reader(), nullptr);
+  ASSERT_NO_FATAL_FAILURE(loop.Read(0, kPages, 7));  // Connected to every server.
+  auto servers = store->ServersOfPage(0);
+  ASSERT_THAT(servers, IsOk());
+  const size_t stopped = (*servers)[0];  // Split 0 of page 0: a data split, asked first.
+  const PageStoreStats before = store->Stats();
+  ASSERT_THAT(cluster->Stop(stopped), IsOk());
+  for (int round = 0; round < 16; ++round) {
+    ASSERT_NO_FATAL_FAILURE(loop.Read(0, kPages, 7)) << "round " << round;
+  }
+  ASSERT_THAT(cluster->Cont(stopped), IsOk());
+  const PageStoreStats st = store->Stats();
+  EXPECT_EQ(st.direct_reads - before.direct_reads, 16 * kPages);
+  EXPECT_EQ(st.direct_fallbacks, before.direct_fallbacks);
+  EXPECT_EQ(st.data_loss, 0u);
 }
 
 TEST(DirectReadTest, BadSpinIsRefused) {
