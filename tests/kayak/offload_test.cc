@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 
 #include "apps/kayak/wire/builtins.h"
@@ -44,10 +45,12 @@ struct Fixture {
 
 Result<InvokeResult> Call(OffloadRuntime& rt, uint32_t table, uint32_t fn,
                           std::vector<uint8_t> args, bool no_pushback = true) {
-  std::promise<Result<InvokeResult>> p;
-  auto f = p.get_future();
+  // Shared with the callback: a reply that comes after the bounded wait below has given up
+  // lands in this promise, not in a dead stack frame (or the next call's promise).
+  auto p = std::make_shared<std::promise<Result<InvokeResult>>>();
+  auto f = p->get_future();
   auto s = rt.Submit(table, fn, std::move(args), no_pushback,
-                     [&](Result<InvokeResult> r) { p.set_value(std::move(r)); });
+                     [p](Result<InvokeResult> r) { p->set_value(std::move(r)); });
   if (!s.ok()) return s.status();
   if (*s == OffloadRuntime::SubmitOutcome::kPushedBack) return ResourceExhausted("pushed back");
   if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
