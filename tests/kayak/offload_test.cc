@@ -297,6 +297,26 @@ TEST(OffloadTest, OperatorFunctionsAndMisbehavingOnesAreStopped) {
   EXPECT_EQ(bi::LoadLe64(r2->result.data()), 10u);
 }
 
+TEST(OffloadTest, TimeAWorkerSpendsOffTheCpuIsNotChargedToItsBudget) {
+  Fixture fx;
+  OffloadOptions o;
+  o.workers = 1;
+  o.budget_ns = 20'000'000;  // 20 ms
+  o.libraries = {TESSERA_TEST_OFFLOAD_LIB};
+  auto created = OffloadRuntime::Create(fx.store.get(), o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto rt = std::move(*created);
+  // Three budgets off the CPU (as a worker descheduled on a busy machine), microseconds on it.
+  std::vector<uint8_t> off(8);
+  bi::StoreLe64(off.data(), 3 * o.budget_ns);
+  auto r = Call(*rt, 1, 307, off);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(rt->stats().stopped_budget, 0u);
+  // A function that uses the CPU is still stopped at its budget.
+  EXPECT_EQ(Call(*rt, 1, 302, {}).status().code(), StatusCode::kTimeout);
+  EXPECT_EQ(rt->stats().stopped_budget, 1u);
+}
+
 TEST(OffloadTest, BadLibrariesAreRefusedAtStartUp) {
   Fixture fx;
   OffloadOptions o;
