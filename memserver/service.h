@@ -16,7 +16,7 @@
 //     client to move their data to; it stops growing as the pool's limit falls instead). Its
 //     slabs count against the capacity like a client's.
 //   - lend CPU: cpu() is what the memserver lends the service beside its I/O threads: worker
-//     threads for long requests and the wall time one request may take on them (operator
+//     threads for long requests and the CPU time one request may take on them (operator
 //     flags, DaemonOptions::service_cpu). Long work runs on those workers and is answered
 //     through fabric::AsyncReply, never on the I/O threads.
 //
@@ -42,7 +42,7 @@ namespace tessera::memserver {
 // The CPU the memserver lends a service beside its I/O threads.
 struct CpuLoan {
   int workers = 2;                  // Threads the service may run, 1..64.
-  uint64_t budget_ns = 50'000'000;  // Wall time one request may take on a worker.
+  uint64_t budget_ns = 50'000'000;  // CPU time one request may take on a worker.
 };
 
 class ServiceHost {

@@ -67,7 +67,8 @@ DEFINE_int32(offload_workers, 2, "Worker threads that run offload functions (1..
 DEFINE_int32(offload_queue, 32,
              "Offload invocations that may wait for a worker; beyond it the server answers "
              "'pushed back' at once and the client runs the request the KV way");
-DEFINE_string(offload_budget, "50ms", "Wall time one run of an offload function may take");
+DEFINE_string(offload_budget, "50ms",
+              "CPU time one run of an offload function may take on its worker thread");
 DEFINE_string(offload_inline, "10us",
               "Built-in functions estimated to take at most this run inline on the network I/O "
               "thread instead of the worker pool (0: never)");

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 
 #include "apps/kayak/wire/builtins.h"
@@ -44,10 +45,12 @@ struct Fixture {
 
 Result<InvokeResult> Call(OffloadRuntime& rt, uint32_t table, uint32_t fn,
                           std::vector<uint8_t> args, bool no_pushback = true) {
-  std::promise<Result<InvokeResult>> p;
-  auto f = p.get_future();
+  // Shared with the callback: a reply that comes after the bounded wait below has given up
+  // lands in this promise, not in a dead stack frame (or the next call's promise).
+  auto p = std::make_shared<std::promise<Result<InvokeResult>>>();
+  auto f = p->get_future();
   auto s = rt.Submit(table, fn, std::move(args), no_pushback,
-                     [&](Result<InvokeResult> r) { p.set_value(std::move(r)); });
+                     [p](Result<InvokeResult> r) { p->set_value(std::move(r)); });
   if (!s.ok()) return s.status();
   if (*s == OffloadRuntime::SubmitOutcome::kPushedBack) return ResourceExhausted("pushed back");
   if (f.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
@@ -292,6 +295,26 @@ TEST(OffloadTest, OperatorFunctionsAndMisbehavingOnesAreStopped) {
   auto r2 = Call(*rt, 1, 301, add);
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(bi::LoadLe64(r2->result.data()), 10u);
+}
+
+TEST(OffloadTest, TimeAWorkerSpendsOffTheCpuIsNotChargedToItsBudget) {
+  Fixture fx;
+  OffloadOptions o;
+  o.workers = 1;
+  o.budget_ns = 20'000'000;  // 20 ms
+  o.libraries = {TESSERA_TEST_OFFLOAD_LIB};
+  auto created = OffloadRuntime::Create(fx.store.get(), o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto rt = std::move(*created);
+  // Three budgets off the CPU (as a worker descheduled on a busy machine), microseconds on it.
+  std::vector<uint8_t> off(8);
+  bi::StoreLe64(off.data(), 3 * o.budget_ns);
+  auto r = Call(*rt, 1, 307, off);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(rt->stats().stopped_budget, 0u);
+  // A function that uses the CPU is still stopped at its budget.
+  EXPECT_EQ(Call(*rt, 1, 302, {}).status().code(), StatusCode::kTimeout);
+  EXPECT_EQ(rt->stats().stopped_budget, 1u);
 }
 
 TEST(OffloadTest, BadLibrariesAreRefusedAtStartUp) {

@@ -2,6 +2,7 @@
  * one read-write function, and functions that misbehave in every way the runtime must contain. */
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include "apps/kayak/server/tessera_offload.h"
 
@@ -91,6 +92,22 @@ static int WildBuffer(const tessera_offload_api* api, tessera_kv* kv, const uint
   return api->get(kv, args, 8, (uint8_t*)(uintptr_t)64, 4096, &len);
 }
 
+/* 307: args = 8-byte nanoseconds; stays off the CPU that long (in nanosleep), then returns OK
+ * with no result. It stands in for a worker that waits for a CPU on a busy machine, which must
+ * not use up the function's budget (CPU time); real functions must not make system calls. */
+static int OffCpu(const tessera_offload_api* api, tessera_kv* kv, const uint8_t* args,
+                  uint32_t args_len, uint8_t* out, uint32_t out_cap, uint32_t* out_len) {
+  (void)api; (void)kv; (void)out; (void)out_cap;
+  if (args_len != 8) return 9;
+  uint64_t ns;
+  memcpy(&ns, args, 8);
+  struct timespec left = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+  while (nanosleep(&left, &left) != 0) {
+  }
+  *out_len = 0;
+  return TESSERA_OFFLOAD_OK;
+}
+
 static const tessera_offload_function kFunctions[] = {
     {300, "sum", Sum},
     {301, "add", Add},
@@ -99,6 +116,7 @@ static const tessera_offload_function kFunctions[] = {
     {304, "segfault", Segfault},
     {305, "bad_handle_call", BadHandleCall},
     {306, "wild_buffer", WildBuffer},
+    {307, "off_cpu", OffCpu},
 };
 
 const tessera_offload_function* tessera_offload_functions(uint32_t* count) {

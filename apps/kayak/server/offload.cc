@@ -28,15 +28,51 @@ namespace bi = builtins;
 
 constexpr uint32_t kUserOutCap = 1u << 20;  // Result bytes an operator's function may write.
 
+// CPU time the calling thread has used (a system call, unlike MonotonicNs()).
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The time one run may take, from its start. kThreadCpu (a worker's run) counts only the CPU
+// time the running thread uses: time it waits for a CPU on a loaded machine is not the
+// function's doing and must not stop it. kWall (an inline run on an I/O thread) counts wall time.
+// A thread's CPU time never grows faster than wall time, so Expired() reads only the cheap wall
+// clock until the budget has passed in wall time, and the thread's CPU clock from then on.
+class RunBudget {
+ public:
+  enum class Clock { kWall, kThreadCpu };
+  RunBudget(uint64_t budget_ns, Clock clock)
+      : budget_ns_(budget_ns), clock_(clock), wall_deadline_ns_(MonotonicNs() + budget_ns),
+        cpu_start_ns_(clock == Clock::kThreadCpu ? ThreadCpuNs() : 0) {}
+  bool Expired() {
+    const uint64_t now = MonotonicNs();
+    if (now <= wall_deadline_ns_) return false;
+    if (clock_ == Clock::kWall) return true;
+    const uint64_t used = ThreadCpuNs() - cpu_start_ns_;
+    if (used > budget_ns_) return true;
+    // Not yet: the rest of the budget cannot be used up before this much more wall time.
+    wall_deadline_ns_ = now + (budget_ns_ - used);
+    return false;
+  }
+
+ private:
+  const uint64_t budget_ns_;
+  const Clock clock_;
+  uint64_t wall_deadline_ns_;
+  const uint64_t cpu_start_ns_;
+};
+
 // ---- the transaction a function runs in ----
 
 class Txn {
  public:
   // track_reads = false for a function known to be read-only (a built-in): its reads need no
   // validation, so they are not recorded.
-  Txn(KvStore* store, uint32_t table, uint64_t deadline_ns, bool track_reads = true)
-      : store_(store), table_id_(table), table_(store->Table(table, false)),
-        deadline_ns_(deadline_ns), track_reads_(track_reads) {}
+  Txn(KvStore* store, uint32_t table, RunBudget budget, bool track_reads = true)
+      : store_(store), table_id_(table), table_(store->Table(table, false)), budget_(budget),
+        track_reads_(track_reads) {}
 
   // Found or not; the value in *out. Reads see the transaction's own writes.
   bool Get(std::span<const uint8_t> key, std::vector<uint8_t>* out) {
@@ -63,7 +99,7 @@ class Txn {
     TCHECK(track_reads_) << "a delete in a transaction opened read-only";
     writes_[std::string(reinterpret_cast<const char*>(key.data()), key.size())] = std::nullopt;
   }
-  bool Expired() const { return MonotonicNs() > deadline_ns_; }
+  bool Expired() { return budget_.Expired(); }
   bool HasWrites() const { return !writes_.empty(); }
 
   // True when committed (or nothing to commit), false on a conflict.
@@ -94,7 +130,7 @@ class Txn {
   KvStore* const store_;
   const uint32_t table_id_;
   KvTable* table_;
-  const uint64_t deadline_ns_;
+  RunBudget budget_;
   const bool track_reads_;
   std::map<std::string, uint64_t> reads_;
   std::map<std::string, std::optional<std::vector<uint8_t>>> writes_;
@@ -103,7 +139,7 @@ class Txn {
 
 Status BudgetExceeded(uint32_t id, uint64_t budget_ns) {
   return Timeout("offload function ", id, " (", bi::Name(id), ") stopped: ran past its budget of ",
-                 budget_ns / 1000, " us");
+                 budget_ns / 1000, " us of CPU time");
 }
 
 Result<std::vector<uint8_t>> RunBuiltin(Txn& t, uint32_t id, std::span<const uint8_t> args,
@@ -321,7 +357,8 @@ void ArmTimer(WorkerSignals* s, uint64_t ns) {
   its.it_value.tv_sec = static_cast<time_t>(ns / 1000000000ull);
   its.it_value.tv_nsec = static_cast<long>(ns % 1000000000ull);
   if (ns == 0) its.it_value.tv_nsec = 1;
-  // Keeps firing every millisecond after expiry: a stop that lands in a race window is retried.
+  // Keeps firing every millisecond (of the thread's CPU time) after expiry: a stop that lands in
+  // a race window is retried.
   its.it_interval.tv_nsec = 1000000;
   timer_settime(s->timer, 0, &its, nullptr);
 }
@@ -508,7 +545,7 @@ std::optional<Result<InvokeResult>> OffloadRuntime::TryInline(uint32_t table, ui
   const uint64_t cutoff_ns = options_.inline_ns * 4 + 20'000;
   InvokeResult out;
   for (uint32_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
-    Txn txn(store_, table, MonotonicNs() + cutoff_ns, bi::IsReadWrite(id));
+    Txn txn(store_, table, RunBudget(cutoff_ns, RunBudget::Clock::kWall), bi::IsReadWrite(id));
     auto r = RunBuiltin(txn, id, args, cutoff_ns);
     if (!r.ok()) {
       if (r.status().code() == StatusCode::kTimeout) {
@@ -568,7 +605,8 @@ void OffloadRuntime::WorkerMain(int index) {
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = StopSignal();
     sev.sigev_notify_thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
-    signals.timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &signals.timer) == 0;
+    // On this thread's CPU clock, as RunBudget: waiting for a CPU does not use the budget.
+    signals.timer_ok = timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &signals.timer) == 0;
     if (!signals.timer_ok) {
       TLOG(WARNING) << "offload worker " << index << ": timer_create failed (" << strerror(errno)
                     << "): operators' functions that never yield cannot be stopped";
@@ -601,7 +639,7 @@ Result<InvokeResult> OffloadRuntime::Run(const Task& task) {
   InvokeResult out;
   for (uint32_t attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     const bool builtin = bi::IsBuiltin(task.function_id);
-    Txn txn(store_, task.table, MonotonicNs() + options_.budget_ns,
+    Txn txn(store_, task.table, RunBudget(options_.budget_ns, RunBudget::Clock::kThreadCpu),
             !builtin || bi::IsReadWrite(task.function_id));
     if (builtin) {
       auto r = RunBuiltin(txn, task.function_id, task.args, options_.budget_ns);
@@ -629,7 +667,7 @@ Result<InvokeResult> OffloadRuntime::Run(const Task& task) {
           stopped_budget_.fetch_add(1, std::memory_order_relaxed);
           TLOG(WARNING) << who << " stopped: ran past its budget";
           return Timeout(who, " stopped: ran past its budget of ", options_.budget_ns / 1000,
-                         " us");
+                         " us of CPU time");
         case kStopFault:
           stopped_fault_.fetch_add(1, std::memory_order_relaxed);
           TLOG(WARNING) << who << " stopped: memory fault";

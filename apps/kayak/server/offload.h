@@ -15,12 +15,16 @@
 //   - Transactions: a function reads through a transaction (recording the versions it saw) and
 //     its writes are buffered; at the end a function that wrote commits with KvTable::Commit
 //     (optimistic concurrency), and a conflict reruns it (up to `max_attempts`).
-//   - Budget: each run gets `budget_ns` of wall time. Built-ins check it at every hop and every
-//     4096 compute rounds. Operators' functions are stopped by a per-worker POSIX timer whose
-//     signal makes the worker jump out of the function (deferred while the function is inside
-//     a runtime call, which then stops it on return); a bad handle call or a memory fault in
-//     the function stops it the same way. A stopped function writes nothing and its caller
-//     gets an error saying why; the worker goes on with the next invocation.
+//   - Budget: each run on a worker gets `budget_ns` of that worker thread's CPU time, not wall
+//     time: on a loaded machine a worker waits for a CPU, and a function must not be stopped
+//     (or its fault reported as an overrun) for time it was not running. (A function that
+//     blocks, which the ABI forbids, uses no CPU time and is not stopped.) Built-ins check it
+//     at every hop and every 4096 compute rounds. Operators' functions are stopped by a
+//     per-worker POSIX timer on the thread's CPU clock whose signal makes the worker jump out
+//     of the function (deferred while the function is inside a runtime call, which then stops
+//     it on return); a bad handle call or a memory fault in the function stops it the same
+//     way. A stopped function writes nothing and its caller gets an error saying why; the
+//     worker goes on with the next invocation.
 //
 // Ownership: borrows the KvStore (must outlive the runtime); owns the workers and the loaded
 // libraries (dlclose'd at destruction). The destructor finishes queued invocations with
@@ -50,8 +54,8 @@
 namespace tessera::kayak {
 
 struct OffloadOptions {
-  // Worker threads, 1..64, and the wall time one run may take: in a memserver, the CPU it lends
-  // the service (memserver/service.h CpuLoan) replaces both.
+  // Worker threads, 1..64, and the CPU time one run may take on a worker: in a memserver, the
+  // CPU it lends the service (memserver/service.h CpuLoan) replaces both.
   int workers = 2;
   uint32_t max_queue = 32;           // Waiting invocations beyond which Submit() pushes back.
   uint32_t hard_queue = 4096;        // Even kNoPushback invocations are refused beyond this.

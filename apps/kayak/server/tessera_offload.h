@@ -37,8 +37,9 @@
  * nothing.
  *
  * Misbehaviour is contained, reported to the caller as an error, and the server keeps serving:
- *   - running past the time budget (memserver --offload_budget), in a loop with or without
- *     yields: the function is stopped (the worker thread jumps out of it);
+ *   - running past the time budget (memserver --offload_budget: CPU time of the worker thread),
+ *     in a loop with or without yields: the function is stopped (the worker thread jumps out
+ *     of it);
  *   - a bad handle call (key or value length out of range, a NULL buffer, out_len > out_cap):
  *     the function is stopped at that call;
  *   - a memory fault (SIGSEGV/SIGBUS) in the function's own code: the function is stopped.
