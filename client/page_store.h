@@ -94,6 +94,9 @@ struct PageStoreStats {
   // a CRC mismatched, ...).
   uint64_t direct_reads = 0;
   uint64_t direct_fallbacks = 0;
+  // Of the fallbacks, those handed over because a server had not answered within the hedge time
+  // (or was known not to answer): hedged on the I/O thread, which reads the stripe degraded.
+  uint64_t direct_hedged = 0;
   uint64_t direct_spin_hits = 0;  // Direct reads whose reply arrived while the caller spun.
   uint64_t direct_sleeps = 0;     // ... and those that had to sleep for it.
   LatencyHistogram read_latency;     // Per page, from Submit to done, in ns.

@@ -51,6 +51,9 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
             "Pages read on the caller's own thread (run to completion).", s.direct_reads);
   w.Counter("tessera_client_direct_fallbacks_total",
             "Direct reads handed to the store's I/O thread after all.", s.direct_fallbacks);
+  w.Counter("tessera_client_direct_hedged_total",
+            "Direct reads handed over because a server had not answered within the hedge time.",
+            s.direct_hedged);
   w.Gauge("tessera_client_remote_bytes", "Remote memory held now.",
           static_cast<double>(s.remote_bytes));
   w.Gauge("tessera_client_stored_pages", "Pages stored in sealed stripes now (group layout).",

@@ -753,6 +753,9 @@ class RemoteThreadReader final : public ThreadReader, private DirectReader::Sink
   void EnqueueHandoffs() {
     if (handoff_.empty()) return;
     store_->stats_.direct_fallbacks.fetch_add(handoff_.size(), std::memory_order_relaxed);
+    uint64_t hedged = 0;
+    for (const Handoff& h : handoff_) hedged += h.degraded && !h.verify ? 1 : 0;
+    if (hedged > 0) store_->stats_.direct_hedged.fetch_add(hedged, std::memory_order_relaxed);
     for (const Handoff& h : handoff_) {
       QueueItem item;
       item.op = h.op;
@@ -842,6 +845,8 @@ Status RemoteStore::ReadPages(const PageId* pages, size_t count, uint8_t* out) {
     }
     if (m == 0) continue;
     stats_.direct_fallbacks.fetch_add(m, std::memory_order_relaxed);
+    const auto hedged = std::count(left_degraded.begin(), left_degraded.begin() + m, uint8_t{1});
+    if (hedged > 0) stats_.direct_hedged.fetch_add(hedged, std::memory_order_relaxed);
     Status st;
     if (m == n) {
       st = ReadThroughIoThreads(left.data(), m, chunk, left_degraded.data());

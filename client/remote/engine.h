@@ -354,8 +354,8 @@ struct SharedStats {
       data_loss{0}, server_failures{0}, regenerations_done{0}, regenerations_pending{0},
       bytes_sent{0}, bytes_received{0}, slabs_freed{0}, hedged_reads{0}, compaction_moves{0},
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
-      parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_spin_hits{0},
-      direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
+      parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_hedged{0},
+      direct_spin_hits{0}, direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
       reconnects{0}, stale_repairs{0};
 };
 

@@ -213,6 +213,7 @@ PageStoreStats RemoteStore::Stats() const {
   s.remote_bytes = stats_.remote_slabs.load() * slab_size_;
   s.direct_reads = stats_.direct_reads.load();
   s.direct_fallbacks = stats_.direct_fallbacks.load();
+  s.direct_hedged = stats_.direct_hedged.load();
   s.direct_spin_hits = stats_.direct_spin_hits.load();
   s.direct_sleeps = stats_.direct_sleeps.load();
   for (const auto& t : threads_) t->CopyHistograms(&s.read_latency, &s.write_latency);

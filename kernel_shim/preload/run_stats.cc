@@ -120,6 +120,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["store_regenerations_done"] = s.regenerations_done;
   r["store_direct_reads"] = s.direct_reads;
   r["store_direct_fallbacks"] = s.direct_fallbacks;
+  r["store_direct_hedged"] = s.direct_hedged;
   r["store_direct_spin_hits"] = s.direct_spin_hits;
   r["store_direct_sleeps"] = s.direct_sleeps;
   r["store_read_p50_ns"] = s.read_latency.p50();

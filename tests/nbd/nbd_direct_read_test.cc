@@ -215,9 +215,13 @@ void ReadsOnTheConnectionThread(client::EcLayout layout, bool direct) {
     const client::PageStoreStats st = e.store->Stats();
     if (direct) {
       // Every page of the passes was stored and sealed (after a FLUSH): read on the connection
-      // thread, but for a connection attempt that failed on a very loaded machine.
-      EXPECT_GE(st.direct_reads - before.direct_reads, 2 * kPages - 16);
-      EXPECT_LE(st.direct_fallbacks - before.direct_fallbacks, 16u);
+      // thread, but for a connection attempt that failed on a very loaded machine, and reads
+      // hedged on the I/O thread because their servers did not answer within the hedge time
+      // (memservers descheduled for seconds).
+      const uint64_t hedged = st.direct_hedged - before.direct_hedged;
+      EXPECT_GE(st.direct_reads - before.direct_reads + hedged, 2 * kPages - 16);
+      EXPECT_GE(st.direct_reads - before.direct_reads, kPages);
+      EXPECT_LE(st.direct_fallbacks - before.direct_fallbacks - hedged, 16u);
     } else {
       EXPECT_EQ(st.direct_reads, 0u);
       EXPECT_EQ(st.direct_fallbacks, 0u);
