@@ -87,6 +87,27 @@ TEST(AuthTest, MacsDependOnEveryInputAndDiffer) {
   EXPECT_FALSE(MacEqual(c, ClientMac("secret-secret-secret", t2)));
 }
 
+// The MACs' input (label, both nonces, client and server id little-endian, then the instance
+// id when HELLO carried one) and the owner id's, pinned by values computed from that layout
+// independently of this code: another layout would lock out every peer built before it.
+TEST(AuthTest, MacAndOwnerIdInputsAreUnchanged) {
+  HandshakeTranscript t;
+  t.client_nonce.fill(1);
+  t.server_nonce.fill(2);
+  t.client_id = 3;
+  t.server_id = 4;
+  EXPECT_EQ(Hex(ClientMac("secret-secret-secret", t)),
+            "a159da72ccfba7190cebfa563a2ae31463681243ae2ea0efcf7692d5e4fadb59");
+  EXPECT_EQ(Hex(ServerMac("secret-secret-secret", t)),
+            "95e9e0e931474ce684d66718cc2d689c0352e9f05fa4095fc2e3bb93b121b220");
+  t.instance_id = 0x0102030405060708;
+  EXPECT_EQ(Hex(ClientMac("secret-secret-secret", t)),
+            "a4994a79ddcd908e634d1144d87a5ba88f1e3cd9d454a54d69275b53b2cef955");
+  EXPECT_EQ(Hex(ServerMac("secret-secret-secret", t)),
+            "5e03f5a72376a521d0d68f7ee93906c6301d9c35e705c584fedcfa77651ecb43");
+  EXPECT_EQ(OwnerIdFor(3, 0x0102030405060708), 0x193c4fb848056994u);
+}
+
 // MacEqual (nettle's memeql_sec) must not stop at the first difference: every single-bit
 // difference, at every position, makes the MACs unequal, and equal MACs compare equal.
 TEST(AuthTest, MacEqualSeesEveryBit) {

@@ -169,6 +169,70 @@ TEST(KayakWireTest, KvPutFrameBytesAreUnchanged) {
   EXPECT_TRUE(ParseRequest(f->header.op, f->data).ok());
 }
 
+// The variable parts and the fixed responses, written out by hand from the layouts: the bytes
+// clients and servers of every version exchange.
+TEST(KayakWireTest, KvVariablePartsBytesAreUnchanged) {
+  std::vector<uint8_t> keys;
+  AppendKvKey(keys, Bytes("ab"));
+  AppendKvKey(keys, Bytes("c"));
+  EXPECT_EQ(keys, (std::vector<uint8_t>{2, 0, 'a', 'b', 1, 0, 'c'}));
+
+  std::vector<uint8_t> items;
+  AppendKvCommitRead(items, Bytes("k"), 0x0102030405060708);
+  AppendKvCommitWrite(items, Bytes("k2"), Bytes("v"), false);
+  AppendKvCommitWrite(items, Bytes("d"), {}, true);
+  const std::vector<uint8_t> want_items = {
+      8, 7, 6, 5, 4, 3, 2, 1,  // read: version
+      1, 0, 0, 0, 0, 0, 0, 0,  // key length, padding
+      'k',
+      1, 0, 0, 0, 2, 0, 0, 0,  // write: value length, key length, flags
+      'k', '2', 'v',
+      0, 0, 0, 0, 1, 0, 1, 0,  // delete: no value, key length, flags kDelete
+      'd'};
+  EXPECT_EQ(items, want_items);
+
+  std::vector<uint8_t> values;
+  AppendKvValue(values, 5, Bytes("xy"));
+  AppendKvValue(values, 0, {});
+  const std::vector<uint8_t> want_values = {
+      5, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,  // version, value length, padding
+      'x', 'y',
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // an absent key
+  EXPECT_EQ(values, want_values);
+
+  EXPECT_EQ(Payload(KvWriteResponse{0x0a0b, KvOutcome::kConflict}),
+            (std::vector<uint8_t>{0x0b, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Payload(KvInvokeResponse{KvOutcome::kPushedBack, 0}),
+            (std::vector<uint8_t>{2, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Payload(KvInvokeResponse{KvOutcome::kDone, 0x0304}),
+            (std::vector<uint8_t>{0, 0, 0, 0, 4, 3, 0, 0}));
+}
+
+void ExpectError(const Status& st, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(st.ok()) << "accepted input that should fail naming " << needles[0];
+  EXPECT_EQ(st.code(), StatusCode::kProtocolError) << st;
+  for (const std::string& n : needles) {
+    EXPECT_NE(st.message().find(n), std::string::npos) << "no '" << n << "' in " << st;
+  }
+}
+
+// The fixed responses refuse an unknown outcome and non-zero padding, naming the field.
+TEST(KayakWireTest, MalformedResponsesNameTheField) {
+  auto write = Payload(KvWriteResponse{3, KvOutcome::kDone});
+  write[8] = 7;
+  ExpectError(ParseResponse(kKvPut, write).status(), {"KV write response", "outcome 7"});
+  write[8] = 0;
+  write[15] = 1;
+  ExpectError(ParseResponse(kKvPut, write).status(), {"KV write response", "padding"});
+  auto invoke = Payload(KvInvokeResponse{KvOutcome::kDone, 1});
+  invoke[0] = static_cast<uint8_t>(KvOutcome::kConflict);
+  ExpectError(ParseResponse(kKvInvoke, invoke).status(), {"KV_INVOKE response", "outcome 1"});
+  ExpectError(ParseResponse(kKvInvoke, Payload(KvInvokeResponse{KvOutcome::kDone, 0})).status(),
+              {"KV_INVOKE response", "0 attempts"});
+  ExpectError(KvInvokeResponse::Decode(std::span(invoke).first(5)).status(),
+              {"KV_INVOKE response", "8 bytes, got 5"});
+}
+
 TEST(KayakWireTest, OnlyKvOpsAreParsed) {
   auto r = ParseRequest(Op{40}, Bytes("anything"));
   ASSERT_FALSE(r.ok());
