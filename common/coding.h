@@ -51,6 +51,12 @@ class SpanWriter {
  public:
   explicit SpanWriter(std::span<uint8_t> out) : p_(out.data()), end_(out.data() + out.size()) {}
   SpanWriter(uint8_t* out, size_t size) : p_(out), end_(out + size) {}
+  // Grows `out` by `size` bytes (zeros) and writes over them: a record of known size appended
+  // after those already in a buffer.
+  static SpanWriter AppendTo(std::vector<uint8_t>& out, size_t size) {
+    out.resize(out.size() + size);
+    return SpanWriter(out.data() + out.size() - size, size);
+  }
   SpanWriter& PutFixed8(uint8_t v) {
     *Take(1) = v;
     return *this;
