@@ -216,6 +216,60 @@ void ExpectError(const Status& st, const std::vector<std::string>& needles) {
   }
 }
 
+// Key lists, commit item lists and value lists cut short at every byte are refused, naming the
+// list, the item and the field that did not fit (and nothing is read past the end).
+TEST(KayakWireTest, TruncatedVariablePartsNameTheField) {
+  std::vector<uint8_t> keys;
+  AppendKvKey(keys, Bytes("key"));
+  AppendKvKey(keys, Bytes("k2"));
+  const KvMultiGetRequest mg{1, 2};
+  for (size_t n = 0; n < keys.size(); ++n) {
+    ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(n)).status(), {"KV_MULTIGET"});
+  }
+  ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(1)).status(), {"key 0", "key length"});
+  ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(7)).status(),
+              {"key 1", "key needs 2 bytes, 0 left"});
+
+  std::vector<uint8_t> items;
+  AppendKvCommitRead(items, Bytes("rk"), 4);
+  AppendKvCommitWrite(items, Bytes("wk"), Bytes("value"), false);
+  const KvCommitRequest commit{1, 1, 1};
+  ASSERT_TRUE(ParseKvCommitItems(commit, items).ok());
+  for (size_t n = 0; n < items.size(); ++n) {
+    ExpectError(ParseKvCommitItems(commit, std::span(items).first(n)).status(), {"KV_COMMIT"});
+  }
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(4)).status(),
+              {"read 0", "version"});
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(17)).status(),
+              {"read 0", "key needs 2 bytes, 1 left"});
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(20)).status(),
+              {"write 0", "value length"});
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(25)).status(),
+              {"write 0", "flags"});
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(27)).status(),
+              {"write 0", "key needs 2 bytes, 1 left"});
+  ExpectError(ParseKvCommitItems(commit, std::span(items).first(31)).status(),
+              {"write 0", "value needs 5 bytes, 3 left"});
+  std::vector<uint8_t> padded = items;
+  padded[12] = 1;  // In the read's padding.
+  ExpectError(ParseKvCommitItems(commit, padded).status(), {"KV_COMMIT read", "padding"});
+
+  std::vector<uint8_t> values;
+  AppendKvValue(values, 3, Bytes("abc"));
+  AppendKvValue(values, 4, Bytes("de"));
+  ASSERT_TRUE(ParseKvMultiGetResponse(values, 2).ok());
+  for (size_t n = 1; n < values.size(); ++n) {
+    ExpectError(ParseKvMultiGetResponse(std::span(values).first(n), 2).status(),
+                {"KV_MULTIGET response"});
+  }
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(10), 0).status(),
+              {"entry 0", "value header"});
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(18), 0).status(),
+              {"entry 0", "value needs 3 bytes, 2 left"});
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(36), 0).status(),
+              {"entry 1", "value needs 2 bytes, 1 left"});
+}
+
 // The fixed responses refuse an unknown outcome and non-zero padding, naming the field.
 TEST(KayakWireTest, MalformedResponsesNameTheField) {
   auto write = Payload(KvWriteResponse{3, KvOutcome::kDone});
