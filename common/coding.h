@@ -45,6 +45,11 @@ inline uint64_t DecodeFixed64(const uint8_t* p) {
          (static_cast<uint64_t>(DecodeFixed32(p + 4)) << 32);
 }
 
+// The bytes of a string (a label, a secret) as written to the wire or hashed.
+inline std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
 // Writes fields in order into a buffer whose size the caller knows (a struct's wire size).
 // Writing past its end is a programming error: it aborts.
 class SpanWriter {

@@ -56,7 +56,7 @@ TEST(Coding, WritersAndReaderRoundTripInOrder) {
 
 TEST(Coding, AppendToWritesAfterWhatABufferHolds) {
   std::vector<uint8_t> out = {9};
-  SpanWriter::AppendTo(out, 2 + 3).PutFixed16(3).PutBytes(std::vector<uint8_t>{'a', 'b', 'c'});
+  SpanWriter::AppendTo(out, 2 + 3).PutFixed16(3).PutBytes(AsBytes("abc"));
   EXPECT_EQ(out, (std::vector<uint8_t>{9, 3, 0, 'a', 'b', 'c'}));
   SpanWriter w = SpanWriter::AppendTo(out, 4);
   w.PutFixed8(1);
