@@ -103,9 +103,9 @@ TEST(HandshakeTest, MalformedInstanceIdClosesTheConnection) {
   for (const auto* extra : {&three, &zero}) {
     ServerHandshake server;
     std::vector<uint8_t> reply;
-    auto step = Serve(server, config,
-                      BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello, *extra),
-                      &reply);
+    auto step =
+        Serve(server, config,
+              BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello, *extra), &reply);
     EXPECT_EQ(step.outcome, ServerHandshake::Outcome::kClose);
     EXPECT_NE(step.reason.find("instance id"), std::string::npos) << step.reason;
     EXPECT_TRUE(reply.empty());

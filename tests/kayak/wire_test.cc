@@ -238,18 +238,19 @@ TEST(KayakWireTest, TruncatedVariablePartsNameTheField) {
   for (size_t n = 0; n < items.size(); ++n) {
     ExpectError(ParseKvCommitItems(commit, std::span(items).first(n)).status(), {"KV_COMMIT"});
   }
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(4)).status(),
-              {"read 0", "version"});
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(17)).status(),
-              {"read 0", "key needs 2 bytes, 1 left"});
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(20)).status(),
-              {"write 0", "value length"});
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(25)).status(),
-              {"write 0", "flags"});
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(27)).status(),
-              {"write 0", "key needs 2 bytes, 1 left"});
-  ExpectError(ParseKvCommitItems(commit, std::span(items).first(31)).status(),
-              {"write 0", "value needs 5 bytes, 3 left"});
+  struct Cut {
+    size_t size;
+    std::string item, field;
+  };
+  for (const Cut& cut : {Cut{4, "read 0", "version"},
+                         Cut{17, "read 0", "key needs 2 bytes, 1 left"},
+                         Cut{20, "write 0", "value length"},
+                         Cut{25, "write 0", "flags"},
+                         Cut{27, "write 0", "key needs 2 bytes, 1 left"},
+                         Cut{31, "write 0", "value needs 5 bytes, 3 left"}}) {
+    ExpectError(ParseKvCommitItems(commit, std::span(items).first(cut.size)).status(),
+                {cut.item, cut.field});
+  }
   std::vector<uint8_t> padded = items;
   padded[12] = 1;  // In the read's padding.
   ExpectError(ParseKvCommitItems(commit, padded).status(), {"KV_COMMIT read", "padding"});
