@@ -45,12 +45,23 @@ inline uint64_t DecodeFixed64(const uint8_t* p) {
          (static_cast<uint64_t>(DecodeFixed32(p + 4)) << 32);
 }
 
+// The bytes of a string (a label, a secret) as written to the wire or hashed.
+inline std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
 // Writes fields in order into a buffer whose size the caller knows (a struct's wire size).
 // Writing past its end is a programming error: it aborts.
 class SpanWriter {
  public:
   explicit SpanWriter(std::span<uint8_t> out) : p_(out.data()), end_(out.data() + out.size()) {}
   SpanWriter(uint8_t* out, size_t size) : p_(out), end_(out + size) {}
+  // Grows `out` by `size` bytes (zeros) and writes over them: a record of known size appended
+  // after those already in a buffer.
+  static SpanWriter AppendTo(std::vector<uint8_t>& out, size_t size) {
+    out.resize(out.size() + size);
+    return SpanWriter(out.data() + out.size() - size, size);
+  }
   SpanWriter& PutFixed8(uint8_t v) {
     *Take(1) = v;
     return *this;

@@ -16,6 +16,7 @@
 #include <nettle/memops.h>
 #include <nettle/sha2.h>
 
+#include "common/coding.h"
 #include "common/logging.h"
 #include "fabric/transport.h"
 
@@ -56,35 +57,26 @@ Sha256Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> m
 
 namespace {
 Mac TranscriptMac(std::string_view label, std::string_view secret, const HandshakeTranscript& t) {
-  uint8_t msg[64 + 2 * kNonceSize + 24];
-  size_t n = 0;
-  std::memcpy(msg, label.data(), label.size());
-  n += label.size();
-  std::memcpy(msg + n, t.client_nonce.data(), kNonceSize);
-  n += kNonceSize;
-  std::memcpy(msg + n, t.server_nonce.data(), kNonceSize);
-  n += kNonceSize;
-  PutU64(msg + n, t.client_id);
-  n += 8;
-  PutU64(msg + n, t.server_id);
-  n += 8;
-  if (t.instance_id != 0) {
-    PutU64(msg + n, t.instance_id);
-    n += 8;
-  }
-  return HmacSha256(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
-      std::span<const uint8_t>(msg, n));
+  ByteWriter msg;
+  msg.PutBytes(AsBytes(label))
+      .PutBytes(t.client_nonce)
+      .PutBytes(t.server_nonce)
+      .PutFixed64(t.client_id)
+      .PutFixed64(t.server_id);
+  if (t.instance_id != 0) msg.PutFixed64(t.instance_id);
+  return HmacSha256(AsBytes(secret), msg.Take());
 }
 }  // namespace
 
 uint64_t OwnerIdFor(uint64_t client_id, uint64_t instance_id) {
   if (instance_id == 0) return client_id;
-  uint8_t msg[16 + 16];
-  std::memcpy(msg, "tessera-v1-owner", 16);
-  PutU64(msg + 16, client_id);
-  PutU64(msg + 24, instance_id);
-  Sha256Digest d = Sha256::Hash(std::span<const uint8_t>(msg, sizeof msg));
+  constexpr std::string_view kLabel = "tessera-v1-owner";
+  uint8_t msg[kLabel.size() + 8 + 8];
+  SpanWriter(msg, sizeof msg)
+      .PutBytes(AsBytes(kLabel))
+      .PutFixed64(client_id)
+      .PutFixed64(instance_id);
+  Sha256Digest d = Sha256::Hash(msg);
   uint64_t id = 0;
   for (int i = 0; i < 8; ++i) id = (id << 8) | d[i];
   id &= ~(uint64_t{1} << 63);

@@ -9,15 +9,12 @@
 #include <sstream>
 #include <vector>
 
+#include "common/coding.h"
 #include "common/logging.h"
 #include "fabric/wire.h"
 
 namespace tessera::fabric {
 namespace {
-
-std::span<const uint8_t> AsBytes(std::string_view s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
 
 std::string Hex(std::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -151,10 +148,9 @@ Result<Credential> ParseToken(std::string_view text, std::string_view origin) {
 }
 
 Mac KeyedMac(std::string_view key, std::string_view label, uint64_t id) {
-  uint8_t msg[64];
-  std::memcpy(msg, label.data(), label.size());
-  PutU64(msg + label.size(), id);
-  return HmacSha256(AsBytes(key), std::span<const uint8_t>(msg, label.size() + 8));
+  ByteWriter msg;
+  msg.PutBytes(AsBytes(label)).PutFixed64(id);
+  return HmacSha256(AsBytes(key), msg.Take());
 }
 
 }  // namespace
@@ -166,7 +162,7 @@ uint64_t ClientIdForName(std::string_view name) {
   h.Update(std::string_view("tessera-v1-client-id\n"));
   h.Update(name);
   Sha256Digest d = h.Finish();
-  uint64_t id = GetU64(d.data()) & ~(uint64_t{1} << 63);
+  uint64_t id = DecodeFixed64(d.data()) & ~(uint64_t{1} << 63);
   return id == 0 ? 1 : id;
 }
 

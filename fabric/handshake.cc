@@ -1,6 +1,9 @@
 // The handshake's two halves (see fabric/handshake.h).
 #include "fabric/handshake.h"
 
+#include <string>
+
+#include "common/coding.h"
 #include "fabric/credential.h"
 #include "fabric/frame_builder.h"
 #include "fabric/socket.h"
@@ -27,13 +30,9 @@ Result<std::vector<uint8_t>> ClientHandshake::Hello() {
     return BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello);
   }
   // HELLO with its optional trailing instance id.
-  constexpr uint32_t kLen = HelloRequest::kWireSize + 8;
-  std::vector<uint8_t> frame(kHeaderSize + kLen);
-  EncodeHeader(FrameHeader{Op::kHello, false, kHelloRequestId, StatusCode::kOk, kLen},
-               frame.data());
-  hello.EncodeTo(frame.data() + kHeaderSize);
-  PutU64(frame.data() + kHeaderSize + HelloRequest::kWireSize, transcript_.instance_id);
-  return frame;
+  uint8_t instance[8];
+  SpanWriter(instance, sizeof instance).PutFixed64(transcript_.instance_id);
+  return BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello, instance);
 }
 
 Result<std::vector<uint8_t>> ClientHandshake::OnChallenge(std::span<const uint8_t> bytes) {
@@ -117,10 +116,14 @@ ServerHandshake::Step ServerHandshake::OnFrame(const ParsedFrame& f,
       if (!f.data.empty()) {
         // The optional instance id (fabric/auth.h, "Slab ownership"); the size rule allows
         // 0..8 trailing bytes.
-        if (f.data.size() != 8 || GetU64(f.data.data()) == 0) {
-          return {Outcome::kClose, "HELLO: trailing bytes are not a non-zero 8-byte instance id"};
+        SpanReader in(f.data);
+        const uint64_t instance_id = in.GetFixed64("instance id");
+        Status st = in.Finish("HELLO");
+        if (!st.ok() || instance_id == 0) {
+          return {Outcome::kClose, "HELLO: trailing bytes are not a non-zero 8-byte instance id" +
+                                       (st.ok() ? std::string() : " (" + st.message() + ")")};
         }
-        transcript_.instance_id = GetU64(f.data.data());
+        transcript_.instance_id = instance_id;
       }
       transcript_.client_nonce = hello.client_nonce;
       transcript_.client_id = hello.client_id;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/coding.h"
 #include "common/logging.h"
 #include "fabric/auth.h"
 #include "fabric/control_client.h"
@@ -205,7 +206,9 @@ class VerbsListenerImpl final : public VerbsListener {
       if (type == RDMA_CM_EVENT_CONNECT_REQUEST &&
           ev->param.conn.private_data_len >= kPrivateDataSize &&
           ev->param.conn.private_data != nullptr) {
-        token = GetU64(static_cast<const uint8_t*>(ev->param.conn.private_data));
+        SpanReader priv({static_cast<const uint8_t*>(ev->param.conn.private_data),
+                         ev->param.conn.private_data_len});
+        token = priv.GetFixed64("rdma token");
         has_token = true;
       }
       rdma_ack_cm_event(ev);
@@ -608,8 +611,7 @@ class VerbsTransport final : public Transport {
     attr.cap.max_recv_sge = 1;
     if (rdma_create_qp(c->id.get(), res_.pd.get(), &attr) != 0) return CmError("rdma_create_qp");
     uint8_t priv[kPrivateDataSize];
-    PutU64(priv, ok.rdma_token);
-    PutU64(priv + 8, options.client_id);
+    SpanWriter(priv, sizeof priv).PutFixed64(ok.rdma_token).PutFixed64(options.client_id);
     rdma_conn_param param{};
     param.private_data = priv;
     param.private_data_len = sizeof(priv);

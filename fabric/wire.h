@@ -338,12 +338,10 @@ std::vector<uint8_t> BuildFrame(FrameHeader h, const Body& body,
 // A frame whose payload is only `data` (or empty): STATS, GOODBYE, error responses, ...
 std::vector<uint8_t> BuildRawFrame(FrameHeader h, std::span<const uint8_t> data = {});
 
-// Little-endian helpers, exposed for the engines: the one codec's (common/coding.h).
-inline void PutU16(uint8_t* p, uint16_t v) { EncodeFixed16(p, v); }
+// A 32-bit field at a known offset of a built frame (the header's payload_len, a payload's
+// first field), for tests that patch a frame into a malformed one or peek at a length. The
+// encoders and parsers write and read every field with common/coding.h's cursors instead.
 inline void PutU32(uint8_t* p, uint32_t v) { EncodeFixed32(p, v); }
-inline void PutU64(uint8_t* p, uint64_t v) { EncodeFixed64(p, v); }
-inline uint16_t GetU16(const uint8_t* p) { return DecodeFixed16(p); }
 inline uint32_t GetU32(const uint8_t* p) { return DecodeFixed32(p); }
-inline uint64_t GetU64(const uint8_t* p) { return DecodeFixed64(p); }
 
 }  // namespace tessera::fabric

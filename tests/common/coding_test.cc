@@ -54,6 +54,17 @@ TEST(Coding, WritersAndReaderRoundTripInOrder) {
   EXPECT_TRUE(v.Finish("MSG").ok());
 }
 
+TEST(Coding, AppendToWritesAfterWhatABufferHolds) {
+  std::vector<uint8_t> out = {9};
+  SpanWriter::AppendTo(out, 2 + 3).PutFixed16(3).PutBytes(AsBytes("abc"));
+  EXPECT_EQ(out, (std::vector<uint8_t>{9, 3, 0, 'a', 'b', 'c'}));
+  SpanWriter w = SpanWriter::AppendTo(out, 4);
+  w.PutFixed8(1);
+  EXPECT_EQ(w.left(), 3u);
+  EXPECT_EQ(out, (std::vector<uint8_t>{9, 3, 0, 'a', 'b', 'c', 1, 0, 0, 0}))
+      << "bytes not written are zero";
+}
+
 TEST(Coding, ShortLongAndTrailingInputsAreErrorsNamingTheField) {
   const std::vector<uint8_t> five = {1, 2, 3, 4, 5};
   SpanReader r(five);

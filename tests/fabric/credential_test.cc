@@ -36,6 +36,26 @@ TEST(CredentialTest, IdsComeFromNamesAndAreNeverZeroOrReserved) {
   EXPECT_FALSE(ValidateClientName("new\nline").ok());
 }
 
+// A name's id and the keys derived for it, pinned by values computed from their layout (the
+// id: the first 8 bytes of the name's hash, little-endian; a key: the HMAC of the label and the
+// id, little-endian) independently of this code: credentials issued before must keep working.
+TEST(CredentialTest, IdsAndKeysAreUnchanged) {
+  EXPECT_EQ(ClientIdForName("alice"), 7635101399123321705u);
+  auto client = IssueCredential(kSecret, "alice", Role::kClient);
+  auto admin = IssueCredential(kSecret, "alice", Role::kAdmin);
+  ASSERT_TRUE(client.ok() && admin.ok());
+  EXPECT_NE(FormatCredential(*client).find(
+                " id=7635101399123321705"
+                " key=bd75ad4b75425bd568e5c45429e4cc75960b79ce07a4a8e13313e9ebf8e434e2\n"),
+            std::string::npos)
+      << FormatCredential(*client);
+  EXPECT_NE(FormatCredential(*admin).find(
+                " id=7635101399123321705"
+                " key=af275f4015885b7d431ab9c55b1548973ae4958cb38f464aadab2771c591aeb0\n"),
+            std::string::npos)
+      << FormatCredential(*admin);
+}
+
 TEST(CredentialTest, ServerTellsEachRoleApartAndRefusesOthers) {
   auto alice = IssueCredential(kSecret, "alice", Role::kClient);
   auto ops = IssueCredential(kSecret, "ops", Role::kAdmin);

@@ -67,6 +67,52 @@ TEST(HandshakeTest, BothSidesAuthenticate) {
   EXPECT_EQ(tokens, 1u);
 }
 
+// HELLO with the client's instance id, written out by hand from the layout (the nonce is
+// random: it is taken from the transcript), and the server half reading the id back.
+TEST(HandshakeTest, HelloWithInstanceIdBytesAreUnchanged) {
+  ClientHandshake client(kSecret, 0x1122, "s", 0x0102030405060708);
+  auto hello = client.Hello();
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  std::vector<uint8_t> want = {
+      'T', 'S', 'R', 'A', 1, 0, 1, 0,                          // magic, version, op HELLO
+      1, 0, 0, 0, 0, 0, 0, 0,                                  // request id kHelloRequestId
+      0, 0, 0, 0, 52, 0, 0, 0};                                // status, payload length
+  const Nonce& nonce = client.transcript().client_nonce;
+  want.insert(want.end(), nonce.begin(), nonce.end());
+  const std::vector<uint8_t> rest = {
+      0x22, 0x11, 0, 0, 0, 0, 0, 0,                            // client id
+      1, 0, 1, 0,                                              // min and max version
+      8, 7, 6, 5, 4, 3, 2, 1};                                 // instance id
+  want.insert(want.end(), rest.begin(), rest.end());
+  EXPECT_EQ(*hello, want);
+
+  ServerHandshakeConfig config = Config();
+  ServerHandshake server;
+  std::vector<uint8_t> reply;
+  EXPECT_EQ(Serve(server, config, *hello, &reply).outcome, ServerHandshake::Outcome::kContinue);
+  EXPECT_EQ(server.instance_id(), 0x0102030405060708u);
+}
+
+// The bytes after HELLO's body must be one non-zero 8-byte instance id: anything else closes
+// the connection with a reason that says so.
+TEST(HandshakeTest, MalformedInstanceIdClosesTheConnection) {
+  ServerHandshakeConfig config = Config();
+  HelloRequest hello;
+  hello.client_id = 5;
+  const std::vector<uint8_t> three(3, 1), zero(8, 0);
+  for (const auto* extra : {&three, &zero}) {
+    ServerHandshake server;
+    std::vector<uint8_t> reply;
+    auto step =
+        Serve(server, config,
+              BuildFrame(FrameHeader{Op::kHello, false, kHelloRequestId}, hello, *extra), &reply);
+    EXPECT_EQ(step.outcome, ServerHandshake::Outcome::kClose);
+    EXPECT_NE(step.reason.find("instance id"), std::string::npos) << step.reason;
+    EXPECT_TRUE(reply.empty());
+    EXPECT_FALSE(server.authenticated());
+  }
+}
+
 TEST(HandshakeTest, NoRdmaOfferWithoutTokenSource) {
   ServerHandshakeConfig config = Config();
   ClientHandshake client(kSecret, 42, "s");

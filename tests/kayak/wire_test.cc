@@ -169,6 +169,125 @@ TEST(KayakWireTest, KvPutFrameBytesAreUnchanged) {
   EXPECT_TRUE(ParseRequest(f->header.op, f->data).ok());
 }
 
+// The variable parts and the fixed responses, written out by hand from the layouts: the bytes
+// clients and servers of every version exchange.
+TEST(KayakWireTest, KvVariablePartsBytesAreUnchanged) {
+  std::vector<uint8_t> keys;
+  AppendKvKey(keys, Bytes("ab"));
+  AppendKvKey(keys, Bytes("c"));
+  EXPECT_EQ(keys, (std::vector<uint8_t>{2, 0, 'a', 'b', 1, 0, 'c'}));
+
+  std::vector<uint8_t> items;
+  AppendKvCommitRead(items, Bytes("k"), 0x0102030405060708);
+  AppendKvCommitWrite(items, Bytes("k2"), Bytes("v"), false);
+  AppendKvCommitWrite(items, Bytes("d"), {}, true);
+  const std::vector<uint8_t> want_items = {
+      8, 7, 6, 5, 4, 3, 2, 1,  // read: version
+      1, 0, 0, 0, 0, 0, 0, 0,  // key length, padding
+      'k',
+      1, 0, 0, 0, 2, 0, 0, 0,  // write: value length, key length, flags
+      'k', '2', 'v',
+      0, 0, 0, 0, 1, 0, 1, 0,  // delete: no value, key length, flags kDelete
+      'd'};
+  EXPECT_EQ(items, want_items);
+
+  std::vector<uint8_t> values;
+  AppendKvValue(values, 5, Bytes("xy"));
+  AppendKvValue(values, 0, {});
+  const std::vector<uint8_t> want_values = {
+      5, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,  // version, value length, padding
+      'x', 'y',
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // an absent key
+  EXPECT_EQ(values, want_values);
+
+  EXPECT_EQ(Payload(KvWriteResponse{0x0a0b, KvOutcome::kConflict}),
+            (std::vector<uint8_t>{0x0b, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Payload(KvInvokeResponse{KvOutcome::kPushedBack, 0}),
+            (std::vector<uint8_t>{2, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Payload(KvInvokeResponse{KvOutcome::kDone, 0x0304}),
+            (std::vector<uint8_t>{0, 0, 0, 0, 4, 3, 0, 0}));
+}
+
+void ExpectError(const Status& st, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(st.ok()) << "accepted input that should fail naming " << needles[0];
+  EXPECT_EQ(st.code(), StatusCode::kProtocolError) << st;
+  for (const std::string& n : needles) {
+    EXPECT_NE(st.message().find(n), std::string::npos) << "no '" << n << "' in " << st;
+  }
+}
+
+// Key lists, commit item lists and value lists cut short at every byte are refused, naming the
+// list, the item and the field that did not fit (and nothing is read past the end).
+TEST(KayakWireTest, TruncatedVariablePartsNameTheField) {
+  std::vector<uint8_t> keys;
+  AppendKvKey(keys, Bytes("key"));
+  AppendKvKey(keys, Bytes("k2"));
+  const KvMultiGetRequest mg{1, 2};
+  for (size_t n = 0; n < keys.size(); ++n) {
+    ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(n)).status(), {"KV_MULTIGET"});
+  }
+  ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(1)).status(), {"key 0", "key length"});
+  ExpectError(ParseKvMultiGetKeys(mg, std::span(keys).first(7)).status(),
+              {"key 1", "key needs 2 bytes, 0 left"});
+
+  std::vector<uint8_t> items;
+  AppendKvCommitRead(items, Bytes("rk"), 4);
+  AppendKvCommitWrite(items, Bytes("wk"), Bytes("value"), false);
+  const KvCommitRequest commit{1, 1, 1};
+  ASSERT_TRUE(ParseKvCommitItems(commit, items).ok());
+  for (size_t n = 0; n < items.size(); ++n) {
+    ExpectError(ParseKvCommitItems(commit, std::span(items).first(n)).status(), {"KV_COMMIT"});
+  }
+  struct Cut {
+    size_t size;
+    std::string item, field;
+  };
+  for (const Cut& cut : {Cut{4, "read 0", "version"},
+                         Cut{17, "read 0", "key needs 2 bytes, 1 left"},
+                         Cut{20, "write 0", "value length"},
+                         Cut{25, "write 0", "flags"},
+                         Cut{27, "write 0", "key needs 2 bytes, 1 left"},
+                         Cut{31, "write 0", "value needs 5 bytes, 3 left"}}) {
+    ExpectError(ParseKvCommitItems(commit, std::span(items).first(cut.size)).status(),
+                {cut.item, cut.field});
+  }
+  std::vector<uint8_t> padded = items;
+  padded[12] = 1;  // In the read's padding.
+  ExpectError(ParseKvCommitItems(commit, padded).status(), {"KV_COMMIT read", "padding"});
+
+  std::vector<uint8_t> values;
+  AppendKvValue(values, 3, Bytes("abc"));
+  AppendKvValue(values, 4, Bytes("de"));
+  ASSERT_TRUE(ParseKvMultiGetResponse(values, 2).ok());
+  for (size_t n = 1; n < values.size(); ++n) {
+    ExpectError(ParseKvMultiGetResponse(std::span(values).first(n), 2).status(),
+                {"KV_MULTIGET response"});
+  }
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(10), 0).status(),
+              {"entry 0", "value header"});
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(18), 0).status(),
+              {"entry 0", "value needs 3 bytes, 2 left"});
+  ExpectError(ParseKvMultiGetResponse(std::span(values).first(36), 0).status(),
+              {"entry 1", "value needs 2 bytes, 1 left"});
+}
+
+// The fixed responses refuse an unknown outcome and non-zero padding, naming the field.
+TEST(KayakWireTest, MalformedResponsesNameTheField) {
+  auto write = Payload(KvWriteResponse{3, KvOutcome::kDone});
+  write[8] = 7;
+  ExpectError(ParseResponse(kKvPut, write).status(), {"KV write response", "outcome 7"});
+  write[8] = 0;
+  write[15] = 1;
+  ExpectError(ParseResponse(kKvPut, write).status(), {"KV write response", "padding"});
+  auto invoke = Payload(KvInvokeResponse{KvOutcome::kDone, 1});
+  invoke[0] = static_cast<uint8_t>(KvOutcome::kConflict);
+  ExpectError(ParseResponse(kKvInvoke, invoke).status(), {"KV_INVOKE response", "outcome 1"});
+  ExpectError(ParseResponse(kKvInvoke, Payload(KvInvokeResponse{KvOutcome::kDone, 0})).status(),
+              {"KV_INVOKE response", "0 attempts"});
+  ExpectError(KvInvokeResponse::Decode(std::span(invoke).first(5)).status(),
+              {"KV_INVOKE response", "8 bytes, got 5"});
+}
+
 TEST(KayakWireTest, OnlyKvOpsAreParsed) {
   auto r = ParseRequest(Op{40}, Bytes("anything"));
   ASSERT_FALSE(r.ok());

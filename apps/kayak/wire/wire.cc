@@ -3,19 +3,15 @@
 #include "apps/kayak/wire/wire.h"
 
 #include <cstring>
+#include <string>
 
+#include "common/coding.h"
 #include "fabric/wire_checks.h"
 
 namespace tessera::kayak::wire {
 
-using fabric::GetU16;
-using fabric::GetU32;
-using fabric::GetU64;
 using fabric::kMaxDataLength;
 using fabric::kMaxPayloadLength;
-using fabric::PutU16;
-using fabric::PutU32;
-using fabric::PutU64;
 using fabric::wire_checks::CheckPad;
 using fabric::wire_checks::Short;
 
@@ -35,6 +31,10 @@ Status CheckValueLength(const char* what, uint32_t value_len) {
     return ProtocolError(what, ": value length ", value_len, " exceeds ", kMaxValueLength);
   }
   return Status::Ok();
+}
+// The reader's first error (the field that did not fit), preceded by the list and the item.
+Status ItemError(const SpanReader& in, const char* item, size_t i) {
+  return in.status().WithContext(std::string(item) + " " + std::to_string(i));
 }
 }  // namespace
 
@@ -146,8 +146,8 @@ Result<KvWriteResponse> KvWriteResponse::Decode(std::span<const uint8_t> b) {
   KvWriteResponse r;
   SpanReader in(b);
   r.version = in.GetFixed64("version");
-  uint32_t outcome = GetU32(b.data() + 8);
-  TESSERA_RETURN_IF_ERROR(CheckPad("KV write response", b.data() + 12, 4));
+  const uint32_t outcome = in.GetFixed32("outcome");
+  TESSERA_RETURN_IF_ERROR(CheckPad("KV write response", in.GetBytes(4, "padding").data(), 4));
   if (outcome != static_cast<uint32_t>(KvOutcome::kDone) &&
       outcome != static_cast<uint32_t>(KvOutcome::kConflict)) {
     return ProtocolError("KV write response: outcome ", outcome, " is not done or conflict");
@@ -183,8 +183,9 @@ void KvInvokeResponse::EncodeTo(uint8_t* out) const {
 Result<KvInvokeResponse> KvInvokeResponse::Decode(std::span<const uint8_t> b) {
   if (b.size() != kWireSize) return Short("KV_INVOKE response", kWireSize, b.size());
   KvInvokeResponse r;
-  uint32_t outcome = GetU32(b.data());
-  r.attempts = GetU32(b.data() + 4);
+  SpanReader in(b);
+  const uint32_t outcome = in.GetFixed32("outcome");
+  r.attempts = in.GetFixed32("attempts");
   if (outcome == static_cast<uint32_t>(KvOutcome::kDone)) {
     if (r.attempts == 0) return ProtocolError("KV_INVOKE response: done after 0 attempts");
   } else if (outcome == static_cast<uint32_t>(KvOutcome::kPushedBack)) {
@@ -220,18 +221,16 @@ Result<std::vector<std::span<const uint8_t>>> ParseKvMultiGetKeys(const KvMultiG
                                                                   std::span<const uint8_t> data) {
   std::vector<std::span<const uint8_t>> keys;
   keys.reserve(req.count);
-  size_t off = 0;
+  SpanReader in(data);
   for (uint32_t i = 0; i < req.count; ++i) {
-    if (data.size() - off < 2) return ProtocolError("KV_MULTIGET: key ", i, " truncated");
-    uint16_t len = GetU16(data.data() + off);
-    off += 2;
+    const uint16_t len = in.GetFixed16("key length");
+    if (!in.ok()) return ItemError(in, "KV_MULTIGET key", i);
     TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_MULTIGET", len));
-    if (data.size() - off < len) return ProtocolError("KV_MULTIGET: key ", i, " truncated");
-    keys.push_back(data.subspan(off, len));
-    off += len;
+    keys.push_back(in.GetBytes(len, "key"));
+    if (!in.ok()) return ItemError(in, "KV_MULTIGET key", i);
   }
-  if (off != data.size()) {
-    return ProtocolError("KV_MULTIGET: ", data.size() - off, " stray bytes after the keys");
+  if (in.left() != 0) {
+    return ProtocolError("KV_MULTIGET: ", in.left(), " stray bytes after the keys");
   }
   return keys;
 }
@@ -239,33 +238,26 @@ Result<std::vector<std::span<const uint8_t>>> ParseKvMultiGetKeys(const KvMultiG
 Result<KvCommitItems> ParseKvCommitItems(const KvCommitRequest& req,
                                          std::span<const uint8_t> data) {
   KvCommitItems items;
-  size_t off = 0;
+  SpanReader in(data);
   for (uint32_t i = 0; i < req.reads; ++i) {
-    if (data.size() - off < KvCommitRead::kWireSize) {
-      return ProtocolError("KV_COMMIT: read ", i, " truncated");
-    }
-    const uint8_t* p = data.data() + off;
     KvCommitItem it;
-    it.version = GetU64(p);
-    uint16_t len = GetU16(p + 8);
-    TESSERA_RETURN_IF_ERROR(CheckPad("KV_COMMIT read", p + 10, 6));
+    it.version = in.GetFixed64("version");
+    const uint16_t len = in.GetFixed16("key length");
+    const auto pad = in.GetBytes(6, "padding");
+    if (!in.ok()) return ItemError(in, "KV_COMMIT read", i);
+    TESSERA_RETURN_IF_ERROR(CheckPad("KV_COMMIT read", pad.data(), pad.size()));
     TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_COMMIT read", len));
     if (it.version == kMustBeAbsent) return ProtocolError("KV_COMMIT: read version ~0");
-    off += KvCommitRead::kWireSize;
-    if (data.size() - off < len) return ProtocolError("KV_COMMIT: read ", i, " key truncated");
-    it.key = data.subspan(off, len);
-    off += len;
+    it.key = in.GetBytes(len, "key");
+    if (!in.ok()) return ItemError(in, "KV_COMMIT read", i);
     items.reads.push_back(it);
   }
   for (uint32_t i = 0; i < req.writes; ++i) {
-    if (data.size() - off < KvCommitWrite::kWireSize) {
-      return ProtocolError("KV_COMMIT: write ", i, " truncated");
-    }
-    const uint8_t* p = data.data() + off;
     KvCommitItem it;
-    uint32_t vlen = GetU32(p);
-    uint16_t klen = GetU16(p + 4);
-    uint16_t flags = GetU16(p + 6);
+    const uint32_t vlen = in.GetFixed32("value length");
+    const uint16_t klen = in.GetFixed16("key length");
+    const uint16_t flags = in.GetFixed16("flags");
+    if (!in.ok()) return ItemError(in, "KV_COMMIT write", i);
     if ((flags & ~KvCommitWrite::kDelete) != 0) {
       return ProtocolError("KV_COMMIT: write ", i, " has unknown flags ", flags);
     }
@@ -273,17 +265,13 @@ Result<KvCommitItems> ParseKvCommitItems(const KvCommitRequest& req,
     TESSERA_RETURN_IF_ERROR(CheckKeyLength("KV_COMMIT write", klen));
     TESSERA_RETURN_IF_ERROR(CheckValueLength("KV_COMMIT write", vlen));
     if (it.is_delete && vlen != 0) return ProtocolError("KV_COMMIT: a delete with a value");
-    off += KvCommitWrite::kWireSize;
-    if (data.size() - off < size_t{klen} + vlen) {
-      return ProtocolError("KV_COMMIT: write ", i, " truncated");
-    }
-    it.key = data.subspan(off, klen);
-    it.value = data.subspan(off + klen, vlen);
-    off += size_t{klen} + vlen;
+    it.key = in.GetBytes(klen, "key");
+    it.value = in.GetBytes(vlen, "value");
+    if (!in.ok()) return ItemError(in, "KV_COMMIT write", i);
     items.writes.push_back(it);
   }
-  if (off != data.size()) {
-    return ProtocolError("KV_COMMIT: ", data.size() - off, " stray bytes after the items");
+  if (in.left() != 0) {
+    return ProtocolError("KV_COMMIT: ", in.left(), " stray bytes after the items");
   }
   for (size_t i = 0; i < items.writes.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -301,19 +289,14 @@ Result<std::vector<KvValueView>> ParseKvMultiGetResponse(std::span<const uint8_t
                                                          size_t expected_count) {
   std::vector<KvValueView> out;
   out.reserve(expected_count);
-  size_t off = 0;
-  while (off < data.size()) {
-    if (data.size() - off < KvValueHeader::kWireSize) {
-      return ProtocolError("KV_MULTIGET response: entry ", out.size(), " truncated");
-    }
-    TESSERA_ASSIGN_OR_RETURN(KvValueHeader h,
-                             KvValueHeader::Decode(data.subspan(off, KvValueHeader::kWireSize)));
-    off += KvValueHeader::kWireSize;
-    if (data.size() - off < h.value_len) {
-      return ProtocolError("KV_MULTIGET response: value ", out.size(), " truncated");
-    }
-    out.push_back({h.version, data.subspan(off, h.value_len)});
-    off += h.value_len;
+  SpanReader in(data);
+  while (in.left() != 0) {
+    const auto header = in.GetBytes(KvValueHeader::kWireSize, "value header");
+    if (!in.ok()) return ItemError(in, "KV_MULTIGET response entry", out.size());
+    TESSERA_ASSIGN_OR_RETURN(KvValueHeader h, KvValueHeader::Decode(header));
+    const auto value = in.GetBytes(h.value_len, "value");
+    if (!in.ok()) return ItemError(in, "KV_MULTIGET response entry", out.size());
+    out.push_back({h.version, value});
   }
   if (expected_count != 0 && out.size() != expected_count) {
     return ProtocolError("KV_MULTIGET response: ", out.size(), " entries for ", expected_count,
@@ -323,37 +306,31 @@ Result<std::vector<KvValueView>> ParseKvMultiGetResponse(std::span<const uint8_t
 }
 
 void AppendKvKey(std::vector<uint8_t>& out, std::span<const uint8_t> key) {
-  size_t at = out.size();
-  out.resize(at + 2 + key.size());
-  PutU16(out.data() + at, static_cast<uint16_t>(key.size()));
-  if (!key.empty()) std::memcpy(out.data() + at + 2, key.data(), key.size());
+  SpanWriter::AppendTo(out, 2 + key.size())
+      .PutFixed16(static_cast<uint16_t>(key.size()))
+      .PutBytes(key);
 }
 void AppendKvCommitRead(std::vector<uint8_t>& out, std::span<const uint8_t> key, uint64_t version) {
-  size_t at = out.size();
-  out.resize(at + KvCommitRead::kWireSize + key.size(), 0);
-  PutU64(out.data() + at, version);
-  PutU16(out.data() + at + 8, static_cast<uint16_t>(key.size()));
-  std::memcpy(out.data() + at + KvCommitRead::kWireSize, key.data(), key.size());
+  SpanWriter::AppendTo(out, KvCommitRead::kWireSize + key.size())
+      .PutFixed64(version)
+      .PutFixed16(static_cast<uint16_t>(key.size()))
+      .PutZeros(6)
+      .PutBytes(key);
 }
 void AppendKvCommitWrite(std::vector<uint8_t>& out, std::span<const uint8_t> key,
                          std::span<const uint8_t> value, bool is_delete) {
-  size_t at = out.size();
-  out.resize(at + KvCommitWrite::kWireSize + key.size() + value.size(), 0);
-  uint8_t* p = out.data() + at;
-  PutU32(p, static_cast<uint32_t>(value.size()));
-  PutU16(p + 4, static_cast<uint16_t>(key.size()));
-  PutU16(p + 6, is_delete ? KvCommitWrite::kDelete : 0);
-  std::memcpy(p + KvCommitWrite::kWireSize, key.data(), key.size());
-  if (!value.empty())
-    std::memcpy(p + KvCommitWrite::kWireSize + key.size(), value.data(), value.size());
+  SpanWriter::AppendTo(out, KvCommitWrite::kWireSize + key.size() + value.size())
+      .PutFixed32(static_cast<uint32_t>(value.size()))
+      .PutFixed16(static_cast<uint16_t>(key.size()))
+      .PutFixed16(is_delete ? KvCommitWrite::kDelete : 0)
+      .PutBytes(key)
+      .PutBytes(value);
 }
 void AppendKvValue(std::vector<uint8_t>& out, uint64_t version, std::span<const uint8_t> value) {
-  size_t at = out.size();
-  out.resize(at + KvValueHeader::kWireSize + value.size());
-  KvValueHeader h{version, static_cast<uint32_t>(value.size())};
-  h.EncodeTo(out.data() + at);
-  if (!value.empty())
-    std::memcpy(out.data() + at + KvValueHeader::kWireSize, value.data(), value.size());
+  const size_t at = out.size();
+  out.resize(at + KvValueHeader::kWireSize);
+  KvValueHeader{version, static_cast<uint32_t>(value.size())}.EncodeTo(out.data() + at);
+  out.insert(out.end(), value.begin(), value.end());
 }
 
 // ---- whole payloads -----------------------------------------------------------------------
