@@ -70,6 +70,9 @@ struct PageStoreStats {
   // store on a live server that were rewritten once it was reachable again.
   uint64_t server_suspicions = 0;
   uint64_t server_recoveries = 0;
+  // Failure verdicts on silence held back because failing the server would have left more
+  // servers failed than the layout survives (it stayed suspect instead); once per suspicion.
+  uint64_t verdicts_held = 0;
   uint64_t reconnects = 0;
   uint64_t stale_repairs = 0;
   // Logical slabs whose remote slabs were given back (trimmed empty); their FREE calls are

@@ -33,6 +33,9 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
             "Times a suspect memory server answered again and was healthy.", s.server_recoveries);
   w.Counter("tessera_client_server_failures_total", "Memory servers declared failed.",
             s.server_failures);
+  w.Counter("tessera_client_verdicts_held_total",
+            "Failure verdicts on silence held back: failing the server would have lost data.",
+            s.verdicts_held);
   w.Counter("tessera_client_reconnects_total", "Data connections re-established.", s.reconnects);
   w.Counter("tessera_client_stale_repairs_total",
             "Pieces a write could not store at once, rewritten once their server was back.",

@@ -356,7 +356,7 @@ struct SharedStats {
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_hedged{0},
       direct_spin_hits{0}, direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
-      reconnects{0}, stale_repairs{0};
+      reconnects{0}, stale_repairs{0}, verdicts_held{0};
 };
 
 // A reconnect's TCP connect and authentication handshake, tried on a thread of its own

@@ -259,6 +259,9 @@ void RemoteStore::MonitorLoop() {
   hc.phi_suspect = opt_.suspect_phi;
   hc.fail_after_ns = uint64_t{opt_.fail_after_ms} * 1000000;
   hc.probe_every_ns = 200000000;  // Only while suspect: cheap, and bounds how late a verdict is.
+  // r (copies: copies - 1): more failed servers than that lose the data they share, so a
+  // verdict on silence alone that would go past it is held (health.h).
+  hc.tolerance = static_cast<uint32_t>(std::max(0, lay_.r));
   HealthTracker tracker(hc);
   std::vector<Slot> slots;
   std::vector<HealthTracker::Action> actions;
@@ -486,6 +489,10 @@ void RemoteStore::MonitorLoop() {
           break;
         case HealthTracker::Action::Kind::kFail:
           MarkFailed(i, act.why);
+          break;
+        case HealthTracker::Action::Kind::kHold:
+          stats_.verdicts_held.fetch_add(1, std::memory_order_relaxed);
+          TLOG(ERROR) << name_ << ": NOT failing server " << ep << ", although it is " << act.why;
           break;
       }
     }

@@ -105,7 +105,15 @@ void HealthTracker::ProbeDone(uint32_t s, uint64_t t, bool ok, const std::string
   v.probe_why = why;
 }
 
-void HealthTracker::ForceFailed(uint32_t s) { s_[s].state = HealthState::kFailed; }
+void HealthTracker::ForceFailed(uint32_t s) {
+  if (s_[s].state != HealthState::kFailed) SetFailed(s_[s]);
+}
+
+void HealthTracker::SetFailed(Server& v) {
+  v.state = HealthState::kFailed;
+  v.held = false;
+  ++failed_;
+}
 
 uint64_t HealthTracker::Silence(uint32_t s, uint64_t t) const {
   const Server& v = s_[s];
@@ -152,7 +160,7 @@ void HealthTracker::Evaluate(uint64_t t, std::vector<Action>* out) {
       // Fall through: probe at once.
     } else if (v.broken_since != 0) {
       if (t - std::max(v.suspect_since, v.broken_since) >= cfg_.fail_after_ns) {
-        v.state = HealthState::kFailed;
+        SetFailed(v);  // It refuses data requests: not a guess, never held.
         out->push_back({Action::Kind::kFail, i,
                         "its data path has failed for " + Ms(t - v.broken_since) +
                             " (no data reply since): " + v.broken_why});
@@ -162,19 +170,35 @@ void HealthTracker::Evaluate(uint64_t t, std::vector<Action>* out) {
       // It answered since it became suspect.
       v.state = HealthState::kHealthy;
       v.probe_failed = false;
+      v.held = false;
       v.trouble.clear();
       out->push_back({Action::Kind::kRecover, i, {}});
       continue;
     } else if (v.probe_failed && v.probe_failed_at >= v.suspect_since + cfg_.fail_after_ns &&
                (v.probe_definitive || (Silence(i, t) >= cfg_.min_silence_ns &&
                                        Phi(i, t) >= cfg_.phi_suspect))) {
-      v.state = HealthState::kFailed;
-      out->push_back({Action::Kind::kFail, i,
-                      "suspect for " + Ms(t - v.suspect_since) +
-                          " without an answer, and a confirming probe over a fresh connection "
-                          "failed: " +
-                          v.probe_why});
-      continue;
+      if (v.probe_definitive || failed_ < cfg_.tolerance) {
+        SetFailed(v);
+        out->push_back({Action::Kind::kFail, i,
+                        "suspect for " + Ms(t - v.suspect_since) +
+                            " without an answer, and a confirming probe over a fresh connection "
+                            "failed: " +
+                            v.probe_why});
+        continue;
+      }
+      // Silence alone, and failing it would leave more servers failed than the store
+      // survives: held (see health.h). It stays suspect and is probed again.
+      if (!v.held) {
+        v.held = true;
+        out->push_back({Action::Kind::kHold, i,
+                        "silent for " + Ms(Silence(i, t)) + " and its confirming probe timed out (" +
+                            v.probe_why + "), but " + std::to_string(failed_) +
+                            " servers are failed already and failing it would lose the data "
+                            "that more than " +
+                            std::to_string(cfg_.tolerance) +
+                            " failed servers share: it stays suspect until it answers or a "
+                            "probe is refused"});
+      }
     }
     if (!v.probing && (v.probe_started < v.suspect_since ||
                        t - v.probe_started >= cfg_.probe_every_ns)) {

@@ -31,6 +31,29 @@
 // or a busy client therefore fails nothing: a live server answers its probe, or at least
 // answers something often enough not to be silent.
 //
+// Verdicts on silence are capped by the store's tolerance. A failure verdict on silence alone
+// (the confirming probe timed out; nothing refused it) is a guess: a stopped process, a machine
+// that gave the servers no CPU for a while, or a partition all look like that. Failing more
+// servers than the store tolerates (`tolerance`: r for the erasure-coded layouts, copies - 1 for
+// copies) loses the data they share, while leaving them suspect loses nothing: reads avoid them
+// and ask them only when k members cannot be had without them, and they are healthy again the
+// moment they answer. So:
+//   - a definitive verdict (a probe refused or reset: nothing listens there; a broken data
+//     path: the server refuses data requests) is always taken, as soon as it is due;
+//   - a verdict on silence is taken only while fewer than `tolerance` servers are failed
+//     (by any evidence, counted for the life of the tracker), so that it leaves at most
+//     `tolerance` failed. Otherwise it is held: the server stays suspect, is probed again every
+//     probe_every_ns, recovers the moment it answers, and is failed at once if a later probe
+//     is refused. The first hold of a suspicion is reported once (kHold).
+// Why this keeps the promises: a silence verdict is only ever taken with at most tolerance - 1
+// servers failed before it, so silence alone never fails more than `tolerance` servers; a held
+// verdict would have made more than `tolerance` servers failed, so the data they share would be
+// lost by failing it, and holding it costs time, not data. With at most `tolerance` servers
+// failed or silent, no verdict is ever held, so detection is exactly as without the cap; a
+// killed server is refused, so it is failed as fast as ever. The count never drops: a failed
+// server stays counted even once its splits have been rebuilt elsewhere, so a long-lived store
+// that has lost `tolerance` servers fails further servers only on definitive evidence.
+//
 // Threads: not thread-safe; one owner (the store's monitor thread, or a test) calls everything.
 #pragma once
 
@@ -50,6 +73,9 @@ struct HealthConfig {
   uint32_t window = 100;                    // Inter-arrival samples kept per server.
   uint64_t fail_after_ns = 1'000'000'000;   // Sustained suspicion before a probe may fail it.
   uint64_t probe_every_ns = 200'000'000;    // Between the starts of two probes of one server.
+  // Failed servers the store survives without losing data (see above). The default caps
+  // nothing.
+  uint32_t tolerance = UINT32_MAX;
 };
 
 // Phi-accrual over heartbeat reply inter-arrival times (exponential distribution).
@@ -79,7 +105,8 @@ class HealthTracker {
       kSuspect,  // healthy -> suspect (why says on what).
       kRecover,  // suspect -> healthy (it answered).
       kProbe,    // start a confirming probe of `server` now (report it with ProbeDone()).
-      kFail      // suspect -> failed: the verdict (why says on what).
+      kFail,     // suspect -> failed: the verdict (why says on what).
+      kHold      // A verdict on silence held back (why says why); once per suspicion.
     };
     Kind kind;
     uint32_t server;
@@ -111,6 +138,10 @@ class HealthTracker {
   void Evaluate(uint64_t t, std::vector<Action>* out);
 
   HealthState state(uint32_t s) const { return s_[s].state; }
+  // Its verdict on silence is held back now (it stays suspect).
+  bool held(uint32_t s) const { return s_[s].held; }
+  // Servers failed, by any evidence, over the life of the tracker.
+  uint32_t failed_count() const { return failed_; }
   bool probing(uint32_t s) const { return s_[s].probing; }
   // The server's silence at `t` (client stalls excused) and its phi.
   uint64_t Silence(uint32_t s, uint64_t t) const;
@@ -133,12 +164,17 @@ class HealthTracker {
     bool probe_definitive = false;
     uint64_t probe_failed_at = 0;  // ... at this time,
     std::string probe_why;         // ... for this reason.
+    bool held = false;             // Its verdict on silence is held back (reported once).
     PhiAccrual phi;
     explicit Server(const HealthConfig& c) : phi(c.window, c.interval_ns) {}
   };
   HealthConfig cfg_;
   std::vector<Server> s_;
   uint64_t stalled_ns_ = 0;
+  uint32_t failed_ = 0;  // Servers in state kFailed.
+
+  // Moves `s` to kFailed and counts it.
+  void SetFailed(Server& v);
 };
 
 }  // namespace tessera::client::remote

@@ -194,6 +194,7 @@ PageStoreStats RemoteStore::Stats() const {
   s.server_failures = stats_.server_failures.load();
   s.server_suspicions = stats_.server_suspicions.load();
   s.server_recoveries = stats_.server_recoveries.load();
+  s.verdicts_held = stats_.verdicts_held.load();
   s.reconnects = stats_.reconnects.load();
   s.stale_repairs = stats_.stale_repairs.load();
   s.slabs_released = stats_.slabs_freed.load();

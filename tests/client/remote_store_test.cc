@@ -42,15 +42,9 @@ std::string LayoutParamName(const ::testing::TestParamInfo<EcLayout>& info) {
   return std::string(EcLayoutName(info.param));
 }
 
-// The stopped-server tests' store over `c`: RS(4,2), delta 1, 24 op contexts
-// (max_inflight_pages 8), op and heartbeat timeouts of 20 s (longer than such a test may take),
-// every page written and flushed. nullptr (with a test failure) if it cannot be made.
-std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pages, EcLayout layout) {
-  ErasureCodedStoreOptions o = EcOptions(c, pages, 4, 2, layout);
-  o.delta = 1;
-  o.remote.max_inflight_pages = 8;
-  o.remote.op_timeout_ms = 20000;
-  o.remote.heartbeat_timeout_ms = 20000;
+// A store made with `o`, every page (of `pages`) written and flushed. nullptr (with a test
+// failure) if it cannot be made.
+std::unique_ptr<PageStore> WrittenStore(const ErasureCodedStoreOptions& o, uint64_t pages) {
   auto s = CreateErasureCodedStore(o);
   if (!s.ok()) {
     ADD_FAILURE() << s.status();
@@ -63,6 +57,18 @@ std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pa
     return nullptr;
   }
   return std::move(*s);
+}
+
+// The stopped-server tests' store over `c`: RS(4,2), delta 1, 24 op contexts
+// (max_inflight_pages 8), op and heartbeat timeouts of 20 s (longer than such a test may take),
+// every page written and flushed. nullptr (with a test failure) if it cannot be made.
+std::unique_ptr<PageStore> StoppedServerStore(const LocalCluster& c, uint64_t pages, EcLayout layout) {
+  ErasureCodedStoreOptions o = EcOptions(c, pages, 4, 2, layout);
+  o.delta = 1;
+  o.remote.max_inflight_pages = 8;
+  o.remote.op_timeout_ms = 20000;
+  o.remote.heartbeat_timeout_ms = 20000;
+  return WrittenStore(o, pages);
 }
 
 
@@ -502,18 +508,7 @@ std::unique_ptr<PageStore> CappedStore(const LocalCluster& c, uint64_t pages, Ec
   o.remote.max_outstanding_per_server = 8;
   o.remote.op_timeout_ms = 20000;
   o.remote.heartbeat_timeout_ms = 20000;
-  auto s = CreateErasureCodedStore(o);
-  if (!s.ok()) {
-    ADD_FAILURE() << s.status();
-    return nullptr;
-  }
-  WriteAll(s->get(), pages);
-  Status st = (*s)->Flush();
-  if (!st.ok()) {
-    ADD_FAILURE() << st;
-    return nullptr;
-  }
-  return std::move(*s);
+  return WrittenStore(o, pages);
 }
 
 // The requests outstanding at one server are capped. A stopped server takes requests until it
@@ -593,18 +588,25 @@ TEST_P(EcLayoutTest, ABusyServerAtItsCapIsNotAborted) {
   EXPECT_EQ(st.data_loss, 0u);
 }
 
+// RS(4,2) over `c` with heartbeats every 20 ms and suspicion after 200 ms of silence, and an
+// op timeout (60 s) no such test reaches: only the failure detector's verdicts count. Every
+// page written and flushed (WrittenStore).
+std::unique_ptr<PageStore> HeartbeatVerdictStore(const LocalCluster& c, uint64_t pages,
+                                                 EcLayout layout) {
+  ErasureCodedStoreOptions o = EcOptions(c, pages, 4, 2, layout);
+  o.remote.heartbeat_interval_ms = 20;
+  o.remote.heartbeat_timeout_ms = 200;
+  o.remote.op_timeout_ms = 60000;
+  return WrittenStore(o, pages);
+}
+
 TEST_P(EcLayoutTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenerated) {
   auto cluster = StartCluster(8);
   ASSERT_NE(cluster, nullptr);
   constexpr uint64_t kPages = 64 * 4;
-  ErasureCodedStoreOptions o = EcOptions(*cluster, kPages, 4, 2, GetParam());
-  o.remote.heartbeat_interval_ms = 20;
-  o.remote.heartbeat_timeout_ms = 200;
-  o.remote.op_timeout_ms = 60000;  // Only the heartbeat can declare the failure.
-  auto s = CreateErasureCodedStore(o);
-  ASSERT_TRUE(s.ok()) << s.status();
-  PageStore* store = s->get();
-  WriteAll(store, kPages);
+  auto owned = HeartbeatVerdictStore(*cluster, kPages, GetParam());
+  ASSERT_NE(owned, nullptr);
+  PageStore* store = owned.get();
   auto servers = ServersOfPage(*store, 0);
   ASSERT_TRUE(servers.ok());
   const size_t victim = (*servers)[1];
@@ -618,6 +620,33 @@ TEST_P(EcLayoutTest, HeartbeatTimeoutFailsAStoppedServerAndItsSplitsAreRegenerat
   VerifyAll(store, versions);
   ASSERT_TRUE(cluster->Cont(victim).ok());
   EXPECT_EQ(store->Stats().data_loss, 0u);
+}
+
+// r + 1 of the k + r servers stop at once (a machine that gives its memservers no CPU for a
+// while): every page has a split on each of them, so failing all of them would lose every
+// page. The verdicts on silence stop at r: the last stopped server's verdict is held (it stays
+// suspect), and once the servers resume it answers, is healthy again, and every page reads
+// back. Without the cap all r + 1 were failed and every read failed with DataLoss.
+TEST_P(EcLayoutTest, StoppingMoreThanRServersFailsAtMostRAndLosesNothing) {
+  auto cluster = StartCluster(6);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPages = 64 * 4;
+  auto owned = HeartbeatVerdictStore(*cluster, kPages, GetParam());
+  ASSERT_NE(owned, nullptr);
+  PageStore* store = owned.get();
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster->Stop(i).ok());
+  WaitFor([&] { return store->Stats().verdicts_held >= 1; },
+          "the verdict on the third stopped server to be held");
+  EXPECT_EQ(store->Stats().server_failures, 2u);
+  const uint64_t recovered = store->Stats().server_recoveries;
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster->Cont(i).ok());
+  WaitFor([&] { return store->Stats().server_recoveries > recovered; },
+          "the held server to answer again");
+  VerifyAll(store, std::vector<uint32_t>(kPages, 1));
+  const PageStoreStats st = store->Stats();
+  EXPECT_EQ(st.server_failures, 2u);
+  EXPECT_EQ(st.data_loss, 0u);
+  EXPECT_EQ(st.read_errors, 0u);
 }
 
 TEST_P(EcLayoutTest, BitFlipsAreDetectedAndRepaired) {
