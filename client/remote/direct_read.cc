@@ -131,6 +131,16 @@ class DirectReader {
     std::array<int64_t, kMaxWidth> conn{};
     int picked = 0;
     uint64_t silent = 0;  // Parts on silent servers (Silent()), left for last.
+    // Asks part j: connected to its server and the slab added there, or not asked.
+    auto take = [&](int j) {
+      const uint32_t server = t.part[j].server;
+      const int64_t c = Connection(server);
+      if (c < 0) return;
+      if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) return;
+      pick[picked] = j;
+      conn[picked] = c;
+      ++picked;
+    };
     for (int j = 0; j < t.parts && picked < ask_; ++j) {
       const uint32_t server = t.part[j].server;
       if (server == kNoServer || t.part[j].remote.slab_id == 0) continue;
@@ -156,24 +166,10 @@ class DirectReader {
         silent |= 1ull << j;
         continue;
       }
-      const int64_t c = Connection(server);
-      if (c < 0) continue;
-      if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) continue;
-      pick[picked] = j;
-      conn[picked] = c;
-      ++picked;
+      take(j);
     }
     // Silent servers only while k cannot be had without them, never for the delta extras.
-    for (uint64_t m = silent; m != 0 && picked < need_; m &= m - 1) {
-      const int j = std::countr_zero(m);
-      const uint32_t server = t.part[j].server;
-      const int64_t c = Connection(server);
-      if (c < 0) continue;
-      if (!AddSlab(server, static_cast<fabric::ConnectionId>(c), t.part[j].remote)) continue;
-      pick[picked] = j;
-      conn[picked] = c;
-      ++picked;
-    }
+    for (uint64_t m = silent; m != 0 && picked < need_; m &= m - 1) take(std::countr_zero(m));
     if (picked < need_ || free_.size() < static_cast<size_t>(picked) || free_reads_.empty()) {
       return Began::kFallback;
     }

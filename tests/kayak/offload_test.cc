@@ -240,14 +240,20 @@ TEST(OffloadTest, AnInlineRunThatOverrunsWritesNothingAndGoesToThePool) {
 }
 
 #ifndef TESSERA_SANITIZER_BUILD
+// One worker running the test library's functions with a 20 ms budget.
+OffloadOptions LibraryOptions() {
+  OffloadOptions o;
+  o.workers = 1;
+  o.budget_ns = 20'000'000;
+  o.libraries = {TESSERA_TEST_OFFLOAD_LIB};
+  return o;
+}
+
 // Signal-based stops are not exercised under ASan (it owns SIGSEGV); the integration test runs
 // the same library in a real memserver.
 TEST(OffloadTest, OperatorFunctionsAndMisbehavingOnesAreStopped) {
   Fixture fx;
-  OffloadOptions o;
-  o.workers = 1;
-  o.budget_ns = 20'000'000;  // 20 ms
-  o.libraries = {TESSERA_TEST_OFFLOAD_LIB};
+  const OffloadOptions o = LibraryOptions();
   auto created = OffloadRuntime::Create(fx.store.get(), o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   auto rt = std::move(*created);
@@ -299,10 +305,7 @@ TEST(OffloadTest, OperatorFunctionsAndMisbehavingOnesAreStopped) {
 
 TEST(OffloadTest, TimeAWorkerSpendsOffTheCpuIsNotChargedToItsBudget) {
   Fixture fx;
-  OffloadOptions o;
-  o.workers = 1;
-  o.budget_ns = 20'000'000;  // 20 ms
-  o.libraries = {TESSERA_TEST_OFFLOAD_LIB};
+  const OffloadOptions o = LibraryOptions();
   auto created = OffloadRuntime::Create(fx.store.get(), o);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   auto rt = std::move(*created);
