@@ -96,6 +96,10 @@
 
 namespace tessera::client {
 
+namespace remote {
+class SimControl;  // client/remote/sim_control.h
+}  // namespace remote
+
 // When a write is acknowledged (its PageOp completes with OK).
 enum class AckPolicy : uint8_t {
   // Default. After all k+r splits are stored. An acknowledged page survives the loss of any r
@@ -182,6 +186,11 @@ struct RemoteStoreOptions {
   // store's threads; must be thread-safe.
   std::function<Result<std::unique_ptr<fabric::Transport>>(const fabric::TransportOptions&)>
       transport_factory;
+
+  // Only for the deterministic simulation of the engine (client/remote/sim_control.h): the
+  // store starts no thread, and its control calls go to this simulated control plane. Null in
+  // every real use.
+  std::shared_ptr<remote::SimControl> sim;
 
   uint64_t capacity_pages = 1 << 18;  // Size of the page address space (default 1 GiB).
   int io_threads = 1;                 // I/O threads (1..16); 1 suits a 2-core machine.

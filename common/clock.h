@@ -3,12 +3,27 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace tessera {
 
-// Monotonic nanoseconds (CLOCK_MONOTONIC); never goes backwards. Cheap (vDSO).
+using MonotonicClockFn = uint64_t (*)();
+namespace clock_internal {
+inline std::atomic<MonotonicClockFn> simulated{nullptr};
+}  // namespace clock_internal
+
+// Replaces MonotonicNs() (and so every Deadline) in the whole process with `fn`, or restores the
+// real clock with nullptr. Only for deterministic simulations that drive code on one thread
+// under a simulated clock (tests/client/engine_sim_test.cc); set it before that code starts.
+inline void SetSimulatedClockForTesting(MonotonicClockFn fn) {
+  clock_internal::simulated.store(fn, std::memory_order_release);
+}
+
+// Monotonic nanoseconds (CLOCK_MONOTONIC); never goes backwards. Cheap (vDSO; one relaxed load
+// more while no simulated clock is set).
 inline uint64_t MonotonicNs() {
+  if (MonotonicClockFn f = clock_internal::simulated.load(std::memory_order_relaxed)) return f();
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);

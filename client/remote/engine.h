@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -366,6 +367,7 @@ struct ReconnectProbe {
   std::atomic<bool> done{false};  // The thread set status and server_id (release).
   Status status;
   uint64_t server_id = 0;  // The instance that answered.
+  uint64_t ready_ns = 0;   // Simulation: the simulated time the handshake ends (else 0).
 };
 
 // A split (group: stripe member) that a write could not store on a live server, to rewrite from
@@ -381,8 +383,16 @@ class IoThread {
   IoThread(RemoteStore* store, int index);
   ~IoThread();
   // Spawns the thread, connects, returns the connect status. Owner thread (the store's).
+  // Simulation (RemoteStoreOptions::sim): sets the thread up on the caller's thread and spawns
+  // nothing; SimTurn() then runs it, and RequestStop() tears it down on the caller's thread.
   Status Start();
   void RequestStop();
+  // Simulation only: one turn of the loop (what the thread does between two sleeps) on the
+  // caller's thread. Returns when the thread wants to run again (simulated MonotonicNs):
+  // now after progress; else when its sleep would end or its allocator or freer would wake it,
+  // whichever comes first. A reply from the transport wakes it as well (the simulation's
+  // transport knows when the next one arrives).
+  uint64_t SimTurn();
   // Any thread.
   void Enqueue(QueueItem item);
   void Wake();
@@ -415,7 +425,17 @@ class IoThread {
   friend class SplitLayout;
   friend class GroupLayout;
   // ---- io_thread.cc ----
+  // The thread's body: Prepare(), Loop() until stopped, Teardown().
   void Run(std::promise<Status>* started);
+  // Sets up the allocator, the freer, the transport and its connections, op contexts and
+  // request slots, and the layout.
+  Status Prepare();
+  // Ends the allocations, fails queued ops, gives in-flight ones a bounded time, frees the
+  // remote slabs on a clean shutdown and destroys the transport.
+  void Teardown();
+  // One iteration of the loop without its sleep: 0 when it made progress (run it again at
+  // once), else how long it may sleep.
+  uint64_t Turn();
   Status Connect();
   // Connects this thread to server i (data connection + control client) and grows the
   // per-server vectors to i + 1. The I/O thread only.
@@ -625,6 +645,7 @@ class IoThread {
   // call it as soon as Start() returned.
   const std::unique_ptr<Layout> layout_;
   std::thread thread_;
+  bool sim_prepared_ = false;  // Simulation: set up by Start(), not torn down yet (owner thread).
   std::atomic<bool> stop_{false};      // Any thread sets; the I/O thread reads.
   std::atomic<bool> sleeping_{false};  // The I/O thread sets; Enqueue() reads (to wake it).
   std::atomic<bool> seal_wanted_{false};  // Flush() sets; the I/O thread clears.
@@ -772,6 +793,24 @@ class RemoteStore final : public RemotePageStore {
                static_cast<uint8_t>(HealthState::kSuspect);
   }
 
+  // The monitor's judgement (failure_detector.cc), shared by the monitor thread and the
+  // simulation's monitor (sim_control.h). MonitorHealthConfig: the HealthTracker's settings
+  // from the options. TakeTroubles: hands the trouble reported since the last call to
+  // `tracker` (scratch: a vector to reuse). ApplyHealthActions: acts on the tracker's decisions
+  // (suspect, recover, fail, hold); `probe(i)` starts a confirming probe of server i.
+  struct TroubleReport {
+    uint32_t server;
+    std::string why;
+    bool broken;
+  };
+  HealthConfig MonitorHealthConfig() const;
+  void TakeTroubles(HealthTracker& tracker, uint64_t now, std::vector<TroubleReport>* scratch);
+  void ApplyHealthActions(const std::vector<HealthTracker::Action>& actions,
+                          const std::function<void(uint32_t)>& probe);
+  // Simulation only (RemoteStoreOptions::sim): one turn of every I/O thread (IoThread::SimTurn)
+  // on the caller's thread; returns the earliest simulated time one of them wants to run again.
+  uint64_t SimTurn();
+
   // Membership changes of a running store (client/remote_store.h AddRemoteServer /
   // RemoveRemoteServer). Any thread but the store's own threads; serialised by add_mu_.
   // AddServer: checks the server (reachable, same slab size, rack labels consistent with the
@@ -872,11 +911,6 @@ class RemoteStore final : public RemotePageStore {
   // ---- failure_detector.cc ----
   void MonitorLoop();
   std::mutex trouble_mu_;  // Guards trouble_ (ReportTrouble -> the monitor).
-  struct TroubleReport {
-    uint32_t server;
-    std::string why;
-    bool broken;
-  };
   std::vector<TroubleReport> trouble_;
   std::atomic<bool> trouble_pending_{false};  // trouble_ is not empty (the monitor's poll loop).
   // Remote slabs left on failed servers (their splits were re-placed): freed by the monitor if

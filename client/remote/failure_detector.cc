@@ -253,15 +253,7 @@ void RemoteStore::MonitorLoop() {
     uint64_t seen_alive_ns = 0;  // last_alive_ns_ as last handed to the tracker.
     uint64_t next_hb_ns = 0;
   };
-  HealthConfig hc;
-  hc.interval_ns = uint64_t{opt_.heartbeat_interval_ms} * 1000000;
-  hc.min_silence_ns = uint64_t{opt_.heartbeat_timeout_ms} * 1000000;
-  hc.phi_suspect = opt_.suspect_phi;
-  hc.fail_after_ns = uint64_t{opt_.fail_after_ms} * 1000000;
-  hc.probe_every_ns = 200000000;  // Only while suspect: cheap, and bounds how late a verdict is.
-  // r (copies: copies - 1): more failed servers than that lose the data they share, so a
-  // verdict on silence alone that would go past it is held (health.h).
-  hc.tolerance = static_cast<uint32_t>(std::max(0, lay_.r));
+  const HealthConfig hc = MonitorHealthConfig();
   HealthTracker tracker(hc);
   std::vector<Slot> slots;
   std::vector<HealthTracker::Action> actions;
@@ -298,15 +290,7 @@ void RemoteStore::MonitorLoop() {
       sync_cv_.notify_all();
     }
     // Signals from the I/O threads, direct readers and membership.
-    {
-      std::lock_guard<std::mutex> lock(trouble_mu_);
-      troubles.swap(trouble_);
-      trouble_pending_.store(false, std::memory_order_relaxed);
-    }
-    for (const TroubleReport& r : troubles) {
-      if (r.server < n) tracker.Trouble(r.server, now, r.why, r.broken);
-    }
-    troubles.clear();
+    TakeTroubles(tracker, now, &troubles);
     {
       std::lock_guard<std::mutex> lock(trouble_mu_);
       for (const auto& [s, id] : left_behind_) {
@@ -455,10 +439,51 @@ void RemoteStore::MonitorLoop() {
     }
     actions.clear();
     tracker.Evaluate(now, &actions);
-    for (const auto& act : actions) {
-      const uint32_t i = act.server;
-      const std::string ep = servers_[i].endpoint.ToString();
-      switch (act.kind) {
+    ApplyHealthActions(actions, [&](uint32_t i) {
+      if (slots[i].probe) {
+        // A connect probe is running: it confirms as well as a new one would.
+        slots[i].probe_is_confirm = true;
+      } else {
+        launch(i, /*confirm=*/true);
+      }
+    });
+  }
+  // Probes still running end on their own within the probe timeout.
+}
+
+HealthConfig RemoteStore::MonitorHealthConfig() const {
+  HealthConfig hc;
+  hc.interval_ns = uint64_t{opt_.heartbeat_interval_ms} * 1000000;
+  hc.min_silence_ns = uint64_t{opt_.heartbeat_timeout_ms} * 1000000;
+  hc.phi_suspect = opt_.suspect_phi;
+  hc.fail_after_ns = uint64_t{opt_.fail_after_ms} * 1000000;
+  hc.probe_every_ns = 200000000;  // Only while suspect: cheap, and bounds how late a verdict is.
+  // r (copies: copies - 1): more failed servers than that lose the data they share, so a
+  // verdict on silence alone that would go past it is held (health.h).
+  hc.tolerance = static_cast<uint32_t>(std::max(0, lay_.r));
+  return hc;
+}
+
+void RemoteStore::TakeTroubles(HealthTracker& tracker, uint64_t now,
+                               std::vector<TroubleReport>* scratch) {
+  {
+    std::lock_guard<std::mutex> lock(trouble_mu_);
+    scratch->swap(trouble_);
+    trouble_pending_.store(false, std::memory_order_relaxed);
+  }
+  const uint32_t n = num_servers();
+  for (const TroubleReport& r : *scratch) {
+    if (r.server < n) tracker.Trouble(r.server, now, r.why, r.broken);
+  }
+  scratch->clear();
+}
+
+void RemoteStore::ApplyHealthActions(const std::vector<HealthTracker::Action>& actions,
+                                     const std::function<void(uint32_t)>& probe) {
+  for (const auto& act : actions) {
+    const uint32_t i = act.server;
+    const std::string ep = servers_[i].endpoint.ToString();
+    switch (act.kind) {
         case HealthTracker::Action::Kind::kSuspect:
           health_[i].store(static_cast<uint8_t>(HealthState::kSuspect), std::memory_order_relaxed);
           {
@@ -480,12 +505,7 @@ void RemoteStore::MonitorLoop() {
           for (auto& t : threads_) t->Wake();
           break;
         case HealthTracker::Action::Kind::kProbe:
-          if (slots[i].probe) {
-            // A connect probe is running: it confirms as well as a new one would.
-            slots[i].probe_is_confirm = true;
-          } else {
-            launch(i, /*confirm=*/true);
-          }
+          probe(i);
           break;
         case HealthTracker::Action::Kind::kFail:
           MarkFailed(i, act.why);
@@ -495,9 +515,7 @@ void RemoteStore::MonitorLoop() {
           TLOG(ERROR) << name_ << ": NOT failing server " << ep << ", although it is " << act.why;
           break;
       }
-    }
   }
-  // Probes still running end on their own within the probe timeout.
 }
 
 Status RemoteStore::AddServer(const RemoteServer& srv) {

@@ -22,6 +22,11 @@ IoThread::~IoThread() {
 }
 
 void IoThread::RequestStop() {
+  if (sim_prepared_) {
+    sim_prepared_ = false;
+    Teardown();
+    return;
+  }
   if (!thread_.joinable()) return;
   stop_.store(true);
   Wake();
@@ -45,6 +50,15 @@ Status IoThread::Start() {
   int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) return ErrnoError("eventfd");
   event_fd_ = UniqueFd(fd);
+  if (store_->opt_.sim) {
+    // Simulation (sim_control.h): no thread; the simulation runs Turn() on its own thread.
+    Status st = Prepare();
+    if (st.ok()) {
+      sim_prepared_ = true;
+      last_tick_ns_ = MonotonicNs();
+    }
+    return st;
+  }
   std::promise<Status> started;
   auto fut = started.get_future();
   thread_ = std::thread([this, &started] { Run(&started); });
@@ -127,13 +141,17 @@ void IoThread::ReleaseRemote(uint32_t server, uint64_t slab_id) {
 }
 
 void IoThread::Run(std::promise<Status>* started) {
+  Status st = Prepare();
+  started->set_value(st);
+  if (!st.ok()) return;
+  Loop();
+  Teardown();
+}
+
+Status IoThread::Prepare() {
   freer_ = std::make_unique<SlabFreer>(store_);
   allocator_ = std::make_unique<SlabAllocator>(store_, [this] { Wake(); });
-  Status st = Connect();
-  if (!st.ok()) {
-    started->set_value(st);
-    return;
-  }
+  TESSERA_RETURN_IF_ERROR(Connect());
   // The slab size is known once thread 0 connected; Init() starts the others after it.
   slabs_ = std::vector<Slab>(layout_->SlabCount());
   const uint32_t nctx = store_->opt_.max_inflight_pages + 16;
@@ -163,16 +181,15 @@ void IoThread::Run(std::promise<Status>* started) {
   reqs_ = std::vector<Request>(nreq);
   pending_wrs_.reserve(nreq);
   flushing_.reserve(nreq);
-  if (Status w = t_->SetWakeFd(event_fd_.get()); !w.ok()) {
-    started->set_value(w);
-    return;
-  }
+  TESSERA_RETURN_IF_ERROR(t_->SetWakeFd(event_fd_.get()));
   for (uint32_t i = 0; i < nreq; ++i) reqs_[i].next_free = i + 1;
   free_req_ = 0;
   comps_.resize(256);
   layout_->Setup(nctx);
-  started->set_value(Status::Ok());
-  Loop();
+  return Status::Ok();
+}
+
+void IoThread::Teardown() {
   // Shutdown: end the slab allocations still out and what waits for them, fail queued ops, then
   // give in-flight ones a bounded time to finish.
   StopAllocations();
@@ -231,29 +248,8 @@ void IoThread::Loop() {
   last_tick_ns_ = MonotonicNs();
   poll_ns_ = uint64_t{store_->opt_.poll_us} * 1000;
   while (!stop_.load(std::memory_order_acquire)) {
-    // A server joined (RemoteStore::AddServer): connect before placement may name it.
-    if (store_->num_servers() != synced_servers_.load(std::memory_order_relaxed)) SyncServers();
-    now_ns_ = MonotonicNs();
-    // This thread's own stall (descheduled, or a blocking control call in the last iteration)
-    // is excused from the op timeouts of the requests it left out meanwhile.
-    if (last_loop_ns_ != 0 && now_ns_ - last_loop_ns_ > loop_allowance_ns_ + 5000000) {
-      ExcuseStall(now_ns_ - last_loop_ns_ - loop_allowance_ns_);
-    }
-    last_loop_ns_ = now_ns_;
-    loop_allowance_ns_ = 0;
-    bool progress = false;
-    size_t n = t_->Poll(comps_);
-    for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
-    progress |= n > 0;
-    const int before = free_ctx_count_;
-    progress |= TakeAllocAnswers();
-    progress |= layout_->Poll();
-    progress |= Drain();
-    progress |= free_ctx_count_ != before;
-    Housekeeping();
-    progress |= !pending_wrs_.empty();
-    FlushPosts();
-    if (progress) {
+    const uint64_t timeout = Turn();
+    if (timeout == 0) {
       last_progress_ns_ = 0;
       continue;
     }
@@ -263,15 +259,54 @@ void IoThread::Loop() {
       if (now - last_progress_ns_ < poll_ns_) continue;  // Keep polling a little longer.
       last_progress_ns_ = 0;
     }
-    // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
-    // also watches the eventfd, so a new op is started at once even while replies are still
-    // out (e.g. a late-binding read's straggler split).
-    uint64_t timeout = t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000;
-    timeout = layout_->SleepBound(timeout);
-    if (timeout == 0) continue;
     loop_allowance_ns_ = timeout;
     Sleep(timeout);
   }
+}
+
+uint64_t IoThread::Turn() {
+  // A server joined (RemoteStore::AddServer): connect before placement may name it.
+  if (store_->num_servers() != synced_servers_.load(std::memory_order_relaxed)) SyncServers();
+  now_ns_ = MonotonicNs();
+  // This thread's own stall (descheduled, or a blocking control call in the last iteration)
+  // is excused from the op timeouts of the requests it left out meanwhile.
+  if (last_loop_ns_ != 0 && now_ns_ - last_loop_ns_ > loop_allowance_ns_ + 5000000) {
+    ExcuseStall(now_ns_ - last_loop_ns_ - loop_allowance_ns_);
+  }
+  last_loop_ns_ = now_ns_;
+  loop_allowance_ns_ = 0;
+  bool progress = false;
+  size_t n = t_->Poll(comps_);
+  for (size_t i = 0; i < n; ++i) OnCompletion(comps_[i]);
+  progress |= n > 0;
+  const int before = free_ctx_count_;
+  progress |= TakeAllocAnswers();
+  progress |= layout_->Poll();
+  progress |= Drain();
+  progress |= free_ctx_count_ != before;
+  Housekeeping();
+  progress |= !pending_wrs_.empty();
+  FlushPosts();
+  if (progress) return 0;
+  // Nothing to do until a reply, a Submit() or a housekeeping tick: the transport's Wait()
+  // also watches the eventfd, so a new op is started at once even while replies are still
+  // out (e.g. a late-binding read's straggler split).
+  const uint64_t timeout = t_->inflight() > 0 || regen_active_ > 0 ? 1000000 : 20000000;
+  return layout_->SleepBound(timeout);
+}
+
+uint64_t IoThread::SimTurn() {
+  freer_->SimPump();
+  const uint64_t timeout = Turn();
+  const uint64_t now = MonotonicNs();
+  if (timeout == 0) return now;
+  loop_allowance_ns_ = timeout;
+  uint64_t next = now + timeout;
+  // What the allocator and the freer would wake this thread for. (A reconnect probe does not
+  // wake it: the next housekeeping tick takes its answer.)
+  next = std::min(next, allocator_->SimNextNs());
+  next = std::min(next, freer_->SimNextNs());
+  return std::max(next, now);
 }
 
 void IoThread::Sleep(uint64_t timeout_ns) {

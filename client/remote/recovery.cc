@@ -2,6 +2,7 @@
 // placement; the pages are rebuilt there in the background (rate-limited regeneration); ops
 // without a reply within the op timeout fail their server.
 #include "client/remote/engine.h"
+#include "client/remote/sim_control.h"
 #include "client/remote/layout.h"
 
 #include <algorithm>
@@ -74,6 +75,22 @@ std::shared_ptr<ReconnectProbe> IoThread::StartReconnectProbe(uint32_t server) {
   fabric::ConnectOptions co;
   co.secret = store_->opt_.secret;
   co.client_id = store_->client_id_;
+  if (store_->opt_.sim) {
+    // Simulation: the handshake is the simulated control plane's; its answer counts once the
+    // simulated time it takes has passed (Reconnect).
+    const uint64_t now = MonotonicNs();
+    uint64_t takes = 0;
+    auto info = store_->opt_.sim->Hello(
+        server, now, uint64_t{store_->opt_.connect_timeout_ms} * 1000000, &takes);
+    if (info.ok()) {
+      p->server_id = info->server_id;
+    } else {
+      p->status = info.status();
+    }
+    p->ready_ns = now + takes;
+    p->done.store(true, std::memory_order_release);
+    return p;
+  }
   std::thread([p, ep = store_->server(server).endpoint, co,
                ms = store_->opt_.connect_timeout_ms]() mutable {
     co.deadline = Deadline::AfterMs(ms);
@@ -105,7 +122,7 @@ void IoThread::Reconnect(uint64_t now) {
       probe = StartReconnectProbe(i);  // The connect and handshake, off this thread.
       continue;
     }
-    if (!probe->done.load(std::memory_order_acquire)) continue;  // Still out.
+    if (!probe->done.load(std::memory_order_acquire) || now < probe->ready_ns) continue;  // Out.
     Status st = probe->status;
     const uint64_t id = probe->server_id;
     probe.reset();

@@ -1,6 +1,9 @@
 #include "client/remote/slab_allocator.h"
 
 #include "client/remote/engine.h"
+#include "client/remote/sim_control.h"
+
+#include <algorithm>
 
 namespace tessera::client::remote {
 
@@ -27,7 +30,7 @@ Result<fabric::ControlClient*> OwnControl(RemoteStore* store,
 
 SlabAllocator::SlabAllocator(RemoteStore* store, std::function<void()> wake)
     : store_(store), wake_(std::move(wake)) {
-  thread_ = std::thread([this] { Loop(); });
+  if (!store_->opt_.sim) thread_ = std::thread([this] { Loop(); });
 }
 
 SlabAllocator::~SlabAllocator() { Finish(); }
@@ -39,13 +42,43 @@ void SlabAllocator::Alloc(uint64_t tag, uint32_t server, uint32_t timeout_ms) {
       done_.push_back({tag, server, Cancelled("page store is shutting down")});
       return;
     }
+    if (store_->opt_.sim) {
+      SimAlloc({tag, server, timeout_ms});
+      return;
+    }
     queue_.push_back({tag, server, timeout_ms});
   }
   cv_.notify_one();
 }
 
+void SlabAllocator::SimAlloc(const Ask& ask) {
+  const uint64_t start = std::max(MonotonicNs(), sim_busy_until_);
+  uint64_t takes = 0;
+  Answer answer{ask.tag, ask.server, Unavailable("not asked")};
+  if (store_->failed_[ask.server].load(std::memory_order_relaxed)) {
+    answer.slab = Unavailable("the server is failed");
+  } else {
+    answer.slab = store_->opt_.sim->AllocSlab(ask.server, start,
+                                              uint64_t{ask.timeout_ms} * 1000000, &takes);
+  }
+  sim_busy_until_ = start + takes;
+  sim_out_.emplace_back(sim_busy_until_, std::move(answer));
+}
+
+uint64_t SlabAllocator::SimNextNs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sim_out_.empty() ? UINT64_MAX : sim_out_.front().first;
+}
+
 bool SlabAllocator::Take(std::vector<Answer>* out) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (store_->opt_.sim) {
+    const uint64_t now = MonotonicNs();
+    while (!sim_out_.empty() && sim_out_.front().first <= now) {
+      done_.push_back(std::move(sim_out_.front().second));
+      sim_out_.pop_front();
+    }
+  }
   if (done_.empty()) return false;
   for (Answer& a : done_) out->push_back(std::move(a));
   done_.clear();
@@ -56,6 +89,11 @@ void SlabAllocator::Finish() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     finishing_ = true;
+    // Simulation: the calls still out end as the thread's would at shutdown.
+    for (auto& [due, a] : sim_out_) {
+      done_.push_back({a.tag, a.server, Cancelled("page store is shutting down")});
+    }
+    sim_out_.clear();
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();

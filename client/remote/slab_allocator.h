@@ -59,6 +59,9 @@ class SlabAllocator {
   // Stops the thread: the call in progress ends at its deadline, calls not started are answered
   // Cancelled. Idempotent.
   void Finish();
+  // Simulation (RemoteStoreOptions::sim; no thread): when the next answer is due (simulated
+  // MonotonicNs), UINT64_MAX when none is out.
+  uint64_t SimNextNs() const;
 
  private:
   struct Ask {
@@ -68,10 +71,14 @@ class SlabAllocator {
   };
   void Loop();
   void CloseFailed();  // The allocator thread only.
+  // Simulation: makes the call on the simulated control plane at once, one after the other as
+  // the thread would (each starts when the one before it ended), and keeps the answer in
+  // sim_out_ until its simulated end.
+  void SimAlloc(const Ask& ask);
 
   RemoteStore* const store_;
   const std::function<void()> wake_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Ask> queue_;       // Guarded by mu_.
   std::vector<Answer> done_;    // Guarded by mu_.
@@ -79,6 +86,10 @@ class SlabAllocator {
   // The allocator's own control connections, by server index (the allocator thread only).
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;
   std::thread thread_;
+  // Simulation only (the owning I/O thread): answers not due yet, by due time, and when the
+  // last call made ends.
+  std::deque<std::pair<uint64_t, Answer>> sim_out_;
+  uint64_t sim_busy_until_ = 0;
 };
 
 }  // namespace tessera::client::remote

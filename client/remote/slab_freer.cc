@@ -4,13 +4,14 @@
 #include <chrono>
 
 #include "client/remote/engine.h"
+#include "client/remote/sim_control.h"
 #include "client/remote/slab_allocator.h"
 #include "common/logging.h"
 
 namespace tessera::client::remote {
 
 SlabFreer::SlabFreer(RemoteStore* store) : store_(store) {
-  thread_ = std::thread([this] { Loop(); });
+  if (!store_->opt_.sim) thread_ = std::thread([this] { Loop(); });
 }
 
 SlabFreer::~SlabFreer() { Finish(Deadline::AfterMs(2000)); }
@@ -19,14 +20,57 @@ void SlabFreer::Free(uint32_t server, uint64_t slab_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finishing_) return;  // Only at shutdown, after Finish: the lease reclaims it.
+    if (store_->opt_.sim) {
+      SimFree(server, slab_id);
+      return;
+    }
     queue_.push_back({server, slab_id, nullptr});
   }
   cv_.notify_one();
 }
 
+void SlabFreer::SimFree(uint32_t server, uint64_t slab_id) {
+  if (store_->failed_[server].load(std::memory_order_relaxed)) return;
+  const uint64_t start = std::max(MonotonicNs(), sim_busy_until_);
+  uint64_t takes = 0;
+  const uint64_t ms = std::min<uint32_t>(store_->opt_.control_timeout_ms, 1000);
+  Status st = store_->opt_.sim->FreeSlab(server, slab_id, start, ms * 1000000, &takes);
+  sim_busy_until_ = start + takes;
+  sim_ends_.push_back(sim_busy_until_);
+  if (!st.ok() && st.code() != StatusCode::kNotFound && IsConnectionError(st)) {
+    store_->ReportTrouble(server, "freeing a slab: " + st.ToString());
+  }
+}
+
+void SlabFreer::SimPump() {
+  std::vector<QueueJob*> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t now = MonotonicNs();
+    while (!sim_ends_.empty() && sim_ends_.front() <= now) sim_ends_.pop_front();
+    while (!sim_jobs_.empty() && sim_jobs_.front().first <= now) {
+      done.push_back(sim_jobs_.front().second);
+      sim_jobs_.pop_front();
+    }
+  }
+  for (QueueJob* job : done) job->Done(Status::Ok());
+}
+
+uint64_t SlabFreer::SimNextNs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t next = UINT64_MAX;
+  if (!sim_ends_.empty()) next = sim_ends_.front();
+  if (!sim_jobs_.empty()) next = std::min(next, sim_jobs_.front().first);
+  return next;
+}
+
 void SlabFreer::After(QueueJob* job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (store_->opt_.sim && !finishing_ && sim_busy_until_ > MonotonicNs()) {
+      sim_jobs_.emplace_back(sim_busy_until_, job);
+      return;
+    }
     if (!finishing_ && (!queue_.empty() || busy_ > 0)) {
       queue_.push_back({0, 0, job});
       cv_.notify_one();
@@ -38,7 +82,7 @@ void SlabFreer::After(QueueJob* job) {
 
 size_t SlabFreer::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t n = busy_ + retry_.size();
+  size_t n = busy_ + retry_.size() + sim_ends_.size();
   for (const Item& i : queue_) n += i.job == nullptr ? 1 : 0;
   return n;
 }
@@ -50,6 +94,10 @@ void SlabFreer::Finish(Deadline deadline) {
       finishing_ = true;
       finish_by_ = deadline;
     }
+    // Simulation: nothing is made after this; the jobs still waiting are done.
+    for (auto& [due, job] : sim_jobs_) job->Done(Status::Ok());
+    sim_jobs_.clear();
+    sim_ends_.clear();
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();

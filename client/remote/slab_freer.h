@@ -50,6 +50,10 @@ class SlabFreer {
   // Makes the queued frees (until `deadline`; the rest are dropped, their jobs completed) and
   // stops the thread. Idempotent.
   void Finish(Deadline deadline);
+  // Simulation (RemoteStoreOptions::sim; no thread): completes the jobs whose frees have ended
+  // by now, and tells when the next free or job is due (UINT64_MAX: none).
+  void SimPump();
+  uint64_t SimNextNs() const;
 
  private:
   struct Item {
@@ -78,6 +82,14 @@ class SlabFreer {
   // The freer's own control connections, by server index (the freer thread only).
   std::vector<std::unique_ptr<fabric::ControlClient>> ctl_;
   std::thread thread_;
+  // Simulation only (the owning I/O thread): a FREE is made on the simulated control plane at
+  // once, one after the other as the thread would make them, and tried once (one that cannot
+  // be made is reported as trouble and left to the server's lease). The end of each free not
+  // ended yet, and the jobs waiting for them.
+  void SimFree(uint32_t server, uint64_t slab_id);
+  std::deque<uint64_t> sim_ends_;
+  std::deque<std::pair<uint64_t, QueueJob*>> sim_jobs_;
+  uint64_t sim_busy_until_ = 0;
 };
 
 }  // namespace tessera::client::remote

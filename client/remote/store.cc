@@ -1,6 +1,7 @@
 // RemoteStore: option validation, start-up (slab size probe, placement, I/O threads), Submit,
 // Flush, Stats, and the public factories.
 #include "client/remote/engine.h"
+#include "client/remote/sim_control.h"
 #include "client/remote/layout.h"
 
 #include <unistd.h>
@@ -71,7 +72,12 @@ Status RemoteStore::Init() {
 
   // The slab size is needed for the slab table: ask the first server (a short-lived control
   // connection; no data path is needed for that).
-  {
+  if (o.sim) {
+    uint64_t takes = 0;
+    auto info = o.sim->Hello(0, MonotonicNs(), uint64_t{o.connect_timeout_ms} * 1000000, &takes);
+    if (!info.ok()) return Unavailable("cannot connect to server 0: " + info.status().ToString());
+    slab_size_ = info->slab_size;
+  } else {
     fabric::ConnectOptions co;
     co.secret = o.secret;
     co.client_id = client_id_;
@@ -129,8 +135,15 @@ Status RemoteStore::Init() {
 
   for (int i = 0; i < o.io_threads; ++i) threads_.push_back(std::make_unique<IoThread>(this, i));
   for (auto& t : threads_) TESSERA_RETURN_IF_ERROR(t->Start());
-  monitor_ = std::thread([this] { MonitorLoop(); });
+  // Simulation: the simulation's heartbeats stand in for the monitor (sim_control.h).
+  if (!o.sim) monitor_ = std::thread([this] { MonitorLoop(); });
   return Status::Ok();
+}
+
+uint64_t RemoteStore::SimTurn() {
+  uint64_t next = UINT64_MAX;
+  for (auto& t : threads_) next = std::min(next, t->SimTurn());
+  return next;
 }
 
 
