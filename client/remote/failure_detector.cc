@@ -399,7 +399,7 @@ void RemoteStore::MonitorLoop() {
       // the client's stall, excused before the replies that waited meanwhile are taken.
       const uint64_t planned = now + uint64_t(wait_ms) * 1000000;
       if (after > planned + kStallSlackNs) {
-        tracker.Stall(after - planned);
+        tracker.Stall(after - planned, after);
         next_tick = std::max(next_tick, after);
       }
       if (got < 0 && errno != EINTR) break;

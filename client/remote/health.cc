@@ -57,11 +57,26 @@ void HealthTracker::Resize(uint32_t n, uint64_t t) {
   }
 }
 
+void HealthTracker::Stall(uint64_t ns, uint64_t t) {
+  stalled_ns_ += ns;
+  if (stalls_.size() == kStallsKept) stalls_.erase(stalls_.begin());
+  stalls_.emplace_back(t, ns);
+}
+
+uint64_t HealthTracker::StalledAfter(uint64_t t) const {
+  uint64_t after = 0;
+  for (const auto& [end, len] : stalls_) {
+    if (end > t) after += std::min(len, end - t);
+  }
+  return after;
+}
+
 void HealthTracker::Alive(uint32_t s, uint64_t t) {
   Server& v = s_[s];
   if (t <= v.last_alive) return;
   v.last_alive = t;
-  v.stall_at_alive = stalled_ns_;
+  // Silence counts from t; the client's stalls after t are still excused.
+  v.stall_at_alive = stalled_ns_ - std::min(stalled_ns_, StalledAfter(t));
 }
 
 void HealthTracker::HeartbeatReply(uint32_t s, uint64_t t) {

@@ -125,7 +125,10 @@ class HealthTracker {
   void Trouble(uint32_t s, uint64_t t, const std::string& why, bool broken = false);
   // A reply on the data path (an I/O thread's or direct reader's completion). Also Alive().
   void DataAlive(uint32_t s, uint64_t t);
-  void Stall(uint64_t ns) { stalled_ns_ += ns; }
+  // The client itself did not run for the `ns` before `t`. A reply timestamped before the end
+  // of a stall (a data reply an I/O thread took just before the whole process stalled, read by
+  // the monitor after it) keeps the part of the stall after it excused.
+  void Stall(uint64_t ns, uint64_t t);
   // A probe of `s` started by a kProbe action ended at `t`. definitive: it failed in a way only
   // a dead server fails (connection refused or reset: nothing listens there any more), not by
   // running out of time (a stopped or very slow server, or a client that did not run).
@@ -171,6 +174,12 @@ class HealthTracker {
   HealthConfig cfg_;
   std::vector<Server> s_;
   uint64_t stalled_ns_ = 0;
+  // The latest stalls (end, length), at most kStallsKept: Alive() excuses the part of each that
+  // came after the reply.
+  static constexpr size_t kStallsKept = 16;
+  std::vector<std::pair<uint64_t, uint64_t>> stalls_;
+  // Stall time (of the ones kept) after `t`.
+  uint64_t StalledAfter(uint64_t t) const;
   uint32_t failed_ = 0;  // Servers in state kFailed.
 
   // Moves `s` to kFailed and counts it.

@@ -184,7 +184,7 @@ Outcome Simulate(const Schedule& s) {
       const uint64_t until = phase == 0 ? tick : wake;
       if (phase == 1) {
         if (wake == tick) break;
-        if (wake > tick + 20 * kMs) tracker.Stall(wake - tick);
+        if (wake > tick + 20 * kMs) tracker.Stall(wake - tick, wake);
       }
       for (uint32_t i = 0; i < n; ++i) {
         if (hb[i].inflight && hb[i].answer_at != 0 && hb[i].answer_at <= until) {
@@ -631,9 +631,20 @@ TEST_F(HealthTrackerTest, AProbeThatSucceedsClearsSuspicionAnEtcdOutageFailsNoth
 TEST_F(HealthTrackerTest, TheClientsOwnStallIsNotTheServersSilence) {
   Beat(100 * kMs, 2000 * kMs);
   // The client did not run for 5 s; the reply it reads after the stall is timestamped then.
-  tracker_.Stall(5000 * kMs);
+  tracker_.Stall(5000 * kMs, 6900 * kMs);
   EXPECT_LT(tracker_.Silence(0, 6950 * kMs), 100 * kMs);
   EXPECT_TRUE(Eval(6950 * kMs).empty());
+  EXPECT_EQ(tracker_.state(0), HealthState::kHealthy);
+}
+
+TEST_F(HealthTrackerTest, AReplyTakenBeforeAStallAndSeenAfterItKeepsTheStallExcused) {
+  Beat(100 * kMs, 2000 * kMs);
+  // The whole client did not run over [2050, 5050) ms. An I/O thread took a data reply at
+  // 2040 ms, just before; the monitor hands it to the tracker after the stall, with its time.
+  tracker_.Stall(3000 * kMs, 5050 * kMs);
+  tracker_.DataAlive(0, 2040 * kMs);
+  EXPECT_LT(tracker_.Silence(0, 5100 * kMs), 100 * kMs);
+  EXPECT_TRUE(Eval(5100 * kMs).empty());
   EXPECT_EQ(tracker_.state(0), HealthState::kHealthy);
 }
 
