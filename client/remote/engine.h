@@ -148,6 +148,12 @@ struct Ctx {
   bool verify = false;      // Split read: see QueueItem::verify (slow servers asked in pass 0).
   bool extend = false;      // Group kStripe: fills padding slots of the open stripe in place.
   uint64_t retried = 0;  // Write splits already posted a second time.
+  // Read (both layouts): splits (members) whose request failed only because their server's data
+  // connection was down (lost, being reconnected), on a server that is not failed: asked again
+  // once the connection is back, rather than counted lost (IoThread::ParkRead).
+  uint64_t reask = 0;
+  bool read_parked = false;     // In IoThread::parked_reads_.
+  uint64_t parked_since = 0;    // When ParkRead() first held it (0: never).
   // Set by DetachLateReads() while it lets this finished read's late requests go.
   bool detach = false;
   uint8_t* detach_old = nullptr;  // The buffer those requests keep.
@@ -584,6 +590,23 @@ class IoThread {
   // (re-placed), for at most kParkNs; holds one of c->outstanding meanwhile (ResumeParked).
   void Park(Ctx* c, int j);
   void ResumeParked(uint64_t now);
+  // A read (or regeneration read) that cannot reach k yet waits, for at most kReadParkNs, and
+  // is asked again (Layout::Reask) every housekeeping tick: when the splits in c->reask have
+  // their servers' data connections back (asked again) or are failed (they stay lost), and
+  // (group) when the stripe it reads settles after an update in place. Without it, a read
+  // during a reconnect to a live server with r other members out failed with DataLoss, and a
+  // degraded read racing an update in place waited for its own (stopped) member.
+  void ParkRead(Ctx* c);
+  // Whether c may (still) be parked: kReadParkNs since it first was has not passed, and op
+  // contexts do not run short (parked reads hold theirs, and what they wait for may need one).
+  bool MayPark(const Ctx* c) const {
+    return (c->parked_since == 0 || now_ns_ - c->parked_since <= kReadParkNs) &&
+           (c->read_parked || free_ctx_count_ >= 8);
+  }
+  void ResumeParkedReads(uint64_t now);
+  // Can split j of `s` be asked again once its server's connection is back? (A server that is
+  // not failed, a member that exists.)
+  bool Reaskable(const Slab& s, int j) const;
   void RepairStale();
   // Can new requests go to `server` on this thread's data connection?
   bool Usable(uint32_t server) const;  // Defined after RemoteStore.
@@ -688,6 +711,8 @@ class IoThread {
     uint64_t since;
   };
   std::vector<Parked> parked_;
+  std::vector<Ctx*> parked_reads_;  // ParkRead().
+  static constexpr uint64_t kReadParkNs = 2000000000;
   uint64_t last_loop_ns_ = 0;     // When the previous loop iteration started.
   uint64_t loop_allowance_ns_ = 0;  // How long that iteration was allowed to take (its sleep).
   uint64_t last_rehedge_ns_ = 0;

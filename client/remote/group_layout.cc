@@ -187,7 +187,8 @@ bool GroupLayout::Poll() {
 
 uint64_t GroupLayout::SleepBound(uint64_t timeout) const {
   // (A buffer waiting for a slab is woken by the allocator's answer, not by its fill time.)
-  if (gbuf_.empty() || waiting_alloc_) return timeout;
+  // (Nor, with no op context free, can it seal: a completion frees one, and wakes it.)
+  if (gbuf_.empty() || waiting_alloc_ || io_.free_ctx_ == nullptr) return timeout;
   // Wake when the oldest buffered page's fill delay is up.
   const uint64_t due = gbuf_since_ns_ + uint64_t{lay_.g.fill_us} * 1000;
   const uint64_t now = MonotonicNs();

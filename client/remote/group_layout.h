@@ -74,6 +74,7 @@ class GroupLayout final : public Layout {
   bool StaleBusy(const Slab& s, const StaleSplit& e) const override;
   void RepairStale(const StaleSplit& e) override;
   void Rehedge(Ctx* c, uint64_t bit) override;
+  void Reask(Ctx* c) override;
   bool NeedsRebuild(const Slab& s, uint32_t p, int j) const override;
   bool Regenerate(Slab& s, int j) override;
   bool DirectLocate(PageId page, DirectTarget* out) const override;
@@ -90,6 +91,12 @@ class GroupLayout final : public Layout {
   // Asks stripe members other than the page's own until good + zero + outstanding reaches
   // k + delta; finishes with DataLoss when fewer than k can still arrive.
   void AskMore(Ctx* c);
+  // A degraded read of a stripe being updated in place (extending_): the parity members
+  // hold the new state remotely (or are being written), while the read's snapshot is the old
+  // one. Takes the new state from the update's own buffers (new parity, new pages) when none
+  // of those members has a request of this read out, and finishes the read if that gives k.
+  // True when it finished the read.
+  bool ReadFromExtending(Ctx* c);
   void OnRead(Ctx* c, int member, const Status& st);
   void FinishRead(Ctx* c, Status st);
   void Hedge(uint64_t now);
@@ -227,6 +234,9 @@ class GroupLayout final : public Layout {
   uint64_t last_hedge_scan_ns_ = 0;
   uint32_t open_slab_ = kNoSlot;  // The open stripe (see GroupOpenStripe()).
   uint32_t open_row_ = 0;
+  // The updates in place (Extend) in flight: their buffers hold their stripes' new state. A
+  // few at most (one per open stripe whose update waits for a server).
+  std::vector<Ctx*> extending_;
   uint32_t open_gen_ = 0;
   // r pages: the open stripe's parity as stored, minus the reclaimed slots' old contents.
   std::vector<uint8_t> open_parity_;

@@ -9,6 +9,7 @@
 // decode. Fewer than k good members: DataLoss naming the page. The same machinery rebuilds a
 // lost member for regeneration (kRegen) and reads live pages for compaction (kMove).
 #include <bit>
+#include <algorithm>
 #include <cstring>
 
 #include "client/remote/group_layout.h"
@@ -115,10 +116,36 @@ void GroupLayout::AskMore(Ctx* c) {
         ++have;
       } else {
         c->bad |= bit;
+        if (io_.Reaskable(s, j)) c->reask |= bit;  // Its connection is down, or no slot now.
       }
     }
   }
   if (have >= lay_.k) return;
+  if (c->reask != 0 && io_.MayPark(c)) {
+    // Members on live servers wait for their connection: not lost. Asked again as soon as it
+    // is back, even while requests to a silent server are still out.
+    io_.ParkRead(c);
+    return;
+  }
+  if (c->kind != Ctx::Kind::kRegen) {
+    if (ReadFromExtending(c)) return;
+    const Stripe& st = s.stripes[c->pidx];
+    const bool extending = std::any_of(extending_.begin(), extending_.end(), [&](const Ctx* e) {
+      return e->slab == c->slab && e->pidx == c->pidx;
+    });
+    if (!extending && (st.zero != c->zero || st.crc != c->crcs)) {
+      // Updated in place since this read took its snapshot: members answered with contents
+      // the snapshot does not cover. Read the stripe as it is now.
+      Reask(c);
+      return;
+    }
+    if (extending && io_.MayPark(c)) {
+      // Being updated in place, and this read has requests out to members the update writes:
+      // wait for them (then ReadFromExtending), or for the update to settle.
+      io_.ParkRead(c);
+      return;
+    }
+  }
   if (c->outstanding > 0) return;  // Wait: more may arrive (they count toward k).
   if (c->kind == Ctx::Kind::kRead &&
       (gloc_[LocalIndex(c->page)].seq != c->seq ||
@@ -145,17 +172,78 @@ void GroupLayout::AskMore(Ctx* c) {
                          std::to_string(lay_.k) + " needed); the page's data is lost"));
 }
 
+bool GroupLayout::ReadFromExtending(Ctx* c) {
+  const Ctx* e = nullptr;
+  for (const Ctx* x : extending_) {
+    if (x->slab == c->slab && x->pidx == c->pidx) e = x;
+  }
+  if (e == nullptr) return false;
+  const uint64_t changed = e->asked;  // The pages it fills and the parity members.
+  const uint64_t out = c->asked & ~(c->good | c->bad);
+  if ((changed & out) != 0) return false;  // An answer on its way may be either state.
+  for (int j = 0; j < lay_.width(); ++j) {
+    const uint64_t bit = 1ull << j;
+    if ((changed & bit) == 0) continue;
+    std::memcpy(io_.SplitBuf(c, j), io_.SplitBuf(const_cast<Ctx*>(e), j), kPageSize);
+    c->crcs[j] = e->crcs[j];
+  }
+  c->zero = e->zero;
+  c->good = (c->good & ~changed) | changed;
+  c->bad &= ~changed;
+  c->corrupt &= ~changed;
+  c->late &= ~changed;
+  c->asked |= changed;
+  if (std::popcount(c->good | c->zero) < lay_.k) return false;
+  FinishRead(c, Status::Ok());
+  return true;
+}
+
+void GroupLayout::Reask(Ctx* c) {
+  if (c->finished) return;
+  const Stripe& st = io_.slabs_[c->slab].stripes[c->pidx];
+  if (c->kind != Ctx::Kind::kRegen && st.rebuilding == 0 &&
+      (st.zero != c->zero || st.crc != c->crcs)) {
+    // Settled into a new state since the read's snapshot (an update in place filled padding
+    // and rewrote the parity): take the stripe as it is now. The members that changed are
+    // asked again, once none of them has a request out (its answer would be the old state).
+    uint64_t changed = c->zero ^ st.zero;
+    for (int j = 0; j < lay_.width(); ++j) {
+      if (st.crc[j] != c->crcs[j]) changed |= 1ull << j;
+    }
+    const uint64_t out = c->asked & ~(c->good | c->bad);
+    if ((changed & out) == 0) {
+      c->crcs = st.crc;
+      c->zero = st.zero;
+      c->asked &= ~changed;
+      c->good &= ~changed;
+      c->bad &= ~changed;
+      c->corrupt &= ~changed;
+      c->late &= ~changed;
+    }
+  }
+  AskMore(c);
+}
+
 void GroupLayout::OnRead(Ctx* c, int member, const Status& st) {
   const uint64_t bit = 1ull << member;
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
+    // Lost with its connection on a server that is not failed: asked again once it is back.
+    if ((st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kCancelled) &&
+        io_.Reaskable(io_.slabs_[c->slab], member)) {
+      c->reask |= bit;
+    }
   } else if (coding::Crc32c(io_.SplitBuf(c, member), kPageSize) == c->crcs[member]) {
     c->good |= bit;
   } else {
     c->bad |= bit;
     Slab& s = io_.slabs_[c->slab];
-    if (s.regen_cursor[member] > c->pidx && ((s.stripes[c->pidx].rebuilding >> member) & 1) == 0 &&
+    const Stripe& st = s.stripes[c->pidx];
+    // Corrupt only if the member is still what the read expected: a parity member updated in
+    // place while the read was out (its CRC changed since) answers with its new contents.
+    if (s.regen_cursor[member] > c->pidx && ((st.rebuilding >> member) & 1) == 0 &&
+        st.crc[member] == c->crcs[member] &&
         (c->kind == Ctx::Kind::kRegen || gloc_[LocalIndex(c->page)].seq == c->seq)) {
       c->corrupt |= bit;
       store_->stats_.corruptions_detected.fetch_add(1, std::memory_order_relaxed);
@@ -228,11 +316,13 @@ void GroupLayout::FinishRead(Ctx* c, Status st) {
     } else if (c->corrupt != 0 && unchanged) {
       const uint64_t good = c->good | c->zero;
       if (std::popcount(good) >= lay_.k) {
+        // Not into `page`: a move's result is there (out), and it is buffered below.
+        uint8_t rebuilt[kPageSize];
         for (int j = 0; j < lay_.width(); ++j) {
           if (((c->corrupt >> j) & 1) == 0) continue;
           // Every outstanding request targets a member not in `corrupt`; rebuild in place.
-          if (store_->stripe_codec_->Rebuild(members, good, j, page, kPageSize).ok()) {
-            std::memcpy(io_.SplitBuf(c, j), page, kPageSize);
+          if (store_->stripe_codec_->Rebuild(members, good, j, rebuilt, kPageSize).ok()) {
+            std::memcpy(io_.SplitBuf(c, j), rebuilt, kPageSize);
             rewrite |= 1ull << j;
           }
         }

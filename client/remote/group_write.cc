@@ -413,6 +413,7 @@ void GroupLayout::Extend(Stripe& st) {
   const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
   c->kind = Ctx::Kind::kStripe;
   c->extend = true;
+  extending_.push_back(c);
   c->start_ns = io_.now_ns_;
   io_.Attach(c, open_slab_);
   c->pidx = open_row_;
@@ -556,6 +557,7 @@ void GroupLayout::StripeProgress(Ctx* c) {
 }
 
 void GroupLayout::StripeSettled(Ctx* c) {
+  extending_.erase(std::remove(extending_.begin(), extending_.end(), c), extending_.end());
   const size_t ci = static_cast<size_t>(c - io_.ctxs_.data());
   const bool stored_ok = c->slab == kNoSlot || std::popcount(c->good | c->zero) >= lay_.k;
   Status fail;

@@ -98,6 +98,8 @@ class Layout {
   virtual void RepairStale(const StaleSplit& e) = 0;
   // Read request `bit` of `c` is overdue: ask more members if the layout hedges this read.
   virtual void Rehedge(Ctx* c, uint64_t bit) = 0;
+  // A parked read (IoThread::ParkRead) may go on: ask what it may ask now, or finish it.
+  virtual void Reask(Ctx* c) = 0;
   // Member j of page/row p of `s` holds data to rebuild after a re-placement.
   virtual bool NeedsRebuild(const Slab& s, uint32_t p, int j) const = 0;
   // Rebuilds member j of the next pages/rows of `s`; false when out of budget for now.

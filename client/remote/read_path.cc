@@ -73,10 +73,17 @@ void SplitLayout::AskMore(Ctx* c) {
         ++have;
       } else {
         c->bad |= bit;
+        if (io_.Reaskable(s, j)) c->reask |= bit;  // Its connection is down, or no slot now.
       }
     }
   }
   if (have >= lay_.k || c->finished) return;
+  if (c->reask != 0 && io_.MayPark(c)) {
+    // Splits on live servers wait for their connection: not lost. Asked again as soon as it
+    // is back, even while requests to a silent server are still out.
+    io_.ParkRead(c);
+    return;
+  }
   if (c->outstanding > 0) return;  // Wait: more may arrive (they count toward k).
   if (s.seq[c->pidx] != c->seq || s.busy[c->pidx] != nullptr) {
     if (c->kind == Ctx::Kind::kRead) {  // A write raced with us: start over.
@@ -95,6 +102,12 @@ void SplitLayout::OnReadSplit(Ctx* c, int split, const Status& st) {
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
+    // Lost with its connection (Unavailable: it went down; Cancelled: aborted to reconnect) on
+    // a server that is not failed: ask it again once the connection is back.
+    if ((st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kCancelled) &&
+        io_.Reaskable(io_.slabs_[c->slab], split)) {
+      c->reask |= bit;
+    }
   } else {
     uint32_t crc = coding::Crc32c(io_.SplitBuf(c, split), lay_.split);
     if (crc == c->crcs[split]) {

@@ -304,6 +304,45 @@ void IoThread::ResumeParked(uint64_t now) {
   }
 }
 
+bool IoThread::Reaskable(const Slab& s, int j) const {
+  const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+  return server != kNoServer && server < local_failed_.size() && !local_failed_[server] &&
+         !store_->failed_[server].load(std::memory_order_relaxed) && s.remote[j] != 0;
+}
+
+void IoThread::ParkRead(Ctx* c) {
+  if (c->parked_since == 0) c->parked_since = now_ns_;
+  if (c->read_parked) return;
+  c->read_parked = true;
+  parked_reads_.push_back(c);
+}
+
+void IoThread::ResumeParkedReads(uint64_t now) {
+  if (parked_reads_.empty()) return;
+  std::vector<Ctx*> todo;
+  todo.swap(parked_reads_);
+  for (Ctx* c : todo) {
+    c->read_parked = false;
+    if (c->finished) continue;
+    const Slab& s = slabs_[c->slab];
+    const bool expired = now - c->parked_since > kReadParkNs;
+    for (int j = 0; j < lay_.width(); ++j) {
+      const uint64_t bit = 1ull << j;
+      if ((c->reask & bit) == 0) continue;
+      const uint32_t server = s.server[j].load(std::memory_order_relaxed);
+      if (!Reaskable(s, j) || expired) {
+        c->reask &= ~bit;  // Failed (or moved) meanwhile, or not back in time: it stays lost.
+      } else if (Usable(server) && !AtCap(server)) {
+        c->reask &= ~bit;  // Back: ask it again.
+        c->asked &= ~bit;
+        c->bad &= ~bit;
+        c->late &= ~bit;
+      }
+    }
+    layout_->Reask(c);  // Asks what it may, parks it again, or finishes it.
+  }
+}
+
 void IoThread::ExcuseStall(uint64_t ns) {
   if (ns < 1000000) return;  // Under a millisecond: noise, not a stall.
   for (Request& rq : reqs_) {
@@ -606,6 +645,7 @@ void IoThread::Housekeeping() {
     Rehedge(now);
     Reconnect(now);
     ResumeParked(now);
+    ResumeParkedReads(now);
     if (!stale_.empty()) RepairStale();
   }
   layout_->Housekeeping(now);

@@ -88,6 +88,7 @@ class SplitLayout final : public Layout {
   }
   void RepairStale(const StaleSplit& e) override;
   void Rehedge(Ctx* c, uint64_t bit) override;
+  void Reask(Ctx* c) override { AskMore(c); }
   bool NeedsRebuild(const Slab& s, uint32_t p, int) const override { return s.written[p] != 0; }
   bool Regenerate(Slab& s, int j) override;
   bool DirectLocate(PageId page, DirectTarget* out) const override;
