@@ -484,37 +484,37 @@ void RemoteStore::ApplyHealthActions(const std::vector<HealthTracker::Action>& a
     const uint32_t i = act.server;
     const std::string ep = servers_[i].endpoint.ToString();
     switch (act.kind) {
-        case HealthTracker::Action::Kind::kSuspect:
-          health_[i].store(static_cast<uint8_t>(HealthState::kSuspect), std::memory_order_relaxed);
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            RebuildAvoidLocked();
-          }
-          stats_.server_suspicions.fetch_add(1, std::memory_order_relaxed);
-          TLOG(WARNING) << name_ << ": server " << ep << " is suspect: " << act.why;
-          for (auto& t : threads_) t->Wake();
-          break;
-        case HealthTracker::Action::Kind::kRecover:
-          health_[i].store(static_cast<uint8_t>(HealthState::kHealthy), std::memory_order_relaxed);
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            RebuildAvoidLocked();
-          }
-          stats_.server_recoveries.fetch_add(1, std::memory_order_relaxed);
-          TLOG(INFO) << name_ << ": server " << ep << " answers again: healthy";
-          for (auto& t : threads_) t->Wake();
-          break;
-        case HealthTracker::Action::Kind::kProbe:
-          probe(i);
-          break;
-        case HealthTracker::Action::Kind::kFail:
-          MarkFailed(i, act.why);
-          break;
-        case HealthTracker::Action::Kind::kHold:
-          stats_.verdicts_held.fetch_add(1, std::memory_order_relaxed);
-          TLOG(ERROR) << name_ << ": NOT failing server " << ep << ", although it is " << act.why;
-          break;
-      }
+      case HealthTracker::Action::Kind::kSuspect:
+        health_[i].store(static_cast<uint8_t>(HealthState::kSuspect), std::memory_order_relaxed);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          RebuildAvoidLocked();
+        }
+        stats_.server_suspicions.fetch_add(1, std::memory_order_relaxed);
+        TLOG(WARNING) << name_ << ": server " << ep << " is suspect: " << act.why;
+        for (auto& t : threads_) t->Wake();
+        break;
+      case HealthTracker::Action::Kind::kRecover:
+        health_[i].store(static_cast<uint8_t>(HealthState::kHealthy), std::memory_order_relaxed);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          RebuildAvoidLocked();
+        }
+        stats_.server_recoveries.fetch_add(1, std::memory_order_relaxed);
+        TLOG(INFO) << name_ << ": server " << ep << " answers again: healthy";
+        for (auto& t : threads_) t->Wake();
+        break;
+      case HealthTracker::Action::Kind::kProbe:
+        probe(i);
+        break;
+      case HealthTracker::Action::Kind::kFail:
+        MarkFailed(i, act.why);
+        break;
+      case HealthTracker::Action::Kind::kHold:
+        stats_.verdicts_held.fetch_add(1, std::memory_order_relaxed);
+        TLOG(ERROR) << name_ << ": NOT failing server " << ep << ", although it is " << act.why;
+        break;
+    }
   }
 }
 
