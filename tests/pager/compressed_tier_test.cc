@@ -483,5 +483,49 @@ TEST(CompressedTierTest, PagerChargesTheTierAgainstItsBudget) {
   pager->reset();
 }
 
+// With the inactive list on (the default), victims leave local memory from the list's end, not
+// through the plain eviction path: clean ones must still be kept compressed in the tier, so that
+// their next fault is local (before, only the list-off path admitted them, and a read-only page
+// paged through the list went to the store every time).
+TEST(CompressedTierTest, CleanPagesLeavingTheInactiveListAreKeptInTheTier) {
+  constexpr size_t kPages = 1024, kLimit = 256;
+  MemoryPageStore store(kPages);
+  CompressedTierOptions to;
+  to.store = &store;
+  to.capacity_bytes = 1 << 20;  // Three quarters of the budget: 768 KiB.
+  to.writeback_delay_ms = 0;
+  auto tier = CompressedTier::Create(to);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  PagerOptions o;
+  o.store = tier->get();
+  o.tier = tier->get();
+  o.region_bytes = kPages * kPage;
+  o.local_limit_bytes = kLimit * kPage;
+  o.evict_batch = 16;
+  o.inactive_list = true;
+  o.adaptive_writable_fills = false;  // Pages read back stay clean.
+  o.prefetch = false;
+  auto pager = Pager::Create(o);
+  ASSERT_TRUE(pager.ok()) << pager.status().ToString();
+  uint8_t* base = (*pager)->base();
+  for (size_t p = 0; p < kPages; ++p) {
+    const auto b = Compressible(p, 1);
+    std::memcpy(base + p * kPage, b.data(), kPage);
+  }
+  ASSERT_TRUE((*tier)->Flush().ok());
+  // Two read-only passes: pages come back clean and are evicted clean through the list.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t p = 0; p < kPages; ++p) {
+      ASSERT_EQ(std::memcmp(base + p * kPage, Compressible(p, 1).data(), kPage), 0) << p;
+    }
+  }
+  const PagerStats ps = (*pager)->Stats();
+  const CompressedTierStats s = (*tier)->TierStats();
+  EXPECT_GT(ps.deactivated, 0u) << "the inactive list did not run";
+  EXPECT_GT(ps.clean_drops, 0u);
+  EXPECT_GT(s.admitted_clean, 0u) << "clean pages leaving the list were not kept in the tier";
+  pager->reset();
+}
+
 }  // namespace
 }  // namespace tessera::kernel_shim
