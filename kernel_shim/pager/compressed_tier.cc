@@ -410,10 +410,11 @@ void CompressedTier::Loop() {
     if (complete.empty() && submit.empty() && trims.empty()) {
       if (stopping_ && inflight_.empty() && complete_.empty() && wb_done_.empty()) return;
       // Stopping with write-backs in flight: wait for their completions (a predicate true at
-      // once would spin here holding mu_, which the completions need).
+      // once would spin here holding mu_, which the completions need). So nothing is due while
+      // stopping: no write-back starts then (above), although every queued one is urgent.
       auto due = [&] {
         const uint64_t t = MonotonicNs();
-        return !dirty_queue_.empty() && !free_wb_.empty() && t >= retry_after_ns_ &&
+        return !stopping_ && !dirty_queue_.empty() && !free_wb_.empty() && t >= retry_after_ns_ &&
                (UrgentLocked() || t >= dirty_queue_.front().due_ns);
       };
       auto ready = [&] {

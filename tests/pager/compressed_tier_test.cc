@@ -377,6 +377,40 @@ TEST(CompressedTierTest, ATierFillingUpWritesBackWithoutWaitingForTheDelay) {
   }
 }
 
+// The tier stops while write-backs are in flight and a page waits for its delay: the
+// destructor waits for the write-backs' completions and drops the waiting page. (Its thread
+// once took the waiting page as due - every queued write-back is urgent while stopping - and
+// spun holding the lock the completions need: the destructor never returned.)
+TEST(CompressedTierTest, StoppingWithWriteBacksInFlightAndAPageWaitingReturns) {
+  MemoryPageStore store(4096);
+  const uint64_t cap = 256 << 10;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 60000;
+  o.writeback_inflight = 1024;  // Every urgent write-back starts at once: slots stay free.
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<CompressedTier> tier = std::move(*created);
+  store.Hold(MemoryPageStore::HoldKind::kWrites);
+  // Past 3/4 of the capacity: the write-backs start at once, and are held by the store.
+  PageId p = 0;
+  while (tier->charged_bytes() <= cap / 4 * 3) {
+    ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+    ++p;
+  }
+  ASSERT_TRUE(store.WaitHeld(p)) << "the write-backs did not start";
+  // Trimmed: the tier is empty again (not urgent), and one more page waits for its delay.
+  ASSERT_TRUE(tier->Trim(0, p).ok());
+  ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+  EXPECT_EQ(tier->TierStats().dirty_entries, 1u);
+  std::thread stop([&] { tier.reset(); });
+  store.Release();
+  stop.join();
+  EXPECT_EQ(tier, nullptr);
+  EXPECT_FALSE(store.Holds(p)) << "a page not written back when the tier stopped is dropped";
+}
+
 TEST(CompressedTierTest, AsyncReadsCompleteOffTheSubmittingThread) {
   MemoryPageStore store(64);
   auto tier = MakeTier(&store, 1 << 20);
