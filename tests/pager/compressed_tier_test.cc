@@ -87,6 +87,9 @@ TEST(CompressedTierTest, CreateAndSettingRejectBadInput) {
   o.writeback_inflight = 32;
   o.writeback_delay_ms = 60001;
   EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.writeback_delay_ms = 1000;
+  o.adapt_window_hits = 65537;
+  EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
 
   auto off = ParseCompressedTier("off");
   ASSERT_TRUE(off.ok());
@@ -377,6 +380,89 @@ TEST(CompressedTierTest, ATierFillingUpWritesBackWithoutWaitingForTheDelay) {
   }
 }
 
+// A page LZ4 shrinks to a few dozen bytes: zeros but for its id.
+std::vector<uint8_t> Sparse(PageId page) {
+  std::vector<uint8_t> b(kPage, 0);
+  std::memcpy(b.data(), &page, sizeof page);
+  return b;
+}
+
+// The capacity adapts to the hits' eviction distances (compressed_tier.h, "Size"): hits on pages
+// evicted within the tier's charge in pages (a resident set with the tier's room would have kept
+// them) shrink it to 1/16, hits on pages evicted longer ago grow it back.
+TEST(CompressedTierTest, NearHitsShrinkTheCapacityAndFarHitsGrowItBack) {
+  MemoryPageStore store(4096);
+  const uint64_t cap = 1 << 20;
+  constexpr uint32_t kWindow = 64;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 0;
+  o.adapt_window_hits = kWindow;
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  CompressedTier& tier = **created;
+  std::vector<uint8_t> got(kPage);
+  // Near: each page is read back right after it was evicted (distance 0).
+  constexpr uint32_t kNearWindows = 20;
+  for (uint32_t i = 0; i < kNearWindows * kWindow; ++i) {
+    const PageId p = i % 8;
+    ASSERT_TRUE(tier.WritePage(p, Compressible(p, i).data()).ok());
+    ASSERT_TRUE(tier.ReadPage(p, got.data()).ok());
+    ASSERT_EQ(got, Compressible(p, i));
+  }
+  CompressedTierStats s = tier.TierStats();
+  EXPECT_EQ(s.hits, kNearWindows * kWindow);
+  EXPECT_EQ(s.hits_near, s.hits);
+  EXPECT_EQ(s.shrinks, kNearWindows);
+  EXPECT_EQ(s.grows, 0u);
+  EXPECT_DOUBLE_EQ(s.capacity_scale, 1.0 / 16);
+  EXPECT_EQ(s.capacity_bytes, cap / 16);
+  // Far: 400 pages evicted, then read back oldest first; each is read hundreds of evictions
+  // after it left, while the tier's charge is a dozen pages or less.
+  constexpr PageId kFirst = 100, kFar = 400;
+  for (int round = 0; round < 3; ++round) {
+    for (PageId p = kFirst; p < kFirst + kFar; ++p) {
+      ASSERT_TRUE(tier.WritePage(p, Sparse(p).data()).ok());
+    }
+    ASSERT_TRUE(tier.Flush().ok());
+    ASSERT_LE(tier.charged_bytes(), 12 * kPage) << "pages not as compressible as assumed";
+    for (PageId p = kFirst; p < kFirst + kFar; ++p) {
+      ASSERT_TRUE(tier.ReadPage(p, got.data()).ok());
+      ASSERT_EQ(got, Sparse(p)) << "page " << p;
+    }
+  }
+  s = tier.TierStats();
+  EXPECT_EQ(s.hits, kNearWindows * kWindow + 3 * kFar) << "a far page was not held";
+  EXPECT_LT((s.hits_near - kNearWindows * kWindow) * 4, 3 * kFar);
+  EXPECT_EQ(s.shrinks, kNearWindows);
+  EXPECT_GE(s.grows, 13u);  // 1.25^13 > 16.
+  EXPECT_DOUBLE_EQ(s.capacity_scale, 1.0);
+  EXPECT_EQ(s.capacity_bytes, cap);
+}
+
+// With adapt_window_hits 0 the capacity stays what it was set to, whatever the hits.
+TEST(CompressedTierTest, AFixedCapacityDoesNotAdapt) {
+  MemoryPageStore store(64);
+  const uint64_t cap = 1 << 20;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 0;
+  o.adapt_window_hits = 0;
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::vector<uint8_t> got(kPage);
+  for (uint32_t i = 0; i < 2048; ++i) {
+    ASSERT_TRUE((*created)->WritePage(i % 8, Compressible(i % 8, i).data()).ok());
+    ASSERT_TRUE((*created)->ReadPage(i % 8, got.data()).ok());
+  }
+  const CompressedTierStats s = (*created)->TierStats();
+  EXPECT_EQ(s.hits_near, 2048u);
+  EXPECT_EQ(s.shrinks + s.grows, 0u);
+  EXPECT_EQ(s.capacity_bytes, cap);
+}
+
 // The tier stops while write-backs are in flight and a page waits for its delay: the
 // destructor waits for the write-backs' completions and drops the waiting page. (Its thread
 // once took the waiting page as due - every queued write-back is urgent while stopping - and
@@ -483,6 +569,7 @@ TEST(CompressedTierTest, PagerChargesTheTierAgainstItsBudget) {
   MemoryPageStore store(kPages);
   CompressedTierOptions to;
   to.store = &store;  // Auto: a quarter of the pager's budget.
+  to.adapt_window_hits = 0;  // The full quarter, whatever the hits' distances.
   auto tier = CompressedTier::Create(to);
   ASSERT_TRUE(tier.ok());
   PagerOptions o;
@@ -528,6 +615,7 @@ TEST(CompressedTierTest, CleanPagesLeavingTheInactiveListAreKeptInTheTier) {
   to.store = &store;
   to.capacity_bytes = 1 << 20;  // Three quarters of the budget: 768 KiB.
   to.writeback_delay_ms = 0;
+  to.adapt_window_hits = 0;  // A fixed capacity: this test is about admission only.
   auto tier = CompressedTier::Create(to);
   ASSERT_TRUE(tier.ok()) << tier.status().ToString();
   PagerOptions o;
