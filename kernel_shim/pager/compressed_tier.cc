@@ -122,7 +122,10 @@ void CompressedTier::HitLocked(std::unordered_map<PageId, Entry>::iterator it, u
   if (near) window_near_++;
   if (o_.adapt_window_hits == 0 || ++window_hits_ < o_.adapt_window_hits) return;
   constexpr double kMinScale = 1.0 / 16, kShrink = 0.8, kGrow = 1.25;
-  if (window_near_ * 4 > window_hits_) {
+  // The near share, averaged over about the last 8 windows (a program's short phase of near
+  // hits, e.g. while its footprint grows, does not shrink a tier it then fills and uses).
+  near_share_ += (static_cast<double>(window_near_) / window_hits_ - near_share_) / 8;
+  if (near_share_ > 0.25) {
     scale_ = std::max(kMinScale, scale_ * kShrink);
     counts_.shrinks++;
     (void)MakeRoomLocked(0);  // Down to the new capacity, as far as written-back pages go.

@@ -34,8 +34,8 @@
 // eviction distance of a hit: the pages evicted into it (writes and AdmitClean) since the hit
 // page was. A distance within the tier's charge in pages is a "near" hit: a resident set larger
 // by the charge would still have held the page. Every adapt_window_hits hits, the scale shrinks
-// by 1/5 when more than a quarter of them were near, and grows by 1/4 otherwise; written-back
-// entries over a shrunk capacity are dropped at once. Measured at 50% local memory: GNU sort,
+// by 1/5 when more than a quarter of the hits were near (averaged over about the last 8 windows),
+// and grows by 1/4 otherwise; written-back entries over a shrunk capacity are dropped at once. Measured at 50% local memory: GNU sort,
 // whose working set sits just under the budget (at 36% it faults 4.6 times as much as at 50%),
 // had 59% near hits with the full tier, and tripled its faults; the python workload had 6%,
 // and the tier cut its store reads by half for 3% more faults.
@@ -216,6 +216,7 @@ class CompressedTier final : public client::PageStore {
   uint64_t budget_bytes_ = 0;
   double scale_ = 1;  // The adaptive share of the capacity (see "Size").
   uint32_t window_hits_ = 0, window_near_ = 0;
+  double near_share_ = 0;  // Of the hits, averaged over windows.
   uint64_t retry_after_ns_ = 0;  // A write-back was refused: wait until then.
   uint64_t dirty_ = 0, compressed_ = 0;
   std::atomic<uint64_t> charged_{0};
