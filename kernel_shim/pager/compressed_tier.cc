@@ -78,8 +78,8 @@ uint64_t CompressedTier::CapacityLocked() const {
     full = static_cast<uint64_t>(o_.budget_share * static_cast<double>(budget_bytes_));
   } else {
     // A fixed size never takes more than three quarters of a budget the owner gave.
-    full = budget_bytes_ > 0 ? std::min(o_.capacity_bytes, budget_bytes_ / 4 * 3)
-                             : o_.capacity_bytes;
+    full =
+        budget_bytes_ > 0 ? std::min(o_.capacity_bytes, budget_bytes_ / 4 * 3) : o_.capacity_bytes;
   }
   return static_cast<uint64_t>(scale_ * static_cast<double>(full));
 }

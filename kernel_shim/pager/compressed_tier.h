@@ -34,11 +34,11 @@
 // eviction distance of a hit: the pages evicted into it (writes and AdmitClean) since the hit
 // page was. A distance within the tier's charge in pages is a "near" hit: a resident set larger
 // by the charge would still have held the page. Every adapt_window_hits hits, the scale shrinks
-// by 1/5 when more than a quarter of the hits were near (averaged over about the last 8 windows),
-// and grows by 1/4 otherwise; written-back entries over a shrunk capacity are dropped at once. Measured at 50% local memory: GNU sort,
-// whose working set sits just under the budget (at 36% it faults 4.6 times as much as at 50%),
-// had 59% near hits with the full tier, and tripled its faults; the python workload had 6%,
-// and the tier cut its store reads by half for 3% more faults.
+// by 1/5 when more than a quarter of the hits were near (averaged over about the last 8
+// windows), and grows by 1/4 otherwise; written-back entries over a shrunk capacity are dropped
+// at once. Measured at 50% local memory: GNU sort, whose working set sits just under the budget
+// (at 36% it faults 4.6 times as much as at 50%), had 59% near hits with the full tier, and
+// tripled its faults; the python workload had 5-6%, and the tier halves its store reads.
 //
 // Resilience. A write is acknowledged once it is in the tier: until its write-back completes,
 // the page exists only in this process's memory (like a dirty resident page) and is lost if
@@ -170,7 +170,6 @@ class CompressedTier final : public client::PageStore {
   void Decode(const Entry& e, uint8_t* out) const;
   // Under mu_: serves a read of the entry into out (see "What it holds"), and counts the hit
   // towards the capacity's adaptation (see "Size").
-
   void HitLocked(std::unordered_map<client::PageId, Entry>::iterator it, uint8_t* out);
   // Under mu_: removes p's entry and its charge.
   void EraseLocked(std::unordered_map<client::PageId, Entry>::iterator it);
@@ -216,7 +215,7 @@ class CompressedTier final : public client::PageStore {
   uint64_t budget_bytes_ = 0;
   double scale_ = 1;  // The adaptive share of the capacity (see "Size").
   uint32_t window_hits_ = 0, window_near_ = 0;
-  double near_share_ = 0;  // Of the hits, averaged over windows.
+  double near_share_ = 0;        // Of the hits, averaged over windows.
   uint64_t retry_after_ns_ = 0;  // A write-back was refused: wait until then.
   uint64_t dirty_ = 0, compressed_ = 0;
   std::atomic<uint64_t> charged_{0};
