@@ -91,7 +91,9 @@ DEFINE_string(compressed_tier, "off",
               "--pager uffd: a compressed local tier in front of the memservers: evicted pages "
               "are LZ4-compressed into local memory (counted against --local-memory at their "
               "compressed size) and written back in the background; a fault on one decompresses "
-              "it, no network. off, auto (a quarter of the local budget) or a size (e.g. 64M)");
+              "it, no network. off, auto (up to a quarter of the local budget) or a size (e.g. "
+              "64M); it shrinks itself, to 1/16, while its hits are pages the resident set would "
+              "have kept with its room");
 DEFINE_string(pager, "uffd",
               "uffd: page the program's heap in-process with userfaultfd (no root needed); swap: "
               "run it and its children in a cgroup-v1 memory limit with a private `tessera swap` "

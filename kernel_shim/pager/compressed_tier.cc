@@ -40,6 +40,9 @@ Result<std::unique_ptr<CompressedTier>> CompressedTier::Create(const CompressedT
   if (o.writeback_delay_ms > 60000) {
     return InvalidArgument("compressed tier: writeback_delay_ms must be in 0..60000");
   }
+  if (o.adapt_window_hits > 65536) {
+    return InvalidArgument("compressed tier: adapt_window_hits must be in 0..65536");
+  }
   std::unique_ptr<CompressedTier> t(new CompressedTier(o));
   t->thread_ = std::thread([p = t.get()] { p->Loop(); });
   return t;
@@ -70,12 +73,15 @@ void CompressedTier::SetBudgetBytes(uint64_t budget_bytes) {
 }
 
 uint64_t CompressedTier::CapacityLocked() const {
+  uint64_t full;
   if (o_.capacity_bytes == 0) {
-    return static_cast<uint64_t>(o_.budget_share * static_cast<double>(budget_bytes_));
+    full = static_cast<uint64_t>(o_.budget_share * static_cast<double>(budget_bytes_));
+  } else {
+    // A fixed size never takes more than three quarters of a budget the owner gave.
+    full =
+        budget_bytes_ > 0 ? std::min(o_.capacity_bytes, budget_bytes_ / 4 * 3) : o_.capacity_bytes;
   }
-  // A fixed size never takes more than three quarters of a budget the owner gave.
-  return budget_bytes_ > 0 ? std::min(o_.capacity_bytes, budget_bytes_ / 4 * 3)
-                           : o_.capacity_bytes;
+  return static_cast<uint64_t>(scale_ * static_cast<double>(full));
 }
 
 void CompressedTier::Decode(const Entry& e, uint8_t* out) const {
@@ -102,6 +108,9 @@ void CompressedTier::EraseLocked(std::unordered_map<PageId, Entry>::iterator it)
 void CompressedTier::HitLocked(std::unordered_map<PageId, Entry>::iterator it, uint8_t* out) {
   Decode(it->second, out);
   counts_.hits++;
+  const bool near =
+      evictions_ - it->second.evicted_at <= charged_.load(std::memory_order_relaxed) / kPageSize;
+  if (near) counts_.hits_near++;
   // The reader holds the page now: a written-back copy here would only double-count it (it is
   // admitted again, clean, if it is evicted unchanged); one not yet written back stays until
   // its write-back is done.
@@ -110,6 +119,21 @@ void CompressedTier::HitLocked(std::unordered_map<PageId, Entry>::iterator it, u
   } else {
     it->second.read = true;
   }
+  if (near) window_near_++;
+  if (o_.adapt_window_hits == 0 || ++window_hits_ < o_.adapt_window_hits) return;
+  constexpr double kMinScale = 1.0 / 16, kShrink = 0.8, kGrow = 1.25;
+  // The near share, averaged over about the last 8 windows (a program's short phase of near
+  // hits, e.g. while its footprint grows, does not shrink a tier it then fills and uses).
+  near_share_ += (static_cast<double>(window_near_) / window_hits_ - near_share_) / 8;
+  if (near_share_ > 0.25) {
+    scale_ = std::max(kMinScale, scale_ * kShrink);
+    counts_.shrinks++;
+    (void)MakeRoomLocked(0);  // Down to the new capacity, as far as written-back pages go.
+  } else {
+    scale_ = std::min(1.0, scale_ * kGrow);
+    counts_.grows++;
+  }
+  window_hits_ = window_near_ = 0;
 }
 
 void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
@@ -118,8 +142,12 @@ void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
   const int len = LZ4_compress_default(reinterpret_cast<const char*>(bytes), scratch,
                                        static_cast<int>(kPageSize), sizeof scratch);
   std::lock_guard<std::mutex> l(mu_);
+  ++evictions_;
+  if (auto it = entries_.find(page); it != entries_.end()) {
+    it->second.evicted_at = evictions_;  // The tier has these bytes already (or newer).
+    return;
+  }
   if (len <= 0 || static_cast<size_t>(len) > o_.max_compressed_bytes) return;
-  if (entries_.count(page) != 0) return;  // The tier has these bytes already (or newer).
   if (!MakeRoomLocked(static_cast<uint64_t>(len) + kEntryOverheadBytes)) {
     counts_.bypassed_full++;
     return;
@@ -130,6 +158,7 @@ void CompressedTier::AdmitClean(PageId page, const uint8_t* bytes) {
   e.len = static_cast<uint32_t>(len);
   e.written_back = true;
   e.gen = next_gen_++;
+  e.evicted_at = evictions_;
   e.lru = lru_.insert(lru_.end(), page);  // Written back: may be dropped.
   entries_.emplace(page, std::move(e));
   charged_.fetch_add(static_cast<uint64_t>(len) + kEntryOverheadBytes, std::memory_order_relaxed);
@@ -173,6 +202,7 @@ Status CompressedTier::Submit(std::span<PageOp* const> ops) {
                                          static_cast<int>(kPageSize), sizeof scratch);
     const bool fits = len > 0 && static_cast<size_t>(len) <= o_.max_compressed_bytes;
     std::lock_guard<std::mutex> l(mu_);
+    ++evictions_;
     auto it = entries_.find(op->page);
     if (it != entries_.end()) EraseLocked(it);  // Replaced (or superseded by the store's copy).
     const bool in_flight = inflight_.count(op->page) != 0;
@@ -194,6 +224,7 @@ Status CompressedTier::Submit(std::span<PageOp* const> ops) {
     e.len = stored_len;
     e.raw = !fits;
     e.gen = next_gen_++;
+    e.evicted_at = evictions_;
     dirty_queue_.push_back(
         {op->page, e.gen, MonotonicNs() + uint64_t{o_.writeback_delay_ms} * 1000000});
     entries_.emplace(op->page, std::move(e));
@@ -410,10 +441,11 @@ void CompressedTier::Loop() {
     if (complete.empty() && submit.empty() && trims.empty()) {
       if (stopping_ && inflight_.empty() && complete_.empty() && wb_done_.empty()) return;
       // Stopping with write-backs in flight: wait for their completions (a predicate true at
-      // once would spin here holding mu_, which the completions need).
+      // once would spin here holding mu_, which the completions need). So nothing is due while
+      // stopping: no write-back starts then (above), although every queued one is urgent.
       auto due = [&] {
         const uint64_t t = MonotonicNs();
-        return !dirty_queue_.empty() && !free_wb_.empty() && t >= retry_after_ns_ &&
+        return !stopping_ && !dirty_queue_.empty() && !free_wb_.empty() && t >= retry_after_ns_ &&
                (UrgentLocked() || t >= dirty_queue_.front().due_ns);
       };
       auto ready = [&] {
@@ -460,6 +492,7 @@ CompressedTierStats CompressedTier::TierStats() const {
   s.compressed_bytes = compressed_;
   s.charged_bytes = charged_.load();
   s.capacity_bytes = CapacityLocked();
+  s.capacity_scale = scale_;
   return s;
 }
 

@@ -391,6 +391,7 @@ void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
   }
   uint64_t s = w.load();
   uint64_t fin = kNever;
+  bool admitted = false;
   for (;;) {
     if (!wb.ok() || (s & kWaitMissing)) {
       // Keep it: the write-back failed, or the program wants the page (a fault waits): move it
@@ -405,6 +406,14 @@ void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
     }
     const uint64_t in_store = (s & kInStore) | (wrote ? kInStore : 0);
     fin = in_store ? (kRemote | kInStore) : kNever;
+    // A clean page leaves for good: keep it compressed in the tier, as FinishEvict does, so
+    // that its next fault is local. Its bytes are in the slot, stable while kStagedBusy (a
+    // fault now waits); if one comes before the CAS, the page moves back and the tier's copy
+    // holds the same bytes as the store's.
+    if (o_.tier != nullptr && !v.dirty && !zero && (s & kInStore) && !admitted) {
+      o_.tier->AdmitClean(p, Slot(v.slot));
+      admitted = true;
+    }
     if (!w.compare_exchange_weak(s, fin)) continue;
     break;
   }

@@ -113,7 +113,9 @@ struct PagerOptions {
   // A compressed local tier (compressed_tier.h) in front of the remote store: when set, `store`
   // must be this tier. Its charged bytes count against the local budget (the resident set's
   // cap is the budget less the tier's charge), and the pager gives it the budget to size
-  // itself from. Not owned; must outlive the Pager.
+  // itself from (the tier then shrinks itself while its hits are pages the resident set would
+  // have kept with its room: compressed_tier.h, "Size"). Clean victims, from the inactive
+  // list's end or not, are offered to it (AdmitClean). Not owned; must outlive the Pager.
   CompressedTier* tier = nullptr;
   size_t region_bytes = 0;             // > 0, a multiple of 4096, <= store capacity.
 

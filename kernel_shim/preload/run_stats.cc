@@ -74,6 +74,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["minor_refaults"] = p.minor_refaults;
   r["inactive_drops"] = p.inactive_drops;
   r["staged_pages"] = p.staged_pages;
+  r["inactive_target_pages"] = p.inactive_target_pages;
   r["spin_hits"] = p.spin_hits;
   r["fault_batches"] = p.fault_batches;
   r["fault_batch_pages"] = p.fault_batch_pages;
@@ -138,6 +139,9 @@ void AddTierStats(const CompressedTierStats& t, RunStats* stats) {
   r["tier_kept_raw"] = t.kept_raw;
   r["tier_bypassed_full"] = t.bypassed_full;
   r["tier_hits"] = t.hits;
+  r["tier_hits_near"] = t.hits_near;
+  r["tier_shrinks"] = t.shrinks;
+  r["tier_grows"] = t.grows;
   r["tier_misses"] = t.misses;
   r["tier_writebacks"] = t.writebacks;
   r["tier_writeback_errors"] = t.writeback_errors;

@@ -87,6 +87,9 @@ TEST(CompressedTierTest, CreateAndSettingRejectBadInput) {
   o.writeback_inflight = 32;
   o.writeback_delay_ms = 60001;
   EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.writeback_delay_ms = 1000;
+  o.adapt_window_hits = 65537;
+  EXPECT_EQ(CompressedTier::Create(o).status().code(), StatusCode::kInvalidArgument);
 
   auto off = ParseCompressedTier("off");
   ASSERT_TRUE(off.ok());
@@ -377,6 +380,128 @@ TEST(CompressedTierTest, ATierFillingUpWritesBackWithoutWaitingForTheDelay) {
   }
 }
 
+// A page LZ4 shrinks to a few dozen bytes: zeros but for its id.
+std::vector<uint8_t> Sparse(PageId page) {
+  std::vector<uint8_t> b(kPage, 0);
+  std::memcpy(b.data(), &page, sizeof page);
+  return b;
+}
+
+// The capacity adapts to the hits' eviction distances (compressed_tier.h, "Size"): hits on pages
+// evicted within the tier's charge in pages (a resident set with the tier's room would have kept
+// them) shrink it to 1/16, hits on pages evicted longer ago grow it back.
+TEST(CompressedTierTest, NearHitsShrinkTheCapacityAndFarHitsGrowItBack) {
+  MemoryPageStore store(4096);
+  const uint64_t cap = 1 << 20;
+  constexpr uint32_t kWindow = 64;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 0;
+  o.adapt_window_hits = kWindow;
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  CompressedTier& tier = **created;
+  std::vector<uint8_t> got(kPage);
+  // Near: each page is read back right after it was evicted (distance 0).
+  constexpr uint32_t kNearWindows = 20;
+  for (uint32_t i = 0; i < kNearWindows * kWindow; ++i) {
+    const PageId p = i % 8;
+    ASSERT_TRUE(tier.WritePage(p, Compressible(p, i).data()).ok());
+    ASSERT_TRUE(tier.ReadPage(p, got.data()).ok());
+    ASSERT_EQ(got, Compressible(p, i));
+  }
+  CompressedTierStats s = tier.TierStats();
+  EXPECT_EQ(s.hits, kNearWindows * kWindow);
+  EXPECT_EQ(s.hits_near, s.hits);
+  // The averaged near share passes 1/4 at the third window (1 - (7/8)^3): two windows grow (the
+  // scale stays 1), the 18 after shrink it to its floor (0.8^13 < 1/16).
+  EXPECT_EQ(s.grows, 2u);
+  EXPECT_EQ(s.shrinks, kNearWindows - 2);
+  EXPECT_DOUBLE_EQ(s.capacity_scale, 1.0 / 16);
+  EXPECT_EQ(s.capacity_bytes, cap / 16);
+  // Far: 400 pages evicted, then read back oldest first; each is read hundreds of evictions
+  // after it left, while the tier's charge is a dozen pages or less. The average falls under
+  // 1/4 within 10 windows, and 13 more grow the scale back to 1.
+  constexpr PageId kFirst = 100, kFar = 400;
+  constexpr int kRounds = 6;
+  const uint64_t shrinks_before = s.shrinks;
+  for (int round = 0; round < kRounds; ++round) {
+    for (PageId p = kFirst; p < kFirst + kFar; ++p) {
+      ASSERT_TRUE(tier.WritePage(p, Sparse(p).data()).ok());
+    }
+    ASSERT_TRUE(tier.Flush().ok());
+    ASSERT_LE(tier.charged_bytes(), 12 * kPage) << "pages not as compressible as assumed";
+    for (PageId p = kFirst; p < kFirst + kFar; ++p) {
+      ASSERT_TRUE(tier.ReadPage(p, got.data()).ok());
+      ASSERT_EQ(got, Sparse(p)) << "page " << p;
+    }
+  }
+  s = tier.TierStats();
+  EXPECT_EQ(s.hits, kNearWindows * kWindow + kRounds * kFar) << "a far page was not held";
+  EXPECT_LT((s.hits_near - kNearWindows * kWindow) * 4, kRounds * kFar);
+  EXPECT_LE(s.shrinks - shrinks_before, 10u);
+  EXPECT_GE(s.grows, 2u + 13);  // 1.25^13 > 16.
+  EXPECT_DOUBLE_EQ(s.capacity_scale, 1.0);
+  EXPECT_EQ(s.capacity_bytes, cap);
+}
+
+// With adapt_window_hits 0 the capacity stays what it was set to, whatever the hits.
+TEST(CompressedTierTest, AFixedCapacityDoesNotAdapt) {
+  MemoryPageStore store(64);
+  const uint64_t cap = 1 << 20;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 0;
+  o.adapt_window_hits = 0;
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::vector<uint8_t> got(kPage);
+  for (uint32_t i = 0; i < 2048; ++i) {
+    ASSERT_TRUE((*created)->WritePage(i % 8, Compressible(i % 8, i).data()).ok());
+    ASSERT_TRUE((*created)->ReadPage(i % 8, got.data()).ok());
+  }
+  const CompressedTierStats s = (*created)->TierStats();
+  EXPECT_EQ(s.hits_near, 2048u);
+  EXPECT_EQ(s.shrinks + s.grows, 0u);
+  EXPECT_EQ(s.capacity_bytes, cap);
+}
+
+// The tier stops while write-backs are in flight and a page waits for its delay: the
+// destructor waits for the write-backs' completions and drops the waiting page. (Its thread
+// once took the waiting page as due - every queued write-back is urgent while stopping - and
+// spun holding the lock the completions need: the destructor never returned.)
+TEST(CompressedTierTest, StoppingWithWriteBacksInFlightAndAPageWaitingReturns) {
+  MemoryPageStore store(4096);
+  const uint64_t cap = 256 << 10;
+  CompressedTierOptions o;
+  o.store = &store;
+  o.capacity_bytes = cap;
+  o.writeback_delay_ms = 60000;
+  o.writeback_inflight = 1024;  // Every urgent write-back starts at once: slots stay free.
+  auto created = CompressedTier::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<CompressedTier> tier = std::move(*created);
+  store.Hold(MemoryPageStore::HoldKind::kWrites);
+  // Past 3/4 of the capacity: the write-backs start at once, and are held by the store.
+  PageId p = 0;
+  while (tier->charged_bytes() <= cap / 4 * 3) {
+    ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+    ++p;
+  }
+  ASSERT_TRUE(store.WaitHeld(p)) << "the write-backs did not start";
+  // Trimmed: the tier is empty again (not urgent), and one more page waits for its delay.
+  ASSERT_TRUE(tier->Trim(0, p).ok());
+  ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
+  EXPECT_EQ(tier->TierStats().dirty_entries, 1u);
+  std::thread stop([&] { tier.reset(); });
+  store.Release();
+  stop.join();
+  EXPECT_EQ(tier, nullptr);
+  EXPECT_FALSE(store.Holds(p)) << "a page not written back when the tier stopped is dropped";
+}
+
 TEST(CompressedTierTest, AsyncReadsCompleteOffTheSubmittingThread) {
   MemoryPageStore store(64);
   auto tier = MakeTier(&store, 1 << 20);
@@ -449,6 +574,7 @@ TEST(CompressedTierTest, PagerChargesTheTierAgainstItsBudget) {
   MemoryPageStore store(kPages);
   CompressedTierOptions to;
   to.store = &store;  // Auto: a quarter of the pager's budget.
+  to.adapt_window_hits = 0;  // The full quarter, whatever the hits' distances.
   auto tier = CompressedTier::Create(to);
   ASSERT_TRUE(tier.ok());
   PagerOptions o;
@@ -480,6 +606,51 @@ TEST(CompressedTierTest, PagerChargesTheTierAgainstItsBudget) {
   EXPECT_EQ(s.capacity_bytes, kLimit * kPage / 4);
   EXPECT_LT(store.reads_completed() - before, (*pager)->Stats().remote_reads)
       << "every fill went to the store";
+  pager->reset();
+}
+
+// With the inactive list on (the default), victims leave local memory from the list's end, not
+// through the plain eviction path: clean ones must still be kept compressed in the tier, so that
+// their next fault is local (before, only the list-off path admitted them, and a read-only page
+// paged through the list went to the store every time).
+TEST(CompressedTierTest, CleanPagesLeavingTheInactiveListAreKeptInTheTier) {
+  constexpr size_t kPages = 1024, kLimit = 256;
+  MemoryPageStore store(kPages);
+  CompressedTierOptions to;
+  to.store = &store;
+  to.capacity_bytes = 1 << 20;  // Three quarters of the budget: 768 KiB.
+  to.writeback_delay_ms = 0;
+  to.adapt_window_hits = 0;  // A fixed capacity: this test is about admission only.
+  auto tier = CompressedTier::Create(to);
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  PagerOptions o;
+  o.store = tier->get();
+  o.tier = tier->get();
+  o.region_bytes = kPages * kPage;
+  o.local_limit_bytes = kLimit * kPage;
+  o.evict_batch = 16;
+  o.inactive_list = true;
+  o.adaptive_writable_fills = false;  // Pages read back stay clean.
+  o.prefetch = false;
+  auto pager = Pager::Create(o);
+  ASSERT_TRUE(pager.ok()) << pager.status().ToString();
+  uint8_t* base = (*pager)->base();
+  for (size_t p = 0; p < kPages; ++p) {
+    const auto b = Compressible(p, 1);
+    std::memcpy(base + p * kPage, b.data(), kPage);
+  }
+  ASSERT_TRUE((*tier)->Flush().ok());
+  // Two read-only passes: pages come back clean and are evicted clean through the list.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t p = 0; p < kPages; ++p) {
+      ASSERT_EQ(std::memcmp(base + p * kPage, Compressible(p, 1).data(), kPage), 0) << p;
+    }
+  }
+  const PagerStats ps = (*pager)->Stats();
+  const CompressedTierStats s = (*tier)->TierStats();
+  EXPECT_GT(ps.deactivated, 0u) << "the inactive list did not run";
+  EXPECT_GT(ps.clean_drops, 0u);
+  EXPECT_GT(s.admitted_clean, 0u) << "clean pages leaving the list were not kept in the tier";
   pager->reset();
 }
 
