@@ -39,6 +39,7 @@
 #include "client/remote_store.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "tests/client/sim_server.h"
 
 namespace tessera::client::remote {
 namespace {
@@ -59,27 +60,10 @@ struct Uniform {
 };
 
 // What one server does over a schedule.
-struct Plan {
+struct Plan : StopsAndKills {
   uint64_t min_delay = 20000, max_delay = 200000;  // Replies take min..max ns.
-  uint64_t stop_at = 0, resume_at = 0;             // SIGSTOP window (0: none); resume 0 = never.
-  uint64_t kill_at = 0;                            // SIGKILL (0: never).
-  std::vector<uint64_t> resets;                    // Its data connections reset at these times.
-  bool Dead(uint64_t t) const { return kill_at != 0 && t >= kill_at; }
-  bool Stopped(uint64_t t) const {
-    return stop_at != 0 && t >= stop_at && (resume_at == 0 || t < resume_at);
-  }
+  std::vector<uint64_t> resets;                     // Its data connections reset at these times.
   bool Faulty() const { return stop_at != 0 || kill_at != 0; }
-  // When a request sent at `t` taking `delay` is answered (0: never).
-  uint64_t AnswerAt(uint64_t t, uint64_t delay) const {
-    if (Dead(t)) return 0;
-    uint64_t at = t + delay;
-    if (Stopped(t) || Stopped(at)) {
-      if (resume_at == 0) return 0;
-      at = std::max(at, resume_at + delay);
-    }
-    if (kill_at != 0 && at >= kill_at) return 0;
-    return at;
-  }
 };
 
 struct Schedule {

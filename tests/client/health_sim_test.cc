@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "client/remote/health.h"
+#include "tests/client/sim_server.h"
 
 namespace tessera::client::remote {
 namespace {
@@ -37,26 +38,9 @@ namespace {
 constexpr uint64_t kMs = 1000000;
 
 // What one server does over the schedule.
-struct Behaviour {
+struct Behaviour : StopsAndKills {
   uint64_t max_delay_ns = 5 * kMs;  // Heartbeat replies take 0..max_delay.
-  uint64_t stop_at = 0, resume_at = 0;  // SIGSTOP window (0: none); resume 0 = never.
-  uint64_t kill_at = 0;                  // SIGKILL (0: never).
-  uint64_t lease_expiry_at = 0;          // An etcd lease expiry reported (0: none).
-  bool Dead(uint64_t t) const { return kill_at != 0 && t >= kill_at; }
-  bool Stopped(uint64_t t) const {
-    return stop_at != 0 && t >= stop_at && (resume_at == 0 || t < resume_at);
-  }
-  // When a request sent at `t` is answered (0: never).
-  uint64_t AnswerAt(uint64_t t, uint64_t delay) const {
-    if (Dead(t)) return 0;
-    uint64_t at = t + delay;
-    if (Stopped(t) || Stopped(at)) {
-      if (resume_at == 0) return 0;
-      at = std::max(at, resume_at + delay);
-    }
-    if (kill_at != 0 && at >= kill_at) return 0;
-    return at;
-  }
+  uint64_t lease_expiry_at = 0;     // An etcd lease expiry reported (0: none).
 };
 
 struct Schedule {
