@@ -10,6 +10,9 @@
 //   TESSERA_RETURN_IF_ERROR(r.Finish("PUSH"));  // also refuses trailing bytes
 //
 // ByteWriter appends to a std::vector<uint8_t> (variable-length messages).
+//
+// Every protocol of Tessera's own is little-endian. The BigEndian variants (network order)
+// serve the protocols that define it so (NBD).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,27 @@ inline uint32_t DecodeFixed32(const uint8_t* p) {
 inline uint64_t DecodeFixed64(const uint8_t* p) {
   return static_cast<uint64_t>(DecodeFixed32(p)) |
          (static_cast<uint64_t>(DecodeFixed32(p + 4)) << 32);
+}
+
+inline void EncodeBigEndian16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+inline void EncodeBigEndian32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * (3 - i)));
+}
+inline void EncodeBigEndian64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * (7 - i)));
+}
+inline uint16_t DecodeBigEndian16(const uint8_t* p) {
+  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
+inline uint32_t DecodeBigEndian32(const uint8_t* p) {
+  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
+         (static_cast<uint32_t>(p[2]) << 8) | static_cast<uint32_t>(p[3]);
+}
+inline uint64_t DecodeBigEndian64(const uint8_t* p) {
+  return (static_cast<uint64_t>(DecodeBigEndian32(p)) << 32) | DecodeBigEndian32(p + 4);
 }
 
 // The bytes of a string (a label, a secret) as written to the wire or hashed.
@@ -127,6 +151,19 @@ class ByteWriter {
     b_.insert(b_.end(), b.begin(), b.end());
     return *this;
   }
+  ByteWriter& PutBigEndian16(uint16_t v) {
+    EncodeBigEndian16(Grow(2), v);
+    return *this;
+  }
+  ByteWriter& PutBigEndian32(uint32_t v) {
+    EncodeBigEndian32(Grow(4), v);
+    return *this;
+  }
+  ByteWriter& PutBigEndian64(uint64_t v) {
+    EncodeBigEndian64(Grow(8), v);
+    return *this;
+  }
+  ByteWriter& PutBytes(std::string_view s) { return PutBytes(AsBytes(s)); }
   // A 16-bit length, then the bytes (the caller bounds the length).
   ByteWriter& PutString16(std::string_view s) {
     PutFixed16(static_cast<uint16_t>(s.size()));
@@ -135,6 +172,11 @@ class ByteWriter {
   }
   size_t size() const { return b_.size(); }
   std::vector<uint8_t> Take() { return std::move(b_); }
+  std::string TakeString() {
+    std::string s(b_.begin(), b_.end());
+    b_.clear();
+    return s;
+  }
 
  private:
   uint8_t* Grow(size_t n) {
@@ -164,6 +206,21 @@ class SpanReader {
     if (!Need(8, what)) return 0;
     pos_ += 8;
     return DecodeFixed64(b_.data() + pos_ - 8);
+  }
+  uint16_t GetBigEndian16(const char* what) {
+    if (!Need(2, what)) return 0;
+    pos_ += 2;
+    return DecodeBigEndian16(b_.data() + pos_ - 2);
+  }
+  uint32_t GetBigEndian32(const char* what) {
+    if (!Need(4, what)) return 0;
+    pos_ += 4;
+    return DecodeBigEndian32(b_.data() + pos_ - 4);
+  }
+  uint64_t GetBigEndian64(const char* what) {
+    if (!Need(8, what)) return 0;
+    pos_ += 8;
+    return DecodeBigEndian64(b_.data() + pos_ - 8);
   }
   float GetFloat(const char* what) {
     const uint32_t v = GetFixed32(what);

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/clock.h"
+#include "common/coding.h"
 #include "common/logging.h"
 #include "kernel_shim/nbd/handshake.h"
 #include "kernel_shim/nbd/socket_io.h"
@@ -545,7 +546,9 @@ void NbdServer::Connection::AppendReply(Request* r, std::vector<std::string>* he
   } else if (read_data) {
     std::string s = EncodeStructuredHeader(kReplyFlagDone, kReplyTypeOffsetData, h.cookie,
                                            8 + h.length);
-    PutU64(&s, h.offset);
+    uint8_t offset[8];
+    EncodeBigEndian64(offset, h.offset);
+    s.append(reinterpret_cast<const char*>(offset), 8);
     headers->push_back(std::move(s));
   } else {
     headers->push_back(EncodeStructuredHeader(kReplyFlagDone, kReplyTypeNone, h.cookie, 0));

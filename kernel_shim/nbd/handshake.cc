@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "common/coding.h"
 #include "common/logging.h"
 #include "kernel_shim/nbd/protocol.h"
 #include "kernel_shim/nbd/socket_io.h"
@@ -33,7 +34,7 @@ std::optional<Negotiated> NegotiateHandshake(int f, const NbdServerOptions& opti
   if (!WriteString(f, EncodeGreeting(kFlagFixedNewstyle | kFlagNoZeroes))) return std::nullopt;
   uint8_t b[16];
   if (!ReadFull(f, b, 4)) return std::nullopt;
-  const uint32_t client_flags = GetU32(b);
+  const uint32_t client_flags = DecodeBigEndian32(b);
   if ((client_flags & ~(kClientFlagFixedNewstyle | kClientFlagNoZeroes)) != 0) {
     TLOG(WARNING) << "nbd " << peer << ": unknown client flags " << client_flags << "; closing";
     return std::nullopt;
@@ -42,12 +43,13 @@ std::optional<Negotiated> NegotiateHandshake(int f, const NbdServerOptions& opti
 
   for (;;) {
     if (!ReadFull(f, b, 16)) return std::nullopt;
-    if (GetU64(b) != kIHaveOpt) {
+    SpanReader r(std::span<const uint8_t>(b, 16));
+    if (r.GetBigEndian64("option magic") != kIHaveOpt) {
       TLOG(WARNING) << "nbd " << peer << ": bad option magic; closing";
       return std::nullopt;
     }
-    const uint32_t option = GetU32(b + 8);
-    const uint32_t len = GetU32(b + 12);
+    const uint32_t option = r.GetBigEndian32("option");
+    const uint32_t len = r.GetBigEndian32("option length");
     if (len > 65536) {
       TLOG(WARNING) << "nbd " << peer << ": " << OptionName(option) << " with " << len
                     << " bytes of data is too long; closing";
@@ -66,9 +68,9 @@ std::optional<Negotiated> NegotiateHandshake(int f, const NbdServerOptions& opti
                         << data << "\"; closing";
           return std::nullopt;
         }
-        std::string reply;
-        PutU64(&reply, exp->size_bytes);
-        PutU16(&reply, trans_flags);
+        ByteWriter w;
+        w.PutBigEndian64(exp->size_bytes).PutBigEndian16(trans_flags);
+        std::string reply = w.TakeString();
         if (!no_zeroes) reply.append(124, '\0');
         if (!WriteString(f, reply)) return std::nullopt;
         break;

@@ -2,107 +2,99 @@
 
 #include <cstdio>
 
+#include "common/coding.h"
+
 namespace tessera::nbd {
 
+// The byte helpers the tests' raw NBD client uses: the common codec's, in network order.
 void PutU16(std::string* out, uint16_t v) {
-  out->push_back(static_cast<char>(v >> 8));
-  out->push_back(static_cast<char>(v));
+  uint8_t b[2];
+  EncodeBigEndian16(b, v);
+  out->append(reinterpret_cast<const char*>(b), 2);
 }
 void PutU32(std::string* out, uint32_t v) {
-  PutU16(out, static_cast<uint16_t>(v >> 16));
-  PutU16(out, static_cast<uint16_t>(v));
+  uint8_t b[4];
+  EncodeBigEndian32(b, v);
+  out->append(reinterpret_cast<const char*>(b), 4);
 }
 void PutU64(std::string* out, uint64_t v) {
-  PutU32(out, static_cast<uint32_t>(v >> 32));
-  PutU32(out, static_cast<uint32_t>(v));
+  uint8_t b[8];
+  EncodeBigEndian64(b, v);
+  out->append(reinterpret_cast<const char*>(b), 8);
 }
-uint16_t GetU16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
-uint32_t GetU32(const uint8_t* p) {
-  return (static_cast<uint32_t>(GetU16(p)) << 16) | GetU16(p + 2);
-}
-uint64_t GetU64(const uint8_t* p) {
-  return (static_cast<uint64_t>(GetU32(p)) << 32) | GetU32(p + 4);
-}
+uint16_t GetU16(const uint8_t* p) { return DecodeBigEndian16(p); }
+uint32_t GetU32(const uint8_t* p) { return DecodeBigEndian32(p); }
+uint64_t GetU64(const uint8_t* p) { return DecodeBigEndian64(p); }
 
 std::string EncodeGreeting(uint16_t handshake_flags) {
-  std::string s;
-  PutU64(&s, kNbdMagic);
-  PutU64(&s, kIHaveOpt);
-  PutU16(&s, handshake_flags);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian64(kNbdMagic).PutBigEndian64(kIHaveOpt).PutBigEndian16(handshake_flags);
+  return w.TakeString();
 }
 
 std::string EncodeOptionReply(uint32_t option, uint32_t type, std::string_view data) {
-  std::string s;
-  PutU64(&s, kOptReplyMagic);
-  PutU32(&s, option);
-  PutU32(&s, type);
-  PutU32(&s, static_cast<uint32_t>(data.size()));
-  s.append(data);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian64(kOptReplyMagic).PutBigEndian32(option).PutBigEndian32(type);
+  w.PutBigEndian32(static_cast<uint32_t>(data.size())).PutBytes(data);
+  return w.TakeString();
 }
 
 std::string EncodeServerReplyData(std::string_view name, std::string_view description) {
-  std::string s;
-  PutU32(&s, static_cast<uint32_t>(name.size()));
-  s.append(name);
-  s.append(description);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian32(static_cast<uint32_t>(name.size())).PutBytes(name).PutBytes(description);
+  return w.TakeString();
 }
 
 std::string EncodeInfoExport(uint64_t size, uint16_t transmission_flags) {
-  std::string s;
-  PutU16(&s, kInfoExport);
-  PutU64(&s, size);
-  PutU16(&s, transmission_flags);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian16(kInfoExport).PutBigEndian64(size).PutBigEndian16(transmission_flags);
+  return w.TakeString();
 }
 
 std::string EncodeInfoName(std::string_view name) {
-  std::string s;
-  PutU16(&s, kInfoName);
-  s.append(name);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian16(kInfoName).PutBytes(name);
+  return w.TakeString();
 }
 
 std::string EncodeInfoDescription(std::string_view description) {
-  std::string s;
-  PutU16(&s, kInfoDescription);
-  s.append(description);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian16(kInfoDescription).PutBytes(description);
+  return w.TakeString();
 }
 
 std::string EncodeInfoBlockSize(uint32_t minimum, uint32_t preferred, uint32_t maximum) {
-  std::string s;
-  PutU16(&s, kInfoBlockSize);
-  PutU32(&s, minimum);
-  PutU32(&s, preferred);
-  PutU32(&s, maximum);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian16(kInfoBlockSize).PutBigEndian32(minimum).PutBigEndian32(preferred);
+  w.PutBigEndian32(maximum);
+  return w.TakeString();
 }
 
 Result<InfoRequest> DecodeInfoRequest(std::string_view payload) {
-  const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
   const size_t n = payload.size();
   if (n < 6) return ProtocolError("info request of ", n, " bytes is shorter than 6");
-  const uint32_t name_len = GetU32(p);
+  SpanReader r(AsBytes(payload));
+  const uint32_t name_len = r.GetBigEndian32("export name length");
   if (name_len > n - 6) {
     return ProtocolError("info request names ", name_len, " bytes of export name but carries ",
                          n - 6);
   }
   InfoRequest req;
-  req.name.assign(payload.substr(4, name_len));
-  const uint16_t count = GetU16(p + 4 + name_len);
-  if (static_cast<size_t>(count) * 2 != n - 6 - name_len) {
-    return ProtocolError("info request lists ", count, " information types in ",
-                         n - 6 - name_len, " bytes");
+  const auto name = r.GetBytes(name_len, "export name");
+  req.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  const uint16_t count = r.GetBigEndian16("information type count");
+  if (static_cast<size_t>(count) * 2 != r.left()) {
+    return ProtocolError("info request lists ", count, " information types in ", r.left(),
+                         " bytes");
   }
-  for (uint16_t i = 0; i < count; ++i) req.info_types.push_back(GetU16(p + 6 + name_len + 2 * i));
+  for (uint16_t i = 0; i < count; ++i) req.info_types.push_back(r.GetBigEndian16("information type"));
+  TESSERA_RETURN_IF_ERROR(r.Finish("info request"));
   return req;
 }
 
 Result<RequestHeader> DecodeRequestHeader(const uint8_t* b) {
-  const uint32_t magic = GetU32(b);
+  SpanReader r(std::span<const uint8_t>(b, kRequestHeaderSize));
+  const uint32_t magic = r.GetBigEndian32("request magic");
   if (magic != kRequestMagic) {
     return ProtocolError("bad request magic 0x", [magic] {
       char buf[16];
@@ -111,52 +103,43 @@ Result<RequestHeader> DecodeRequestHeader(const uint8_t* b) {
     }());
   }
   RequestHeader h;
-  h.flags = GetU16(b + 4);
-  h.type = GetU16(b + 6);
-  h.cookie = GetU64(b + 8);
-  h.offset = GetU64(b + 16);
-  h.length = GetU32(b + 24);
+  h.flags = r.GetBigEndian16("flags");
+  h.type = r.GetBigEndian16("type");
+  h.cookie = r.GetBigEndian64("cookie");
+  h.offset = r.GetBigEndian64("offset");
+  h.length = r.GetBigEndian32("length");
+  TESSERA_RETURN_IF_ERROR(r.Finish("request header"));
   return h;
 }
 
 std::string EncodeRequestHeader(const RequestHeader& h) {
-  std::string s;
-  PutU32(&s, kRequestMagic);
-  PutU16(&s, h.flags);
-  PutU16(&s, h.type);
-  PutU64(&s, h.cookie);
-  PutU64(&s, h.offset);
-  PutU32(&s, h.length);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian32(kRequestMagic).PutBigEndian16(h.flags).PutBigEndian16(h.type);
+  w.PutBigEndian64(h.cookie).PutBigEndian64(h.offset).PutBigEndian32(h.length);
+  return w.TakeString();
 }
 
 std::string EncodeSimpleReply(uint32_t error, uint64_t cookie) {
-  std::string s;
-  PutU32(&s, kSimpleReplyMagic);
-  PutU32(&s, error);
-  PutU64(&s, cookie);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian32(kSimpleReplyMagic).PutBigEndian32(error).PutBigEndian64(cookie);
+  return w.TakeString();
 }
 
 std::string EncodeStructuredHeader(uint16_t flags, uint16_t type, uint64_t cookie,
                                    uint32_t length) {
-  std::string s;
-  PutU32(&s, kStructuredReplyMagic);
-  PutU16(&s, flags);
-  PutU16(&s, type);
-  PutU64(&s, cookie);
-  PutU32(&s, length);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian32(kStructuredReplyMagic).PutBigEndian16(flags).PutBigEndian16(type);
+  w.PutBigEndian64(cookie).PutBigEndian32(length);
+  return w.TakeString();
 }
 
 std::string EncodeStructuredError(uint64_t cookie, uint32_t error, std::string_view message) {
   if (message.size() > 4096) message = message.substr(0, 4096);
-  std::string s = EncodeStructuredHeader(kReplyFlagDone, kReplyTypeError, cookie,
-                                         static_cast<uint32_t>(6 + message.size()));
-  PutU32(&s, error);
-  PutU16(&s, static_cast<uint16_t>(message.size()));
-  s.append(message);
-  return s;
+  ByteWriter w;
+  w.PutBigEndian32(error).PutBigEndian16(static_cast<uint16_t>(message.size())).PutBytes(message);
+  return EncodeStructuredHeader(kReplyFlagDone, kReplyTypeError, cookie,
+                                static_cast<uint32_t>(6 + message.size())) +
+         w.TakeString();
 }
 
 std::string CommandName(uint16_t type) {

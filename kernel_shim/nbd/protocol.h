@@ -108,7 +108,8 @@ inline constexpr uint32_t kEOverflow = 75;
 inline constexpr uint32_t kENotSup = 95;
 inline constexpr uint32_t kEShutdown = 108;
 
-// --- Encoding helpers (big-endian, network order) ---
+// --- Byte helpers (big-endian, network order) for the tests' raw client. The server encodes
+// and decodes with the common codec (common/coding.h, its BigEndian variants). ---
 void PutU16(std::string* out, uint16_t v);
 void PutU32(std::string* out, uint32_t v);
 void PutU64(std::string* out, uint64_t v);

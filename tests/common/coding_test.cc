@@ -25,6 +25,31 @@ TEST(Coding, FixedWidthIsLittleEndian) {
   }
 }
 
+TEST(Coding, BigEndianIsNetworkOrder) {
+  uint8_t b[8];
+  EncodeBigEndian16(b, 0x0102);
+  EXPECT_EQ(b[0], 0x01);
+  EXPECT_EQ(b[1], 0x02);
+  EncodeBigEndian32(b, 0x01020304u);
+  EXPECT_EQ(std::vector<uint8_t>(b, b + 4), (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(DecodeBigEndian32(b), 0x01020304u);
+  EncodeBigEndian64(b, 0x0102030405060708ull);
+  EXPECT_EQ(std::vector<uint8_t>(b, b + 8), (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(DecodeBigEndian64(b), 0x0102030405060708ull);
+  EXPECT_EQ(DecodeBigEndian16(b), 0x0102);
+  // NBD's greeting: "NBDMAGIC" is the 64-bit magic in network order.
+  ByteWriter w;
+  w.PutBigEndian64(0x4e42444d41474943ull).PutBigEndian16(3).PutBytes(std::string_view("x"));
+  EXPECT_EQ(w.TakeString(), std::string("NBDMAGIC\x00\x03x", 11));
+  const std::string hdr("\x25\x60\x95\x13\x00\x01", 6);
+  SpanReader r(AsBytes(hdr));
+  EXPECT_EQ(r.GetBigEndian32("magic"), 0x25609513u);
+  EXPECT_EQ(r.GetBigEndian16("flags"), 1u);
+  EXPECT_EQ(r.GetBigEndian16("type"), 0u);
+  EXPECT_NE(r.status().ToString().find("type needs 2 bytes, 0 left"), std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(Coding, WritersAndReaderRoundTripInOrder) {
   uint8_t fixed[8 + 4 + 2 + 1 + 3 + 4];
   SpanWriter(fixed, sizeof fixed)
