@@ -554,36 +554,22 @@ Scenario ApplyQuick(const Scenario& s) {
     // variant's expect that has it.
     auto merge = [&](ExpectSpec* e, bool only_present) {
       const ExpectSpec& q2 = s.quick.expect;
-      if (q2.data_loss && (!only_present || e->data_loss)) e->data_loss = q2.data_loss;
-      if (q2.wrong_bytes && (!only_present || e->wrong_bytes)) e->wrong_bytes = q2.wrong_bytes;
-      if (q2.identical_output && (!only_present || e->identical_output))
-        e->identical_output = q2.identical_output;
-      if (q2.max_p99_us_during_faults && (!only_present || e->max_p99_us_during_faults))
-        e->max_p99_us_during_faults = q2.max_p99_us_during_faults;
-      if (q2.max_p99_ratio_during_faults && (!only_present || e->max_p99_ratio_during_faults)) {
-        e->max_p99_ratio_during_faults = q2.max_p99_ratio_during_faults;
-      }
-      if (q2.min_throughput_ratio_during_faults &&
-          (!only_present || e->min_throughput_ratio_during_faults)) {
-        e->min_throughput_ratio_during_faults = q2.min_throughput_ratio_during_faults;
-      }
-      if (q2.regenerated_within_s && (!only_present || e->regenerated_within_s))
-        e->regenerated_within_s = q2.regenerated_within_s;
-      if (q2.max_slowdown_vs_healthy && (!only_present || e->max_slowdown_vs_healthy))
-        e->max_slowdown_vs_healthy = q2.max_slowdown_vs_healthy;
-      if (q2.corruptions_repaired_all && (!only_present || e->corruptions_repaired_all))
-        e->corruptions_repaired_all = q2.corruptions_repaired_all;
-      if (q2.data_loss_exactly_affected && (!only_present || e->data_loss_exactly_affected)) {
-        e->data_loss_exactly_affected = q2.data_loss_exactly_affected;
-      }
-      if (q2.max_loss_error_vs_prediction && (!only_present || e->max_loss_error_vs_prediction)) {
-        e->max_loss_error_vs_prediction = q2.max_loss_error_vs_prediction;
-      }
-      if (q2.slabs_back_to_baseline && (!only_present || e->slabs_back_to_baseline)) {
-        e->slabs_back_to_baseline = q2.slabs_back_to_baseline;
-      }
-      if (q2.false_failures && (!only_present || e->false_failures))
-        e->false_failures = q2.false_failures;
+      auto take = [only_present](auto& to, const auto& from) {
+        if (from && (!only_present || to)) to = from;
+      };
+      take(e->data_loss, q2.data_loss);
+      take(e->wrong_bytes, q2.wrong_bytes);
+      take(e->identical_output, q2.identical_output);
+      take(e->max_p99_us_during_faults, q2.max_p99_us_during_faults);
+      take(e->max_p99_ratio_during_faults, q2.max_p99_ratio_during_faults);
+      take(e->min_throughput_ratio_during_faults, q2.min_throughput_ratio_during_faults);
+      take(e->regenerated_within_s, q2.regenerated_within_s);
+      take(e->max_slowdown_vs_healthy, q2.max_slowdown_vs_healthy);
+      take(e->corruptions_repaired_all, q2.corruptions_repaired_all);
+      take(e->data_loss_exactly_affected, q2.data_loss_exactly_affected);
+      take(e->max_loss_error_vs_prediction, q2.max_loss_error_vs_prediction);
+      take(e->slabs_back_to_baseline, q2.slabs_back_to_baseline);
+      take(e->false_failures, q2.false_failures);
     };
     merge(&q.expect, false);
     for (VariantSpec& v : q.variants) merge(&v.expect, true);
