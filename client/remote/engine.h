@@ -607,6 +607,15 @@ class IoThread {
   // Can split j of `s` be asked again once its server's connection is back? (A server that is
   // not failed, a member that exists.)
   bool Reaskable(const Slab& s, int j) const;
+  // Read split (member) j of c failed with st: if it was lost with its connection
+  // (Unavailable: it went down; Cancelled: aborted to reconnect) on a server that is not
+  // failed, it is to be asked again once the connection is back (c->reask).
+  void NoteLostRead(Ctx* c, int j, const Status& st) {
+    if ((st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kCancelled) &&
+        Reaskable(slabs_[c->slab], j)) {
+      c->reask |= 1ull << j;
+    }
+  }
   void RepairStale();
   // Can new requests go to `server` on this thread's data connection?
   bool Usable(uint32_t server) const;  // Defined after RemoteStore.

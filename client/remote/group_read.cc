@@ -229,11 +229,7 @@ void GroupLayout::OnRead(Ctx* c, int member, const Status& st) {
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
-    // Lost with its connection on a server that is not failed: asked again once it is back.
-    if ((st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kCancelled) &&
-        io_.Reaskable(io_.slabs_[c->slab], member)) {
-      c->reask |= bit;
-    }
+    io_.NoteLostRead(c, member, st);
   } else if (coding::Crc32c(io_.SplitBuf(c, member), kPageSize) == c->crcs[member]) {
     c->good |= bit;
   } else {

@@ -102,12 +102,7 @@ void SplitLayout::OnReadSplit(Ctx* c, int split, const Status& st) {
   if (c->finished) return;
   if (!st.ok()) {
     c->bad |= bit;
-    // Lost with its connection (Unavailable: it went down; Cancelled: aborted to reconnect) on
-    // a server that is not failed: ask it again once the connection is back.
-    if ((st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kCancelled) &&
-        io_.Reaskable(io_.slabs_[c->slab], split)) {
-      c->reask |= bit;
-    }
+    io_.NoteLostRead(c, split, st);
   } else {
     uint32_t crc = coding::Crc32c(io_.SplitBuf(c, split), lay_.split);
     if (crc == c->crcs[split]) {
