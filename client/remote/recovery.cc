@@ -42,7 +42,9 @@ void IoThread::OnNotice(const fabric::Completion& comp) {
 
 void IoThread::ServerError(uint32_t server, const Status& st) {
   if (server >= conn_.size() || local_failed_[server] || store_->failed_[server].load()) return;
-  if (st.code() == StatusCode::kCancelled && conn_down_[server]) return;  // Our own Abort().
+  // The other requests of a connection found lost (ConnLost): the loss is one error, however
+  // many requests it took with it (our own Abort() cancels them; a reset fails them).
+  if (conn_down_[server]) return;
   if (st.code() == StatusCode::kUnavailable && ++errors_in_a_row_[server] == kBrokenAfter) {
     // Refused or lost again and again with no good reply in between (the server may still
     // answer heartbeats): its data path is broken. Reported once per run of errors.
