@@ -75,6 +75,10 @@ struct PageStoreStats {
   uint64_t verdicts_held = 0;
   uint64_t reconnects = 0;
   uint64_t stale_repairs = 0;
+  // Slab ALLOC calls the client stopped waiting for because their server turned suspect or
+  // failed while the call was out; the member was asked of another server (a late answer's slab
+  // is given back).
+  uint64_t allocs_abandoned = 0;
   // Logical slabs whose remote slabs were given back (trimmed empty); their FREE calls are
   // made off the I/O threads, so the servers may still hold them for a moment.
   uint64_t slabs_released = 0;

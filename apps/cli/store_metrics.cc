@@ -40,6 +40,9 @@ std::string StoreMetrics(const std::string& store_name, const client::PageStoreS
   w.Counter("tessera_client_stale_repairs_total",
             "Pieces a write could not store at once, rewritten once their server was back.",
             s.stale_repairs);
+  w.Counter("tessera_client_allocs_abandoned_total",
+            "Slab allocations given up on a server that turned suspect, and asked elsewhere.",
+            s.allocs_abandoned);
   w.Counter("tessera_client_regenerations_total", "Lost pieces rebuilt onto replacement servers.",
             s.regenerations_done);
   w.Gauge("tessera_client_regenerations_pending", "Lost pieces not rebuilt yet.",

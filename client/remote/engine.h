@@ -363,7 +363,7 @@ struct SharedStats {
       stripes_written{0}, padding_slots{0}, remote_slabs{0}, stored_pages{0},
       parity_updates{0}, direct_reads{0}, direct_fallbacks{0}, direct_hedged{0},
       direct_spin_hits{0}, direct_sleeps{0}, slots_reclaimed{0}, server_suspicions{0}, server_recoveries{0},
-      reconnects{0}, stale_repairs{0}, verdicts_held{0};
+      reconnects{0}, stale_repairs{0}, verdicts_held{0}, allocs_abandoned{0};
 };
 
 // A reconnect's TCP connect and authentication handshake, tried on a thread of its own
@@ -476,7 +476,7 @@ class IoThread {
   }
   // ---- slabs.cc: slab allocation, off this thread ----
   // Every ALLOC control call (a new slab's members, the replacement of a member) is made by
-  // allocator_'s thread; this thread places, hands the calls over, and takes the answers in
+  // allocator_'s workers; this thread places, hands the calls over, and takes the answers in
   // TakeAllocAnswers() (from the loop). It never waits on the network for a slab.
   //
   // Starts allocating slab `s` (not allocated, not being allocated): places it and asks for
@@ -491,6 +491,12 @@ class IoThread {
   bool AllocationsPending() const { return !allocs_.empty() || !replacing_.empty(); }
   // Handles the allocator's answers; true when there were any.
   bool TakeAllocAnswers();
+  // Stops waiting for the ALLOCs out to servers that turned suspect or failed (or whose data
+  // connection is down) since they were asked, when another server can take the member: it is
+  // asked there instead, and the late answer's slab, if any, is given back. A stopped server
+  // holds a new slab (or a replacement) until its suspicion, not for the call's deadline.
+  // From Housekeeping.
+  void AbandonStuckAllocs();
   // Shutdown: stops allocator_ and takes its last answers (calls not made are Cancelled).
   void StopAllocations();
   // The placement of slab `s` (its id set, its servers counted in the store's load).

@@ -645,6 +645,7 @@ void IoThread::Housekeeping() {
       AbortSilentCapped(now);
     }
     Rehedge(now);
+    if (AllocationsPending()) AbandonStuckAllocs();
     Reconnect(now);
     ResumeParked(now);
     ResumeParkedReads(now);

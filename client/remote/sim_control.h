@@ -8,8 +8,9 @@
 // and act on its verdicts through the same functions the monitor uses (TakeHealthSignals,
 // ApplyHealthActions). The control calls that threads of their own make off the I/O thread
 // (slab ALLOC and FREE, the reconnect probe's handshake) are made through this interface
-// instead, on the I/O thread's turn, one at a time in the order given as the real allocator and
-// freer threads make them, and their answers are taken only once the simulated time they take
+// instead, on the I/O thread's turn, in the order the real allocator and freer make them (the
+// freer one at a time; the allocator one at a time per server, different servers at once),
+// and their answers are taken only once the simulated time they take
 // has passed. The data path is the simulation's fabric::Transport
 // (RemoteStoreOptions::transport_factory), and time is the simulated clock
 // (SetSimulatedClockForTesting).

@@ -1,9 +1,10 @@
 // Split layout (and copies): a new logical slab is allocated off the I/O thread. Its ALLOC
-// control calls go to the SlabAllocator's thread (IoThread::BeginAllocate, slabs.cc); the
+// control calls go to the SlabAllocator's workers (IoThread::BeginAllocate, slabs.cc); the
 // write that needs the slab waits for them in waiting_, and the queue items that must come
 // after that write (its slab's other pages, and any trim, flush or locate with everything
 // behind it) wait in held_. Every other op goes on meanwhile: an allocation from a server that
-// has stopped answering holds up the writes of one new slab for its deadline, not this thread.
+// has stopped answering holds up the writes of one new slab until the server is suspect and the
+// member is asked elsewhere (IoThread::AbandonStuckAllocs), not this thread.
 #include "client/remote/split_layout.h"
 
 #include <algorithm>

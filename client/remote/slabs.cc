@@ -1,6 +1,6 @@
 // Slabs of either layout: placement of a new logical slab (its members re-placed when they
 // cannot be allocated), its allocation off this thread (the ALLOC calls are made by the
-// SlabAllocator's thread; answers come back through TakeAllocAnswers), and what makes an
+// SlabAllocator's workers; answers come back through TakeAllocAnswers), and what makes an
 // allocated slab usable; and the end of a repair or regeneration write. The re-placement of a
 // member after a failure or an eviction is recovery.cc's, over the same allocator.
 #include "client/remote/engine.h"
@@ -159,7 +159,7 @@ void IoThread::OnAllocAnswer(SlabAllocator::Answer& answer) {
     }
     if (j < lay_.width()) break;
   }
-  if (i == allocs_.size()) {  // Cannot happen: an answer always has its allocation.
+  if (i == allocs_.size()) {  // Abandoned (AbandonStuckAllocs): a slab got is given back.
     if (answer.slab.ok()) freer_->Free(server, answer.slab->slab_id);
     return;
   }
@@ -193,6 +193,50 @@ void IoThread::OnAllocAnswer(SlabAllocator::Answer& answer) {
   }
   if (!why.ok() && a.failed.ok() && ReplaceMember(a, j, why)) AskMember(a, j);
   MaybeEndAlloc(i);
+}
+
+void IoThread::AbandonStuckAllocs() {
+  auto stuck = [&](uint32_t server) { return !Usable(server) || store_->Suspect(server); };
+  const Status why = Unavailable("its server turned suspect while the ALLOC was out");
+  // Downwards: ending an allocation erases it, and what its end starts is appended.
+  for (size_t i = allocs_.size(); i-- > 0;) {
+    PendingAlloc& a = allocs_[i];
+    if (!a.failed.ok()) continue;
+    for (uint64_t m = a.asked; m != 0; m &= m - 1) {
+      const int j = std::countr_zero(m);
+      // The last try of a member asks a suspect server on purpose (AskMember); with no other
+      // server to take it, waiting for the call is all there is.
+      if (!stuck(a.servers[j]) || a.tries[j] >= kMaxAllocReplacements ||
+          !ReplaceNewMember(slabs_[a.slab].id, a.servers, j, why)) {
+        continue;
+      }
+      ++a.tries[j];
+      a.asked &= ~(1ull << j);
+      a.tag[j] = 0;  // Its answer matches nothing now.
+      store_->stats_.allocs_abandoned.fetch_add(1, std::memory_order_relaxed);
+      AskMember(a, j);
+    }
+    MaybeEndAlloc(i);
+  }
+  for (size_t i = replacing_.size(); i-- > 0;) {
+    PendingReplace& r = replacing_[i];
+    if (r.cancelled || r.chosen == kNoServer || r.attempt >= 3 || !stuck(r.chosen)) continue;
+    {
+      // Only when another server can take it (AskReplacement gives up otherwise).
+      std::vector<placement::ServerId> current = r.current;
+      current[r.j] = r.chosen;
+      std::lock_guard<std::mutex> lock(store_->mu_);
+      auto other = store_->ReplacementLocked(slabs_[r.slab].id + static_cast<uint64_t>(r.attempt),
+                                             current, r.j);
+      if (!other.ok() || stuck(*other)) continue;
+      if (store_->load_[r.chosen] > 0) store_->load_[r.chosen]--;
+    }
+    store_->stats_.allocs_abandoned.fetch_add(1, std::memory_order_relaxed);
+    r.current[r.j] = r.chosen;  // Not chosen again.
+    r.chosen = kNoServer;
+    r.tag = 0;
+    AskReplacement(i);  // Erases it when there is no other server.
+  }
 }
 
 void IoThread::MaybeEndAlloc(size_t i) {

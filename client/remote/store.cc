@@ -210,6 +210,7 @@ PageStoreStats RemoteStore::Stats() const {
   s.verdicts_held = stats_.verdicts_held.load();
   s.reconnects = stats_.reconnects.load();
   s.stale_repairs = stats_.stale_repairs.load();
+  s.allocs_abandoned = stats_.allocs_abandoned.load();
   s.slabs_released = stats_.slabs_freed.load();
   s.regenerations_done = stats_.regenerations_done.load();
   const int64_t pending = static_cast<int64_t>(stats_.regenerations_pending.load());

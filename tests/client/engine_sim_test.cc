@@ -691,8 +691,9 @@ Outcome RunSchedule(const Schedule& s) {
   bool read_back = false;
   uint64_t read_back_next = 0;
   // After the faults: time for the verdicts (about 3 s), the re-placements (an ALLOC to a
-  // server that stopped before it was suspected waits out control_timeout_ms, 5 s, and holds
-  // the allocator's later calls meanwhile) and the read-back.
+  // server that stopped before it was suspected is given up at its suspicion, about 2 s; one
+  // with no other server to take the member waits out control_timeout_ms, 5 s) and the
+  // read-back.
   const uint64_t end = s.faults_end + 20000 * kMs;
   while (g_now < end) {
     // The client does not run: time passes, nothing of it runs.

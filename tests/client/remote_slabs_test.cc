@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "client/local_cluster.h"
+#include "client/remote/engine.h"
+#include "client/remote/slab_allocator.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -463,6 +466,108 @@ class PendingWrites {
   std::vector<PageOp> ops_;
   std::atomic<size_t> done_{0};
 };
+
+// The allocator's calls to different servers run at once: while a server that stopped
+// (SIGSTOP) holds the calls to itself, each for its deadline (60 s), the calls to the other
+// servers are answered. The stopped server's calls are answered in order once it resumes. With
+// one allocator thread, every call after the first to the stopped server waited for it.
+TEST(SlabAllocatorTest, ACallToAStoppedServerHoldsUpOnlyTheCallsToIt) {
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  auto s = CreateErasureCodedStore(OneIoThreadNoHeartbeats(*cluster, 64, 60000));
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto* rs = dynamic_cast<remote::RemoteStore*>(s->get());
+  ASSERT_NE(rs, nullptr);
+  ASSERT_THAT(WriteVersion(rs, 0, 1), IsOk());  // The store knows every server's instance.
+
+  ASSERT_TRUE(cluster->Stop(0).ok());
+  remote::SlabAllocator alloc(rs, [] {});
+  alloc.Alloc(1, 0, 60000);
+  alloc.Alloc(2, 1, 60000);
+  alloc.Alloc(3, 0, 60000);  // Behind call 1: the same server.
+  alloc.Alloc(4, 2, 60000);
+  std::map<uint64_t, remote::SlabAllocator::Answer> got;
+  auto take = [&] {
+    std::vector<remote::SlabAllocator::Answer> out;
+    alloc.Take(&out);
+    for (auto& a : out) got.emplace(a.tag, std::move(a));
+  };
+  WaitFor([&] { take(); return got.count(2) && got.count(4); },
+          "the calls to the servers that answer");
+  EXPECT_THAT(got.at(2).slab, IsOk());
+  EXPECT_THAT(got.at(4).slab, IsOk());
+  EXPECT_EQ(got.count(1) + got.count(3), 0u) << "a stopped server answered";
+  EXPECT_LE(alloc.workers(), 3u);
+
+  ASSERT_TRUE(cluster->Cont(0).ok());
+  WaitFor([&] { take(); return got.size() == 4; }, "the calls to the resumed server");
+  ASSERT_THAT(got.at(1).slab, IsOk());
+  ASSERT_THAT(got.at(3).slab, IsOk());
+  EXPECT_NE(got.at(1).slab->slab_id, got.at(3).slab->slab_id);
+  alloc.Finish();
+  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated", {1, 2}), 1u + 2u);  // Slab 0's, and ours.
+}
+
+// A new slab's member whose ALLOC went to a server that stopped (SIGSTOP) just before is asked
+// of another server once the heartbeats make the stopped one suspect (about 2 s), not after the
+// call's deadline (60 s here; control_timeout_ms, 5 s, by default): the write completes while
+// the server is still stopped, and it is not failed. The late answer's slab is given back when
+// the server resumes.
+TEST(RemoteStoreTest, ANewSlabsAllocToAServerThatStopsIsAskedElsewhereOnceItIsSuspect) {
+  auto cluster = StartCluster(4);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPps = 32;
+  ErasureCodedStoreOptions o = EcOptions(*cluster, 4 * kPps, 2, 1);
+  o.remote.io_threads = 1;
+  o.remote.direct_reads = false;
+  o.remote.op_timeout_ms = 60000;        // The ALLOC's deadline: min(control, op timeout).
+  o.remote.control_timeout_ms = 600000;
+  o.remote.fail_after_ms = 600000;       // Suspect, never failed.
+  auto s = CreateErasureCodedStore(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PageStore* store = s->get();
+  ASSERT_THAT(WriteVersion(store, 0, 1), IsOk());
+  // Logical slab 1's placement, found by allocating it once and giving it back: placed again
+  // on the same servers (the servers' loads are as they were).
+  ASSERT_THAT(WriteVersion(store, kPps, 1), IsOk());
+  auto first = ServersOfPage(*store, kPps);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_THAT(store->Trim(kPps, kPps), IsOk());
+  WaitFor([&] { return SumServerStat(*cluster, "slabs_allocated") == 3u; }, "slab 1 given back");
+
+  const size_t stopped = (*first)[0];
+  std::vector<size_t> others;  // Every server but the stopped one.
+  for (size_t i = 0; i < cluster->size(); ++i) {
+    if (i != stopped) others.push_back(i);
+  }
+  const uint64_t frees_before = SumServerStat(*cluster, "ops_free", others);
+  ASSERT_TRUE(cluster->Stop(stopped).ok());
+  PendingWrites write(1);
+  write.Submit(store, kPps, 2);
+  WaitFor([&] { return write.all_done(); }, "the write of the new slab while a server is stopped");
+  write.ExpectAllOk();
+  const PageStoreStats st = store->Stats();
+  EXPECT_EQ(st.allocs_abandoned, 1u) << "the member was not asked of the stopped server first "
+                                        "(the placement changed), or was asked again";
+  EXPECT_GE(st.server_suspicions, 1u);
+  EXPECT_EQ(st.server_failures, 0u);
+  auto now = ServersOfPage(*store, kPps);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(std::find(now->begin(), now->end(), stopped), now->end());
+  ExpectVersion(store, kPps, kPps + 1, 2);
+
+  ASSERT_TRUE(cluster->Cont(stopped).ok());
+  auto zero = ServersOfPage(*store, 0);
+  ASSERT_TRUE(zero.ok());
+  const uint64_t kept =
+      std::find(zero->begin(), zero->end(), stopped) != zero->end() ? 1 : 0;  // Slab 0's member.
+  // The resumed server answers the ALLOC it was stopped in; the client gives that slab back.
+  WaitFor([&] { return SumServerStat(*cluster, "ops_free", others) > frees_before; },
+          "the abandoned ALLOC's slab to be given back");
+  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated", others), kept);
+  EXPECT_EQ(SumServerStat(*cluster, "slabs_allocated"), 2u * 3u);
+  EXPECT_EQ(store->Stats().write_errors, 0u);
+}
 
 // The group layout allocates its slabs off the I/O thread, one slab ahead of need: while the
 // ALLOC of the next slab waits for a server that has stopped (SIGSTOP; no heartbeats, so it is
