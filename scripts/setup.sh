@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config ccache lld
+  build-essential cmake ninja-build pkg-config ccache lld gdb
   libisal-dev liburing-dev libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
   libboost-dev libgflags-dev libgtest-dev libgmock-dev
   libjerasure-dev libgf-complete-dev
