@@ -3,6 +3,8 @@
 #include "client/remote/engine.h"
 #include "client/remote/sim_control.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 
 namespace tessera::client::remote {
@@ -142,6 +144,10 @@ void SlabAllocator::Finish() {
     }
     sim_out_.clear();
     workers.swap(workers_);
+    // A call waiting for a server that stopped answering would hold shutdown for its deadline.
+    for (int fd : calling_fd_) {
+      if (fd >= 0) (void)::shutdown(fd, SHUT_RDWR);
+    }
   }
   cv_.notify_all();
   for (std::thread& w : workers) w.join();
@@ -195,9 +201,21 @@ void SlabAllocator::Worker() {
     if (!ctl.ok()) {
       answer.slab = ctl.status();
     } else {
-      answer.slab = (*ctl)->AllocSlab({}, deadline);
+      lock.lock();
+      const bool calling = !finishing_;
+      if (calling) {
+        if (calling_fd_.size() <= ask.server) calling_fd_.resize(ask.server + 1, -1);
+        calling_fd_[ask.server] = (*ctl)->fd();
+      }
+      lock.unlock();
+      answer.slab = calling ? (*ctl)->AllocSlab({}, deadline)
+                            : Result<fabric::AllocSlabResponse>(Cancelled("page store is shutting down"));
     }
     lock.lock();
+    if (ask.server < calling_fd_.size()) calling_fd_[ask.server] = -1;
+    if (finishing_ && !answer.slab.ok()) {
+      answer.slab = Cancelled("page store is shutting down");  // Cut short by Finish().
+    }
     ++idle_;
     busy_[ask.server] = false;
     done_.push_back(std::move(answer));

@@ -70,8 +70,9 @@ class SlabAllocator {
   void Alloc(uint64_t tag, uint32_t server, uint32_t timeout_ms);
   // Moves the answers that arrived into *out (appended); false when there were none.
   bool Take(std::vector<Answer>* out);
-  // Stops the workers: the calls in progress end at their deadlines, calls not started are
-  // answered Cancelled. Idempotent.
+  // Stops the workers: the calls in progress are cut short (their connections shut down; one
+  // still connecting ends at its deadline), and they and the calls not started are answered
+  // Cancelled. Idempotent.
   void Finish();
   // Worker threads started so far (tests).
   size_t workers() const;
@@ -108,6 +109,10 @@ class SlabAllocator {
   std::vector<Answer> done_;    // Guarded by mu_.
   bool finishing_ = false;      // Guarded by mu_.
   std::vector<bool> busy_;      // By server: a worker is calling it. Guarded by mu_.
+  // By server: the socket of the call in progress, -1 while none (or while connecting): Finish
+  // shuts it down. The worker's connection keeps the descriptor open until it clears this.
+  // Guarded by mu_.
+  std::vector<int> calling_fd_;
   size_t idle_ = 0;             // Workers not making a call. Guarded by mu_.
   std::vector<std::thread> workers_;  // Started under mu_; joined by Finish.
   // The allocator's own control connections, by server. The map is changed under mu_ (its

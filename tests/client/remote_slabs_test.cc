@@ -436,6 +436,51 @@ TEST(RemoteStoreTest, AllocationsFromHungServersDoNotHoldUpReads) {
   EXPECT_EQ(store->Stats().write_errors, 0u);
 }
 
+// A store shut down while a new slab's ALLOC waits for a server that stopped answering (SIGSTOP;
+// no heartbeats, so it is never suspected; the call's deadline is 60 s) cuts the call short: the
+// destructor returns at once, and the write that waited for the slab fails with a reason. It
+// used to wait out the call's deadline.
+TEST(RemoteStoreTest, ShutdownCutsShortAnAllocWaitingForAStoppedServer) {
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  constexpr uint64_t kPps = 32;
+  auto s = CreateErasureCodedStore(OneIoThreadNoHeartbeats(*cluster, 4 * kPps, 600000));
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::unique_ptr<RemotePageStore> store = std::move(*s);
+  ASSERT_THAT(WriteVersion(store.get(), 0, 1), IsOk());  // Slab 0: one ALLOC to each server.
+  const uint64_t allocs_before = SumServerStat(*cluster, "ops_alloc", {2});
+
+  ASSERT_TRUE(cluster->Stop(2).ok());
+  std::vector<uint8_t> data(kPageSize);
+  Fill(kPps, 1, data.data());
+  std::atomic<bool> written{false};
+  PageOp op;
+  op.kind = PageOp::Kind::kWrite;
+  op.page = kPps;  // Logical slab 1: a member on every server (RS(2,1) on 3 servers).
+  op.buf = data.data();
+  op.user = &written;
+  op.done = [](PageOp* w) { static_cast<std::atomic<bool>*>(w->user)->store(true); };
+  PageOp* ops[] = {&op};
+  ASSERT_THAT(store->Submit(ops), IsOk());
+  // The slab's ALLOCs go out together: once the two servers that answer have had theirs, the
+  // stopped one's is out too.
+  WaitFor([&] { return SumServerStat(*cluster, "ops_alloc", {2}) == allocs_before + 2; },
+          "the new slab's ALLOCs to the servers that answer");
+  EXPECT_FALSE(written.load());
+
+  std::atomic<bool> destroyed{false};
+  std::thread closer([&] {
+    store.reset();
+    destroyed.store(true);
+  });
+  WaitFor([&] { return destroyed.load(); }, "the store to shut down");
+  closer.join();
+  EXPECT_TRUE(written.load());
+  EXPECT_FALSE(op.status.ok());
+  EXPECT_FALSE(op.status.message().empty());
+  ASSERT_TRUE(cluster->Cont(2).ok());
+}
+
 // Writes submitted without waiting for them (PageStore::Submit): their completions are counted.
 class PendingWrites {
  public:
