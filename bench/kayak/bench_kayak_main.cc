@@ -46,7 +46,9 @@ DEFINE_bool(json, false, "One JSON object per line instead of a table");
 DEFINE_int32(servers, 2, "Memservers to start");
 DEFINE_int64(keys, 1000000, "Keys (100 B values by default); --quick: 20000");
 DEFINE_int32(value_size, 100, "Value bytes (>= 16)");
-DEFINE_double(seconds, 1.5, "Seconds per measured point (the first 30% are warm-up)");
+DEFINE_double(seconds, 1.5,
+              "Seconds per measured point (the first 30% are warm-up; a point runs on until 10 "
+              "requests completed after the warm-up, at most 20 times as long)");
 DEFINE_double(phase_seconds, 2.0, "Bimodal workload: seconds per phase");
 DEFINE_int32(phases, 5, "Bimodal workload: phases (light, heavy, light, ...)");
 DEFINE_string(chains, "1,2,4", "Chain lengths");
@@ -261,13 +263,21 @@ class Driver {
   using Issue = std::function<void(std::function<void(bool ok)>)>;
   Driver(std::function<uint32_t()> window, Issue issue) : window_(std::move(window)), issue_(std::move(issue)) {}
 
-  // Runs for `seconds`, measuring after `warmup`; samples the timeline every 50 ms if asked.
+  // A point runs on past its `seconds` until this many requests completed in its measured part,
+  // at most kMaxStretch times as long: a machine too loaded to complete a request in a short
+  // point gives a slower point, not an empty one.
+  static constexpr uint64_t kMinMeasured = 10;
+  static constexpr double kMaxStretch = 20;
+
+  // Runs for `seconds` (or longer: kMinMeasured), measuring after `warmup`; samples the timeline
+  // every 50 ms if asked. *measured_s: how long the measured part lasted.
   uint64_t total() const { return total_.load(); }
   void Run(double seconds, double warmup, std::vector<uint64_t>* lat, uint64_t* completed,
-           std::function<void(double t, uint64_t completions)> sample = nullptr) {
+           double* measured_s, std::function<void(double t, uint64_t completions)> sample = nullptr) {
     start_ = tessera::MonotonicNs();
     measure_from_ = start_ + static_cast<uint64_t>(warmup * 1e9);
     end_ = start_ + static_cast<uint64_t>(seconds * 1e9);
+    const uint64_t latest_end = start_ + static_cast<uint64_t>(seconds * kMaxStretch * 1e9);
     lat_ = lat;
     Pump();
     uint64_t last_sample = start_;
@@ -282,10 +292,15 @@ class Driver {
         last_count = c;
         last_sample = now;
       }
-      if (now >= end_) break;
+      if (now >= end_) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (measured_ >= kMinMeasured || now >= latest_end) break;
+        end_ = std::min(latest_end, now + 50'000'000);  // On, 50 ms at a time.
+      }
     }
     stopping_ = true;
     std::unique_lock<std::mutex> lock(mu_);
+    *measured_s = static_cast<double>(end_ - measure_from_) / 1e9;
     // Every request answered and no callback still inside Pump(): then nothing touches this
     // Driver any more and the caller may destroy it.
     cv_.wait_for(lock, std::chrono::seconds(30), [&] { return inflight_ == 0 && busy_ == 0; });
@@ -630,8 +645,9 @@ int main(int argc, char** argv) {
     std::vector<TimelineSample> local;
     t0_ns = tessera::MonotonicNs();
     const double cpu0 = ProcessCpuSeconds(getpid()), scpu0 = server_cpu();
+    double measured = 0;
     d.Run(secs, w.phase_seconds > 0 ? w.phase_seconds * 0.5 : secs * warm, &lat, &completed,
-          [&](double t, uint64_t c) {
+          &measured, [&](double t, uint64_t c) {
             local.push_back({t, static_cast<int>(t / std::max(0.001, w.phase_seconds)), client->x(),
                              static_cast<double>(client->window()), c / 0.05,
                              client->last_p99_ns() / 1000.0});
@@ -643,7 +659,6 @@ int main(int argc, char** argv) {
            << "\t" << x.ops << "\t" << x.p99_us << "\n";
       }
     }
-    const double measured = secs * (1 - (w.phase_seconds > 0 ? 0.5 / FLAGS_phases : warm));
     Point p;
     p.system = "tessera";
     p.client_cpu_us = (ProcessCpuSeconds(getpid()) - cpu0) * 1e6 / std::max<uint64_t>(1, d.total());
@@ -751,8 +766,9 @@ int main(int argc, char** argv) {
     uint64_t completed = 0;
     const double secs = w.phase_seconds > 0 ? w.phase_seconds * FLAGS_phases : FLAGS_seconds;
     const double cpu0 = ProcessCpuSeconds(getpid()), rcpu0 = ProcessCpuSeconds(redis->pid());
-    d.Run(secs, w.phase_seconds > 0 ? w.phase_seconds * 0.5 : secs * warm, &lat, &completed);
-    const double measured = secs * (1 - (w.phase_seconds > 0 ? 0.5 / FLAGS_phases : warm));
+    double measured = 0;
+    d.Run(secs, w.phase_seconds > 0 ? w.phase_seconds * 0.5 : secs * warm, &lat, &completed,
+          &measured);
     Point p;
     p.system = "redis";
     p.client_cpu_us = (ProcessCpuSeconds(getpid()) - cpu0) * 1e6 / std::max<uint64_t>(1, d.total());
