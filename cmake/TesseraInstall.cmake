@@ -42,7 +42,9 @@ install(TARGETS tessera_preload tessera_paramsvc_c
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 
 # Libraries and headers for programs built against Tessera. Headers keep their paths from
-# the repository root ("apps/kayak/client/client.h"), under include/tessera.
+# the repository root ("apps/kayak/client/client.h"), under include/tessera: each exported
+# library's public headers (TESSERA_PUBLIC_HEADERS, cmake/TesseraHeaders.cmake), never an
+# internal one, and the offload ABI (tessera_offload.h, for tessera-offload.pc).
 set(_export_libs tessera_common tessera_coding tessera_placement tessera_fabric
     tessera_memserver_core tessera_pagestore_api tessera_client tessera_membership
     tessera_kayak_wire tessera_kayak tessera_paramsvc)
@@ -55,11 +57,13 @@ endforeach()
 install(TARGETS ${_export_libs} EXPORT TesseraTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
-foreach(dir common coding placement fabric memserver client membership apps/kayak apps/paramsvc)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/${dir}
-          COMPONENT dev FILES_MATCHING PATTERN "*.h" PATTERN "testing" EXCLUDE
-          PATTERN "corpus" EXCLUDE)
+foreach(l ${_export_libs} tessera_offload_abi)
+  get_target_property(_headers ${l} TESSERA_PUBLIC_HEADERS)
+  foreach(h ${_headers})
+    get_filename_component(_hdir ${h} DIRECTORY)
+    install(FILES ${PROJECT_SOURCE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/${_hdir}
+            COMPONENT dev)
+  endforeach()
 endforeach()
 install(EXPORT TesseraTargets NAMESPACE tessera::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera COMPONENT dev)
