@@ -134,7 +134,8 @@ def check_hook(a, conn):
            "momentum": a.momentum, "bucket_jobs": hooked[0]["jobs"], "max_abs_diff": diff,
            "moved": moved, "loss_first": hooked[0]["losses"][0],
            "loss_last": hooked[0]["losses"][-1], "eval_before": eval_loss(init),
-           "eval_after": eval_loss(hooked[0]["params"]), "counters": c}
+           "eval_after": eval_loss(hooked[0]["params"]),
+           "eval_plain": eval_loss(plain[0]["params"]), "counters": c}
     if a.mode == "sync":
         row["ok"] = diff <= a.atol and moved > 100 * a.atol and c["pushes"] >= a.steps
     else:
@@ -144,7 +145,8 @@ def check_hook(a, conn):
         row["ok"] = ((c["max_staleness"] <= s or c["dropped"] > 0) and
                      c["pushes"] == c["applied"] + c["dropped"] and c["pushes"] >= a.steps and
                      all(torch.isfinite(p).all() for p in hooked[0]["params"]) and
-                     row["eval_after"] < row["eval_before"])
+                     row["eval_before"] - row["eval_after"] >
+                     0.5 * (row["eval_before"] - row["eval_plain"]))
     return row
 
 
