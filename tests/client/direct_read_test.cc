@@ -212,7 +212,9 @@ PageStoreStats RaceReadersWithWritesAndTrims(PageStore* store, uint64_t kPages) 
       EXPECT_THAT(store->WritePage(p, buf), IsOk());
     }
     acked[p].store(v);
-    if (++ops % 64 == 0) EXPECT_THAT(store->Flush(), IsOk());  // Stored: readable directly.
+    if (++ops % 64 == 0) {
+      EXPECT_THAT(store->Flush(), IsOk());  // Stored: readable directly.
+    }
     if (ops > 20000) break;
   }
   stop.store(true);

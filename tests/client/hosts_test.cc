@@ -131,7 +131,9 @@ TEST_F(NetnsClusterTest, StoreReadsAndWritesAcrossNamespacesAndSurvivesAPartitio
     EXPECT_TRUE(InBenchmarkRange(c.endpoints()[i].host)) << c.endpoints()[i].ToString();
     EXPECT_EQ(c.endpoints()[i].host, c.net_hosts()->host(i).address);
     EXPECT_TRUE(std::filesystem::exists(c.net_hosts()->host(i).netns_path));
-    if (!o.pin.servers.empty()) EXPECT_EQ(AllowedList(c.pid(i)), FormatPin({{}, o.pin.servers}).substr(8));
+    if (!o.pin.servers.empty()) {
+      EXPECT_EQ(AllowedList(c.pid(i)), FormatPin({{}, o.pin.servers}).substr(8));
+    }
   }
   EXPECT_NE(testing::ReadFile(c.cluster_file_path()).find(c.endpoints()[2].ToString()),
             std::string::npos);

@@ -406,7 +406,9 @@ TEST_P(EcLayoutTest, SigstopStragglerReadsCompleteByLateBinding) {
   EXPECT_EQ(st.server_failures, 0u);
   EXPECT_GE(st.decodes, 1u);
   EXPECT_GE(st.degraded_reads, 1u);
-  if (group()) EXPECT_GE(st.hedged_reads + st.degraded_reads, 1u);
+  if (group()) {
+    EXPECT_GE(st.hedged_reads + st.degraded_reads, 1u);
+  }
 }
 
 // A stopped server used to keep every read that asked it (a late split, or the group layout's
