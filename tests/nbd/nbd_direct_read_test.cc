@@ -182,7 +182,9 @@ class Export {
     uri = "nbd://127.0.0.1:" + std::to_string(*port) + "/t";
   }
   ~Export() {
-    if (server) EXPECT_THAT(server->Shutdown(), IsOk());
+    if (server) {
+      EXPECT_THAT(server->Shutdown(), IsOk());
+    }
     server.reset();
     store.reset();
   }

@@ -237,7 +237,9 @@ TEST(CompressedTierTest, FullTierDropsWrittenBackPagesOldestFirstAndNeverDirtyOn
   constexpr PageId kN = 2000;
   for (PageId p = 0; p < kN; ++p) {
     ASSERT_TRUE(tier->WritePage(p, Compressible(p, 1).data()).ok());
-    if (p % 100 == 99) ASSERT_TRUE(tier->Flush().ok());
+    if (p % 100 == 99) {
+      ASSERT_TRUE(tier->Flush().ok());
+    }
     ASSERT_LE(tier->charged_bytes(), cap);
   }
   CompressedTierStats s = tier->TierStats();

@@ -108,7 +108,9 @@ void ChildIsServedFromTheStore(bool inactive_list) {
   ASSERT_TRUE(rig.pager);
   rig.FillAll(1);
   ASSERT_TRUE(WaitFor([&] { return rig.pager->Stats().resident_pages <= kCap; }));
-  if (inactive_list) ASSERT_GT(rig.pager->Stats().staged_pages, 0u);
+  if (inactive_list) {
+    ASSERT_GT(rig.pager->Stats().staged_pages, 0u);
+  }
   int to_child[2], from_child[2];
   ASSERT_EQ(::pipe(to_child), 0);
   ASSERT_EQ(::pipe(from_child), 0);

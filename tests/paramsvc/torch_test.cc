@@ -57,7 +57,9 @@ TEST(ParamsvcTorch, DdpCommHookInBoundedModeTrainsWithinItsStaleness) {
   EXPECT_TRUE(row["ok"].get<bool>()) << row;
   // A push more than 1 round stale is dropped (the service's bound), never applied.
   const auto& c = row["counters"];
-  if (c["max_staleness"].get<int>() > 1) EXPECT_GT(c["dropped"].get<int>(), 0) << row;
+  if (c["max_staleness"].get<int>() > 1) {
+    EXPECT_GT(c["dropped"].get<int>(), 0) << row;
+  }
   EXPECT_EQ(c["pushes"].get<int>(), c["applied"].get<int>() + c["dropped"].get<int>()) << row;
   // Trained: the loss over a fixed set of batches fell (the first and last step's own losses
   // are of different batches, and one batch's loss can rise while the model improves).

@@ -169,7 +169,9 @@ void PythonKillTest(const std::vector<std::string>& extra, const std::string& st
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto half = p->WaitForLine("tessera-workload: half", Deadline::AfterMs(240000));
   ASSERT_TRUE(half.ok()) << half.status().ToString();
-  if (!stat.empty()) ASSERT_TRUE(WaitForLiveStat(&*p, live, stat, min));
+  if (!stat.empty()) {
+    ASSERT_TRUE(WaitForLiveStat(&*p, live, stat, min));
+  }
   KillR(cluster.get());
   auto done = p->WaitForLine("tessera-workload: records", Deadline::AfterMs(240000));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
