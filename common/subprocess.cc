@@ -206,6 +206,15 @@ Result<int> Subprocess::Stop(int grace_ms) {
   return Wait(Deadline::AfterMs(10000));
 }
 
+std::string DataPath(std::string_view rel, const std::string& bin_dir) {
+  for (const char* up : {"/../share/tessera/", "/../../share/tessera/"}) {
+    const std::string path = bin_dir + up + std::string(rel);
+    char real[PATH_MAX];
+    if (::realpath(path.c_str(), real)) return real;
+  }
+  return "";
+}
+
 std::string SelfExeDir() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -80,5 +81,10 @@ class Subprocess {
 
 // The directory holding the running executable (from /proc/self/exe), e.g. build/bin.
 std::string SelfExeDir();
+
+// The real path of `share/tessera/<rel>` beside the executables in bin_dir: build/share/tessera
+// from build/bin in a build tree, PREFIX/share/tessera from PREFIX/libexec/tessera once
+// installed. "" when it is in neither place.
+std::string DataPath(std::string_view rel, const std::string& bin_dir = SelfExeDir());
 
 }  // namespace tessera

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "common/subprocess.h"
 
 namespace tessera::experiment {
 
@@ -102,15 +102,8 @@ Status WriteWholeFile(const std::string& path, const std::string& text) {
 }
 
 std::string DataDir(const std::string& bin_dir) {
-  for (const char* rel : {"/../share/tessera", "/../../share/tessera"}) {
-    const std::string dir = bin_dir + rel;
-    struct stat st;
-    if (::stat((dir + "/workloads").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      char real[PATH_MAX];
-      return ::realpath(dir.c_str(), real) ? std::string(real) : dir;
-    }
-  }
-  return "";
+  const std::string workloads = DataPath("workloads", bin_dir);
+  return workloads.empty() ? "" : workloads.substr(0, workloads.rfind('/'));
 }
 
 }  // namespace tessera::experiment

@@ -498,14 +498,7 @@ void VsAllreduce() {
        std::to_string(iters) + " steps per worker, PyTorch example, service with 2 cores");
   // The example as installed (PREFIX/share/tessera from PREFIX/libexec/tessera) or laid out
   // in the build tree (build/share/tessera); the package from pip, or the build tree's copy.
-  std::string script;
-  for (const char* rel : {"/../share/tessera", "/../../share/tessera"}) {
-    const std::string candidate = SelfExeDir() + rel + "/examples/paramsvc_train.py";
-    if (::access(candidate.c_str(), R_OK) == 0) {
-      script = candidate;
-      break;
-    }
-  }
+  const std::string script = DataPath("examples/paramsvc_train.py");
   if (script.empty()) {
     std::fprintf(stderr, "tessera bench paramsvc: examples/paramsvc_train.py is missing from "
                          "share/tessera beside %s\n", SelfExeDir().c_str());

@@ -75,8 +75,9 @@ DEFINE_bool(oom_rerun, true,
             "Run an OOM-killed kernel-swap peer once more with the cgroup's OOM killer disabled");
 DEFINE_int32(oom_rerun_timeout_s, 300, "Bound on each OOM-killer-disabled rerun");
 DEFINE_int32(timeout_s, 900, "Bound on each run (a run past it is killed and reported failed)");
-DEFINE_string(scripts_dir, TESSERA_BENCH_PROGRAMS_SCRIPTS,
-              "Directory holding workload.py, kv_loader.py, hashtable.py and map_workload.js");
+DEFINE_string(scripts_dir, "",
+              "Directory holding workload.py, kv_loader.py, hashtable.py and map_workload.js "
+              "(default: share/tessera/workloads beside the executables, as built or installed)");
 DEFINE_int32(workload_records, 400000, "workload.py RECORDS (400000: ~150 MB in CPython)");
 DEFINE_int32(sort_lines, 400000, "Lines of the generated sort input (400000: ~23 MB)");
 DEFINE_int32(redis_keys, 200000, "Keys kv_loader.py stores in redis (values of 200 bytes)");
@@ -204,6 +205,12 @@ int Main(int argc, char** argv) {
     cli::UsageError(kSpec, "--programs, --local_memory and --layouts must not be empty");
   }
   // What the chosen programs need, checked before anything is set up.
+  if (FLAGS_scripts_dir.empty()) FLAGS_scripts_dir = DataPath("workloads");
+  if (FLAGS_scripts_dir.empty()) {
+    std::fprintf(stderr, "tessera bench programs: no share/tessera/workloads beside %s (an "
+                         "incomplete installation?); give --scripts_dir\n", SelfExeDir().c_str());
+    return 1;
+  }
   for (const auto& name : programs) {
     const bp::Program& p = *bp::Find(name);
     for (std::string_view f : p.scripts) {

@@ -5,6 +5,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 namespace tessera {
 namespace {
 
@@ -85,6 +89,34 @@ TEST(SubprocessTest, RefusesABadCpuOrNamespace) {
   auto p = Subprocess::Start({"/bin/true"}, o);
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("/nonexistent/netns"), std::string::npos) << p.status();
+}
+
+// share/tessera beside the executables: build/bin -> build/share/tessera, and PREFIX/libexec/
+// tessera -> PREFIX/share/tessera once installed; nothing else is looked at.
+TEST(SubprocessTest, DataPathFindsShareTesseraBuiltOrInstalled) {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/tessera-datapath-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path root = fs::canonical(tmpl);
+  fs::create_directories(root / "build/bin");
+  fs::create_directories(root / "build/share/tessera/workloads");
+  std::ofstream(root / "build/share/tessera/workloads/w.py") << "print(1)\n";
+  fs::create_directories(root / "usr/libexec/tessera");
+  fs::create_directories(root / "usr/share/tessera/examples");
+  std::ofstream(root / "usr/share/tessera/examples/e.py") << "print(2)\n";
+
+  EXPECT_EQ(DataPath("workloads/w.py", (root / "build/bin").string()),
+            (root / "build/share/tessera/workloads/w.py").string());
+  EXPECT_EQ(DataPath("workloads", (root / "build/bin").string()),
+            (root / "build/share/tessera/workloads").string());
+  EXPECT_EQ(DataPath("examples/e.py", (root / "usr/libexec/tessera").string()),
+            (root / "usr/share/tessera/examples/e.py").string());
+  EXPECT_EQ(DataPath("examples/e.py", (root / "build/bin").string()), "");
+  EXPECT_EQ(DataPath("workloads/w.py", (root / "usr/libexec/tessera").string()), "");
+  fs::remove_all(root);
+
+  // This build lays its data out that way: the test runs from build/bin.
+  EXPECT_NE(DataPath("workloads/workload.py"), "") << "beside " << SelfExeDir();
 }
 
 }  // namespace
