@@ -166,6 +166,11 @@ MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
   out.owners_reclaimed = owners_reclaimed_.load(std::memory_order_relaxed);
   out.slabs_reclaimed = slabs_reclaimed_.load(std::memory_order_relaxed);
   std::vector<SlabPool::SlabInfo> slabs = pool_->AllocatedSlabs();
+  std::vector<OwnerId> owners;
+  owners.reserve(slabs.size());
+  for (const auto& s : slabs) owners.push_back(s.owner);
+  std::sort(owners.begin(), owners.end());
+  out.slab_owners = static_cast<uint64_t>(std::unique(owners.begin(), owners.end()) - owners.begin());
   std::lock_guard<std::mutex> lock(leases_mu_);
   for (const auto& [owner, l] : leases_) {
     if (l.connections > 0) continue;
@@ -487,6 +492,7 @@ std::string MemServerHandler::StatsText() {
   const LeaseStats ls = lease_stats();
   o << "orphan_grace_ms " << options_.orphan_grace_ns / 1000000 << "\n";
   o << "orphaned_owners " << ls.orphaned_owners << "\n";
+  o << "slab_owners " << ls.slab_owners << "\n";
   o << "orphan_owners_reclaimed " << ls.owners_reclaimed << "\n";
   o << "orphan_slabs_reclaimed " << ls.slabs_reclaimed << "\n";
   o << "max_slabs_per_client " << options_.max_slabs_per_client << "\n";

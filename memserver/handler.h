@@ -64,6 +64,7 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   };
   struct LeaseStats {
     uint64_t orphaned_owners = 0;   // Owners now holding slabs with no connection open.
+    uint64_t slab_owners = 0;       // Owners now holding slabs, connected or not.
     uint64_t owners_reclaimed = 0;  // Owners whose lease ran out (since start).
     uint64_t slabs_reclaimed = 0;   // Slabs freed by expired leases (since start).
   };

@@ -45,6 +45,11 @@ Result<SlabCensus> TakeSlabCensus(client::LocalCluster& cluster, int timeout_ms)
     auto reclaimed = StatValue(*text, "orphan_slabs_reclaimed");
     if (orphans.ok()) c.orphaned_owners += *orphans;
     if (reclaimed.ok()) c.orphan_slabs_reclaimed += *reclaimed;
+    auto owners = StatValue(*text, "slab_owners");
+    if (owners.ok()) {
+      c.owners_per_server += (c.owners_per_server.empty() ? "" : " ") + std::to_string(i) + ":" +
+                             std::to_string(*owners);
+    }
     c.servers++;
     c.per_server +=
         (c.per_server.empty() ? "" : " ") + std::to_string(i) + ":" + std::to_string(*n);

@@ -20,6 +20,7 @@ struct SlabCensus {
   uint64_t allocated = 0;  // Sum of STATS `slabs_allocated` over the running servers.
   int servers = 0;         // Running servers counted.
   std::string per_server;  // "0:12 1:12 3:13 ..." for the report.
+  std::string owners_per_server;  // STATS `slab_owners` (connected or not): "0:1 1:2 ...".
   // Sums of STATS `orphaned_owners` (owners holding slabs with no connection open: a killed
   // client before its --orphan_grace ran out) and `orphan_slabs_reclaimed` (since start).
   uint64_t orphaned_owners = 0;

@@ -254,6 +254,7 @@ TEST(HandlerLeaseTest, OrphansAreFreedAfterTheGraceOnly) {
   h.OnDisconnect(alice);
   h.OnDisconnect(carol);
   EXPECT_EQ(h.lease_stats().orphaned_owners, 2u);
+  EXPECT_EQ(h.lease_stats().slab_owners, 3u) << "orphans and bob, who is connected";
   EXPECT_EQ(h.ReclaimOrphans(MonotonicNs()), 0u) << "within the grace";
   h.OnConnect(carol);  // Carol is back in time.
   EXPECT_EQ(h.ReclaimOrphans(late), 2u);  // Alice's two slabs.
@@ -264,8 +265,10 @@ TEST(HandlerLeaseTest, OrphansAreFreedAfterTheGraceOnly) {
   EXPECT_EQ(ls.owners_reclaimed, 1u);
   EXPECT_EQ(ls.slabs_reclaimed, 2u);
   EXPECT_EQ(ls.orphaned_owners, 0u);
+  EXPECT_EQ(ls.slab_owners, 2u);
   const std::string stats = h.StatsText();
   EXPECT_NE(stats.find("orphan_grace_ms 1000\n"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("slab_owners 2\n"), std::string::npos) << stats;
   EXPECT_NE(stats.find("orphan_slabs_reclaimed 2\n"), std::string::npos) << stats;
   const std::string prom = h.PrometheusText();
   EXPECT_NE(prom.find("tessera_memserver_orphan_slabs_reclaimed_total 2\n"), std::string::npos);
