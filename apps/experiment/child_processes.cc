@@ -165,13 +165,13 @@ Result<std::unique_ptr<ClientProcess>> ClientProcess::Start(const std::string& b
   std::unique_ptr<ClientProcess> c(new ClientProcess());
   c->bin_dir_ = bin_dir;
   c->spec_path_ = spec_path;
-  TESSERA_RETURN_IF_ERROR(c->Launch());
+  TESSERA_RETURN_IF_ERROR(c->Launch(/*wait_loaded=*/true));
   return c;
 }
 
 ClientProcess::~ClientProcess() { (void)Reap(proc_); }
 
-Status ClientProcess::Launch() {
+Status ClientProcess::Launch(bool wait_loaded) {
   Subprocess::Options so;
   so.capture_stdout = true;
   so.quiet_stderr = true;
@@ -182,19 +182,29 @@ Status ClientProcess::Launch() {
     proc_ = std::move(*p);
     return Status::Ok();
   }));
+  loaded_ = false;
+  if (!wait_loaded) return Status::Ok();
   auto line = proc_.WaitForLine("client loaded", Deadline::AfterMs(30000));
   if (!line.ok()) return line.status().WithContext("the client process did not write its pages");
+  loaded_ = true;
   return Status::Ok();
 }
 
 Status ClientProcess::KillAndRestart() {
   TESSERA_RETURN_IF_ERROR(Reap(proc_));
   ++kills_;
-  return Launch();
+  return Launch(/*wait_loaded=*/false);
 }
 
 Result<ClientOutcome> ClientProcess::Finish() {
   if (!proc_.running()) return Unavailable("the client process is not running");
+  if (!loaded_) {  // Started by the last kill: its SIGTERM handler and pages come first.
+    auto loaded = proc_.WaitForLine("client loaded", Deadline::AfterMs(30000));
+    if (!loaded.ok()) {
+      return loaded.status().WithContext("the final client process did not write its pages");
+    }
+    loaded_ = true;
+  }
   TESSERA_RETURN_IF_ERROR(proc_.Signal(SIGTERM));
   auto line = proc_.WaitForLine("client result", Deadline::AfterMs(60000));
   auto ws = proc_.Wait(Deadline::AfterMs(10000));

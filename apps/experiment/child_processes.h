@@ -81,21 +81,26 @@ class ClientProcess {
                                                       const std::string& spec_json,
                                                       const std::string& spec_path);
   ~ClientProcess();
-  // SIGKILL the running process, reap it, start a fresh one and wait until it has written its
-  // pages (bounded, 30 s).
+  // SIGKILL the running process, reap it and start a fresh one, without waiting for it to
+  // write its pages: the fault scheduler calls this, and its next fault is due on time
+  // however slowly the fresh process loads (on a loaded machine that took over 3 s, past the
+  // next kill's time). A kill may then find the process still writing its pages, as a real
+  // crash may; the final one finishes them before it checks them (Finish).
   Status KillAndRestart();
-  // SIGTERM the running process: it reads every page back, checks it, closes its store
-  // (freeing its slabs) and reports (bounded, 60 s).
+  // Once the running process has written its pages (bounded, 30 s), SIGTERM it: it reads every
+  // page back, checks it, closes its store (freeing its slabs) and reports (bounded, 60 s).
   Result<ClientOutcome> Finish();
   int kills() const { return kills_; }
   pid_t pid() const { return proc_.pid(); }
 
  private:
   ClientProcess() = default;
-  Status Launch();
+  // Starts a process; with wait_loaded, returns once it has written its pages (bounded, 30 s).
+  Status Launch(bool wait_loaded);
   ForkThread forker_;
   std::string bin_dir_, spec_path_;
   Subprocess proc_;
+  bool loaded_ = false;  // proc_ said "client loaded".
   int kills_ = 0;
 };
 
