@@ -46,16 +46,34 @@ void PagerImpl::MaybeKickEviction() {
   evict_cv_.notify_one();
 }
 
+uint64_t PagerImpl::HardCap() const {
+  const uint64_t cap = ResidentCap();
+  if (cap == 0) return 0;
+  return cap + std::max<uint64_t>(2 * o_.evict_batch, cap / 8);
+}
+
 void PagerImpl::Throttle() {
-  uint64_t cap = ResidentCap();
-  if (cap == 0) return;
+  if (HardCap() == 0) return;
   // Write-backs failing (the store refuses writes): the cap cannot be kept; waiting would only
   // slow the program down to no purpose.
   if (evict_failing_.load(std::memory_order_relaxed)) return;
-  uint64_t hard = cap + std::max<uint64_t>(2 * o_.evict_batch, cap / 8);
   std::unique_lock<std::mutex> l(evict_mu_);
-  for (int i = 0; i < 20 && static_cast<uint64_t>(resident_.load()) > hard; ++i) {
-    if (evict_paused_ > 0 || stopping_.load()) return;
+  // How long a fault waits on an evictor that runs but frees nothing (every victim re-written
+  // as it leaves): past it the fault goes on, and the cap is exceeded by its page.
+  constexpr uint64_t kNoProgressMs = 500;
+  uint64_t seen = evictions_.load();
+  Deadline progress = Deadline::AfterMs(kNoProgressMs);
+  while (static_cast<uint64_t>(resident_.load()) > HardCap()) {
+    if (evict_paused_ > 0 || stopping_.load() || evict_failing_.load()) return;
+    // The evictor's last pass found nothing to evict, and no pass is running or asked for.
+    if (evict_stuck_ && !evict_running_ && !evict_kick_) return;
+    if (const uint64_t now = evictions_.load(); now != seen) {
+      seen = now;
+      progress = Deadline::AfterMs(kNoProgressMs);
+    } else if (progress.Expired()) {
+      throttle_giveups_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     evict_kick_ = true;
     evict_cv_.notify_one();
     evict_idle_cv_.wait_for(l, std::chrono::milliseconds(1));
@@ -457,6 +475,7 @@ void PagerImpl::EvictLoop() {
       if (evict_paused_ > 0) continue;
       evict_running_ = true;
     }
+    bool stuck = false;
     for (;;) {
       DrainPolicyEvents();
       if (o_.tier != nullptr) o_.tier->SetBudgetBytes(LimitPages() * kPageSize);
@@ -500,7 +519,10 @@ void PagerImpl::EvictLoop() {
         FlushWriteTraps();
       }
       if (picked == 0) {
-        if (inflight.empty()) break;
+        if (inflight.empty()) {
+          stuck = true;
+          break;
+        }
         finish_oldest();  // Its kept pages may become victims again.
         continue;
       }
@@ -517,6 +539,7 @@ void PagerImpl::EvictLoop() {
     {
       std::lock_guard<std::mutex> l(evict_mu_);
       evict_running_ = false;
+      evict_stuck_ = stuck;
     }
     evict_idle_cv_.notify_all();
   }

@@ -676,8 +676,11 @@ size_t PagerImpl::ClaimZeroNeighbours(PageId p) {
   if (want == 0) return 0;
   if (uint64_t cap = ResidentCap(); cap > 0) {
     // Staged pages are the coldest local pages: fault-around may take their room (the evictor
-    // then drops them from the list's end; the cap is kept as with any fault).
-    const int64_t room = static_cast<int64_t>(cap) - (resident_.load() - staged_.load()) - 1;
+    // then drops them from the list's end), but never past the hard cap, which faults wait
+    // for (Throttle): a list that is long, or whose drops are in flight, lends no more.
+    const int64_t resident = resident_.load();
+    const int64_t room = std::min(static_cast<int64_t>(cap) - (resident - staged_.load()),
+                                  static_cast<int64_t>(HardCap()) - resident) - 1;
     want = std::min<size_t>(want, static_cast<size_t>(std::max<int64_t>(0, room)));
   }
   size_t n = 0;

@@ -404,6 +404,7 @@ PagerStats PagerImpl::Stats() const {
   s.zero_fills = zero_fills_.load();
   s.zero_fill_around = zero_fill_around_.load();
   s.zero_drops = zero_drops_.load();
+  s.throttle_giveups = throttle_giveups_.load();
   s.traps_armed = traps_armed_.load();
   s.trap_ioctls = trap_ioctls_.load();
   s.fills_writable = fills_writable_.load();

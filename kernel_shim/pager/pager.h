@@ -189,6 +189,9 @@ struct PagerStats {
   uint64_t remote_writes = 0;    // Dirty pages written back to the store.
   uint64_t clean_drops = 0;      // Clean pages dropped without a write-back.
   uint64_t evictions = 0;        // Pages evicted (written back or dropped).
+  // Faults that went on over the hard cap because the evictor freed no page for 500 ms while
+  // running (every victim re-written as it left): the cap is soft by that page.
+  uint64_t throttle_giveups = 0;
   uint64_t prefetch_issued = 0;  // Pages read ahead.
   // Faults served from a prefetch buffer: prefetched pages wait unmapped in pager-owned buffers
   // (at most 256 + 2 x prefetch_max_pages of them, not counted as resident) until their first

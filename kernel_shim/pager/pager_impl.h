@@ -226,9 +226,15 @@ class PagerImpl final : public Pager {
   uint64_t LimitPages() const;  // The local budget (0: none).
   // What resident pages may use of it: the budget less the compressed tier's charge.
   uint64_t ResidentCap() const;
+  // The most the resident set (inactive list included) may reach while eviction catches up:
+  // the cap plus one pipeline's slack. Faults past it wait (Throttle), and fault-around never
+  // maps beyond it. 0: no cap.
+  uint64_t HardCap() const;
   void MaybeKickEviction();
-  // Back-pressure: while the resident set is well above the cap (eviction falling behind),
-  // the fault thread waits for eviction progress (bounded) before mapping more pages.
+  // Back-pressure: while the resident set is above HardCap() (eviction falling behind), the
+  // fault thread waits as long as the evictor makes progress; it goes on only when the evictor
+  // can free nothing (every resident page held), the store refuses write-backs, eviction is
+  // paused for a fork, or the pager stops.
   void Throttle();
   void EvictLoop();
   // One eviction batch in flight: its victims (kEvicting), which of them were all-zero never
@@ -447,12 +453,16 @@ class PagerImpl final : public Pager {
   bool evict_kick_ = false;
   int evict_paused_ = 0;     // PrepareFork pauses.
   bool evict_running_ = false;
+  // The evictor's last pass ended above the low watermark with nothing it could pick (every
+  // resident page in a transition or held): a throttled fault goes on rather than wait on it.
+  bool evict_stuck_ = false;
   std::condition_variable evict_idle_cv_;
-  std::atomic<uint64_t> max_page_{0};
-  std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.  // One past the highest page ever faulted.
+  std::atomic<uint64_t> max_page_{0};  // One past the highest page ever faulted.
+  std::atomic<bool> evict_failing_{false};  // The last eviction batch had failed write-backs.
 
   // Counters.
   std::atomic<uint64_t> zero_fill_around_{0}, zero_drops_{0}, traps_armed_{0}, trap_ioctls_{0};
+  std::atomic<uint64_t> throttle_giveups_{0};
   // Adaptive writable fills (MapFillWritable): stored pages mapped clean, and how many of them
   // took a write-protect fault; fills mapped writable because of it.
   std::atomic<uint64_t> fill_seq_{0}, filled_clean_{0}, written_after_fill_{0}, fills_writable_{0};

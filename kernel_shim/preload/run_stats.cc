@@ -67,6 +67,7 @@ RunStats CollectRunStats(const PagerStats& p, const client::PageStoreStats& s, u
   r["remote_writes"] = p.remote_writes;
   r["clean_drops"] = p.clean_drops;
   r["evictions"] = p.evictions;
+  r["throttle_giveups"] = p.throttle_giveups;
   r["prefetch_issued"] = p.prefetch_issued;
   r["prefetch_hits"] = p.prefetch_hits;
   r["discarded"] = p.discarded;

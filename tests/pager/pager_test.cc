@@ -564,7 +564,8 @@ void WritesRacingWithEviction(bool inactive_list) {
     ts.emplace_back([&, t] {
       for (size_t it = 0; it < kIters; ++it) {
         for (size_t p = t; p < kPages; p += kThreads) {
-          words[p * (kPage / 8) + (it % 8) * 64] += 1;  // One of 8 lines per page.
+          const size_t w = p * (kPage / 8) + (it % 8) * 64;  // One of 8 lines per page.
+          words[w] = words[w] + 1;
         }
       }
     });
