@@ -3,7 +3,8 @@
 // check passed (it prints what failed otherwise). Sizes are chosen so that, at a few MB of
 // local memory, most of the data really goes to the memservers and comes back.
 //   region           print "paged" or "unpaged" (whether the shim's region is active)
-//   threads N MB     N threads malloc/realloc/free with per-block patterns, MB each in flight
+//   threads N MB     N threads malloc/realloc/free with per-block patterns, MB each in flight;
+//                    they hold their last blocks while a 32 MB ballast pushes them out
 //   mmap             private anonymous mmap/munmap/mremap/madvise semantics on paged memory
 //   fork MB          fill MB of heap, fork without exec, the child verifies every byte
 //   exec             fork+exec, system() and posix_spawn of `region`: children are paged too
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <latch>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -88,6 +90,7 @@ bool Check(const uint8_t* p, size_t n, uint64_t seed) {
 
 int ModeThreads(int threads, int mb) {
   std::atomic<int> bad{0}, unpaged{0};
+  std::latch held(threads), ballast_done(1);
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
@@ -143,13 +146,30 @@ int ModeThreads(int threads, int mb) {
           blocks.erase(blocks.begin());
         }
       }
+      // Hold the blocks until the ballast below has pushed them out, then read them back.
+      held.count_down();
+      ballast_done.wait();
       for (auto& b : blocks) {
         if (!Check(b.p, b.n, b.seed)) bad++;
         free(b.p);
       }
     });
   }
+  // How much of the threads' data is live at once depends on how they interleave; whether it
+  // fits a cap must not. Once every thread holds its last blocks, a ballast of kBallastMb (more
+  // than the tests' cap) is written: the older blocks go to the store, and the threads then
+  // read every byte of them back.
+  constexpr size_t kBallastMb = 32;
+  held.wait();
+  auto* ballast = static_cast<uint8_t*>(malloc(kBallastMb << 20));
+  CHECK_OR_FAIL(ballast != nullptr && Paged(ballast), "the ballast is not in the paged region");
+  if (ballast != nullptr) Fill(ballast, kBallastMb << 20, 0xba11a57);
+  ballast_done.count_down();
   for (auto& t : ts) t.join();
+  if (ballast != nullptr) {
+    CHECK_OR_FAIL(Check(ballast, kBallastMb << 20, 0xba11a57), "the ballast had wrong bytes");
+    free(ballast);
+  }
   CHECK_OR_FAIL(bad == 0, "%d blocks had wrong bytes", bad.load());
   CHECK_OR_FAIL(unpaged == 0, "%d blocks were not in the paged region", unpaged.load());
   // Aligned allocation family.

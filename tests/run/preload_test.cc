@@ -51,7 +51,10 @@ TEST(Preload, HeapIsPagedAndThreadsSeeTheirBytes) {
   const std::string j = ReadFile(json);
   EXPECT_EQ(JsonInt(j, "exit_code"), 0) << j;
   EXPECT_GT(JsonInt(j, "faults"), 0) << j;
-  EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "nothing went remote at 6M local: " << j;
+  // The probe's 32 MB ballast alone exceeds the 24 MB cap, so the threads' held blocks go to
+  // the store and come back, however the threads interleaved.
+  EXPECT_GT(JsonInt(j, "remote_writes"), 0) << "nothing went remote at 24M local: " << j;
+  EXPECT_GT(JsonInt(j, "remote_reads"), 0) << "nothing came back at 24M local: " << j;
   EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
 }
 
