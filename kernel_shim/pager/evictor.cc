@@ -177,6 +177,18 @@ void PagerImpl::TakeOldestStaged(size_t n, std::vector<Victim>* out) {
   }
 }
 
+void PagerImpl::DropRuns(uint8_t* base, std::vector<uint64_t>* ids) {
+  std::sort(ids->begin(), ids->end());
+  for (size_t k = 0; k < ids->size();) {
+    size_t j = k;
+    while (j + 1 < ids->size() && (*ids)[j + 1] == (*ids)[j] + 1) ++j;
+    if (::madvise(base + (*ids)[k] * kPageSize, (j - k + 1) * kPageSize, MADV_DONTNEED) != 0) {
+      TLOG(ERROR) << "pager: madvise(DONTNEED): " << strerror(errno);
+    }
+    k = j + 1;
+  }
+}
+
 void PagerImpl::ArmWriteTrap(PageId p) {
   traps_armed_.fetch_add(1, std::memory_order_relaxed);
   traps_pending_.push_back(p);  // Set by FlushWriteTraps() once the chooser's round is over.
@@ -310,12 +322,13 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
   // 3. Commit: drop each victim unless it was written meanwhile or its write-back failed.
   std::vector<size_t> drop;  // Indices into victims.
   std::vector<PageId> kept;
+  std::vector<uint64_t> freed_slots;  // Staging slots of dropped pages, emptied together below.
   for (size_t i = 0; i < n; ++i) {
     PageId p = victims[i].page;
     auto& w = W(p);
     bool wb_ok = wb_status[i].ok();
     if (victims[i].staged) {
-      FinishStaged(victims[i], zero[i] != 0, wb_status[i]);
+      FinishStaged(victims[i], zero[i] != 0, wb_status[i], &freed_slots);
       if (!wb_ok) failures++;
       continue;
     }
@@ -356,18 +369,13 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
       break;
     }
   }
-  // 4. MADV_DONTNEED the dropped pages, runs in one call.
+  // 4. MADV_DONTNEED the dropped pages and the freed slots, runs in one call: each call flushes
+  //    the TLB of every CPU running a thread of this process (an IPI on each, a VM exit on a
+  //    VM), so one call per page cost the evictor most of its time.
   std::vector<PageId> sorted;
   for (size_t i : drop) sorted.push_back(victims[i].page);
-  std::sort(sorted.begin(), sorted.end());
-  for (size_t k = 0; k < sorted.size();) {
-    size_t j = k;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (::madvise(Addr(sorted[k]), (j - k + 1) * kPageSize, MADV_DONTNEED) != 0) {
-      TLOG(ERROR) << "pager: madvise(DONTNEED): " << strerror(errno);
-    }
-    k = j + 1;
-  }
+  DropRuns(base(), &sorted);
+  DropRuns(staging_, &freed_slots);
   // 5. End the transitions; resolve faults that arrived meanwhile.
   for (size_t i : drop) {
     const PageId p = victims[i].page;
@@ -391,7 +399,8 @@ size_t PagerImpl::FinishEvict(EvictJob* job) {
   return failures;
 }
 
-void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
+void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb,
+                             std::vector<uint64_t>* freed_slots) {
   const PageId p = v.page;
   auto& w = W(p);
   staged_inflight_.fetch_sub(1);
@@ -435,7 +444,9 @@ void PagerImpl::FinishStaged(const Victim& v, bool zero, const Status& wb) {
     if (!w.compare_exchange_weak(s, fin)) continue;
     break;
   }
-  ReleaseSlot(v.slot);
+  // Emptied by the caller with the batch's other slots: only this thread (the evictor) fills
+  // slots, and it does so after the batch is finished.
+  freed_slots->push_back(v.slot);
   staged_.fetch_sub(1);
   resident_.fetch_sub(1);
   evictions_.fetch_add(1);

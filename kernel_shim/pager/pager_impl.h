@@ -210,9 +210,14 @@ class PagerImpl final : public Pager {
   // the page moved (Uffd::Move: it may have): if it did, the move goes on after it.
   size_t MoveStaging(uint8_t* dst, uint8_t* src, size_t n, bool to_staging, Status* st);
   void ReleaseSlot(uint32_t slot);
-  // Evictor, at a staged victim's commit: drops it (slot released, kRemote or kNever), or moves
-  // it back into the region when its write-back failed or a fault waits for it.
-  void FinishStaged(const Victim& v, bool zero, const Status& wb);
+  // MADV_DONTNEED of the pages at base + id * kPageSize for these ids (sorted here), each run
+  // of consecutive ids in one call.
+  static void DropRuns(uint8_t* base, std::vector<uint64_t>* ids);
+  // Evictor, at a staged victim's commit: drops it (kRemote or kNever; its slot goes to
+  // *freed_slots, for the caller to empty with DropRuns), or moves it back into the region when
+  // its write-back failed or a fault waits for it.
+  void FinishStaged(const Victim& v, bool zero, const Status& wb,
+                    std::vector<uint64_t>* freed_slots);
   // A store read of page p: the evictor tells the list's sizer (refault distance).
   void NoteRefault(PageId p);
   // Whether a stored page filled for a read fault is mapped writable (see fault_handler.cc).
