@@ -64,7 +64,8 @@ DEFINE_bool(summary, true, "Print the summary to stderr at exit");
 DEFINE_bool(write_traps, true,
             "The victim policy write-protects resident dirty pages as they come round to learn "
             "whether they are written again (--nowrite_traps: only first writes and re-faults "
-            "inform it; fewer write-protect ioctls and faults)");
+            "inform it; fewer write-protect ioctls and faults). Not given: on only when the "
+            "inactive list is off or unavailable (the list sees reads and writes of victims)");
 DEFINE_bool(inactive_list, true,
             "Evicted pages first wait on an inactive list, still local (moved out of the "
             "program's mapping, counted against --local-memory); an access to one - a read too - "
@@ -588,7 +589,10 @@ int Main(int argc, char** argv) {
       std::string(kernel_shim::kEnvRegion) + "=" + std::to_string(*region),
       std::string(kernel_shim::kEnvStats) + "=" + stats_path,
       std::string(kernel_shim::kEnvLive) + "=" + live_path,
-      std::string(kernel_shim::kEnvWriteTraps) + "=" + (FLAGS_write_traps ? "1" : "0"),
+      std::string(kernel_shim::kEnvWriteTraps) + "=" +
+          (gflags::GetCommandLineFlagInfoOrDie("write_traps").is_default
+               ? "auto"
+               : (FLAGS_write_traps ? "1" : "0")),
       std::string(kernel_shim::kEnvInactiveList) + "=" + (FLAGS_inactive_list ? "1" : "0"),
       std::string(kernel_shim::kEnvDirectReads) + "=" + (FLAGS_direct_reads ? "1" : "0"),
       std::string(kernel_shim::kEnvBatchFaults) + "=" + (FLAGS_batch_faults ? "1" : "0"),

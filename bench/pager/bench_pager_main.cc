@@ -230,7 +230,7 @@ InProcess RunInProcess(client::PageStore* store, Pattern pattern, size_t bytes, 
   o.low_watermark = FLAGS_low_watermark;
   o.victim = policy;
   o.prefetch = prefetch;
-  o.write_traps = write_traps;
+  o.write_traps = write_traps ? kernel_shim::WriteTraps::kOn : kernel_shim::WriteTraps::kOff;
   o.inactive_list = inactive_list < 0 ? FLAGS_inactive_list : inactive_list != 0;
   o.fault_thread_reads = FLAGS_fault_thread_reads;
   o.zero_fault_around_pages = static_cast<size_t>(FLAGS_zero_fault_around);

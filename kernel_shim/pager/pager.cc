@@ -74,7 +74,9 @@ Status PagerImpl::Start() {
   }
   for (int i = 0; i < nthreads; ++i) threads_->emplace_back([this, i] { FaultLoop(i); });
   if (child_wake_.valid()) threads_->emplace_back([this] { ChildLoop(); });
-  chooser_ = std::make_unique<VictimChooser>(o_.victim, o_.write_traps, states_,
+  const bool traps = o_.write_traps == WriteTraps::kOn ||
+                     (o_.write_traps == WriteTraps::kAuto && !staging_on());
+  chooser_ = std::make_unique<VictimChooser>(o_.victim, traps, states_,
                                              [this](PageId p) { ArmWriteTrap(p); });
   threads_->emplace_back([this] { EvictLoop(); });
   threads_->emplace_back([this] { RetryLoop(); });

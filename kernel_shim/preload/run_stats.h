@@ -32,7 +32,7 @@ inline constexpr const char* kEnvLogLevel = "TESSERA_RUN_LOG_LEVEL";
 // "off", "auto" or a size: the compressed local tier (kernel_shim/pager/compressed_tier.h).
 inline constexpr const char* kEnvCompressedTier = "TESSERA_RUN_COMPRESSED_TIER";
 inline constexpr const char* kEnvLayout = "TESSERA_RUN_LAYOUT";  // "split" or "group"
-inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0": no write traps
+inline constexpr const char* kEnvWriteTraps = "TESSERA_RUN_WRITE_TRAPS";  // "0", "1", "auto"
 // "0": no inactive list, victims are written back at once (PagerOptions::inactive_list).
 inline constexpr const char* kEnvInactiveList = "TESSERA_RUN_INACTIVE_LIST";
 // "0": a fault thread serves the faults of one wake-up one by one (PagerOptions::batch_faults).

@@ -72,7 +72,14 @@ bool TakeConfig(Config* c, std::string* error) {
     *out = v == "1";
     return true;
   };
-  if (has_traps && !on_off(kEnvWriteTraps, traps, &c->write_traps)) return true;
+  if (has_traps && traps != "auto") {
+    bool on = false;
+    if (!on_off(kEnvWriteTraps, traps, &on)) {
+      *error = "bad " + std::string(kEnvWriteTraps) + " '" + traps + "' (0, 1 or auto)";
+      return true;
+    }
+    c->write_traps = on ? WriteTraps::kOn : WriteTraps::kOff;
+  }
   if (has_inactive && !on_off(kEnvInactiveList, inactive, &c->inactive_list)) return true;
   if (has_batch && !on_off(kEnvBatchFaults, batch, &c->batch_faults)) return true;
   if (has_direct && !on_off(kEnvDirectReads, direct, &c->direct_reads)) return true;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernel_shim/pager/pager.h"
 #include "kernel_shim/preload/run_stats.h"
 
 #pragma GCC visibility push(hidden)
@@ -13,7 +14,7 @@ namespace tessera::kernel_shim::shim {
 struct Config {
   std::string cluster, token, stats, live, log_level;
   int k = 4, r = 2;
-  bool write_traps = true;
+  WriteTraps write_traps = WriteTraps::kAuto;  // kEnvWriteTraps: "0", "1" or "auto" (unset)
   bool inactive_list = true;   // kEnvInactiveList
   bool direct_reads = true;
   bool batch_faults = true;    // kEnvBatchFaults

@@ -87,6 +87,7 @@ Trace BenchZipfTrace(size_t pages, int passes) {
 
 struct Row {
   uint64_t min, fifo, smart, inactive, minor;
+  uint64_t inactive_no_traps;  // The inactive list without write traps (their default with it).
 };
 
 Row Compare(const std::string& name, const Trace& t, size_t cap) {
@@ -103,12 +104,16 @@ Row Compare(const std::string& name, const Trace& t, size_t cap) {
   PolicySimResult with = SimulatePolicy(t, o);
   row.inactive = with.major_faults;
   row.minor = with.minor_refaults;
+  o.write_traps = false;
+  row.inactive_no_traps = SimulatePolicy(t, o).major_faults;
   std::printf(
       "%-22s cap %5zu  MIN %7lu  fifo %7lu (%.2fx)  smart %7lu (%.2fx)  "
-      "smart+inactive %7lu (%.2fx, %lu minor refaults, inactive %.2f of the cap)\n",
+      "smart+inactive %7lu (%.2fx, %lu minor refaults, inactive %.2f of the cap)  "
+      "without traps %7lu (%.2fx)\n",
       name.c_str(), cap, row.min, row.fifo, double(row.fifo) / row.min, row.smart,
       double(row.smart) / row.min, row.inactive, double(row.inactive) / row.min,
-      with.minor_refaults, with.final_inactive_fraction);
+      with.minor_refaults, with.final_inactive_fraction, row.inactive_no_traps,
+      double(row.inactive_no_traps) / row.min);
   return row;
 }
 

@@ -58,6 +58,37 @@ TEST(Preload, HeapIsPagedAndThreadsSeeTheirBytes) {
   EXPECT_EQ(JsonInt(j, "fill_errors"), 0) << j;
 }
 
+// Write traps default to "auto": none while the inactive list sees the victims' accesses, on
+// without the list; --write-traps and --nowrite-traps force them. The threads probe evicts at
+// 24M whatever the interleaving (its ballast), so the smart policy always comes round dirty
+// pages.
+TEST(Preload, WriteTrapsAreSetOnlyWithoutTheInactiveListUnlessForced) {
+  struct Case {
+    std::vector<std::string> flags;
+    bool traps;
+  };
+  const std::vector<Case> cases = {{{}, false},
+                                   {{"--write-traps"}, true},
+                                   {{"--noinactive-list"}, true},
+                                   {{"--noinactive-list", "--nowrite-traps"}, false}};
+  for (const Case& c : cases) {
+    std::string what = "flags:";
+    for (const auto& f : c.flags) what += " " + f;
+    TempDir tmp;
+    const std::string json = tmp.path() + "/stats.json";
+    auto out = RunPaged({"threads", "4", "2"}, json, "24M", c.flags);
+    ASSERT_EQ(out.exit_code, 0) << what << "\n" << out.stdout_text;
+    const std::string j = ReadFile(json);
+    EXPECT_GT(JsonInt(j, "remote_writes"), 0) << what << ": " << j;
+    if (c.traps) {
+      EXPECT_GT(JsonInt(j, "traps_armed"), 0) << what << ": " << j;
+    } else {
+      EXPECT_EQ(JsonInt(j, "traps_armed"), 0) << what << ": " << j;
+      EXPECT_EQ(JsonInt(j, "trap_faults"), 0) << what << ": " << j;
+    }
+  }
+}
+
 TEST(Preload, MmapMunmapMremapMadviseSemantics) {
   TempDir tmp;
   const std::string json = tmp.path() + "/stats.json";
