@@ -238,11 +238,13 @@ inline uint64_t DirectSpinWindowNs(uint64_t avg_reply_ns, uint64_t bound_ns) {
 // I/O thread changes the other fields and bumped to the next even value after; a reader
 // accepts what it read between two equal even loads of `ver`. All fields are relaxed atomics
 // (so racing reads are defined); the fences are in PublishPage()/DirectLocate().
-constexpr uint32_t kDirectZero = ~0u;     // DirectLoc::slab: never written or trimmed (zeros).
-constexpr uint32_t kDirectNo = ~0u - 1;   // DirectLoc::slab: not directly readable now.
+constexpr uint32_t kDirectZero = ~0u;     // DirectLoc's slab: never written or trimmed (zeros).
+constexpr uint32_t kDirectNo = ~0u - 1;   // DirectLoc's slab: not directly readable now.
+// All zero bytes is a never-written page, so a table of them can be lazily zeroed memory.
 struct DirectLoc {
   std::atomic<uint32_t> ver{0};
-  std::atomic<uint32_t> slab{kDirectZero};  // Index into the thread's slab table, or the above.
+  // ~slab: the index into the thread's slab table, or one of the above (0: kDirectZero).
+  std::atomic<uint32_t> slab_inv{0};
   std::atomic<uint32_t> row_col{0};         // Row << 8 | stripe member.
   std::atomic<uint32_t> crc{0};             // CRC32C of the page as stored.
 };

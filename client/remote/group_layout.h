@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "client/remote/engine.h"
+#include "common/mmap.h"
 #include "client/remote/layout.h"
 
 namespace tessera::client::remote {
@@ -204,11 +206,18 @@ class GroupLayout final : public Layout {
     bool moving = false;         // kStored: a compaction move is reading it.
     Ctx* writing = nullptr;      // kWriting: the stripe write holding the newest data.
   };
-  std::vector<PageLoc> gloc_;  // By LocalIndex().
+  static_assert(std::is_trivially_copyable_v<PageLoc> && std::is_trivially_destructible_v<PageLoc>,
+                "gloc_ lives in lazily zeroed memory, never constructed or destroyed");
+  // By LocalIndex(), gloc_size_ of them, in lazily zeroed memory (Setup): all zero bytes is a
+  // default PageLoc (kNone, never written).
+  MappedRegion gloc_mem_;
+  PageLoc* gloc_ = nullptr;
+  uint64_t gloc_size_ = 0;
   // Direct reads: gloc_ as published for other threads (see DirectLoc): written by this I/O
   // thread only, read by any thread under its seqlock. Allocated by Setup() before Start()
   // returns; never resized.
-  std::unique_ptr<DirectLoc[]> dloc_;  // By LocalIndex().
+  MappedRegion dloc_mem_;
+  DirectLoc* dloc_ = nullptr;  // By LocalIndex(), gloc_size_ of them, lazily zeroed.
   struct Buffered {  // A page in the stripe buffer (data: gbuf_data_ + slot * 4096).
     PageId page = 0;
     uint32_t seq = 0;
