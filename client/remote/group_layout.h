@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "client/remote/engine.h"
-#include "common/mmap.h"
 #include "client/remote/layout.h"
+#include "common/mmap.h"
 
 namespace tessera::client::remote {
 

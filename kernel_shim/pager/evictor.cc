@@ -178,15 +178,11 @@ void PagerImpl::TakeOldestStaged(size_t n, std::vector<Victim>* out) {
 }
 
 void PagerImpl::DropRuns(uint8_t* base, std::vector<uint64_t>* ids) {
-  std::sort(ids->begin(), ids->end());
-  for (size_t k = 0; k < ids->size();) {
-    size_t j = k;
-    while (j + 1 < ids->size() && (*ids)[j + 1] == (*ids)[j] + 1) ++j;
-    if (::madvise(base + (*ids)[k] * kPageSize, (j - k + 1) * kPageSize, MADV_DONTNEED) != 0) {
+  ForEachRun(ids, [base](uint64_t first, size_t n) {
+    if (::madvise(base + first * kPageSize, n * kPageSize, MADV_DONTNEED) != 0) {
       TLOG(ERROR) << "pager: madvise(DONTNEED): " << strerror(errno);
     }
-    k = j + 1;
-  }
+  });
 }
 
 void PagerImpl::ArmWriteTrap(PageId p) {
@@ -196,15 +192,11 @@ void PagerImpl::ArmWriteTrap(PageId p) {
 
 void PagerImpl::FlushWriteTraps() {
   if (traps_pending_.empty()) return;
-  std::sort(traps_pending_.begin(), traps_pending_.end());
-  for (size_t k = 0; k < traps_pending_.size();) {
-    size_t j = k;
-    while (j + 1 < traps_pending_.size() && traps_pending_[j + 1] == traps_pending_[j] + 1) ++j;
+  ForEachRun(&traps_pending_, [this](PageId first, size_t n) {
     // Best effort: a trap is a hint to the policy (a write it misses only costs accuracy).
-    (void)uffd_.WriteProtect(Addr(traps_pending_[k]), (j - k + 1) * kPageSize, true, 1000);
+    (void)uffd_.WriteProtect(Addr(first), n * kPageSize, true, 1000);
     trap_ioctls_.fetch_add(1, std::memory_order_relaxed);
-    k = j + 1;
-  }
+  });
   traps_pending_.clear();
 }
 

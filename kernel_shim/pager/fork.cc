@@ -802,14 +802,10 @@ void PagerImpl::ReleaseSnapshot() {
     }
   }
   auto trim_runs = [&](std::vector<uint64_t>& ids) {
-    std::sort(ids.begin(), ids.end());
-    for (size_t k = 0; k < ids.size();) {
-      size_t j = k;
-      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-      Status t = o_.store->Trim(ids[k], j - k + 1);
-      if (!t.ok()) TLOG(WARNING) << "pager: Trim of store page " << ids[k] << ": " << t.ToString();
-      k = j + 1;
-    }
+    ForEachRun(&ids, [&](uint64_t first, size_t n) {
+      Status t = o_.store->Trim(first, n);
+      if (!t.ok()) TLOG(WARNING) << "pager: Trim of store page " << first << ": " << t.ToString();
+    });
   };
   std::vector<uint64_t> ids(busy.begin(), busy.end());
   for (const auto& [p, s] : owned) ids.push_back(p);

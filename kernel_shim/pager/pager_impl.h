@@ -34,6 +34,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -210,6 +211,17 @@ class PagerImpl final : public Pager {
   // the page moved (Uffd::Move: it may have): if it did, the move goes on after it.
   size_t MoveStaging(uint8_t* dst, uint8_t* src, size_t n, bool to_staging, Status* st);
   void ReleaseSlot(uint32_t slot);
+  // Sorts ids and calls f(first, count) once per run of consecutive ids.
+  template <typename F>
+  static void ForEachRun(std::vector<uint64_t>* ids, F f) {
+    std::sort(ids->begin(), ids->end());
+    for (size_t k = 0; k < ids->size();) {
+      size_t j = k;
+      while (j + 1 < ids->size() && (*ids)[j + 1] == (*ids)[j] + 1) ++j;
+      f((*ids)[k], j - k + 1);
+      k = j + 1;
+    }
+  }
   // MADV_DONTNEED of the pages at base + id * kPageSize for these ids (sorted here), each run
   // of consecutive ids in one call.
   static void DropRuns(uint8_t* base, std::vector<uint64_t>* ids);
