@@ -79,11 +79,13 @@ DEFINE_bool(batch_faults, true,
             "A fault thread that wakes to several queued faults (program threads faulting at "
             "once) posts their page reads together and maps them itself; --nobatch-faults hands "
             "all but one to the page store's I/O thread one by one (for comparison)");
-DEFINE_int32(fault_spin_us, 30,
+DEFINE_int32(fault_spin_us, 0,
              "Microseconds (0..1000) a fault thread polls the userfaultfd after serving a fault "
-             "before it sleeps: a fault that comes within it skips a thread wake-up (the demo "
-             "workload at 50%: fault p50 38 -> 29 us, 7.2 -> 5.75 s), at the price of CPU the "
-             "memservers may share; 0 sleeps at once");
+             "before it sleeps (one fault thread polls at a time): a fault that comes within it "
+             "skips a thread wake-up, at the price of a CPU that the program's other threads, "
+             "the evictor and local memservers would use. 0 (the default) sleeps at once: on 2 "
+             "CPUs shared with the memservers, polling for 30 us made the python workload and "
+             "GNU sort 10-15% slower (docs/guides/run.md)");
 DEFINE_int32(direct_spin_us, -1,
              "The most microseconds (0..1000) a direct read polls for the server's reply "
              "(twice the recent reply time, within this bound) before it sleeps "

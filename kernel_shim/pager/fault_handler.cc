@@ -415,17 +415,20 @@ void PagerImpl::ServeMissingBatch(const std::vector<std::pair<PageId, uint64_t>>
 }
 
 bool PagerImpl::SpinForFault() {
-  if (o_.fault_spin_us == 0) return false;
+  if (o_.fault_spin_us == 0 || spinner_.exchange(true, std::memory_order_acquire)) return false;
   const uint64_t until = MonotonicNs() + uint64_t{o_.fault_spin_us} * 1000;
+  bool hit = false;
   while (!stopping_.load(std::memory_order_relaxed)) {
     pollfd p{uffd_.fd(), POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
       spin_hits_.fetch_add(1, std::memory_order_relaxed);
-      return true;
+      hit = true;
+      break;
     }
-    if (MonotonicNs() >= until) return false;
+    if (MonotonicNs() >= until) break;
   }
-  return false;
+  spinner_.store(false, std::memory_order_release);
+  return hit;
 }
 
 void PagerImpl::Handoff(PageId p, bool write) {

@@ -140,7 +140,9 @@ class PagerImpl final : public Pager {
   bool OpenForkWindow(const Deadline& deadline);
   void CloseForkWindow();
   void RingFaultThreads();
-  // Polls the userfaultfd for up to fault_spin_us; true when a fault is waiting.
+  // Polls the userfaultfd for up to fault_spin_us; true when a fault is waiting. One fault
+  // thread polls at a time (spinner_): the others sleep in poll(), so that polling never takes
+  // more than one CPU from the program and the memory servers it waits on.
   bool SpinForFault();
   // Serves a missing fault on page p. With `sync_buf` (a fault thread's own page buffer) a
   // remote page is read on this thread and mapped here; without, the read is submitted and the
@@ -356,6 +358,7 @@ class PagerImpl final : public Pager {
   std::atomic<uint64_t>* states_;
   const bool have_poison_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> spinner_{false};  // A fault thread is in SpinForFault.
   bool child_ = false;        // This copy of the pager lives in a forked child.
   bool child_paged_ = false;  // ... whose region the parent's monitor serves (ChildInit).
 
