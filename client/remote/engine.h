@@ -43,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -746,6 +747,15 @@ class IoThread {
   uint64_t seen_failure_epoch_ = 0;
   // The slab table: logical slab ls lives at index ls / io_threads of thread ls % io_threads.
   std::vector<Slab> slabs_;
+  // One past the highest slab index ever allocated or being allocated: every slab at or above
+  // it is unallocated, so scans for allocated slabs stop there (UsedSlabs). The table is sized
+  // for the whole region; a program uses the first few slabs of it.
+  size_t slabs_hi_ = 0;
+  std::span<Slab> UsedSlabs() { return {slabs_.data(), slabs_hi_}; }
+  std::span<const Slab> UsedSlabs() const { return {slabs_.data(), slabs_hi_}; }
+  void NoteSlabUsed(const Slab& s) {
+    slabs_hi_ = std::max<size_t>(slabs_hi_, static_cast<size_t>(&s - slabs_.data()) + 1);
+  }
   std::vector<Ctx> ctxs_;
   std::vector<uint8_t> bufs_;  // Op buffers (one per context) and kSpareBufs spare ones.
   size_t buf_bytes_ = 0;       // Bytes per op buffer.

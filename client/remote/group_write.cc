@@ -123,7 +123,7 @@ int GroupLayout::Missing(const Slab& s) const {
 
 uint64_t GroupLayout::SpareRows(const Slab* except) const {
   uint64_t rows = 0;
-  for (const Slab& s : io_.slabs_) {
+  for (const Slab& s : io_.UsedSlabs()) {
     if (!s.allocated || s.draining || &s == except || Missing(s) > lay_.r) continue;
     rows += gslab_rows_ - s.stripes_used;
   }
@@ -148,7 +148,7 @@ void GroupLayout::MaybeAllocateAhead(uint64_t now) {
 
 void GroupLayout::MaybeFreeSpare() {
   if (!HoldsNothing()) return;
-  for (Slab& s : io_.slabs_) {
+  for (Slab& s : io_.UsedSlabs()) {
     if (!s.allocated || s.stripes_used != 0) continue;
     s.free_wanted = true;
     io_.MaybeFreeSlab(s);
@@ -191,7 +191,7 @@ bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why, bool* wait
   // Fill the fullest healthy slab first (so emptier ones drain and can be given back).
   auto pick = [&](int max_missing) {
     int best = -1;
-    for (size_t i = 0; i < io_.slabs_.size(); ++i) {
+    for (size_t i = 0; i < io_.UsedSlabs().size(); ++i) {
       const Slab& s = io_.slabs_[i];
       if (!s.allocated || s.draining || s.stripes_used >= gslab_rows_) continue;
       if (Missing(s) > max_missing) continue;
@@ -213,7 +213,7 @@ bool GroupLayout::FreeRow(uint32_t* slab, uint32_t* row, Status* why, bool* wait
   }
   if (best < 0) {
     // Out of slabs: stop draining one rather than fail.
-    for (size_t i = 0; i < io_.slabs_.size() && best < 0; ++i) {
+    for (size_t i = 0; i < io_.UsedSlabs().size() && best < 0; ++i) {
       Slab& s = io_.slabs_[i];
       if (s.allocated && s.draining && s.stripes_used < gslab_rows_ && Missing(s) <= lay_.r) {
         s.draining = false;
@@ -693,7 +693,7 @@ void GroupLayout::Compact() {
   // MaybeAllocateAhead keeps) after taking them.
   Slab* draining = nullptr;
   Slab* emptiest = nullptr;
-  for (Slab& s : io_.slabs_) {
+  for (Slab& s : io_.UsedSlabs()) {
     if (!s.allocated) continue;
     if (s.draining) {
       draining = &s;
@@ -738,7 +738,7 @@ void GroupLayout::Compact() {
       uint32_t slab, row;
     };
     std::vector<Candidate> candidates;
-    for (size_t si = 0; si < io_.slabs_.size(); ++si) {
+    for (size_t si = 0; si < io_.UsedSlabs().size(); ++si) {
       Slab& s = io_.slabs_[si];
       if (!s.allocated || s.draining) continue;
       bool healthy = true;
@@ -775,7 +775,7 @@ void GroupLayout::Compact() {
   }
   // The sealed stripes with the fewest live pages (most garbage) first, up to the move budget.
   for (int live_limit = 1; live_limit < lay_.k && compact_inflight_ < kMaxMoves; ++live_limit) {
-    for (size_t si = 0; si < io_.slabs_.size() && compact_inflight_ < kMaxMoves; ++si) {
+    for (size_t si = 0; si < io_.UsedSlabs().size() && compact_inflight_ < kMaxMoves; ++si) {
       Slab& s = io_.slabs_[si];
       if (!s.allocated) continue;
       for (uint32_t row = 0; row < gslab_rows_ && compact_inflight_ < kMaxMoves; ++row) {
@@ -829,7 +829,7 @@ void GroupLayout::Trim(PageId first, uint64_t count) {
   }
   // Slabs a trim emptied are given back (GroupMaybeReleaseStripe did it for rows freed now),
   // and the spare too when the thread is left with no page.
-  for (Slab& s : io_.slabs_) {
+  for (Slab& s : io_.UsedSlabs()) {
     if (s.allocated && s.free_wanted && s.stripes_used == 0) io_.MaybeFreeSlab(s);
   }
   MaybeFreeSpare();

@@ -26,7 +26,7 @@ void IoThread::OnNotice(const fabric::Completion& comp) {
     return;
   }
   // Eviction: move that split of the slab elsewhere now, rebuild it in the background.
-  for (Slab& s : slabs_) {
+  for (Slab& s : UsedSlabs()) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
       if (s.server[j].load(std::memory_order_relaxed) == server &&
@@ -157,7 +157,7 @@ void IoThread::Reconnect(uint64_t now) {
         continue;
       }
       // The memserver kept our slabs (they belong to the client id, not the connection).
-      for (const Slab& s : slabs_) {
+      for (const Slab& s : UsedSlabs()) {
         // Also the members a slab being allocated has got so far (slabs.cc).
         const uint32_t idx = static_cast<uint32_t>(&s - slabs_.data());
         if (!s.allocated && !Allocating(idx)) continue;
@@ -392,7 +392,7 @@ void IoThread::HandleLocalFailures() {
     // In-flight ops to it complete with Cancelled (reads then ask other splits, writes re-place).
     // No GOODBYE exchange: a stopped server would hold this thread for its whole timeout.
     (void)t_->Abort(conn_[i]);
-    for (Slab& s : slabs_) {
+    for (Slab& s : UsedSlabs()) {
       if (!s.allocated) continue;
       for (int j = 0; j < lay_.width(); ++j) {
         if (s.server[j].load(std::memory_order_relaxed) != i) continue;
@@ -561,7 +561,7 @@ void IoThread::Regenerate(uint64_t now) {
     regen_tokens_ = std::min<double>(regen_tokens_ + elapsed * static_cast<double>(rate),
                                      std::max<double>(8.0, static_cast<double>(rate) / 100));
   }
-  for (Slab& s : slabs_) {
+  for (Slab& s : UsedSlabs()) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
       if (!layout_->Regenerate(s, j)) return;

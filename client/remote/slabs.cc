@@ -23,7 +23,7 @@ Result<std::vector<placement::ServerId>> IoThread::PlaceSlab(Slab& s) {
       // Group layout: no coding group has k+r live servers any more, but writes still need
       // stripes. Reuse the servers of a slab of ours that kept at least k live members; the
       // failed ones stay missing (see below).
-      for (const Slab& o : slabs_) {
+      for (const Slab& o : UsedSlabs()) {
         if (!o.allocated) continue;
         int live = 0;
         std::vector<placement::ServerId> set(lay_.width());
@@ -69,6 +69,7 @@ bool IoThread::ReplaceNewMember(uint64_t ls, std::vector<placement::ServerId>& s
 
 void IoThread::BeginAllocate(Slab& s) {
   const uint32_t slab = static_cast<uint32_t>(&s - slabs_.data());
+  NoteSlabUsed(s);
   Result<std::vector<placement::ServerId>> servers = stop_.load(std::memory_order_relaxed)
                                                          ? Cancelled("page store is shutting down")
                                                          : PlaceSlab(s);
@@ -289,6 +290,7 @@ void IoThread::MaybeReleaseTrims() {
 void IoThread::FinishSlab(Slab& s) {
   s.free_wanted = false;
   s.allocated = true;
+  NoteSlabUsed(s);
   layout_->SlabAllocated(s);
   PublishSlab(static_cast<uint32_t>(&s - slabs_.data()));
 }

@@ -48,7 +48,7 @@ void IoThread::MaybeFreeSlab(Slab& s) {
 }
 
 void IoThread::FreeAllSlabs() {
-  for (Slab& s : slabs_) {
+  for (Slab& s : UsedSlabs()) {
     if (!s.allocated) continue;
     for (int j = 0; j < lay_.width(); ++j) {
       const uint32_t server = s.server[j].load(std::memory_order_relaxed);
