@@ -74,7 +74,7 @@ DEFINE_bool(direct_reads, true,
             "Blocking reads (a fault thread's, the raw reads) run to completion on "
             "the caller's thread (RemoteStoreOptions::direct_reads); false: through the store's "
             "I/O thread");
-DEFINE_int32(fault_spin_us, 30,
+DEFINE_int32(fault_spin_us, 0,
              "PagerOptions::fault_spin_us (0..1000): how long a fault thread polls the "
              "userfaultfd after a fault before it sleeps (default: tessera run's)");
 DEFINE_int32(direct_spin_us, 100,
