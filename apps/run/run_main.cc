@@ -45,6 +45,7 @@
 #include "client/local_cluster.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
 #include "common/units.h"
@@ -57,8 +58,8 @@ DEFINE_string(local_memory, "50%",
 DEFINE_string(region, "8G", "Size of the paged region (virtual; bounds the paged heap)");
 DEFINE_string(stats_json, "", "Write the summary as JSON to this file");
 DEFINE_string(live_stats_file, "",
-              "The shim rewrites this file with `key value` stats twice a second (for tools "
-              "and tests; default: a private temporary file)");
+              "The pager rewrites this file with `key value` stats twice a second (for tools "
+              "and tests; default: a private temporary file, or none with --pager swap)");
 DEFINE_bool(progress, true, "Live progress on stderr when it is a terminal");
 DEFINE_bool(summary, true, "Print the summary to stderr at exit");
 DEFINE_bool(write_traps, true,
@@ -433,6 +434,7 @@ int Main(int argc, char** argv) {
     so.swap_bytes = *swap_size;
     so.local_memory_text = FLAGS_local_memory;
     so.stats_json = FLAGS_stats_json;
+    so.live_stats_file = FLAGS_live_stats_file;
     so.summary = FLAGS_summary;
     so.term_grace_s = FLAGS_term_grace;
     for (const char* flag :
@@ -820,7 +822,7 @@ int Main(int argc, char** argv) {
     }
     const std::string j =
         out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-    Status st = kernel_shim::WriteFileAtomically(FLAGS_stats_json, j);
+    Status st = WriteFileAtomically(FLAGS_stats_json, j);
     if (!st.ok()) {
       std::fprintf(stderr, "tessera run: --stats-json: %s\n", st.ToString().c_str());
       if (code == 0) code = 1;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "kernel_shim/swap/memory_cgroup.h"
@@ -45,6 +46,36 @@ std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
 uint64_t Num(const std::map<std::string, std::string>& kv, const char* key) {
   auto it = kv.find(key);
   return it == kv.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+double Real(const std::map<std::string, std::string>& kv, const char* key) {
+  auto it = kv.find(key);
+  return it == kv.end() ? 0 : std::strtod(it->second.c_str(), nullptr);
+}
+
+// SwapPagerOptions::live_stats_file's lines, from the daemon's stats file `ds` and the cgroup.
+std::string LiveStats(uint64_t elapsed_ns, const kernel_shim::MemoryCgroupStats& cs,
+                      const std::map<std::string, std::string>& ds, uint64_t limit, bool final) {
+  std::string o;
+  auto put = [&](const char* key, uint64_t v) {
+    o += key;
+    o += ' ';
+    o += std::to_string(v);
+    o += '\n';
+  };
+  put("elapsed_ns", elapsed_ns);
+  put("faults", cs.pgmajfault);
+  put("remote_reads", Num(ds, "pages_read"));
+  put("remote_writes", Num(ds, "pages_written"));
+  put("store_read_p50_ns", static_cast<uint64_t>(Real(ds, "read_p50_us") * 1e3));
+  put("store_read_p99_ns", static_cast<uint64_t>(Real(ds, "read_p99_us") * 1e3));
+  put("store_degraded_reads", Num(ds, "degraded_reads"));
+  put("store_data_loss", Num(ds, "lost_pages"));
+  put("store_server_failures", Num(ds, "server_failures"));
+  put("store_regenerations_done", Num(ds, "regenerations_done"));
+  put("limit_bytes", limit);
+  put("final", final ? 1 : 0);
+  return o;
 }
 
 // Runs `tessera swap` with `args`; its output on failure.
@@ -145,9 +176,17 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
   uint64_t limit = o.fixed_bytes;
   uint64_t term_at = 0;
   int wstatus = 0;
+  const std::string daemon_stats = "/run/tessera-swap/" + name + "/stats";
+  uint64_t live_at = 0;
   for (;;) {
     const pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
     if (w == pid) break;
+    if (!o.live_stats_file.empty() && MonotonicNs() >= live_at) {
+      live_at = MonotonicNs() + 500'000'000;
+      (void)WriteFileAtomically(o.live_stats_file,
+                                LiveStats(MonotonicNs() - t0, cg->Stats(),
+                                          ReadKeyValues(daemon_stats), limit, false));
+    }
     if (o.fraction > 0) {
       const kernel_shim::MemoryCgroupStats s = cg->Stats();
       const uint64_t peak = std::max(s.memsw_max_usage, s.max_usage);
@@ -166,8 +205,12 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
   const double secs = (MonotonicNs() - t0) / 1e9;
   const kernel_shim::MemoryCgroupStats cs = cg->Stats();
   (void)cg->Remove();  // Every process the program started goes with it.
-  const auto ds = ReadKeyValues("/run/tessera-swap/" + name + "/stats");
+  const auto ds = ReadKeyValues(daemon_stats);
   swap_off.Off();
+  if (!o.live_stats_file.empty()) {
+    (void)WriteFileAtomically(o.live_stats_file,
+                              LiveStats(MonotonicNs() - t0, cs, ds, limit, true));
+  }
 
   std::string how;
   int code = DescribeExit(wstatus, &how);
@@ -214,6 +257,10 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
     out["remote_writes"] = Num(ds, "pages_written");
     out["failures_survived"] = failures;
     out["store_data_loss"] = lost;
+    // The uffd pager's names for the store's figures, so that tools read both pagers alike.
+    out["store_server_failures"] = failures;
+    out["store_degraded_reads"] = Num(ds, "degraded_reads");
+    out["store_regenerations_done"] = Num(ds, "regenerations_done");
     std::ofstream f(o.stats_json);
     f << out.dump() << "\n";
     if (!f) {

@@ -22,6 +22,12 @@ struct SwapPagerOptions {
   std::vector<std::string> swap_flags;  // Passed to `tessera swap on` (--cluster, --k, ...).
   std::string local_memory_text;        // As given, for the summary.
   std::string stats_json;               // "" or where to write the summary as JSON.
+  // "" or a file rewritten twice a second with `key value` lines, under the uffd pager's names
+  // where the meaning is the same: elapsed_ns, faults (the cgroup's major faults: swap-ins),
+  // remote_reads and remote_writes (device pages), store_read_p50_ns and store_read_p99_ns,
+  // store_degraded_reads, store_data_loss (lost pages), store_server_failures,
+  // store_regenerations_done, limit_bytes, final (1 in the last rewrite, after the program).
+  std::string live_stats_file;
   bool summary = true;
   double term_grace_s = 10;
 };

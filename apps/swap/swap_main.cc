@@ -49,6 +49,7 @@
 #include "client/page_store.h"
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/prometheus.h"
 #include "common/subprocess.h"
 #include "common/units.h"
@@ -109,16 +110,6 @@ KeyValues ReadKeyValues(const std::string& path) {
     if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
   }
   return kv;
-}
-
-Status WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return ErrnoError("open ", tmp);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return ErrnoError("write ", tmp);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename ", tmp);
-  return Status::Ok();
 }
 
 std::string ReadText(const std::string& path) {
@@ -376,7 +367,7 @@ int Serve(uint64_t size) {
       << "\ndata_loss " << ps.data_loss << "\nread_p50_us " << ps.read_latency.p50() / 1e3
       << "\nread_p99_us " << ps.read_latency.p99() / 1e3 << "\nwrite_p50_us "
       << ps.write_latency.p50() / 1e3 << "\nremote_bytes " << ps.remote_bytes << "\n";
-    (void)WriteAtomically(StatsPath(), o.str());
+    (void)WriteFileAtomically(StatsPath(), o.str());
   };
   std::thread stats_thread([&] {
     sigset_t all;
@@ -555,7 +546,7 @@ int On(const std::string& self) {
     st << "pid " << pid << "\ndevice " << *dev << "\nfile " << file << "\nsize " << *size << "\nk "
        << g_store.k << "\nr " << g_store.r << "\npriority " << FLAGS_priority << "\nloop_direct_io "
        << (direct ? 1 : 0) << "\n";
-    if (Status w = WriteAtomically(StatePath(), st.str()); !w.ok()) {
+    if (Status w = WriteFileAtomically(StatePath(), st.str()); !w.ok()) {
       kernel_shim::DetachLoop(*dev).IgnoreError();
       return rollback(w.ToString());
     }

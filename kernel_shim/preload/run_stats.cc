@@ -1,10 +1,6 @@
 #include "kernel_shim/preload/run_stats.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -212,26 +208,6 @@ RunStats MergeRunStats(const std::vector<RunStats>& each) {
   }
   out["processes"] = processes;
   return out;
-}
-
-Status WriteFileAtomically(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open " + tmp);
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status st = ErrnoError("write " + tmp);
-      ::close(fd);
-      return st;
-    }
-    off += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
-  return Status::Ok();
 }
 
 }  // namespace tessera::kernel_shim

@@ -92,7 +92,5 @@ RunStats ParseRunStats(std::string_view text, std::string* error = nullptr);
 // "processes" counts the processes merged (an input that is a merge itself counts as its
 // "processes").
 RunStats MergeRunStats(const std::vector<RunStats>& each);
-// Writes `text` to path.tmp and renames it over `path`. Errno-based status on failure.
-Status WriteFileAtomically(const std::string& path, std::string_view text);
 
 }  // namespace tessera::kernel_shim

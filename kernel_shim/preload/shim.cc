@@ -89,6 +89,7 @@
 
 #include "client/remote_store.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "common/units.h"
 #include "fabric/auth.h"
