@@ -31,7 +31,7 @@ std::string GnuplotQuote(std::string s) {
 json WorkloadJson(const Scenario& s, const std::string& data_dir) {
   const WorkloadSpec& w = s.workload;
   json j = {{"kind", WorkloadKindName(w.kind)}};
-  if (w.kind == WorkloadKind::kRun) {
+  if (RunsAProgram(w.kind)) {
     j["command"] = ExpandCommand(w.run.command, data_dir);
     j["local_memory"] = w.run.local_memory;
   } else {

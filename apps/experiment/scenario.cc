@@ -165,9 +165,11 @@ Status CheckExpect(const Reader& rd, const toml::table& t, const ExpectSpec& e, 
     }
     return Status::Ok();
   };
-  TESSERA_RETURN_IF_ERROR(
-      need(e.identical_output.has_value(), "identical_output", WorkloadKind::kRun));
-  if (e.wrong_bytes && kind == WorkloadKind::kRun) {
+  if (e.identical_output.has_value() && !RunsAProgram(kind)) {
+    return rd.Error(rd.Line(t, "identical_output"),
+                    "identical_output applies to kind = \"run\" and \"swap\" workloads only");
+  }
+  if (e.wrong_bytes && RunsAProgram(kind)) {
     return rd.Error(rd.Line(t, "wrong_bytes"),
                     "wrong_bytes applies to kind = \"pagestore\", \"paramsvc\" and \"kv\" "
                     "workloads only");

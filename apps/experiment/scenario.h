@@ -56,12 +56,15 @@ struct ClusterSpec {
 
 // The kinds of workload, parsed once from `kind = "..."`; each kind has its own options below
 // and its own implementation under apps/experiment/workloads/.
-enum class WorkloadKind { kRun, kPagestore, kKv, kParamsvc };
+enum class WorkloadKind { kRun, kSwap, kPagestore, kKv, kParamsvc };
 const char* WorkloadKindName(WorkloadKind k);
 // InvalidArgument naming the known kinds when `name` is none of them.
 Result<WorkloadKind> ParseWorkloadKind(const std::string& name);
+// run and swap: an unmodified program, whose output can be compared with a local run's.
+inline bool RunsAProgram(WorkloadKind k) { return k == WorkloadKind::kRun || k == WorkloadKind::kSwap; }
 
-// kind = run: an unmodified program under `tessera run`.
+// kind = run: an unmodified program under `tessera run` (the userfaultfd pager); kind = swap: the
+// same under `tessera run --pager swap` (a private `tessera swap` kernel swap device).
 struct ProgramOptions {
   std::vector<std::string> command;  // ${data_dir}: the installed data (share/tessera).
   std::string local_memory = "50%";
@@ -111,7 +114,7 @@ struct KvOptions {
 // defaults and are not used).
 struct WorkloadSpec {
   WorkloadKind kind = WorkloadKind::kPagestore;
-  ProgramOptions run;
+  ProgramOptions run;  // run and swap.
   PagestoreOptions pagestore;
   ParamsvcOptions paramsvc;
   KvOptions kv;
@@ -163,7 +166,7 @@ struct FaultSpec {
 struct ExpectSpec {
   std::optional<int64_t> data_loss;      // Pages that reported DataLoss (run: store count).
   std::optional<int64_t> wrong_bytes;    // pagestore: bytes read back wrong.
-  std::optional<bool> identical_output;  // run: stdout equal to a local run's.
+  std::optional<bool> identical_output;  // run, swap: stdout equal to a local run's.
   std::optional<double> max_p99_us_during_faults;
   std::optional<double> max_p99_ratio_during_faults;         // p99 during faults / p99 before.
   std::optional<double> min_throughput_ratio_during_faults;  // lowest 100 ms / median before.

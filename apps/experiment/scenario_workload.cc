@@ -10,6 +10,7 @@ namespace {
 // The kinds and their names in scenario files.
 constexpr std::pair<WorkloadKind, const char*> kKindNames[] = {
     {WorkloadKind::kRun, "run"},
+    {WorkloadKind::kSwap, "swap"},
     {WorkloadKind::kPagestore, "pagestore"},
     {WorkloadKind::kKv, "kv"},
     {WorkloadKind::kParamsvc, "paramsvc"}};
@@ -105,18 +106,19 @@ Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::stri
 }
 
 Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadKeys& w) {
-  if (w.kind.empty()) return rd.Error(t.source(), "[workload] needs kind (run, pagestore)");
+  if (w.kind.empty()) return rd.Error(t.source(), "[workload] needs kind (run, swap, pagestore, kv, paramsvc)");
   const WorkloadKind kind = ParseWorkloadKind(w.kind).value();  // ParseWorkloadKeys checked it.
   using K = WorkloadKind;
-  if (kind == K::kRun && w.run.command.empty()) {
-    return rd.Error(t.source(), "[workload] kind = \"run\" needs command = [\"PROGRAM\", ...]");
+  if (RunsAProgram(kind) && w.run.command.empty()) {
+    return rd.Error(t.source(), "[workload] kind = \"" + w.kind +
+                                    "\" needs command = [\"PROGRAM\", ...]");
   }
   if (kind == K::kPagestore && w.pagestore.pages == 0) {
     return rd.Error(t.source(), "[workload] kind = \"pagestore\" needs pages");
   }
-  if (kind != K::kRun && (t.contains("command") || t.contains("local_memory"))) {
+  if (!RunsAProgram(kind) && (t.contains("command") || t.contains("local_memory"))) {
     return rd.Error(rd.Line(t, t.contains("command") ? "command" : "local_memory"),
-                    "command and local_memory apply to kind = \"run\" only");
+                    "command and local_memory apply to kind = \"run\" and \"swap\" only");
   }
   if (kind != K::kPagestore) {
     for (const char* k : {"pages", "qd", "read_ratio", "verify_passes", "client_pages"}) {
@@ -176,6 +178,7 @@ WorkloadSpec ToSpec(const WorkloadKeys& w) {
   spec.kind = ParseWorkloadKind(w.kind).value();
   switch (spec.kind) {
     case WorkloadKind::kRun:
+    case WorkloadKind::kSwap:
       spec.run = w.run;
       break;
     case WorkloadKind::kPagestore:

@@ -82,7 +82,7 @@ double NowS() { return static_cast<double>(MonotonicNs()) * 1e-9; }
 Status NoLayout(const Scenario& s) {
   auto check = [&](const std::string& l) -> Status {
     if (l.empty()) return Status::Ok();
-    return Unsupported("layout applies to kind = \"pagestore\" and \"run\" only (kind = \"",
+    return Unsupported("layout applies to kind = \"pagestore\", \"run\" and \"swap\" only (kind = \"",
                        WorkloadKindName(s.workload.kind),
                        "\" uses its own store's default layout)");
   };

@@ -142,8 +142,10 @@ TEST(ScenarioTest, MissingFieldsAreNamed) {
 }
 
 TEST(ScenarioTest, KeysOfTheWrongKindAreRejected) {
-  ExpectError(Edit("qd = 8", "qd = 8\ncommand = [\"true\"]"), 13, "kind = \"run\" only");
-  ExpectError(Edit("wrong_bytes = 0", "identical_output = true"), 26, "kind = \"run\" workloads");
+  ExpectError(Edit("qd = 8", "qd = 8\ncommand = [\"true\"]"), 13,
+              "kind = \"run\" and \"swap\" only");
+  ExpectError(Edit("wrong_bytes = 0", "identical_output = true"), 26,
+              "kind = \"run\" and \"swap\" workloads");
   ExpectError(Edit("duration_s = 1.5", "duration_s = 1.5\nbits = 3"), 24, "bitflip");
   ExpectError(Edit("at_event = \"loaded\"", "at_event = \"half\""), 19, "\"loaded\"");
 }
@@ -304,7 +306,7 @@ TEST(ScenarioTest, EtcdMembershipAndTheClientProcess) {
 }
 
 TEST(ScenarioTest, EveryBuiltinParsesAndCanRun) {
-  ASSERT_EQ(BuiltinScenarios().size(), 11u);
+  ASSERT_EQ(BuiltinScenarios().size(), 12u);
   for (const BuiltinScenario& b : BuiltinScenarios()) {
     auto r = ParseScenario(b.text, b.name);
     ASSERT_TRUE(r.ok()) << b.name << ": " << r.status();
@@ -343,7 +345,7 @@ TEST(ScenarioTest, LayoutsApplyToThePagestoreAndRunButNotParamsvc) {
   ASSERT_TRUE(svc.ok()) << svc.status();
   Status st = CheckRunnable(*svc);
   EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
-  EXPECT_NE(st.message().find("layout applies to kind = \"pagestore\" and \"run\" only"),
+  EXPECT_NE(st.message().find("layout applies to kind = \"pagestore\", \"run\" and \"swap\" only"),
             std::string::npos)
       << st;
 }
@@ -402,21 +404,22 @@ TEST(ScenarioTest, KvWorkloadKeysAreChecked) {
 // every kind has its implementation registered.
 TEST(ScenarioTest, WorkloadKindsParseOnceAndEachHasAType) {
   for (WorkloadKind k :
-       {WorkloadKind::kRun, WorkloadKind::kPagestore, WorkloadKind::kKv, WorkloadKind::kParamsvc}) {
+       {WorkloadKind::kRun, WorkloadKind::kSwap, WorkloadKind::kPagestore, WorkloadKind::kKv,
+        WorkloadKind::kParamsvc}) {
     auto parsed = ParseWorkloadKind(WorkloadKindName(k));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, k);
     EXPECT_EQ(TypeOf(k).kind, k) << WorkloadKindName(k);
   }
-  auto bad = ParseWorkloadKind("swap");
+  auto bad = ParseWorkloadKind("zram");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("kind must be one of run, pagestore, kv, paramsvc, got "
-                                        "'swap'"),
+  EXPECT_NE(bad.status().message().find("kind must be one of run, swap, pagestore, kv, paramsvc, "
+                                        "got 'zram'"),
             std::string::npos)
       << bad.status();
-  ExpectError(Edit("kind = \"pagestore\"", "kind = \"swap\""), 10,
-              "kind must be one of run, pagestore, kv, paramsvc, got 'swap'");
+  ExpectError(Edit("kind = \"pagestore\"", "kind = \"zram\""), 10,
+              "kind must be one of run, swap, pagestore, kv, paramsvc, got 'zram'");
   ExpectError(Edit("kind = \"pagestore\"", "kind = 3"), 10, "kind must be a string");
 }
 

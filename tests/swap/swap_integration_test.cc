@@ -13,6 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -366,11 +369,13 @@ TEST_F(SwapTest, RunPagerSwapRunsAProgramWithIdenticalOutput) {
   ASSERT_FALSE(want.empty());
   testing::TempDir tmp;
   const std::string stats = tmp.path() + "/stats.json";
+  const std::string live = tmp.path() + "/live";
   auto out = RunCommand({"/bin/sh", "-c",
                          "echo | " + BinDir() +
                              "/tessera run --pager swap --local-memory 40% "
                              "--swap-size 256M --stats-json " +
-                             stats + " -- python3 " + kScript + " " + std::to_string(kFillMiB)},
+                             stats + " --live-stats-file " + live + " -- python3 " + kScript +
+                             " " + std::to_string(kFillMiB)},
                         300000);
   ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
   EXPECT_NE(out.stdout_text.find(want), std::string::npos) << out.stdout_text;
@@ -380,6 +385,38 @@ TEST_F(SwapTest, RunPagerSwapRunsAProgramWithIdenticalOutput) {
   EXPECT_GT(testing::JsonInt(j, "peak_footprint_bytes"), kFillMiB << 20) << j;
   EXPECT_LT(testing::JsonInt(j, "limit_bytes"), 0.45 * testing::JsonInt(j, "peak_footprint_bytes"))
       << j;
+  EXPECT_EQ(testing::JsonInt(j, "store_server_failures"), 0) << j;
+  // The live file's last rewrite, after the program: the summary's figures under the uffd
+  // pager's names.
+  std::map<std::string, int64_t> l;
+  std::istringstream in(testing::ReadFile(live));
+  std::string key;
+  int64_t v;
+  while (in >> key >> v) l[key] = v;
+  EXPECT_EQ(l["final"], 1) << testing::ReadFile(live);
+  EXPECT_EQ(l["remote_writes"], testing::JsonInt(j, "remote_writes"));
+  EXPECT_EQ(l["faults"], testing::JsonInt(j, "faults"));
+  EXPECT_EQ(l["store_data_loss"], 0);
+  EXPECT_GT(l["elapsed_ns"], 0);
+}
+
+// The swap path in a failure-injection experiment: the built-in `kill-during-swap` scenario at
+// its quick size, r = 2 of 8 memservers SIGKILLed at the program's half-way line.
+TEST_F(SwapTest, ExperimentKillDuringSwapPasses) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/out";
+  auto out = RunAll({BinDir() + "/tessera-experiment", "run", "kill-during-swap", "--quick",
+                     "--progress=false", "--out", dir},
+                    300000);
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  auto j = nlohmann::json::parse(testing::ReadFile(dir + "/summary.json"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "no summary.json; output:\n" << out.stdout_text;
+  EXPECT_EQ(j["verdict"], "PASS") << out.stdout_text;
+  EXPECT_EQ(j["workload"]["kind"], "swap");
+  for (const auto& e : j["expectations"]) EXPECT_EQ(e["pass"], true) << e.dump();
+  ASSERT_EQ(j["runs"].size(), 1u);
+  EXPECT_EQ(j["runs"][0]["server_failures"], 2) << "the swap device saw other failures";
+  EXPECT_EQ(j["runs"][0]["data_loss"], 0);
 }
 
 }  // namespace

@@ -4,10 +4,11 @@
 
 namespace tessera::experiment {
 
-extern const WorkloadType kProgramWorkload, kPagestoreWorkload, kKvWorkload, kParamsvcWorkload;
+extern const WorkloadType kProgramWorkload, kSwapWorkload, kPagestoreWorkload, kKvWorkload,
+    kParamsvcWorkload;
 namespace {
-const WorkloadType* const kRegistry[] = {&kProgramWorkload, &kPagestoreWorkload, &kKvWorkload,
-                                         &kParamsvcWorkload};
+const WorkloadType* const kRegistry[] = {&kProgramWorkload, &kSwapWorkload, &kPagestoreWorkload,
+                                         &kKvWorkload, &kParamsvcWorkload};
 }  // namespace
 
 const WorkloadType& TypeOf(WorkloadKind kind) {
