@@ -184,24 +184,25 @@ MemServerHandler::LeaseStats MemServerHandler::lease_stats() {
   return out;
 }
 
+Result<std::span<uint8_t>> MemServerHandler::ResolveData(const PeerInfo& peer, OpSlot slot,
+                                                         uint64_t slab_id, uint64_t offset,
+                                                         uint32_t length) {
+  OpScope scope(&metrics_, slot);
+  auto r = scope.Done(peer.admin ? pool_->ResolveAnyOwner(slab_id, offset, length)
+                                 : pool_->Resolve(peer.owner_id, slab_id, offset, length));
+  if (r.ok() && slot == OpSlot::kRead) metrics_.AddBytesRead(length);
+  if (r.ok() && slot == OpSlot::kWrite) metrics_.AddBytesWritten(length);
+  return r;
+}
+
 Result<std::span<uint8_t>> MemServerHandler::ResolveRead(const PeerInfo& peer,
                                                          const fabric::ReadRequest& req) {
-  OpScope scope(&metrics_, OpSlot::kRead);
-  auto r =
-      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
-  if (r.ok()) metrics_.AddBytesRead(req.length);
-  return r;
+  return ResolveData(peer, OpSlot::kRead, req.slab_id, req.offset, req.length);
 }
 
 Result<std::span<uint8_t>> MemServerHandler::ResolveWrite(const PeerInfo& peer,
                                                           const fabric::WriteRequest& req) {
-  OpScope scope(&metrics_, OpSlot::kWrite);
-  auto r =
-      scope.Done(peer.admin ? pool_->ResolveAnyOwner(req.slab_id, req.offset, req.length)
-                            : pool_->Resolve(peer.owner_id, req.slab_id, req.offset, req.length));
-  if (r.ok()) metrics_.AddBytesWritten(req.length);
-  return r;
+  return ResolveData(peer, OpSlot::kWrite, req.slab_id, req.offset, req.length);
 }
 
 Result<fabric::AllocSlabResponse> MemServerHandler::AllocSlab(const PeerInfo& peer,

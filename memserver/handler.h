@@ -127,6 +127,10 @@ class MemServerHandler : public fabric::RequestHandler, public EvictionSink {
   FaultState& faults() { return faults_; }
 
  private:
+  // A READ's or WRITE's bytes in the peer's slab (any owner's for an admin peer), timed and
+  // counted under `slot`.
+  Result<std::span<uint8_t>> ResolveData(const fabric::PeerInfo& peer, OpSlot slot,
+                                         uint64_t slab_id, uint64_t offset, uint32_t length);
   Result<std::string> FlipBits(const FaultSpec& spec);
 
   SlabPool* const pool_;
