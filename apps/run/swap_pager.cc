@@ -209,7 +209,7 @@ int RunWithSwapPager(const SwapPagerOptions& o) {
   swap_off.Off();
   if (!o.live_stats_file.empty()) {
     (void)WriteFileAtomically(o.live_stats_file,
-                              LiveStats(MonotonicNs() - t0, cs, ds, limit, true));
+                              LiveStats(static_cast<uint64_t>(secs * 1e9), cs, ds, limit, true));
   }
 
   std::string how;
