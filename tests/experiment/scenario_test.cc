@@ -423,6 +423,33 @@ TEST(ScenarioTest, WorkloadKindsParseOnceAndEachHasAType) {
   ExpectError(Edit("kind = \"pagestore\"", "kind = 3"), 10, "kind must be a string");
 }
 
+// kind = swap takes the keys of kind = run (a program, its local memory, its output compared
+// with a local run's) and refuses what only a checked load has.
+TEST(ScenarioTest, SwapKindTakesTheProgramKeys) {
+  const BuiltinScenario* swap = FindBuiltin("kill-during-swap");
+  ASSERT_NE(swap, nullptr);
+  auto s = ParseScenario(swap->text, "swap.toml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->workload.kind, WorkloadKind::kSwap);
+  EXPECT_EQ(s->workload.run.local_memory, "50%");
+  ASSERT_FALSE(s->workload.run.command.empty());
+  EXPECT_EQ(s->workload.run.command[0], "/usr/bin/python3");
+  EXPECT_TRUE(s->expect.identical_output.value_or(false));
+  std::string text = swap->text;
+  text.replace(text.find("command = ["), 0, "# ");  // The full-size command, commented out.
+  auto no_command = ParseScenario(text, "swap.toml");
+  ASSERT_FALSE(no_command.ok());
+  EXPECT_NE(no_command.status().message().find("kind = \"swap\" needs command"),
+            std::string::npos)
+      << no_command.status();
+  text = swap->text;
+  text.replace(text.find("data_loss = 0"), 13, "wrong_bytes = 0");
+  auto wrong = ParseScenario(text, "swap.toml");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("wrong_bytes applies to"), std::string::npos)
+      << wrong.status();
+}
+
 // Each kind has its own options: `mode` is the training mode of a paramsvc workload and the
 // controller mode of a kv workload, and [quick.workload] overrides the kind's own keys.
 TEST(ScenarioTest, EachKindHasItsOwnOptions) {
