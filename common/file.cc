@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <fstream>
 
 namespace tessera {
 
@@ -26,6 +27,16 @@ Status WriteFileAtomically(const std::string& path, std::string_view text) {
   if (::close(fd) != 0) return ErrnoError("close " + tmp);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
   return Status::Ok();
+}
+
+KeyValues ReadKeyValues(const std::string& path) {
+  KeyValues kv;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return kv;
 }
 
 }  // namespace tessera

@@ -106,7 +106,9 @@ Status ParseWorkloadKeys(const Reader& rd, const toml::table& t, const std::stri
 }
 
 Status CheckWorkload(const Reader& rd, const toml::table& t, const WorkloadKeys& w) {
-  if (w.kind.empty()) return rd.Error(t.source(), "[workload] needs kind (run, swap, pagestore, kv, paramsvc)");
+  if (w.kind.empty()) {
+    return rd.Error(t.source(), "[workload] needs kind (run, swap, pagestore, kv, paramsvc)");
+  }
   const WorkloadKind kind = ParseWorkloadKind(w.kind).value();  // ParseWorkloadKeys checked it.
   using K = WorkloadKind;
   if (RunsAProgram(kind) && w.run.command.empty()) {

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -33,29 +32,19 @@ void Forward(int sig) {
   if (g_child > 0) ::kill(g_child, sig);
 }
 
-std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
-  std::map<std::string, std::string> kv;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  return kv;
-}
-
-uint64_t Num(const std::map<std::string, std::string>& kv, const char* key) {
+uint64_t Num(const KeyValues& kv, const char* key) {
   auto it = kv.find(key);
   return it == kv.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
 }
 
-double Real(const std::map<std::string, std::string>& kv, const char* key) {
+double Real(const KeyValues& kv, const char* key) {
   auto it = kv.find(key);
   return it == kv.end() ? 0 : std::strtod(it->second.c_str(), nullptr);
 }
 
 // SwapPagerOptions::live_stats_file's lines, from the daemon's stats file `ds` and the cgroup.
 std::string LiveStats(uint64_t elapsed_ns, const kernel_shim::MemoryCgroupStats& cs,
-                      const std::map<std::string, std::string>& ds, uint64_t limit, bool final) {
+                      const KeyValues& ds, uint64_t limit, bool final) {
   std::string o;
   auto put = [&](const char* key, uint64_t v) {
     o += key;

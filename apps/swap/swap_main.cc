@@ -100,17 +100,6 @@ std::string StatePath() { return Dir() + "/state"; }
 std::string StatsPath() { return Dir() + "/stats"; }
 std::string LogPath() { return Dir() + "/daemon.log"; }
 
-using KeyValues = std::map<std::string, std::string>;
-
-KeyValues ReadKeyValues(const std::string& path) {
-  KeyValues kv;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  return kv;
-}
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
